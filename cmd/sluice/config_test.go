@@ -1,0 +1,717 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/signing"
+)
+
+// Secrets used by testdata/*.good.yaml and the tests below.
+const (
+	secretA = "whsec_eCxlLjRJL5oBgslHKt2sqY8aF9JulKkM6ht+856VA7w="
+	secretB = "whsec_95HV3WjcsNP1TmBWW+BmZF+8Aa9L91ijURIkte4Mxcw="
+	secretC = "whsec_5gboqfClPJIcOpFFyCKCMO7MQpWPxyDda+f/AePM6Xo="
+	secretD = "whsec_zQJOfEXRYJSC3GS2+RghbaZc7E2EaLw7/3kx/VpHIzI="
+
+	adminToken   = "admin-token-7f3c9a1e5b" // testdata/admin-token
+	headerSecret = "fleet-header-token"     // Authorization header in full.good.yaml
+)
+
+// goodEnviron is the environment the good files are loaded with.
+var goodEnviron = []string{"AUDIT_WEBHOOK_SECRETS=" + secretB + " " + secretC}
+
+func TestLoadConfigFull(t *testing.T) {
+	cfg, err := LoadConfig("testdata/full.good.yaml", goodEnviron, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	wantResolved := [][]string{{secretA}, {secretB, secretC}, {secretD, secretA}, {secretB, secretC}}
+	for i, s := range cfg.Subscriptions {
+		if got := encodeAll(s.Resolved); !slices.Equal(got, wantResolved[i]) {
+			t.Errorf("subscriptions[%d].Resolved = %q, want %q", i, got, wantResolved[i])
+		}
+	}
+	if cfg.Admin.ResolvedToken != adminToken {
+		t.Errorf("Admin.ResolvedToken = %q, want the content of testdata/admin-token", cfg.Admin.ResolvedToken)
+	}
+
+	defaultRetry := RetryConfig{MaxAttempts: 8, MaxAge: 24 * time.Hour, Base: time.Second, Cap: time.Hour}
+	want := &Config{
+		Listen:          "127.0.0.1:8700",
+		Admin:           AdminConfig{Listen: "127.0.0.1:8701", TokenFile: "testdata/admin-token", ResolvedToken: adminToken},
+		DataDir:         "./sluice-data",
+		Durability:      "fsync",
+		MaxBodyBytes:    1048576,
+		DedupWindow:     24 * time.Hour,
+		ShutdownGrace:   15 * time.Second,
+		MaxConnsPerHost: 32,
+		MaxInFlight:     512,
+		LogLevel:        "debug",
+		LogFormat:       "json",
+		Subscriptions: []SubscriptionConfig{
+			{
+				ID:          "billing",
+				URL:         "https://billing.example.com/hooks",
+				Secret:      secretA,
+				Types:       []string{"geofence.enter", "geofence.exit"},
+				Timeout:     5 * time.Second,
+				Concurrency: ConcurrencyConfig{Max: 16},
+				Retry:       defaultRetry,
+				Classify:    map[string]string{"409": "ack", "404": "dead_letter"},
+				Headers:     map[string]string{"X-Tenant": "acme"},
+			},
+			{
+				ID:          "fleet.ops-2",
+				URL:         "http://fleet.internal:8080/webhooks?source=sluice",
+				Secrets:     []string{secretB, secretC},
+				Types:       []string{"*"},
+				Timeout:     90 * time.Second,
+				Concurrency: ConcurrencyConfig{Max: 64},
+				Retry:       RetryConfig{MaxAttempts: 3, MaxAge: 24 * time.Hour, Base: 250 * time.Millisecond, Cap: 30 * time.Second},
+				Classify:    map[string]string{"409": "ack", "503": "dead_letter"},
+				Headers:     map[string]string{"X-Version": "2", "Authorization": "Bearer " + headerSecret},
+				Paused:      true,
+			},
+			{
+				ID:          "cards",
+				URL:         "https://cards.example.com/in",
+				SecretFile:  "testdata/cards.secrets",
+				Types:       []string{"card.shipment:dispatched"},
+				Timeout:     10 * time.Second,
+				Concurrency: ConcurrencyConfig{Max: 16},
+				Retry:       defaultRetry,
+			},
+			{
+				ID:          "audit",
+				URL:         "https://audit.example.com/in",
+				SecretEnv:   "AUDIT_WEBHOOK_SECRETS",
+				Types:       []string{"*"},
+				Timeout:     10 * time.Second,
+				Concurrency: ConcurrencyConfig{Max: 16},
+				Retry:       defaultRetry,
+			},
+		},
+	}
+	assertConfig(t, cfg, want)
+}
+
+func TestLoadConfigMinimal(t *testing.T) {
+	cfg, err := LoadConfig("testdata/minimal.good.yaml", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultConfig()
+	want.Subscriptions = []SubscriptionConfig{{
+		ID:          "billing",
+		URL:         "https://billing.example.com/hooks",
+		Secret:      secretA,
+		Types:       []string{"*"},
+		Timeout:     DefaultTimeout,
+		Concurrency: ConcurrencyConfig{Max: DefaultConcurrency},
+		Retry: RetryConfig{
+			MaxAttempts: DefaultRetryMaxAttempts,
+			MaxAge:      DefaultRetryMaxAge,
+			Base:        DefaultRetryBase,
+			Cap:         DefaultRetryCap,
+		},
+	}}
+	assertConfig(t, cfg, want)
+	if got := encodeAll(cfg.Subscriptions[0].Resolved); !slices.Equal(got, []string{secretA}) {
+		t.Errorf("Resolved = %q", got)
+	}
+}
+
+func TestLoadConfigDefaults(t *testing.T) {
+	for _, path := range []string{"", "testdata/empty.good.yaml"} {
+		cfg, err := LoadConfig(path, nil, nil)
+		if err != nil {
+			t.Fatalf("LoadConfig(%q): %v", path, err)
+		}
+		assertConfig(t, cfg, DefaultConfig())
+	}
+
+	// The documented defaults (DESIGN.md §4).
+	d := DefaultConfig()
+	if d.Listen != "127.0.0.1:8700" || d.Admin.Listen != "127.0.0.1:8701" || d.DataDir != "./sluice-data" ||
+		d.Durability != "fsync" || d.MaxBodyBytes != 1<<20 {
+		t.Errorf("DefaultConfig() = %+v, differs from DESIGN.md §4", d)
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("DefaultConfig().Validate() = %v", err)
+	}
+}
+
+// TestLoadConfigBad loads every testdata/*.bad.yaml. Each must fail with a
+// message containing the listed substrings and none of the secrets it holds.
+func TestLoadConfigBad(t *testing.T) {
+	tests := []struct {
+		file    string
+		want    []string
+		notWant []string // besides the secrets found in the file
+		is      error    // errors.Is target, if any
+	}{
+		// Unknown keys.
+		{file: "unknown_top_key", want: []string{`config: unknown key "colour"`, `unknown_top_key.bad.yaml`}, is: ErrUnknownKey},
+		{file: "unknown_sub_key", want: []string{`config: unknown key "subscriptions[0].colour"`}, is: ErrUnknownKey},
+		{file: "unknown_nested_key", want: []string{`unknown key "subscriptions[0].retry.jitter"`}, is: ErrUnknownKey},
+		{file: "rate_not_supported", want: []string{`unknown key "subscriptions[0].rate"`}, is: ErrUnknownKey},
+		{file: "key_case", want: []string{`unknown key "subscriptions[0].Timeout"`}, is: ErrUnknownKey},
+
+		// URLs.
+		{file: "url_ftp", want: []string{`config: subscriptions[0].url: "ftp://x": must be http or https`}, is: ErrInvalidValue},
+		{file: "url_relative", want: []string{`subscriptions[0].url: "/hooks": must be an absolute URL`}},
+		{file: "url_no_host", want: []string{`subscriptions[0].url: "https:///hooks": must have a host`}},
+		{file: "url_userinfo", want: []string{`subscriptions[0].url`, `must not contain credentials`}, notWant: []string{"bob", "hunter2"}},
+		{file: "url_fragment", want: []string{`subscriptions[0].url`, `must not contain a fragment`}},
+
+		// Secrets.
+		{file: "secret_no_prefix", want: []string{`subscriptions[0].secret: [redacted]: invalid secret: missing "whsec_" prefix`}, is: signing.ErrBadSecret},
+		{file: "secret_not_base64", want: []string{`subscriptions[0].secret: [redacted]: invalid secret: not standard base64`}, is: signing.ErrBadSecret},
+		{file: "secret_too_short", want: []string{`subscriptions[0].secret`, `key is 5 bytes, want 24 to 64`}, is: signing.ErrBadSecret},
+		{file: "secrets_bad_entry", want: []string{`subscriptions[0].secrets[1]: [redacted]: invalid secret`}, is: signing.ErrBadSecret},
+		{file: "secrets_duplicate", want: []string{`subscriptions[0].secrets[1]`, `listed twice`}, is: ErrDuplicate},
+		{file: "secret_two_sources", want: []string{`subscriptions[0]: several secret sources (secret, secret_env): set exactly one`}, is: ErrConflict},
+		{file: "secret_none", want: []string{`subscriptions[0].secret: no secret: set one of secret, secrets, secret_file or secret_env`}, is: ErrMissingValue},
+		{file: "secret_file_missing", want: []string{`subscriptions[0].secret_file: "testdata/no-such.secrets"`, "no such file"}, is: fs.ErrNotExist},
+		{file: "secret_env_missing", want: []string{`subscriptions[0].secret_env: "NOT_SET_ANYWHERE": environment variable is not set`}},
+
+		// Ids and types.
+		{file: "duplicate_id", want: []string{`subscriptions[2].id: "billing": duplicate id: subscriptions[0] and subscriptions[2]`}, is: ErrDuplicate},
+		{file: "bad_id", want: []string{`subscriptions[0].id: "Billing Team": must match`}},
+		{file: "missing_id", want: []string{`subscriptions[0].id: required`}, is: ErrMissingValue},
+		{file: "bad_type", want: []string{`subscriptions[0].types[1]: "geofence enter": must be "*" or an event type`}},
+		{file: "star_with_types", want: []string{`subscriptions[0].types`, `list it alone`}},
+
+		// Top-level values.
+		{file: "bad_durability", want: []string{`config: durability: "sometimes": must be "fsync" or "async"`}},
+		{file: "negative_max_body_bytes", want: []string{`max_body_bytes: -1: must be between 1 and 67108864`}},
+		{file: "max_body_bytes_too_big", want: []string{`max_body_bytes: 104857600: must be between 1 and 67108864`}},
+		{file: "fractional_max_body_bytes", want: []string{`max_body_bytes: 1.5: must be a whole number`}},
+		{file: "bad_log_level", want: []string{`log_level: "verbose"`}},
+		{file: "listen_no_port", want: []string{`listen: "localhost": must be "host:port" or "unix:///path.sock"`}},
+		{file: "listen_unix_relative", want: []string{`unix socket path must be absolute`}},
+		{file: "listen_wrong_type", want: []string{`listen: expected a string, got a list`}},
+		{file: "admin_same_as_listen", want: []string{`admin.listen: "127.0.0.1:8701": must differ from listen`}},
+		{file: "subscriptions_not_a_list", want: []string{`subscriptions: expected a list`}},
+		{file: "subscription_not_a_mapping", want: []string{`subscriptions[0]: expected a mapping`}},
+
+		// Durations.
+		{file: "duration_bare_int", want: []string{`subscriptions[0].timeout: 10: bare number is not a duration: add a unit, like "10s"`}},
+		{file: "duration_bare_int_top", want: []string{`dedup_window: 86400: bare number is not a duration`}},
+		{file: "duration_quoted_number", want: []string{`dedup_window: "3600": duration needs a unit`}},
+		{file: "duration_words", want: []string{`shutdown_grace: "ten seconds": must be a duration like "10s"`}},
+		{file: "dedup_window_too_short", want: []string{`dedup_window: 30s: must be at least 1m0s`}},
+		{file: "timeout_too_long", want: []string{`subscriptions[0].timeout: 10m0s: must be between 1ms and 5m0s`}},
+
+		// Concurrency and retry.
+		{file: "concurrency_negative", want: []string{`subscriptions[0].concurrency.max: -1: must be between 1 and 10000`}},
+		{file: "max_attempts_too_many", want: []string{`subscriptions[0].retry.max_attempts: 101: must be between 1 and 100`}},
+		{file: "base_gt_cap", want: []string{`subscriptions[0].retry.base: 2h0m0s: must not exceed retry.cap (1h0m0s)`}},
+
+		// Classification.
+		{file: "classify_bad_code", want: []string{`subscriptions[0].classify: "700": keys must be HTTP status codes from 100 to 599`}},
+		{file: "classify_not_a_code", want: []string{`subscriptions[0].classify: "4xx": keys must be HTTP status codes`}},
+		{file: "classify_bad_value", want: []string{`subscriptions[0].classify[409]: "ignore": must be ack, retry or dead_letter`}},
+
+		// Headers.
+		{file: "header_reserved_webhook", want: []string{`subscriptions[0].headers[webhook-signature]: sluice sets this header itself`}},
+		{file: "header_reserved_content_type", want: []string{`subscriptions[0].headers[Content-Type]: sluice sets this header itself`}},
+		{file: "header_reserved_idempotency", want: []string{`subscriptions[0].headers[idempotency-key]: sluice sets this header itself`}},
+		{file: "header_bad_name", want: []string{`subscriptions[0].headers: "X Tenant": not a valid header name`}},
+		{file: "header_bad_value_sensitive", want: []string{`subscriptions[0].headers[Authorization]: [redacted]: header value must not contain control characters`}, notWant: []string{"sekrit-header"}},
+		{file: "header_duplicate", want: []string{`subscriptions[0].headers[x-tenant]: same header as "X-Tenant"`}, is: ErrDuplicate},
+
+		// Admin.
+		{file: "token_and_token_file", want: []string{`admin: token and token_file are both set; use one`}, is: ErrConflict},
+		{file: "token_with_space", want: []string{`admin.token: [redacted]: token must be printable ASCII`}, notWant: []string{"has space"}},
+
+		// YAML itself.
+		{file: "syntax", want: []string{`testdata/syntax.bad.yaml`, `line 4`}},
+		{file: "duplicate_yaml_key", want: []string{`testdata/duplicate_yaml_key.bad.yaml`, `line 2`, `"listen" already defined`}},
+	}
+
+	files, err := filepath.Glob("testdata/*.bad.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	covered := map[string]bool{}
+	for _, tt := range tests {
+		covered["testdata/"+tt.file+".bad.yaml"] = true
+	}
+	for _, f := range files {
+		if !covered[f] {
+			t.Errorf("%s has no case in TestLoadConfigBad", f)
+		}
+	}
+
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			path := "testdata/" + tt.file + ".bad.yaml"
+			cfg, err := LoadConfig(path, goodEnviron, nil)
+			if err == nil {
+				t.Fatalf("LoadConfig(%s) succeeded:\n%s", path, cfg)
+			}
+			msg := err.Error()
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q\ndoes not contain %q", msg, w)
+				}
+			}
+			for _, s := range append(secretsIn(t, path), tt.notWant...) {
+				if strings.Contains(msg, s) {
+					t.Errorf("error %q\nreveals %q", msg, s)
+				}
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("errors.Is(%v, %v) = false", err, tt.is)
+			}
+			if tt.file != "syntax" && tt.file != "duplicate_yaml_key" {
+				var ve *ConfigValidationError
+				if !errors.As(err, &ve) {
+					t.Errorf("error %T is not a *ConfigValidationError", err)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadConfigMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nope.yaml")
+	_, err := LoadConfig(path, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), path) || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("LoadConfig(missing) = %v, want an error naming %s that wraps fs.ErrNotExist", err, path)
+	}
+}
+
+func TestValidateErrorFormat(t *testing.T) {
+	cfg, err := LoadConfig("testdata/minimal.good.yaml", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Subscriptions = append(cfg.Subscriptions, cfg.Subscriptions[0], cfg.Subscriptions[0])
+	cfg.Subscriptions[1].ID = "b"
+	cfg.Subscriptions[2].ID = "c"
+	cfg.Subscriptions[2].URL = "ftp://x"
+
+	err = cfg.Validate()
+	const want = `config: subscriptions[2].url: "ftp://x": must be http or https`
+	if err == nil || err.Error() != want {
+		t.Fatalf("Validate() = %v, want %s", err, want)
+	}
+	var ve *ConfigValidationError
+	if !errors.As(err, &ve) || ve.Field != "subscriptions[2].url" || ve.Value != "ftp://x" || !errors.Is(err, ErrInvalidValue) {
+		t.Fatalf("Validate() = %#v", err)
+	}
+
+	// A secret never lands in Value, even for a caller that inspects it.
+	cfg.Subscriptions[2].URL = "https://x.example"
+	cfg.Subscriptions[2].Secret = "not-a-whsec-secret-value"
+	err = cfg.Validate()
+	if !errors.As(err, &ve) || ve.Field != "subscriptions[2].secret" || ve.Value != "[redacted]" {
+		t.Fatalf("Validate() = %v (Value %v)", err, ve.Value)
+	}
+	if strings.Contains(err.Error(), "not-a-whsec-secret-value") {
+		t.Fatalf("error reveals the secret: %v", err)
+	}
+}
+
+func TestValidateResolvesAgain(t *testing.T) {
+	cfg, err := LoadConfig("testdata/full.good.yaml", goodEnviron, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(cfg.Subscriptions[1].Resolved); n != 2 {
+		t.Errorf("after a second Validate, Resolved has %d secrets, want 2", n)
+	}
+	// Switching the source replaces Resolved rather than appending to it.
+	cfg.Subscriptions[1].Secrets = nil
+	cfg.Subscriptions[1].Secret = secretD
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := encodeAll(cfg.Subscriptions[1].Resolved); !slices.Equal(got, []string{secretD}) {
+		t.Errorf("Resolved = %q, want [secretD]", got)
+	}
+}
+
+func TestLoadConfigEnv(t *testing.T) {
+	environ := []string{
+		"HOME=/root",
+		"SLUICEX_LISTEN=ignored",
+		"SLUICE_LISTEN=0.0.0.0:9700",
+		"SLUICE_ADMIN__LISTEN=unix:///run/sluice-admin.sock",
+		"SLUICE_DURABILITY=async",
+		"SLUICE_DATA_DIR=/var/lib/sluice",
+		"SLUICE_MAX_BODY_BYTES=2048",
+		"SLUICE_DEDUP_WINDOW=2h",
+		"SLUICE_Log_Level=warn",
+		"SLUICE_ADMIN__TOKEN=" + adminToken,
+	}
+	cfg, err := LoadConfig("testdata/minimal.good.yaml", environ, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "0.0.0.0:9700" || cfg.Admin.Listen != "unix:///run/sluice-admin.sock" ||
+		cfg.Durability != "async" || cfg.DataDir != "/var/lib/sluice" || cfg.MaxBodyBytes != 2048 ||
+		cfg.DedupWindow != 2*time.Hour || cfg.LogLevel != "warn" || cfg.Admin.ResolvedToken != adminToken {
+		t.Errorf("environment not applied: %+v", cfg)
+	}
+	if len(cfg.Subscriptions) != 1 {
+		t.Errorf("file subscriptions lost: %d", len(cfg.Subscriptions))
+	}
+}
+
+func TestLoadConfigEnvErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		env  string
+		want string
+	}{
+		{"unknown key", "SLUICE_COLOUR=blue", `config: unknown key "colour" (from environment variable SLUICE_COLOUR)`},
+		{"unknown nested key", "SLUICE_ADMIN__PORT=1", `unknown key "admin.port" (from environment variable SLUICE_ADMIN__PORT)`},
+		{"not an integer", "SLUICE_MAX_BODY_BYTES=lots", `max_body_bytes: "lots": must be an integer (from environment variable SLUICE_MAX_BODY_BYTES)`},
+		{"bare duration", "SLUICE_DEDUP_WINDOW=60", `dedup_window: "60": duration needs a unit`},
+		{"invalid value", "SLUICE_DURABILITY=sometimes", `durability: "sometimes": must be "fsync" or "async" (from environment variable SLUICE_DURABILITY)`},
+		{"subscriptions", "SLUICE_SUBSCRIPTIONS__0__URL=https://x", `subscriptions: cannot be set from the environment`},
+		{"not a mapping", "SLUICE_ADMIN=x", `admin: expected a mapping (from environment variable SLUICE_ADMIN)`},
+		{"empty segment", "SLUICE_ADMIN____LISTEN=x", `cannot be mapped to a key`},
+		{"token redacted", "SLUICE_ADMIN__TOKEN=bad token value", `admin.token: [redacted]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadConfig("", []string{tt.env}, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("LoadConfig with %s = %v, want %q", tt.env, err, tt.want)
+			}
+			if strings.Contains(err.Error(), "bad token value") {
+				t.Fatalf("error reveals the token: %v", err)
+			}
+		})
+	}
+}
+
+// TestLoadConfigPrecedence checks flags > environment > file > defaults.
+func TestLoadConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	writeFile(t, path, "listen: 127.0.0.1:1001\nadmin:\n  listen: 127.0.0.1:2001\ndurability: async\n")
+
+	envListen := []string{"SLUICE_LISTEN=127.0.0.1:1002", "SLUICE_ADMIN__LISTEN=127.0.0.1:2002"}
+	flags := map[string]any{"listen": "127.0.0.1:1003"}
+
+	tests := []struct {
+		name       string
+		path       string
+		env        []string
+		overrides  map[string]any
+		listen     string
+		admin      string
+		durability string
+	}{
+		{"defaults", "", nil, nil, DefaultListen, DefaultAdminListen, "fsync"},
+		{"file over defaults", path, nil, nil, "127.0.0.1:1001", "127.0.0.1:2001", "async"},
+		{"env over file", path, envListen, nil, "127.0.0.1:1002", "127.0.0.1:2002", "async"},
+		{"env over defaults", "", envListen, nil, "127.0.0.1:1002", "127.0.0.1:2002", "fsync"},
+		{"flags over env", path, envListen, flags, "127.0.0.1:1003", "127.0.0.1:2002", "async"},
+		{"flags over file", path, nil, flags, "127.0.0.1:1003", "127.0.0.1:2001", "async"},
+		{"flags over defaults", "", nil, flags, "127.0.0.1:1003", DefaultAdminListen, "fsync"},
+		{"dotted flag", path, envListen, map[string]any{"admin.listen": "127.0.0.1:2003", "durability": "fsync"}, "127.0.0.1:1002", "127.0.0.1:2003", "fsync"},
+		{"nested flag", path, nil, map[string]any{"admin": map[string]any{"listen": "127.0.0.1:2003"}}, "127.0.0.1:1001", "127.0.0.1:2003", "async"},
+		{"nil flag is unset", path, envListen, map[string]any{"listen": nil}, "127.0.0.1:1002", "127.0.0.1:2002", "async"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := LoadConfig(tt.path, tt.env, tt.overrides)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Listen != tt.listen || cfg.Admin.Listen != tt.admin || cfg.Durability != tt.durability {
+				t.Errorf("got listen=%s admin.listen=%s durability=%s, want %s %s %s",
+					cfg.Listen, cfg.Admin.Listen, cfg.Durability, tt.listen, tt.admin, tt.durability)
+			}
+		})
+	}
+}
+
+func TestLoadConfigOverrides(t *testing.T) {
+	cfg, err := LoadConfig("", nil, map[string]any{
+		"shutdown_grace": 3 * time.Second, // typed, as a flag.Duration gives it
+		"dedup_window":   "90m",
+		"max_in_flight":  "10", // string, as a flag.String gives it
+		"subscriptions": []any{map[string]any{
+			"id": "s", "url": "https://s.example", "secret": secretA,
+			"timeout": 250 * time.Millisecond, "retry": map[string]any{"max_attempts": 2},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ShutdownGrace != 3*time.Second || cfg.DedupWindow != 90*time.Minute || cfg.MaxInFlight != 10 {
+		t.Errorf("overrides not applied: %+v", cfg)
+	}
+	s := cfg.Subscriptions[0]
+	if s.Timeout != 250*time.Millisecond || s.Retry.MaxAttempts != 2 || s.Retry.Cap != DefaultRetryCap || len(s.Resolved) != 1 {
+		t.Errorf("override subscription = %+v", s)
+	}
+
+	_, err = LoadConfig("", nil, map[string]any{"colour": "blue"})
+	if err == nil || err.Error() != `config: unknown key "colour" (from flags)` {
+		t.Errorf("unknown override key: %v", err)
+	}
+	_, err = LoadConfig("", nil, map[string]any{"dedup_window": 90})
+	if err == nil || !strings.Contains(err.Error(), "bare number is not a duration") {
+		t.Errorf("integer duration override: %v", err)
+	}
+}
+
+func TestSecretFile(t *testing.T) {
+	dir := t.TempDir()
+	load := func(t *testing.T, content string) (*Config, error) {
+		t.Helper()
+		path := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".secrets")
+		if content != "" {
+			writeFile(t, path, content)
+		}
+		return LoadConfig("", nil, map[string]any{"subscriptions": []any{map[string]any{
+			"id": "s", "url": "https://s.example", "secret_file": path,
+		}}})
+	}
+
+	t.Run("rotation", func(t *testing.T) {
+		cfg, err := load(t, "# current, then previous\n\n"+secretA+"\r\n  "+secretB+"  \n# retired: "+secretC+"\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := encodeAll(cfg.Subscriptions[0].Resolved); !slices.Equal(got, []string{secretA, secretB}) {
+			t.Errorf("Resolved = %q, want secretA, secretB", got)
+		}
+	})
+	t.Run("only comments", func(t *testing.T) {
+		_, err := load(t, "# nothing here\n\n")
+		if err == nil || !strings.Contains(err.Error(), "file holds no secret") || !errors.Is(err, ErrMissingValue) {
+			t.Errorf("err = %v", err)
+		}
+	})
+	t.Run("bad line", func(t *testing.T) {
+		const bad = "whsec_dGhpcy1pcy1hLXNlY3JldC10aGF0LWlzLXRvby1zaG9ydA"
+		_, err := load(t, secretA+"\n# comment\n"+bad+"\n")
+		if err == nil || !strings.Contains(err.Error(), "line 3: invalid secret") || !errors.Is(err, signing.ErrBadSecret) {
+			t.Fatalf("err = %v", err)
+		}
+		for _, s := range []string{secretA, bad, strings.TrimPrefix(bad, "whsec_")} {
+			if strings.Contains(err.Error(), s) {
+				t.Errorf("error %q reveals a secret", err)
+			}
+		}
+	})
+	t.Run("missing", func(t *testing.T) {
+		_, err := load(t, "")
+		if err == nil || !strings.Contains(err.Error(), "missing.secrets") || !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("err = %v", err)
+		}
+	})
+}
+
+func TestSecretEnv(t *testing.T) {
+	load := func(environ ...string) (*Config, error) {
+		return LoadConfig("", environ, map[string]any{"subscriptions": []any{map[string]any{
+			"id": "s", "url": "https://s.example", "secret_env": "S_WEBHOOK_SECRETS",
+		}}})
+	}
+
+	cfg, err := load("S_WEBHOOK_SECRETS= " + secretA + "  " + secretB + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := encodeAll(cfg.Subscriptions[0].Resolved); !slices.Equal(got, []string{secretA, secretB}) {
+		t.Errorf("Resolved = %q", got)
+	}
+
+	for _, tt := range []struct {
+		environ []string
+		want    string
+	}{
+		{nil, `subscriptions[0].secret_env: "S_WEBHOOK_SECRETS": environment variable is not set`},
+		{[]string{"S_WEBHOOK_SECRETS=  "}, `environment variable is empty`},
+		{[]string{"S_WEBHOOK_SECRETS=" + secretA + " whsec_Zm9v"}, `secret 2: invalid secret: key is 3 bytes`},
+	} {
+		_, err := load(tt.environ...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("environ %q: err = %v, want %q", tt.environ, err, tt.want)
+			continue
+		}
+		if strings.Contains(err.Error(), secretA) || strings.Contains(err.Error(), "Zm9v") {
+			t.Errorf("error %q reveals a secret", err)
+		}
+	}
+}
+
+// TestRedaction prints a loaded Config every way a caller might and checks
+// that no secret, token or credential header value appears.
+func TestRedaction(t *testing.T) {
+	cfg, err := LoadConfig("testdata/full.good.yaml", goodEnviron, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inline, err := LoadConfig("testdata/minimal.good.yaml", []string{"SLUICE_ADMIN__TOKEN=" + adminToken}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inline.Subscriptions[0].URL = "https://user:pw-in-url@x.example/hook?token=query-secret"
+
+	var outputs []string
+	for _, c := range []*Config{cfg, inline} {
+		outputs = append(outputs,
+			c.String(), c.Redacted().String(),
+			fmt.Sprint(c), fmt.Sprint(*c),
+			fmt.Sprintf("%v %+v %#v %s", c, c, c, c),
+			fmt.Sprintf("%v %+v %#v %s", *c, *c, *c, *c),
+			fmt.Sprintf("%v %+v %#v", c.Subscriptions, c.Subscriptions[0], c.Subscriptions[0]),
+			fmt.Sprintf("%v %+v %#v", c.Admin, c.Admin, c.Admin),
+		)
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outputs = append(outputs, string(b))
+		b, err = json.Marshal(c.Subscriptions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outputs = append(outputs, string(b))
+		for _, h := range []func(*bytes.Buffer) slog.Handler{
+			func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, nil) },
+			func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, nil) },
+		} {
+			var buf bytes.Buffer
+			slog.New(h(&buf)).Info("config", "cfg", c, "sub", c.Subscriptions[0], "admin", c.Admin, "subs", c.Subscriptions)
+			outputs = append(outputs, buf.String())
+		}
+	}
+
+	secrets := []string{secretA, secretB, secretC, secretD, adminToken, headerSecret, "pw-in-url", "query-secret",
+		strings.TrimPrefix(secretA, "whsec_")}
+	for _, out := range outputs {
+		for _, s := range secrets {
+			if strings.Contains(out, s) {
+				t.Errorf("output reveals %q:\n%s", s, out)
+			}
+		}
+	}
+
+	s := cfg.String()
+	for _, w := range []string{"id: billing", "secret: '[redacted]'", "secret_file: testdata/cards.secrets",
+		"secret_env: AUDIT_WEBHOOK_SECRETS", "token_file: testdata/admin-token", "X-Tenant: acme", "dedup_window: 24h0m0s"} {
+		if !strings.Contains(s, w) {
+			t.Errorf("String() lacks %q:\n%s", w, s)
+		}
+	}
+	if !strings.Contains(inline.String(), "token: '[redacted]'") {
+		t.Errorf("String() does not mark the admin token as redacted:\n%s", inline.String())
+	}
+
+	// Redacted does not modify the original.
+	_ = cfg.Redacted()
+	if cfg.Subscriptions[0].Secret != secretA || cfg.Subscriptions[1].Headers["Authorization"] != "Bearer "+headerSecret ||
+		len(cfg.Subscriptions[0].Resolved) != 1 {
+		t.Error("Redacted modified the original Config")
+	}
+}
+
+func assertConfig(t *testing.T, got, want *Config) {
+	t.Helper()
+	g, w := *got, *want
+	g.lookupEnv, w.lookupEnv = nil, nil
+	g.Subscriptions = slices.Clone(g.Subscriptions)
+	w.Subscriptions = slices.Clone(w.Subscriptions)
+	for i := range g.Subscriptions {
+		g.Subscriptions[i].Resolved = nil
+	}
+	for i := range w.Subscriptions {
+		w.Subscriptions[i].Resolved = nil
+	}
+	if !reflect.DeepEqual(g, w) {
+		// %+v would print the redacted form; compare field by field.
+		gv, wv := reflect.ValueOf(g), reflect.ValueOf(w)
+		for i := range gv.NumField() {
+			if !gv.Type().Field(i).IsExported() {
+				continue
+			}
+			if !reflect.DeepEqual(gv.Field(i).Interface(), wv.Field(i).Interface()) {
+				t.Errorf("%s:\n got %s\nwant %s", gv.Type().Field(i).Name, dump(gv.Field(i).Interface()), dump(wv.Field(i).Interface()))
+			}
+		}
+	}
+}
+
+// dump prints v with secrets, for test failures only.
+func dump(v any) string {
+	if subs, ok := v.([]SubscriptionConfig); ok {
+		var b strings.Builder
+		for _, s := range subs {
+			type plain SubscriptionConfig // drops the redacting methods
+			fmt.Fprintf(&b, "\n  %+v", plain(s))
+		}
+		return b.String()
+	}
+	if a, ok := v.(AdminConfig); ok {
+		type plain AdminConfig
+		return fmt.Sprintf("%+v", plain(a))
+	}
+	return fmt.Sprintf("%+v", v)
+}
+
+func encodeAll(secrets []signing.Secret) []string {
+	out := make([]string, len(secrets))
+	for i, s := range secrets {
+		out[i] = s.Encode()
+	}
+	return out
+}
+
+// secretRE finds secret-looking values in a YAML file: whsec_ strings and the
+// values of secret/token keys.
+var secretRE = regexp.MustCompile(`whsec_[A-Za-z0-9+/=*!_-]+|(?:secret|token):\s*"?([^"\s]+)`)
+
+func secretsIn(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range secretRE.FindAllStringSubmatch(string(b), -1) {
+		for _, s := range m {
+			s = strings.TrimPrefix(s, "secret:")
+			s = strings.TrimSpace(strings.TrimPrefix(s, "token:"))
+			if len(s) >= 8 && !strings.HasPrefix(s, "testdata/") {
+				out = append(out, s, strings.TrimPrefix(s, "whsec_"))
+			}
+		}
+	}
+	return out
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

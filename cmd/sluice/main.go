@@ -1,0 +1,245 @@
+// Command sluice is the webhook delivery sidecar: `sluice serve` runs it,
+// the other subcommands are tools around it. This package wires; the logic
+// lives in proxy, queue, policy and signing.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy"
+)
+
+// Set with -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  = "none"
+)
+
+const usage = `sluice — a webhook delivery sidecar
+
+Usage:
+  sluice serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--data-dir DIR]
+  sluice demo
+  sluice testbed --listen ADDR --mode ok|fail|slow|blackhole|ratelimit|flaky [--secret whsec_...]
+  sluice healthcheck [--admin URL]
+  sluice version
+
+Run 'sluice COMMAND -h' for the flags of a command.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "serve":
+		err = serve(rest, stderr)
+	case "demo":
+		err = demo(rest, stdout)
+	case "testbed":
+		err = testbedCmd(rest, stdout, stderr)
+	case "healthcheck":
+		err = healthcheck(rest, stdout)
+	case "version", "--version":
+		fmt.Fprintf(stdout, "sluice %s (commit %s)\n", version, commit)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice:", err)
+		return 1
+	}
+	return 0
+}
+
+// serve runs the sidecar until SIGTERM or SIGINT; SIGHUP reloads the
+// subscriptions from the config file.
+func serve(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "YAML config file (default: built-in defaults)")
+	listen := fs.String("listen", "", "ingest address, overrides the config's listen")
+	adminListen := fs.String("admin-listen", "", "admin address, overrides admin.listen")
+	dataDir := fs.String("data-dir", "", "data directory, overrides data_dir")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	overrides := map[string]any{}
+	for k, v := range map[string]string{"listen": *listen, "admin.listen": *adminListen, "data_dir": *dataDir} {
+		if v != "" {
+			overrides[k] = v
+		}
+	}
+	load := func() (*Config, error) { return LoadConfig(*configPath, os.Environ(), overrides) }
+	cfg, err := load()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	subs, err := subscriptions(cfg)
+	if err != nil {
+		return err
+	}
+	srv := proxy.New(serverOptions(cfg, subs, log))
+	if err := srv.Open(); err != nil {
+		return err
+	}
+	log.Info("sluice serving", "version", version, "ingest", srv.URL(), "admin", srv.AdminURL(),
+		"data_dir", cfg.DataDir, "durability", cfg.Durability, "subscriptions", len(subs))
+	if len(subs) == 0 {
+		log.Warn("no subscriptions configured: events are accepted and kept, but go nowhere. " +
+			"Add one under 'subscriptions:' in a config file (id, url, secret: whsec_..., types) " +
+			"and start with --config FILE, or send SIGHUP after editing it")
+	}
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	for sig := range sigs {
+		if sig == syscall.SIGHUP {
+			reload(srv, load, log)
+			continue
+		}
+		log.Info("draining", "signal", sig.String(), "grace", cfg.ShutdownGrace)
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+		// A second signal ends the drain at once.
+		go func() {
+			for s := range sigs {
+				if s != syscall.SIGHUP {
+					log.Warn("second signal: stopping now", "signal", s.String())
+					cancel()
+					return
+				}
+			}
+		}()
+		err := srv.Close(ctx)
+		cancel()
+		log.Info("stopped")
+		return err
+	}
+	return nil
+}
+
+// reload applies the config file's subscriptions; a bad file changes nothing.
+func reload(srv *proxy.Server, load func() (*Config, error), log *slog.Logger) {
+	cfg, err := load()
+	if err == nil {
+		var subs []*proxy.Subscription
+		if subs, err = subscriptions(cfg); err == nil {
+			err = srv.Reload(subs)
+			if err == nil {
+				log.Info("config reloaded", "subscriptions", len(subs))
+				return
+			}
+		}
+	}
+	log.Error("config reload failed; keeping the running config", "err", err)
+}
+
+func newLogger(cfg *Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	level.UnmarshalText([]byte(cfg.LogLevel)) // validated by Config.Validate
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// serverOptions copies the config onto the proxy's plain options.
+func serverOptions(cfg *Config, subs []*proxy.Subscription, log *slog.Logger) proxy.Options {
+	return proxy.Options{
+		Listen:          cfg.Listen,
+		AdminListen:     cfg.Admin.Listen,
+		AdminToken:      cfg.Admin.ResolvedToken,
+		DataDir:         cfg.DataDir,
+		Sync:            cfg.Durability == DurabilityFsync,
+		DedupWindow:     cfg.DedupWindow,
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		MaxInFlight:     cfg.MaxInFlight,
+		MaxConnsPerHost: cfg.MaxConnsPerHost,
+		Subscriptions:   subs,
+		Logger:          log,
+	}
+}
+
+// subscriptions converts validated config into the proxy's subscriptions.
+func subscriptions(cfg *Config) ([]*proxy.Subscription, error) {
+	out := make([]*proxy.Subscription, 0, len(cfg.Subscriptions))
+	for i, sc := range cfg.Subscriptions {
+		classify, err := policy.ParseClassify(sc.Classify)
+		if err != nil {
+			return nil, fmt.Errorf("config: subscriptions[%d].classify: %w", i, err)
+		}
+		out = append(out, &proxy.Subscription{
+			ID:             sc.ID,
+			URL:            sc.URL,
+			Secrets:        sc.Resolved,
+			Types:          sc.Types,
+			Timeout:        sc.Timeout,
+			MaxConcurrency: sc.Concurrency.Max,
+			Retry: policy.RetryPolicy{
+				MaxAttempts: sc.Retry.MaxAttempts,
+				MaxAge:      sc.Retry.MaxAge,
+				Backoff:     policy.Backoff{Base: sc.Retry.Base, Cap: sc.Retry.Cap},
+			},
+			Headers:  sc.Headers,
+			Classify: classify,
+			Paused:   sc.Paused,
+		})
+	}
+	return out, nil
+}
+
+// healthcheck exits 0 when the local sidecar answers /readyz, for images
+// without curl (Docker HEALTHCHECK, Kubernetes exec probes).
+func healthcheck(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	admin := fs.String("admin", "http://"+DefaultAdminListen, "admin API base URL")
+	path := fs.String("path", "/readyz", "path to probe (/readyz or /healthz)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c := &http.Client{Timeout: 2 * time.Second}
+	req, err := http.NewRequest(http.MethodGet, strings.TrimRight(*admin, "/")+*path, nil)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	if tok := os.Getenv("SLUICE_ADMIN__TOKEN"); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: %s answered %s", *path, resp.Status)
+	}
+	fmt.Fprintln(stdout, "ok")
+	return nil
+}

@@ -1,0 +1,45 @@
+// Package policy holds sluice's delivery decisions as pure code: what an HTTP
+// exchange with an endpoint means (Classify), whether and when a failed
+// delivery is tried again (RetryPolicy, Backoff, ParseRetryAfter), and the
+// dead-letter reasons recorded when it is not. The per-subscription retry
+// budget, token bucket, breaker and concurrency cap belong here as well
+// (DESIGN.md §3).
+//
+// Guarantees:
+//
+//   - No I/O, no goroutines, no global state, and no clock reads: every
+//     decision that depends on time takes "now" as an argument, so callers
+//     and tests control time and nothing here sleeps.
+//   - The package imports only the standard library and nothing of sluice.
+//     In particular it does not import net/http, so queue (which must not
+//     depend on HTTP) may use the reason constants and Outcome.
+//   - Functions and value types (Outcome, Backoff, RetryPolicy) are safe for
+//     concurrent use as long as the caller does not mutate an overrides map
+//     or a Backoff.Rand that is shared between goroutines.
+//
+// The delivery engine (proxy) calls Classify once per exchange, at the HTTP
+// boundary, and RetryPolicy.Next for every retryable failure; it records the
+// returned due time in the queue's retry schedule instead of sleeping.
+package policy
+
+// Dead-letter reasons. They are stored with each dead letter, shown by the
+// admin API and used as the reason label of sluice_dead_letters_total and
+// sluice_lane_rejections_total, so they are a closed, stable set: add new
+// ones here, never rename.
+const (
+	// ReasonMaxAttempts means the delivery failed RetryPolicy.MaxAttempts
+	// times.
+	ReasonMaxAttempts = "max_attempts"
+
+	// ReasonMaxAge means the next retry would be due later than
+	// RetryPolicy.MaxAge after the first attempt.
+	ReasonMaxAge = "max_age"
+
+	// ReasonRejected means the endpoint answered with a response that Classify
+	// maps to DeadLetter (by default a 3xx or a 4xx other than 408 and 429).
+	ReasonRejected = "rejected"
+
+	// ReasonBacklogQuota means the subscription's backlog quota was exceeded and
+	// the oldest entries were moved to the dead-letter store (DESIGN.md §3).
+	ReasonBacklogQuota = "backlog_quota"
+)

@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/signing"
+)
+
+// Outbound limits.
+const (
+	// DefaultMaxConnsPerHost caps connections to one endpoint host across all
+	// lanes: one shared client, no pool per tenant, no fd exhaustion.
+	DefaultMaxConnsPerHost = 64
+	// maxResponseBytes bounds how much of an endpoint's answer is read.
+	maxResponseBytes = 64 << 10
+	// snippetBytes is how much of a failed response a dead letter keeps.
+	snippetBytes = 256
+)
+
+// newClient returns the one outbound client all lanes share. Redirects are
+// not followed (Client.Do never does): per Standard Webhooks a 3xx is a
+// failure, and following one would send signed payloads to a place nobody
+// configured.
+func newClient(maxConnsPerHost int) *fasthttp.Client {
+	return &fasthttp.Client{
+		Name:                          "sluice",
+		MaxConnsPerHost:               maxConnsPerHost,
+		MaxConnWaitTimeout:            30 * time.Second,
+		MaxIdleConnDuration:           30 * time.Second,
+		MaxResponseBodySize:           maxResponseBytes,
+		ReadBufferSize:                8 << 10,
+		DisableHeaderNamesNormalizing: false,
+		DisablePathNormalizing:        true,
+		NoDefaultUserAgentHeader:      false,
+		TLSConfig:                     &tls.Config{MinVersion: tls.VersionTLS12},
+	}
+}
+
+// workerState is scratch space owned by one worker goroutine, so a delivery
+// allocates nothing for its headers.
+type workerState struct {
+	sig []byte
+	num []byte
+}
+
+// deliver makes one HTTP exchange. The body is the stored slice itself,
+// shared by every lane: it is set raw, never copied or re-encoded.
+func (d *dispatcher) deliver(j *job, w *workerState) result {
+	sub, ev := j.sub, j.ev
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(sub.URL)
+	ts := d.now().Unix()
+	w.sig = signing.AppendSignature(w.sig[:0], sub.Secrets, ev.ID, ts, ev.Body)
+	w.num = strconv.AppendInt(w.num[:0], ts, 10)
+	h := &req.Header
+	h.Set(signing.HeaderID, ev.ID)
+	h.SetBytesV(signing.HeaderTimestamp, w.num)
+	h.SetBytesV(signing.HeaderSignature, w.sig)
+	h.Set("Idempotency-Key", ev.ID)
+	h.Set("X-Event-Type", ev.Type)
+	w.num = strconv.AppendInt(w.num[:0], int64(j.attempt), 10)
+	h.SetBytesV("X-Attempt", w.num)
+	if ev.ContentType != "" {
+		h.SetContentType(ev.ContentType)
+	}
+	for k, v := range sub.Headers {
+		h.Set(k, v)
+	}
+	req.SetBodyRaw(ev.Body)
+
+	err := d.client.DoTimeout(req, resp, sub.Timeout)
+	var res result
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		// The status line arrived; an oversized answer does not change it.
+		err = nil
+	}
+	if err != nil {
+		res.errKind = errKind(err)
+	} else {
+		res.status = resp.StatusCode()
+	}
+	res.outcome = policy.Classify(res.status, err, sub.Classify)
+	if res.outcome == policy.Retry && res.status != 0 {
+		if v := resp.Header.Peek("Retry-After"); len(v) > 0 {
+			res.retryAfter, _ = policy.ParseRetryAfter(string(v), d.now())
+		}
+	}
+	if res.outcome != policy.Ack && res.status != 0 {
+		res.snippet = snippet(resp.Body())
+	}
+	return res
+}
+
+// errKind names a transport failure in a word: it goes into dead letters,
+// retry records and logs, which must never carry URLs or payloads.
+func errKind(err error) string {
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, fasthttp.ErrNoFreeConns), errors.Is(err, fasthttp.ErrConnPoolStrategyNotImpl):
+		return "no_free_connections"
+	case errors.As(err, &dnsErr):
+		return "dns"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection_refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, fasthttp.ErrConnectionClosed):
+		return "connection_reset"
+	case errors.As(err, new(*tls.CertificateVerificationError)), strings.Contains(err.Error(), "tls:"):
+		return "tls"
+	case errors.As(err, &opErr) && opErr.Op == "dial":
+		return "connect"
+	}
+	return "transport"
+}
+
+func snippet(b []byte) string {
+	if len(b) > snippetBytes {
+		b = b[:snippetBytes]
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+func sortStatuses(s []LaneStatus) {
+	slices.SortFunc(s, func(a, b LaneStatus) int { return strings.Compare(a.Subscription, b.Subscription) })
+}

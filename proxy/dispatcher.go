@@ -1,0 +1,492 @@
+package proxy
+
+import (
+	"container/heap"
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// dispatcher owns the lanes and the machinery they share: the ring of recent
+// events, the pool of delivery workers, the global in-flight limit, the
+// retry timer, and the cursor flusher.
+//
+// Lock order: a lane's mu may be held while taking d.mu, never the reverse.
+type dispatcher struct {
+	q      *queue.Queue
+	log    *slog.Logger
+	now    func() time.Time
+	client *fasthttp.Client
+	ring   *ring
+	head   atomic.Uint64 // last seq in the ring (or the log's head at start)
+
+	mu      sync.Mutex
+	lanes   map[string]*lane
+	hungry  map[*lane]struct{} // lanes with free slots waiting for new events
+	dirty   map[*lane]struct{} // lanes whose cursor moved since the last flush
+	starved []*lane            // lanes that found the global limit full
+
+	maxInFlight int64
+	inflight    atomic.Int64
+	workers     atomic.Int64
+	jobs        chan *job
+	freed       chan struct{} // signalled when inflight drops to zero
+
+	cursorInterval time.Duration
+	timers         *timerHeap
+	kick           chan struct{}
+	stopping       atomic.Bool
+	life           sync.RWMutex // finish holds it shared while writing outcomes
+	closed         bool
+	quit           chan struct{}
+	wg             sync.WaitGroup
+}
+
+func newDispatcher(q *queue.Queue, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, cursorInterval time.Duration) *dispatcher {
+	d := &dispatcher{
+		q: q, log: log, now: now, client: client,
+		ring:   newRing(ringSlots, ringBytes, q.Head()),
+		lanes:  map[string]*lane{},
+		hungry: map[*lane]struct{}{}, dirty: map[*lane]struct{}{},
+		maxInFlight:    int64(maxInFlight),
+		jobs:           make(chan *job, maxInFlight),
+		freed:          make(chan struct{}, 1),
+		cursorInterval: cursorInterval,
+		kick:           make(chan struct{}, 1),
+		quit:           make(chan struct{}),
+	}
+	d.head.Store(q.Head())
+	d.timers = &timerHeap{wake: make(chan struct{}, 1)}
+	return d
+}
+
+// Ring bounds: enough to cover a few hundred milliseconds of a busy stream,
+// so lanes that keep up never touch the disk.
+const (
+	ringSlots = 16384
+	ringBytes = 64 << 20
+)
+
+// start recovers the lanes from the log, reconciles them with the config
+// and starts the loops.
+func (d *dispatcher) start(subs []*Subscription) error {
+	ms, err := d.q.Memberships()
+	if err != nil {
+		return err
+	}
+	counts, err := d.q.RetryCounts()
+	if err != nil {
+		return err
+	}
+	configured := map[string]*Subscription{}
+	for _, s := range subs {
+		configured[s.ID] = s
+	}
+	for _, m := range ms {
+		sub := configured[m.Subscription]
+		if sub == nil {
+			if sub, err = decodeSnapshot(m.Subscription, m.Snapshot); err != nil {
+				return err
+			}
+		}
+		l := newLane(d, m, sub)
+		l.scheduled.Store(int64(counts[m.Subscription]))
+		d.lanes[m.Subscription] = l
+	}
+	if err := d.apply(subs); err != nil {
+		return err
+	}
+	d.wg.Add(3)
+	go d.kickLoop()
+	go d.timerLoop()
+	go d.flushLoop()
+	for _, l := range d.laneList() {
+		l.pump()
+	}
+	return nil
+}
+
+// apply reconciles lanes with a new set of subscriptions: new ones join at
+// the head, changed ones take their new settings, removed ones leave and
+// drain what they were entitled to (invariant 7).
+func (d *dispatcher) apply(subs []*Subscription) error {
+	keep := map[string]bool{}
+	for _, s := range subs {
+		keep[s.ID] = true
+		m, err := d.q.Join(s.ID, encodeSnapshot(s))
+		if err != nil {
+			return err
+		}
+		d.mu.Lock()
+		l := d.lanes[s.ID]
+		if l == nil {
+			l = newLane(d, m, s)
+			d.lanes[s.ID] = l
+		}
+		d.mu.Unlock()
+		l.mu.Lock()
+		l.sub, l.match, l.left, l.until = s, s.matcher(), false, 0
+		l.mu.Unlock()
+		l.pump()
+	}
+	for _, l := range d.laneList() {
+		l.mu.Lock()
+		leaving := !keep[l.id] && !l.left
+		l.mu.Unlock()
+		if !leaving {
+			continue
+		}
+		m, err := d.q.Leave(l.id)
+		if err != nil {
+			return err
+		}
+		l.mu.Lock()
+		l.left, l.until = true, m.Until
+		l.mu.Unlock()
+		d.log.Info("subscription removed; draining what it was entitled to", "subscription", l.id, "until_seq", m.Until)
+		l.pump()
+	}
+	return nil
+}
+
+func (d *dispatcher) laneList() []*lane {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]*lane, 0, len(d.lanes))
+	for _, l := range d.lanes {
+		out = append(out, l)
+	}
+	return out
+}
+
+func (d *dispatcher) lane(id string) *lane {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lanes[id]
+}
+
+// onCommit runs on the queue's committer goroutine: it must not block.
+func (d *dispatcher) onCommit(evs []*queue.Event) {
+	d.ring.put(evs)
+	d.head.Store(evs[len(evs)-1].Seq)
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// event returns one event, from memory if the ring still holds it.
+func (d *dispatcher) event(seq uint64) (*queue.Event, error) {
+	if ev, ok := d.ring.get(seq); ok {
+		return ev, nil
+	}
+	return d.q.Event(seq)
+}
+
+func (d *dispatcher) markHungry(l *lane) {
+	d.mu.Lock()
+	d.hungry[l] = struct{}{}
+	d.mu.Unlock()
+}
+
+func (d *dispatcher) markDirty(l *lane) {
+	d.mu.Lock()
+	d.dirty[l] = struct{}{}
+	d.mu.Unlock()
+}
+
+// acquire takes one slot of the process-wide in-flight limit. When none is
+// free the lane is queued to be pumped when one frees up.
+func (d *dispatcher) acquire(l *lane) bool {
+	for {
+		n := d.inflight.Load()
+		if n >= d.maxInFlight {
+			d.mu.Lock()
+			d.starved = append(d.starved, l)
+			d.mu.Unlock()
+			return false
+		}
+		if d.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (d *dispatcher) release() {
+	if d.inflight.Add(-1) == 0 {
+		select {
+		case d.freed <- struct{}{}:
+		default:
+		}
+	}
+	d.mu.Lock()
+	var l *lane
+	if len(d.starved) > 0 {
+		l = d.starved[0]
+		d.starved = d.starved[1:]
+	}
+	d.mu.Unlock()
+	if l != nil {
+		l.pump()
+	}
+}
+
+// submit hands a job to a worker. Workers are started on demand up to the
+// in-flight limit and then kept: a delivery never spawns a goroutine of its
+// own, and the channel never blocks because jobs never outnumber slots.
+func (d *dispatcher) submit(j *job) {
+	for {
+		w := d.workers.Load()
+		if w >= d.inflight.Load() {
+			break
+		}
+		if d.workers.CompareAndSwap(w, w+1) {
+			go d.worker()
+			break
+		}
+	}
+	d.jobs <- j
+}
+
+func (d *dispatcher) worker() {
+	var w workerState
+	for {
+		select {
+		case j := <-d.jobs:
+			res := d.deliver(j, &w)
+			j.lane.finish(j, res)
+		case <-d.quit:
+			return
+		}
+	}
+}
+
+// kickLoop pumps the lanes that wait for new events after each commit.
+func (d *dispatcher) kickLoop() {
+	defer d.wg.Done()
+	for {
+		select {
+		case <-d.kick:
+		case <-d.quit:
+			return
+		}
+		d.mu.Lock()
+		hungry := d.hungry
+		d.hungry = make(map[*lane]struct{}, len(hungry))
+		d.mu.Unlock()
+		for l := range hungry {
+			l.pump()
+		}
+	}
+}
+
+// flushLoop writes dirty cursors together, retires drained lanes and
+// compacts the log.
+func (d *dispatcher) flushLoop() {
+	defer d.wg.Done()
+	t := time.NewTicker(d.cursorInterval)
+	defer t.Stop()
+	n := 0
+	for {
+		select {
+		case <-t.C:
+		case <-d.quit:
+			return
+		}
+		if err := d.flush(); err != nil {
+			d.log.Error("save cursors", "err", err)
+			continue
+		}
+		if n++; n%maintainEvery == 0 {
+			d.maintain()
+		}
+	}
+}
+
+// maintainEvery is how many cursor flushes pass between compactions.
+const maintainEvery = 10
+
+// flush writes every dirty cursor in one transaction.
+func (d *dispatcher) flush() error {
+	d.mu.Lock()
+	dirty := d.dirty
+	d.dirty = make(map[*lane]struct{}, len(dirty))
+	d.mu.Unlock()
+	if len(dirty) == 0 {
+		return nil
+	}
+	cursors := make(map[string]uint64, len(dirty))
+	for l := range dirty {
+		l.mu.Lock()
+		cursors[l.id] = l.cursor
+		l.dirty = false
+		l.mu.Unlock()
+	}
+	if err := d.q.SaveCursors(cursors); err != nil {
+		for l := range dirty {
+			l.mu.Lock()
+			if !l.dirty {
+				l.dirty = true
+				d.markDirty(l)
+			}
+			l.mu.Unlock()
+		}
+		return err
+	}
+	for l := range dirty {
+		l.saved.Store(cursors[l.id])
+	}
+	return nil
+}
+
+// maintain retires lanes that left and drained, then compacts the log below
+// the smallest durable cursor.
+func (d *dispatcher) maintain() {
+	below := d.head.Load() + 1
+	for _, l := range d.laneList() {
+		l.mu.Lock()
+		drained := l.drainedLocked() && l.saved.Load() >= l.until
+		l.mu.Unlock()
+		if drained {
+			if rs, err := d.q.Retries(l.id, 1); err == nil && len(rs) == 0 {
+				if err := d.q.Retire(l.id); err != nil {
+					d.log.Error("retire", "subscription", l.id, "err", err)
+				} else {
+					l.mu.Lock()
+					l.retired = true
+					l.mu.Unlock()
+					d.mu.Lock()
+					delete(d.lanes, l.id)
+					d.mu.Unlock()
+					d.log.Info("subscription drained and retired", "subscription", l.id)
+					continue
+				}
+			}
+		}
+		below = min(below, l.saved.Load()+1)
+	}
+	if _, err := d.q.Compact(below); err != nil {
+		d.log.Error("compact", "err", err)
+	}
+}
+
+// stop starts no new deliveries, waits for those in flight until ctx ends,
+// abandons the rest (they stay unresolved in the log and run again after a
+// restart) and writes the final cursors. It returns how many were abandoned.
+func (d *dispatcher) stop(ctx context.Context) int {
+	d.stopping.Store(true)
+wait:
+	for d.inflight.Load() > 0 {
+		select {
+		case <-d.freed:
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	d.life.Lock()
+	d.closed = true
+	abandoned := int(d.inflight.Load())
+	d.life.Unlock()
+	close(d.quit)
+	d.wg.Wait()
+	if err := d.flush(); err != nil {
+		d.log.Error("save cursors at shutdown", "err", err)
+	}
+	return abandoned
+}
+
+// timerHeap wakes lanes when their earliest retry (or a backed-off write)
+// is due. Entries are not removed when a lane's due time changes: a wake-up
+// that finds nothing to do is cheap.
+type timerHeap struct {
+	mu   sync.Mutex
+	h    timerEntries
+	wake chan struct{}
+}
+
+type timerEntry struct {
+	due  time.Time
+	lane *lane
+}
+
+type timerEntries []timerEntry
+
+func (h timerEntries) Len() int           { return len(h) }
+func (h timerEntries) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h timerEntries) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerEntries) Push(x any)        { *h = append(*h, x.(timerEntry)) }
+func (h *timerEntries) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+func (t *timerHeap) add(l *lane, due time.Time) {
+	t.mu.Lock()
+	heap.Push(&t.h, timerEntry{due: due, lane: l})
+	first := t.h[0].lane == l && t.h[0].due.Equal(due)
+	t.mu.Unlock()
+	if first {
+		select {
+		case t.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (d *dispatcher) timerLoop() {
+	defer d.wg.Done()
+	t := d.timers
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := d.now()
+		var due []*lane
+		wait := time.Hour
+		t.mu.Lock()
+		for t.h.Len() > 0 && !t.h[0].due.After(now) {
+			due = append(due, heap.Pop(&t.h).(timerEntry).lane)
+		}
+		if t.h.Len() > 0 {
+			wait = t.h[0].due.Sub(now)
+		}
+		t.mu.Unlock()
+		for _, l := range due {
+			l.pump()
+		}
+		if len(due) > 0 {
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-t.wake:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case <-d.quit:
+			return
+		}
+	}
+}
+
+// statuses returns every lane's status, sorted by subscription id.
+func (d *dispatcher) statuses() []LaneStatus {
+	lanes := d.laneList()
+	out := make([]LaneStatus, 0, len(lanes))
+	for _, l := range lanes {
+		out = append(out, l.status())
+	}
+	sortStatuses(out)
+	return out
+}

@@ -1,0 +1,391 @@
+package proxy
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/queue"
+)
+
+// pageSize is how many events a lane that fell behind reads from the log at
+// a time. Bodies read from disk are per lane, so this bounds a lagging
+// lane's memory (with its cap).
+const pageSize = 64
+
+// A lane is everything one subscription consumes: its place in the log, its
+// in-flight window (never more than the cap), and its retry schedule. A lane
+// is not a goroutine: it is pumped when something changes (a commit, a
+// completion, a due retry), so an idle lane costs only its struct and
+// 50,000 of them fit in memory.
+//
+// Cursor rule: every entitled event at or below cursor is resolved (acked,
+// scheduled for retry, or dead-lettered, durably written). The cursor is
+// the lowest unresolved seq - 1; it moves only forward.
+type lane struct {
+	d  *dispatcher
+	id string
+
+	mu       sync.Mutex
+	sub      *Subscription
+	match    func(typ []byte) bool
+	left     bool   // removed from the config: drains up to until, then retires
+	until    uint64 // last entitled seq when left
+	next     uint64 // next seq to look at
+	buf      []*queue.Event
+	window   []slot // fresh deliveries in flight, in seq order
+	retrying map[uint64]struct{}
+	redo     []*job // attempts whose outcome could not be written yet
+	inFlight int
+	cursor   uint64
+	dirty    bool
+	hungry   bool
+	nextDue  time.Time // earliest known scheduled retry; zero when none is known
+	retired  bool
+
+	saved     atomic.Uint64 // the cursor last written to the log
+	scheduled atomic.Int64  // retry records in the log
+
+	delivered, retried, deadLettered, attempts atomic.Uint64
+	lastStatus                                 atomic.Int64
+}
+
+type slot struct {
+	seq  uint64
+	done bool
+}
+
+// job is one delivery attempt.
+type job struct {
+	lane    *lane
+	sub     *Subscription
+	ev      *queue.Event
+	retry   *queue.Retry // the record this attempt came from; nil for a first attempt
+	attempt int          // 1 for the first try
+	first   time.Time    // when attempt 1 started
+}
+
+func newLane(d *dispatcher, m queue.Membership, sub *Subscription) *lane {
+	l := &lane{
+		d: d, id: m.Subscription, sub: sub, match: sub.matcher(),
+		left: m.Left, until: m.Until, next: m.Cursor + 1, cursor: m.Cursor,
+		retrying: map[uint64]struct{}{},
+		// Look for scheduled retries at once: some may be due from before a restart.
+		nextDue: time.Unix(0, 1),
+	}
+	l.saved.Store(m.Cursor)
+	return l
+}
+
+func (l *lane) pump() {
+	l.mu.Lock()
+	l.pumpLocked()
+	l.mu.Unlock()
+}
+
+// pumpLocked starts as many deliveries as the cap, the global limit and the
+// available work allow: writes that failed first, then due retries, then
+// new events in order.
+func (l *lane) pumpLocked() {
+	d := l.d
+	l.hungry = false
+	if l.retired || l.sub.Paused || d.stopping.Load() {
+		return
+	}
+	limit := l.sub.MaxConcurrency
+	for len(l.redo) > 0 && l.inFlight < limit {
+		if !d.acquire(l) {
+			return
+		}
+		j := l.redo[0]
+		l.redo = l.redo[1:]
+		l.start(j)
+	}
+	now := d.now()
+	if l.inFlight < limit && !l.nextDue.IsZero() && !now.Before(l.nextDue) {
+		if !l.startRetries(now, limit) {
+			return
+		}
+	}
+	for l.inFlight < limit {
+		if !d.acquire(l) {
+			break
+		}
+		ev := l.nextFresh()
+		if ev == nil {
+			d.release()
+			l.hungry = true
+			d.markHungry(l)
+			break
+		}
+		l.window = append(l.window, slot{seq: ev.Seq})
+		l.start(&job{lane: l, sub: l.sub, ev: ev, attempt: 1, first: now})
+	}
+	l.updateCursor()
+}
+
+// startRetries starts due retries; false means the global limit stopped it.
+func (l *lane) startRetries(now time.Time, limit int) bool {
+	d := l.d
+	rs, next, err := d.q.DueRetries(l.id, now, limit-l.inFlight, l.isRetrying)
+	if err != nil {
+		d.log.Error("read retry schedule", "subscription", l.id, "err", err)
+		l.nextDue = now.Add(time.Second)
+		d.timers.add(l, l.nextDue)
+		return true
+	}
+	l.nextDue = next
+	if !next.IsZero() {
+		d.timers.add(l, next)
+	}
+	for i := range rs {
+		r := &rs[i]
+		ev, err := d.event(r.Seq)
+		if err != nil {
+			// The log lost an event a retry needed: keep the failure
+			// visible as a dead letter rather than retrying forever.
+			d.log.Error("event for retry missing", "subscription", l.id, "seq", r.Seq, "err", err)
+			dl := &queue.DeadLetter{Subscription: l.id, Seq: r.Seq, Reason: "event_missing", Attempts: r.Attempt, LastStatus: r.LastStatus, LastError: r.LastError, DeadAt: now}
+			if err := d.q.AddDeadLetter(dl, r); err != nil {
+				d.log.Error("dead-letter", "subscription", l.id, "seq", r.Seq, "err", err)
+			} else {
+				l.scheduled.Add(-1)
+				l.deadLettered.Add(1)
+			}
+			continue
+		}
+		if !d.acquire(l) {
+			l.nextDue = now // the rest are still due
+			return false
+		}
+		l.retrying[r.Seq] = struct{}{}
+		l.start(&job{lane: l, sub: l.sub, ev: ev, retry: r, attempt: r.Attempt + 1, first: r.FirstAttempt})
+	}
+	return true
+}
+
+func (l *lane) isRetrying(seq uint64) bool { _, ok := l.retrying[seq]; return ok }
+
+func (l *lane) start(j *job) {
+	l.inFlight++
+	l.d.submit(j)
+}
+
+// limitSeq is the last seq this lane may consume now.
+func (l *lane) limitSeq() uint64 {
+	h := l.d.head.Load()
+	if l.left {
+		return min(h, l.until)
+	}
+	return h
+}
+
+// nextFresh returns the next entitled event not yet dispatched, from the
+// in-memory ring when the lane keeps up, else from the log a page at a time.
+func (l *lane) nextFresh() *queue.Event {
+	for {
+		if len(l.buf) > 0 {
+			ev := l.buf[0]
+			l.buf[0] = nil
+			l.buf = l.buf[1:]
+			return ev
+		}
+		limit := l.limitSeq()
+		if l.next > limit {
+			return nil
+		}
+		if ev, ok := l.d.ring.get(l.next); ok {
+			l.next++
+			if l.match == nil || l.match([]byte(ev.Type)) {
+				return ev
+			}
+			continue
+		}
+		evs, next, err := l.d.q.Events(l.next, limit, pageSize, l.match)
+		if err != nil {
+			l.d.log.Error("read log", "subscription", l.id, "seq", l.next, "err", err)
+			l.d.timers.add(l, l.d.now().Add(time.Second))
+			return nil
+		}
+		l.next = max(next, l.next)
+		l.buf = evs
+		if len(evs) == 0 && l.next > limit {
+			return nil
+		}
+	}
+}
+
+// updateCursor moves the cursor over resolved deliveries.
+func (l *lane) updateCursor() {
+	i := 0
+	for i < len(l.window) && l.window[i].done {
+		i++
+	}
+	if i > 0 {
+		l.window = append(l.window[:0], l.window[i:]...)
+	}
+	c := l.next - 1
+	if len(l.buf) > 0 {
+		c = l.buf[0].Seq - 1
+	}
+	if len(l.window) > 0 {
+		c = min(c, l.window[0].seq-1)
+	}
+	if c > l.cursor {
+		l.cursor = c
+		if !l.dirty {
+			l.dirty = true
+			l.d.markDirty(l)
+		}
+	}
+}
+
+// result is what one HTTP exchange came to.
+type result struct {
+	outcome    policy.Outcome
+	status     int           // 0 when no answer
+	retryAfter time.Duration // 0 when none
+	errKind    string        // short classification of a transport error
+	snippet    string        // bounded response body, for dead letters
+}
+
+// finish records the outcome of an attempt durably, then frees its slot.
+// The cursor moves past a first attempt only after that write.
+func (l *lane) finish(j *job, res result) {
+	d := l.d
+	d.life.RLock()
+	if d.closed {
+		// Abandoned at shutdown: nothing written, so the delivery is
+		// still unresolved in the log and runs again after restart.
+		d.life.RUnlock()
+		d.release()
+		return
+	}
+	now := d.now()
+	var (
+		err error
+		due time.Time
+	)
+	l.attempts.Add(1)
+	l.lastStatus.Store(int64(res.status))
+	switch res.outcome {
+	case policy.Ack:
+		if j.retry != nil {
+			if err = d.q.DropRetry(*j.retry); err == nil {
+				l.scheduled.Add(-1)
+			}
+		}
+		if err == nil {
+			l.delivered.Add(1)
+		}
+	case policy.Retry:
+		var reason string
+		var ok bool
+		due, reason, ok = j.sub.Retry.Next(j.attempt, j.first, now, res.retryAfter)
+		if ok {
+			r := queue.Retry{Subscription: l.id, Seq: j.ev.Seq, Due: due, Attempt: j.attempt, FirstAttempt: j.first, LastStatus: res.status, LastError: res.errKind}
+			if err = d.q.ScheduleRetry(r, j.retry); err == nil {
+				l.retried.Add(1)
+				if j.retry == nil {
+					l.scheduled.Add(1)
+				}
+			}
+		} else {
+			due = time.Time{}
+			err = l.deadLetter(j, res, reason, now)
+		}
+	default:
+		err = l.deadLetter(j, res, policy.ReasonRejected, now)
+	}
+	d.life.RUnlock()
+	d.release()
+
+	l.mu.Lock()
+	l.inFlight--
+	if err != nil {
+		d.log.Error("record delivery outcome", "subscription", l.id, "seq", j.ev.Seq, "err", err)
+		l.redo = append(l.redo, j)
+		d.timers.add(l, now.Add(time.Second))
+	} else {
+		if j.retry != nil {
+			delete(l.retrying, j.ev.Seq)
+		} else {
+			for i := range l.window {
+				if l.window[i].seq == j.ev.Seq {
+					l.window[i].done = true
+					break
+				}
+			}
+		}
+		if !due.IsZero() && (l.nextDue.IsZero() || due.Before(l.nextDue)) {
+			l.nextDue = due
+			d.timers.add(l, due)
+		}
+		l.updateCursor()
+	}
+	l.pumpLocked()
+	l.mu.Unlock()
+}
+
+func (l *lane) deadLetter(j *job, res result, reason string, now time.Time) error {
+	ev := j.ev
+	dl := &queue.DeadLetter{
+		Subscription: l.id, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
+		AcceptedAt: ev.AcceptedAt, Reason: reason, Attempts: j.attempt, LastStatus: res.status,
+		LastError: res.errKind, Response: res.snippet, DeadAt: now, Body: ev.Body,
+	}
+	if err := l.d.q.AddDeadLetter(dl, j.retry); err != nil {
+		return err
+	}
+	if j.retry != nil {
+		l.scheduled.Add(-1)
+	}
+	l.deadLettered.Add(1)
+	l.d.log.Warn("dead-lettered", "subscription", l.id, "event", ev.ID, "reason", reason, "attempts", j.attempt, "status", res.status, "error", res.errKind)
+	return nil
+}
+
+// drained reports whether a lane that left has resolved everything it was
+// entitled to, retries included.
+func (l *lane) drainedLocked() bool {
+	return l.left && l.cursor >= l.until && l.inFlight == 0 && len(l.retrying) == 0 && len(l.redo) == 0 && l.nextDue.IsZero()
+}
+
+// LaneStatus is a snapshot of one lane for the admin API and the demo.
+type LaneStatus struct {
+	Subscription string `json:"subscription"`
+	State        string `json:"state"` // active, paused, draining
+	InFlight     int    `json:"in_flight"`
+	Cap          int    `json:"cap"`
+	Cursor       uint64 `json:"cursor"`
+	// Backlog counts log entries past the cursor, an upper bound for a
+	// lane filtered by type.
+	Backlog      uint64 `json:"backlog"`
+	Scheduled    int64  `json:"retries_scheduled"`
+	Delivered    uint64 `json:"delivered"`
+	Retried      uint64 `json:"retried"`
+	DeadLettered uint64 `json:"dead_lettered"`
+	Attempts     uint64 `json:"attempts"`
+	LastStatus   int    `json:"last_status"`
+}
+
+func (l *lane) status() LaneStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := LaneStatus{
+		Subscription: l.id, State: "active", InFlight: l.inFlight, Cap: l.sub.MaxConcurrency, Cursor: l.cursor,
+		Delivered: l.delivered.Load(), Retried: l.retried.Load(), DeadLettered: l.deadLettered.Load(),
+		Attempts: l.attempts.Load(), LastStatus: int(l.lastStatus.Load()), Scheduled: l.scheduled.Load(),
+	}
+	if lim := l.limitSeq(); lim > l.cursor {
+		st.Backlog = lim - l.cursor
+	}
+	switch {
+	case l.left:
+		st.State = "draining"
+	case l.sub.Paused:
+		st.State = "paused"
+	}
+	return st
+}

@@ -1,0 +1,239 @@
+// Package proxy serves and delivers: the ingest server producers POST to,
+// the lanes that deliver each event to every entitled subscription, the
+// shared outbound HTTP client, and the admin API.
+//
+// Guarantees (DESIGN.md §2):
+//
+//   - Ingest answers 202 only after the event is in the log (fsynced with
+//     durability fsync), and a repeated Idempotency-Key within the dedup
+//     window answers 200 with the original id and seq, delivering nothing new.
+//   - Each subscription gets each event it is entitled to at least once:
+//     acknowledged (2xx), or dead-lettered with a reason. After a crash,
+//     deliveries that were in flight or acknowledged after the last cursor
+//     flush are sent again (receivers deduplicate on webhook-id).
+//   - A subscription never has more than its concurrency cap in flight; the
+//     rest waits in the log, not in memory.
+//
+// A Server is created with New, started with Open and stopped with Close.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// Defaults (DESIGN.md §4).
+const (
+	DefaultListen         = "127.0.0.1:8700"
+	DefaultAdminListen    = "127.0.0.1:8701"
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultShutdownGrace  = 10 * time.Second
+	DefaultMaxInFlight    = 1024
+	DefaultCursorInterval = 100 * time.Millisecond
+)
+
+// Options configure a Server. Zero values take the defaults above.
+type Options struct {
+	// Listen is the ingest address: "host:port" or "unix:///path.sock".
+	Listen string
+	// AdminListen is the admin API address; "-" disables it.
+	AdminListen string
+	// AdminToken, when set, is required as a bearer token on every admin
+	// path but /healthz.
+	AdminToken string
+	DataDir    string
+	// Sync: 202 means fsynced (durability fsync) rather than written to the
+	// OS (durability async: survives a process crash, not power loss).
+	Sync         bool
+	DedupWindow  time.Duration
+	MaxBodyBytes int
+	// MaxInFlight caps concurrent outbound requests for the whole process.
+	MaxInFlight     int
+	MaxConnsPerHost int
+	// CursorInterval is how often moved cursors are written (together). It
+	// bounds the redelivery window after a crash.
+	CursorInterval time.Duration
+	Subscriptions  []*Subscription
+	Logger         *slog.Logger
+	// Now is the clock; time.Now if nil.
+	Now func() time.Time
+}
+
+// Server is a running sidecar: ingest, lanes and admin API.
+type Server struct {
+	opts     Options
+	log      *slog.Logger
+	q        *queue.Queue
+	d        *dispatcher
+	ingest   *fasthttp.Server
+	ingestLn net.Listener
+	admin    *http.Server
+	adminLn  net.Listener
+	draining atomic.Bool
+	done     chan struct{}
+}
+
+// New returns an unstarted Server.
+func New(opts Options) *Server {
+	if opts.Listen == "" {
+		opts.Listen = DefaultListen
+	}
+	if opts.AdminListen == "" {
+		opts.AdminListen = DefaultAdminListen
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	if opts.MaxConnsPerHost <= 0 {
+		opts.MaxConnsPerHost = DefaultMaxConnsPerHost
+	}
+	if opts.CursorInterval <= 0 {
+		opts.CursorInterval = DefaultCursorInterval
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Server{opts: opts, log: opts.Logger, done: make(chan struct{})}
+}
+
+// Open binds the listeners (bind errors surface here), opens the log,
+// recovers the lanes and starts serving.
+func (s *Server) Open() (err error) {
+	s.ingestLn, err = listen(s.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("ingest listen %s: %w", s.opts.Listen, err)
+	}
+	defer func() {
+		if err != nil {
+			s.ingestLn.Close()
+			if s.adminLn != nil {
+				s.adminLn.Close()
+			}
+		}
+	}()
+	if s.opts.AdminListen != "-" {
+		if s.adminLn, err = listen(s.opts.AdminListen); err != nil {
+			return fmt.Errorf("admin listen %s: %w", s.opts.AdminListen, err)
+		}
+	}
+	subs := make([]*Subscription, len(s.opts.Subscriptions))
+	for i, sub := range s.opts.Subscriptions {
+		subs[i] = sub.withDefaults()
+	}
+	var d *dispatcher
+	s.q, err = queue.Open(queue.Options{
+		Dir: s.opts.DataDir, Sync: s.opts.Sync, DedupWindow: s.opts.DedupWindow, Logger: s.log,
+		OnCommit: func(evs []*queue.Event) { d.onCommit(evs) },
+	})
+	if err != nil {
+		return err
+	}
+	d = newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval)
+	s.d = d
+	if err := d.start(subs); err != nil {
+		d.stop(context.Background())
+		s.q.Close()
+		return err
+	}
+	s.ingest = s.newIngestServer()
+	go func() {
+		if err := s.ingest.Serve(s.ingestLn); err != nil {
+			s.log.Error("ingest server", "err", err)
+		}
+	}()
+	if s.adminLn != nil {
+		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("admin server", "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+func listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		// A stale socket from a killed process would make the bind fail.
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			os.Remove(path)
+		}
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// URL is the ingest base URL, e.g. "http://127.0.0.1:8700".
+func (s *Server) URL() string { return baseURL(s.ingestLn) }
+
+// AdminURL is the admin API base URL ("" when disabled).
+func (s *Server) AdminURL() string {
+	if s.adminLn == nil {
+		return ""
+	}
+	return baseURL(s.adminLn)
+}
+
+func baseURL(ln net.Listener) string {
+	if ln.Addr().Network() == "unix" {
+		return "unix://" + ln.Addr().String()
+	}
+	return "http://" + ln.Addr().String()
+}
+
+// Reload applies a new set of subscriptions without a restart: new ones are
+// entitled to events accepted from now on, removed ones drain what they
+// were entitled to, changed ones deliver with their new settings.
+func (s *Server) Reload(subs []*Subscription) error {
+	d := make([]*Subscription, len(subs))
+	for i, sub := range subs {
+		d[i] = sub.withDefaults()
+	}
+	return s.d.apply(d)
+}
+
+// Lanes returns a status line per subscription, sorted by id.
+func (s *Server) Lanes() []LaneStatus { return s.d.statuses() }
+
+// Close drains: ingest answers 503, deliveries in flight get until ctx ends
+// to finish, cursors are written, and the log is closed. What did not
+// finish is delivered again after a restart.
+func (s *Server) Close(ctx context.Context) error {
+	s.draining.Store(true)
+	var errs []error
+	// Stop taking connections first; requests already inside Append finish.
+	if err := s.ingest.ShutdownWithContext(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		errs = append(errs, fmt.Errorf("ingest shutdown: %w", err))
+	}
+	if n := s.d.stop(ctx); n > 0 {
+		s.log.Warn("deliveries abandoned at shutdown; they run again after restart", "count", n)
+	}
+	if s.admin != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.admin.Shutdown(sctx)
+		cancel()
+	}
+	if err := s.q.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close log: %w", err))
+	}
+	close(s.done)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,134 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/signing"
+)
+
+// Defaults for a subscription's delivery settings (DESIGN.md §4).
+const (
+	DefaultTimeout        = 10 * time.Second
+	DefaultMaxConcurrency = 16
+)
+
+// Subscription is one endpoint and how to deliver to it. The proxy treats a
+// Subscription as immutable once handed over; a reload replaces it whole.
+type Subscription struct {
+	ID             string
+	URL            string
+	Secrets        []signing.Secret // all active secrets sign every delivery (rotation)
+	Types          []string         // event types, or "*" for all
+	Timeout        time.Duration    // one HTTP exchange; DefaultTimeout if 0
+	MaxConcurrency int              // in-flight cap; DefaultMaxConcurrency if 0
+	Retry          policy.RetryPolicy
+	Headers        map[string]string
+	Classify       map[int]policy.Outcome // status overrides; nil for the defaults
+	Paused         bool
+}
+
+func (s *Subscription) withDefaults() *Subscription {
+	c := *s
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxConcurrency <= 0 {
+		c.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if c.Retry.MaxAttempts <= 0 {
+		c.Retry.MaxAttempts = policy.DefaultMaxAttempts
+	}
+	if c.Retry.MaxAge <= 0 {
+		c.Retry.MaxAge = policy.DefaultMaxAge
+	}
+	if c.Retry.Backoff.Base <= 0 {
+		c.Retry.Backoff.Base = policy.DefaultBase
+	}
+	if c.Retry.Backoff.Cap <= 0 {
+		c.Retry.Backoff.Cap = policy.DefaultCap
+	}
+	if len(c.Types) == 0 {
+		c.Types = []string{"*"}
+	}
+	return &c
+}
+
+// matcher returns the type filter of a subscription: nil matches all.
+func (s *Subscription) matcher() func(typ []byte) bool {
+	if slices.Contains(s.Types, "*") {
+		return nil
+	}
+	set := make(map[string]struct{}, len(s.Types))
+	for _, t := range s.Types {
+		set[t] = struct{}{}
+	}
+	return func(typ []byte) bool { _, ok := set[string(typ)]; return ok }
+}
+
+// snapshot is what the log keeps of a subscription's config so that one
+// removed from the config can still deliver what it was entitled to. It
+// holds the secrets: the data dir is as private as the config file.
+type snapshot struct {
+	URL         string            `json:"url"`
+	Secrets     []string          `json:"secrets"`
+	Types       []string          `json:"types"`
+	Timeout     time.Duration     `json:"timeout"`
+	Concurrency int               `json:"concurrency"`
+	MaxAttempts int               `json:"max_attempts"`
+	MaxAge      time.Duration     `json:"max_age"`
+	Base        time.Duration     `json:"base"`
+	Cap         time.Duration     `json:"cap"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	Classify    map[string]string `json:"classify,omitempty"`
+}
+
+func encodeSnapshot(s *Subscription) []byte {
+	sn := snapshot{
+		URL: s.URL, Types: s.Types, Timeout: s.Timeout, Concurrency: s.MaxConcurrency,
+		MaxAttempts: s.Retry.MaxAttempts, MaxAge: s.Retry.MaxAge, Base: s.Retry.Backoff.Base, Cap: s.Retry.Backoff.Cap,
+		Headers: s.Headers,
+	}
+	for _, k := range s.Secrets {
+		sn.Secrets = append(sn.Secrets, k.Encode())
+	}
+	if len(s.Classify) > 0 {
+		sn.Classify = map[string]string{}
+		for _, code := range slices.Sorted(maps.Keys(s.Classify)) {
+			sn.Classify[fmt.Sprint(code)] = s.Classify[code].String()
+		}
+	}
+	b, _ := json.Marshal(sn) // only plain types: cannot fail
+	return b
+}
+
+func decodeSnapshot(id string, b []byte) (*Subscription, error) {
+	var sn snapshot
+	if err := json.Unmarshal(b, &sn); err != nil {
+		return nil, fmt.Errorf("subscription %s: snapshot: %w", id, err)
+	}
+	s := &Subscription{
+		ID: id, URL: sn.URL, Types: sn.Types, Timeout: sn.Timeout, MaxConcurrency: sn.Concurrency,
+		Retry:   policy.RetryPolicy{MaxAttempts: sn.MaxAttempts, MaxAge: sn.MaxAge, Backoff: policy.Backoff{Base: sn.Base, Cap: sn.Cap}},
+		Headers: sn.Headers,
+	}
+	for _, enc := range sn.Secrets {
+		k, err := signing.ParseSecret(enc)
+		if err != nil {
+			return nil, fmt.Errorf("subscription %s: snapshot: %w", id, err)
+		}
+		s.Secrets = append(s.Secrets, k)
+	}
+	if len(sn.Classify) > 0 {
+		c, err := policy.ParseClassify(sn.Classify)
+		if err != nil {
+			return nil, fmt.Errorf("subscription %s: snapshot: %w", id, err)
+		}
+		s.Classify = c
+	}
+	return s.withDefaults(), nil
+}

@@ -1,0 +1,907 @@
+// Package queue is sluice's durable log over Badger: it owns everything that
+// must survive a crash.
+//
+// Guarantees:
+//
+//   - Append returns only after the event is written (and, with Options.Sync,
+//     fsynced). Concurrent appends are gathered by one committer goroutine
+//     into one transaction and one sync (group commit): Badger with
+//     SyncWrites syncs once per transaction, which caps durable appends near
+//     5k/s; one sync per batch lets many producers share it.
+//   - Sequence numbers are assigned by the committer, strictly increasing,
+//     never reused (the head is persisted with every batch, so compaction of
+//     the whole log does not rewind it).
+//   - Append is idempotent on the event id within Options.DedupWindow.
+//   - Membership (Join/Leave) is ordered against appends: a subscription that
+//     joins is entitled to exactly the events appended after it joined.
+//   - A cursor, retry record or dead letter that a call wrote is kept across
+//     process crashes; with Sync, across power loss once SaveCursors (which
+//     syncs) has returned after it.
+//
+// All methods are safe for concurrent use.
+//
+// Key layout (all integers big endian):
+//
+//	m/format                       format version of the data dir
+//	m/head                         last assigned sequence number
+//	m/low                          compaction boundary: no event below it but those retries hold
+//	e/<seq:8>                      event: version | id | type | content type | accepted-at | body
+//	i/<event id>                   seq:8, Badger TTL = dedup window
+//	s/<subscription>               membership JSON: from, until, config snapshot
+//	c/<subscription>               cursor seq:8
+//	r/<subscription>/<due:8><seq:8> retry JSON: attempt, first attempt, last status/error
+//	d/<subscription>/<seq:8>       dead letter: version | JSON header | body copy
+package queue
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// DefaultDedupWindow is how long an event id is remembered (DESIGN.md §4).
+const DefaultDedupWindow = 24 * time.Hour
+
+// Batch bounds for the group committer: large enough to share one sync among
+// all producers of a busy moment, small enough to stay far below Badger's
+// transaction limit.
+const (
+	maxBatchEvents = 1024
+	maxBatchBytes  = 4 << 20
+)
+
+// Options configure a Queue. The zero value of each field but Dir is usable.
+type Options struct {
+	// Dir is the Badger directory; created if missing.
+	Dir string
+	// Sync makes Append wait for fsync (durability: fsync). Without it an
+	// accepted event survives a process crash but not power loss.
+	Sync bool
+	// DedupWindow is how long an event id is remembered; DefaultDedupWindow if 0.
+	DedupWindow time.Duration
+	// OnCommit, if set, is called by the committer goroutine after each batch
+	// is durable, with its new events in sequence order, before the appenders
+	// are answered. It must not block and must not modify the events.
+	OnCommit func([]*Event)
+	// Logger receives Badger's warnings and errors; slog.Default() if nil.
+	Logger *slog.Logger
+}
+
+// Queue is the durable log. Create it with Open; Close it when done.
+type Queue struct {
+	db   *badger.DB
+	opts Options
+	log  *slog.Logger
+
+	closeMu sync.RWMutex // Append holds it shared while sending to reqs
+	closed  bool
+	reqs    chan *appendReq
+	done    chan struct{} // closed when the committer has exited
+
+	seqMu sync.Mutex // held while a batch assigns and commits sequence numbers
+	head  atomic.Uint64
+	low   atomic.Uint64 // no event below low exists (compaction boundary)
+
+	refMu     sync.Mutex
+	retryRefs map[uint64]int32    // seq → retry records that still need the event
+	held      map[uint64]struct{} // events below low kept for retries
+}
+
+type appendReq struct {
+	ev   *Event
+	seq  uint64
+	dup  bool
+	err  error
+	done chan struct{}
+}
+
+var reqPool = sync.Pool{New: func() any { return &appendReq{done: make(chan struct{}, 1)} }}
+
+// Open opens (or creates) the log in opts.Dir, recovers the head, the
+// compaction boundary and the retry references, and starts the committer.
+func Open(opts Options) (*Queue, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("open queue: empty data dir")
+	}
+	if opts.DedupWindow <= 0 {
+		opts.DedupWindow = DefaultDedupWindow
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	// Sizes suit a sidecar: modest memtables and caches; values stay in the
+	// LSM tree up to 64 KiB so typical events never touch the value log.
+	bopts := badger.DefaultOptions(opts.Dir).
+		WithSyncWrites(false). // we sync per batch ourselves; see package doc
+		WithLogger(badgerLogger{log}).
+		WithNumVersionsToKeep(1).
+		WithDetectConflicts(false).
+		WithMemTableSize(32 << 20).
+		WithNumMemtables(3).
+		WithBlockCacheSize(32 << 20).
+		WithIndexCacheSize(16 << 20).
+		WithValueThreshold(64 << 10).
+		WithNumCompactors(2).
+		WithMetricsEnabled(false)
+	db, err := badger.Open(bopts)
+	if err != nil {
+		return nil, fmt.Errorf("open queue %s: %w", opts.Dir, err)
+	}
+	q := &Queue{
+		db:        db,
+		opts:      opts,
+		log:       log,
+		reqs:      make(chan *appendReq, 4*maxBatchEvents),
+		done:      make(chan struct{}),
+		retryRefs: map[uint64]int32{},
+		held:      map[uint64]struct{}{},
+	}
+	if err := q.recover(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open queue %s: %w", opts.Dir, err)
+	}
+	go q.committer()
+	return q, nil
+}
+
+// recover checks the format version and rebuilds in-memory state.
+func (q *Queue) recover() error {
+	return q.db.Update(func(txn *badger.Txn) error {
+		item, err := txn.Get(keyFormat)
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+			if err := txn.Set(keyFormat, u64(formatVersion)); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		default:
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if len(v) != 8 {
+				return fmt.Errorf("format version: %w", ErrCorrupt)
+			}
+			if f := binary.BigEndian.Uint64(v); f > formatVersion {
+				return fmt.Errorf("format %d, this sluice reads up to %d: %w", f, formatVersion, ErrNewerFormat)
+			}
+		}
+		var head uint64
+		if item, err := txn.Get(keyHead); err == nil {
+			v, err := item.ValueCopy(nil)
+			if err != nil || len(v) != 8 {
+				return fmt.Errorf("head: %w", ErrCorrupt)
+			}
+			head = binary.BigEndian.Uint64(v)
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		low := uint64(1)
+		if item, err := txn.Get(keyLow); err == nil {
+			v, err := item.ValueCopy(nil)
+			if err != nil || len(v) != 8 {
+				return fmt.Errorf("compaction boundary: %w", ErrCorrupt)
+			}
+			low = binary.BigEndian.Uint64(v)
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		// The last event key can only be past m/head if a write of the head
+		// was lost; trust the log.
+		rit := txn.NewIterator(badger.IteratorOptions{Prefix: prefixEvent, Reverse: true})
+		defer rit.Close()
+		if rit.Seek(eventKey(^uint64(0))); rit.Valid() {
+			head = max(head, seqFromEventKey(rit.Item().Key()))
+		}
+		q.head.Store(head)
+		q.low.Store(low)
+		retries := txn.NewIterator(badger.IteratorOptions{Prefix: prefixRetry})
+		defer retries.Close()
+		for retries.Rewind(); retries.Valid(); retries.Next() {
+			k := retries.Item().Key()
+			if len(k) < 16 {
+				return fmt.Errorf("retry key: %w", ErrCorrupt)
+			}
+			q.retryRefs[binary.BigEndian.Uint64(k[len(k)-8:])]++
+		}
+		for seq := range q.retryRefs {
+			if seq < low {
+				q.held[seq] = struct{}{}
+			}
+		}
+		return nil
+	})
+}
+
+// Close stops accepting appends, commits those already queued, and closes
+// Badger. It is safe to call more than once.
+func (q *Queue) Close() error {
+	q.closeMu.Lock()
+	if q.closed {
+		q.closeMu.Unlock()
+		return nil
+	}
+	q.closed = true
+	close(q.reqs)
+	q.closeMu.Unlock()
+	<-q.done
+	return q.db.Close()
+}
+
+// Head returns the last assigned sequence number (0 for an empty log).
+func (q *Queue) Head() uint64 { return q.head.Load() }
+
+// Append makes ev durable and returns its sequence number. ev.ID must be set
+// (the proxy generates one when the producer gave none) and ev.AcceptedAt
+// too. If the id was appended within the dedup window, Append returns the
+// original sequence number with dup = true and writes nothing.
+// After Append returns, ev belongs to the queue: its Body is shared with the
+// lanes and must not be modified.
+func (q *Queue) Append(ev *Event) (seq uint64, dup bool, err error) {
+	r := reqPool.Get().(*appendReq)
+	r.ev = ev
+	q.closeMu.RLock()
+	if q.closed {
+		q.closeMu.RUnlock()
+		reqPool.Put(r)
+		return 0, false, ErrClosed
+	}
+	q.reqs <- r
+	q.closeMu.RUnlock()
+	<-r.done
+	seq, dup, err = r.seq, r.dup, r.err
+	*r = appendReq{done: r.done}
+	reqPool.Put(r)
+	return seq, dup, err
+}
+
+func (q *Queue) committer() {
+	defer close(q.done)
+	var (
+		batch  []*appendReq
+		events []*Event
+		arena  []byte
+		seen   = map[string]uint64{}
+	)
+	for r := range q.reqs {
+		batch = append(batch[:0], r)
+		size := r.ev.Size()
+	gather:
+		for len(batch) < maxBatchEvents && size < maxBatchBytes {
+			select {
+			case r, ok := <-q.reqs:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, r)
+				size += r.ev.Size()
+			default:
+				break gather
+			}
+		}
+		events, arena = q.commit(batch, events[:0], arena[:0], seen)
+		clear(seen)
+		clear(events)
+	}
+}
+
+// commit writes one batch in as few transactions as Badger allows, syncs
+// once, then publishes the new events and answers every appender.
+func (q *Queue) commit(batch []*appendReq, events []*Event, arena []byte, seen map[string]uint64) ([]*Event, []byte) {
+	q.seqMu.Lock()
+	next := q.head.Load() + 1
+	committed := q.head.Load()
+	txn := q.db.NewTransaction(true)
+	var err error
+	pending := 0 // events set in txn but not yet committed
+	flush := func() error {
+		txn.Set(keyHead, u64(next-1))
+		if err := txn.Commit(); err != nil {
+			return err
+		}
+		committed = next - 1
+		pending = 0
+		txn = q.db.NewTransaction(true)
+		return nil
+	}
+	// set adds one entry; on ErrTxnTooBig it commits what it has and retries
+	// in a fresh transaction.
+	set := func(e *badger.Entry) error {
+		err := txn.SetEntry(e)
+		if errors.Is(err, badger.ErrTxnTooBig) && pending > 0 {
+			if err := flush(); err != nil {
+				return err
+			}
+			err = txn.SetEntry(e)
+		}
+		return err
+	}
+	for _, r := range batch {
+		if err != nil {
+			r.err = err
+			continue
+		}
+		if s, ok := seen[r.ev.ID]; ok {
+			r.seq, r.dup = s, true
+			continue
+		}
+		item, gerr := txn.Get(idKey(r.ev.ID))
+		if gerr == nil {
+			gerr = item.Value(func(v []byte) error {
+				if len(v) != 8 {
+					return fmt.Errorf("dedup entry of %q: %w", r.ev.ID, ErrCorrupt)
+				}
+				r.seq, r.dup = binary.BigEndian.Uint64(v), true
+				return nil
+			})
+			if gerr != nil {
+				r.err = gerr
+			}
+			continue
+		}
+		if !errors.Is(gerr, badger.ErrKeyNotFound) {
+			r.err = fmt.Errorf("dedup lookup: %w", gerr)
+			continue
+		}
+		r.ev.Seq = next
+		start := len(arena)
+		arena = appendEvent(arena, r.ev)
+		val := arena[start:len(arena):len(arena)]
+		if err = set(badger.NewEntry(eventKey(next), val)); err == nil {
+			err = set(badger.NewEntry(idKey(r.ev.ID), u64(next)).WithTTL(q.opts.DedupWindow))
+		}
+		if err != nil {
+			r.err = err
+			continue
+		}
+		seen[r.ev.ID] = next
+		r.seq = next
+		pending++
+		next++
+		events = append(events, r.ev)
+	}
+	if err == nil && pending > 0 {
+		err = flush()
+	}
+	txn.Discard()
+	var syncErr error
+	if committed > q.head.Load() && q.opts.Sync {
+		syncErr = q.db.Sync()
+	}
+	q.head.Store(committed)
+	q.seqMu.Unlock()
+
+	// Events past the last committed transaction were never written.
+	live := events
+	for len(live) > 0 && live[len(live)-1].Seq > committed {
+		live = live[:len(live)-1]
+	}
+	if len(live) > 0 && q.opts.OnCommit != nil {
+		q.opts.OnCommit(live)
+	}
+	for _, r := range batch {
+		switch {
+		case r.err != nil:
+		case r.seq > committed:
+			r.err = fmt.Errorf("append: %w", err)
+		case syncErr != nil && !r.dup:
+			// Written but not known to be on disk: the producer retries with
+			// the same id and gets a duplicate answer, so nothing is lost.
+			r.err = fmt.Errorf("append: sync: %w", syncErr)
+		}
+		r.done <- struct{}{}
+	}
+	return events, arena
+}
+
+// Lookup returns the sequence number of an event id still in the dedup window.
+func (q *Queue) Lookup(id string) (uint64, error) {
+	var seq uint64
+	err := q.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(idKey(id))
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			if len(v) != 8 {
+				return ErrCorrupt
+			}
+			seq = binary.BigEndian.Uint64(v)
+			return nil
+		})
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, ErrNotFound
+	}
+	return seq, err
+}
+
+// Event reads one event by sequence number.
+func (q *Queue) Event(seq uint64) (*Event, error) {
+	var ev *Event
+	err := q.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(eventKey(seq))
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		ev, err = decodeEvent(seq, v)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("event %d: %w", seq, ErrNotFound)
+	}
+	return ev, err
+}
+
+// maxScan bounds how many non-matching events one Events call walks past,
+// so a lane far behind on a type it rarely matches yields between pages.
+const maxScan = 8192
+
+// Events returns up to limit events with from <= seq <= to whose type
+// satisfies match (nil matches all), and the sequence number to continue
+// from. Fewer than limit events with next <= to means the scan stopped at
+// its bound, not that there is nothing left.
+func (q *Queue) Events(from, to uint64, limit int, match func(typ []byte) bool) (evs []*Event, next uint64, err error) {
+	from = max(from, q.low.Load())
+	next = from
+	if from > to {
+		return nil, next, nil
+	}
+	err = q.db.View(func(txn *badger.Txn) error {
+		opts := badger.IteratorOptions{Prefix: prefixEvent}
+		if match == nil {
+			opts.PrefetchValues, opts.PrefetchSize = true, min(limit, 100)
+		}
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		scanned := 0
+		for it.Seek(eventKey(from)); it.Valid() && len(evs) < limit && scanned < maxScan; it.Next() {
+			item := it.Item()
+			seq := seqFromEventKey(item.Key())
+			if seq > to {
+				next = to + 1
+				return nil
+			}
+			next = seq + 1
+			scanned++
+			if match != nil {
+				var ok bool
+				if err := item.Value(func(v []byte) error {
+					typ, err := eventType(v)
+					ok = err == nil && match(typ)
+					return err
+				}); err != nil {
+					return fmt.Errorf("event %d: %w", seq, err)
+				}
+				if !ok {
+					continue
+				}
+			}
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			ev, err := decodeEvent(seq, v)
+			if err != nil {
+				return err
+			}
+			evs = append(evs, ev)
+		}
+		if !it.Valid() {
+			// Nothing more is written yet: everything up to the head seen by
+			// this read has been scanned.
+			next = max(next, min(to, q.head.Load())+1)
+		}
+		return nil
+	})
+	return evs, next, err
+}
+
+// Memberships returns every subscription the log knows, with its cursor.
+func (q *Queue) Memberships() ([]Membership, error) {
+	var out []Membership
+	err := q.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefixMember, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			sub := string(it.Item().Key()[len(prefixMember):])
+			m, err := readMembership(txn, sub)
+			if err != nil {
+				return err
+			}
+			out = append(out, m)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func readMembership(txn *badger.Txn, sub string) (Membership, error) {
+	m := Membership{Subscription: sub}
+	item, err := txn.Get(memberKey(sub))
+	if err != nil {
+		return m, err
+	}
+	var rec memberRecord
+	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &rec) }); err != nil {
+		return m, fmt.Errorf("membership %s: %v: %w", sub, err, ErrCorrupt)
+	}
+	m.From, m.Left, m.Until, m.Snapshot = rec.From, rec.Left, rec.Until, []byte(rec.Snapshot)
+	item, err = txn.Get(cursorKey(sub))
+	if err != nil {
+		return m, fmt.Errorf("cursor %s: %w", sub, err)
+	}
+	return m, item.Value(func(v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("cursor %s: %w", sub, ErrCorrupt)
+		}
+		m.Cursor = binary.BigEndian.Uint64(v)
+		return nil
+	})
+}
+
+func writeMembership(txn *badger.Txn, m Membership) error {
+	v, err := json.Marshal(memberRecord{V: recordVersion, From: m.From, Left: m.Left, Until: m.Until, Snapshot: m.Snapshot})
+	if err != nil {
+		return err
+	}
+	return txn.Set(memberKey(m.Subscription), v)
+}
+
+// Join makes sub a member: a new subscription is entitled to every event
+// appended from now on (From = head+1; invariant 7). For a known one it
+// updates the snapshot; one that was leaving (not yet retired)
+// becomes active again and is entitled to the events in between as well.
+func (q *Queue) Join(sub string, snapshot []byte) (Membership, error) {
+	q.seqMu.Lock()
+	defer q.seqMu.Unlock()
+	var m Membership
+	err := q.db.Update(func(txn *badger.Txn) error {
+		var err error
+		m, err = readMembership(txn, sub)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			head := q.head.Load()
+			m = Membership{Subscription: sub, From: head + 1, Cursor: head}
+			if err := txn.Set(cursorKey(sub), u64(m.Cursor)); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		}
+		m.Left, m.Until, m.Snapshot = false, 0, snapshot
+		return writeMembership(txn, m)
+	})
+	if err == nil && q.opts.Sync {
+		err = q.db.Sync()
+	}
+	if err != nil {
+		return m, fmt.Errorf("join %s: %w", sub, err)
+	}
+	return m, nil
+}
+
+// Leave ends sub's entitlement at the current head: it still receives every
+// event it was entitled to (Until = head), then the caller retires it.
+func (q *Queue) Leave(sub string) (Membership, error) {
+	q.seqMu.Lock()
+	defer q.seqMu.Unlock()
+	var m Membership
+	err := q.db.Update(func(txn *badger.Txn) error {
+		var err error
+		if m, err = readMembership(txn, sub); err != nil {
+			return err
+		}
+		if !m.Left {
+			m.Left, m.Until = true, q.head.Load()
+		}
+		return writeMembership(txn, m)
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return m, fmt.Errorf("leave %s: %w", sub, ErrNotFound)
+	}
+	if err != nil {
+		return m, fmt.Errorf("leave %s: %w", sub, err)
+	}
+	return m, nil
+}
+
+// Retire forgets a subscription that has drained. Its dead letters stay.
+func (q *Queue) Retire(sub string) error {
+	err := q.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Delete(memberKey(sub)); err != nil {
+			return err
+		}
+		return txn.Delete(cursorKey(sub))
+	})
+	if err != nil {
+		return fmt.Errorf("retire %s: %w", sub, err)
+	}
+	return nil
+}
+
+// SaveCursors writes the given cursors in one transaction and, with Sync,
+// syncs: retry records and dead letters written before it are then durable
+// too, because Badger's log is written in commit order.
+func (q *Queue) SaveCursors(cursors map[string]uint64) error {
+	if len(cursors) == 0 {
+		return nil
+	}
+	wb := q.db.NewWriteBatch()
+	defer wb.Cancel()
+	for sub, c := range cursors {
+		if err := wb.Set(cursorKey(sub), u64(c)); err != nil {
+			return fmt.Errorf("save cursors: %w", err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return fmt.Errorf("save cursors: %w", err)
+	}
+	if q.opts.Sync {
+		if err := q.db.Sync(); err != nil {
+			return fmt.Errorf("save cursors: sync: %w", err)
+		}
+	}
+	return nil
+}
+
+// ScheduleRetry records r. When prev is not nil (the record this attempt
+// came from) it is replaced in the same transaction.
+func (q *Queue) ScheduleRetry(r Retry, prev *Retry) error {
+	v, err := json.Marshal(retryRecord{V: recordVersion, Attempt: r.Attempt, FirstAttempt: r.FirstAttempt.UnixNano(), LastStatus: r.LastStatus, LastError: r.LastError})
+	if err != nil {
+		return err
+	}
+	if prev == nil {
+		// Count the reference first, so compaction cannot delete the event
+		// between the write and the count.
+		q.ref(r.Seq, 1)
+	}
+	err = q.db.Update(func(txn *badger.Txn) error {
+		if prev != nil {
+			if err := txn.Delete(retryKey(prev.Subscription, prev.Due, prev.Seq)); err != nil {
+				return err
+			}
+		}
+		return txn.Set(retryKey(r.Subscription, r.Due, r.Seq), v)
+	})
+	if err != nil {
+		if prev == nil {
+			q.ref(r.Seq, -1)
+		}
+		return fmt.Errorf("schedule retry %s/%d: %w", r.Subscription, r.Seq, err)
+	}
+	return nil
+}
+
+// DropRetry deletes a retry record whose delivery has been acknowledged.
+func (q *Queue) DropRetry(r Retry) error {
+	err := q.db.Update(func(txn *badger.Txn) error {
+		return txn.Delete(retryKey(r.Subscription, r.Due, r.Seq))
+	})
+	if err != nil {
+		return fmt.Errorf("drop retry %s/%d: %w", r.Subscription, r.Seq, err)
+	}
+	q.ref(r.Seq, -1)
+	return nil
+}
+
+func (q *Queue) ref(seq uint64, d int32) {
+	q.refMu.Lock()
+	if n := q.retryRefs[seq] + d; n > 0 {
+		q.retryRefs[seq] = n
+	} else {
+		delete(q.retryRefs, seq)
+	}
+	q.refMu.Unlock()
+}
+
+// DueRetries returns up to limit of sub's retries due at or before now,
+// earliest first, skipping those for which skip (may be nil) is true, and
+// the due time of the first retry it left for later (zero if none is known).
+func (q *Queue) DueRetries(sub string, now time.Time, limit int, skip func(seq uint64) bool) ([]Retry, time.Time, error) {
+	var (
+		out  []Retry
+		next time.Time
+	)
+	err := q.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: retryPrefix(sub), PrefetchValues: true, PrefetchSize: min(limit+1, 64)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			due, seq, err := parseRetryKey(sub, it.Item().Key())
+			if err != nil {
+				return err
+			}
+			if due.After(now) || len(out) >= limit {
+				next = due
+				return nil
+			}
+			if skip != nil && skip(seq) {
+				continue
+			}
+			var rec retryRecord
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &rec) }); err != nil {
+				return fmt.Errorf("retry %s/%d: %v: %w", sub, seq, err, ErrCorrupt)
+			}
+			out = append(out, Retry{
+				Subscription: sub, Seq: seq, Due: due, Attempt: rec.Attempt,
+				FirstAttempt: time.Unix(0, rec.FirstAttempt), LastStatus: rec.LastStatus, LastError: rec.LastError,
+			})
+		}
+		return nil
+	})
+	return out, next, err
+}
+
+// Retries returns sub's scheduled retries, earliest first, at most limit.
+func (q *Queue) Retries(sub string, limit int) ([]Retry, error) {
+	out, _, err := q.DueRetries(sub, time.Unix(0, 1<<62), limit, nil)
+	return out, err
+}
+
+// RetryCounts returns how many retries each subscription has scheduled
+// (a key-only scan, for start-up).
+func (q *Queue) RetryCounts() (map[string]int, error) {
+	out := map[string]int{}
+	err := q.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefixRetry})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()
+			if len(k) < len(prefixRetry)+18 {
+				return fmt.Errorf("retry key: %w", ErrCorrupt)
+			}
+			out[string(k[len(prefixRetry):len(k)-17])]++
+		}
+		return nil
+	})
+	return out, err
+}
+
+// AddDeadLetter stores d (with its body copy) and, when prev is not nil,
+// deletes the retry record the failed attempt came from, in one transaction.
+func (q *Queue) AddDeadLetter(d *DeadLetter, prev *Retry) error {
+	v, err := appendDeadLetter(nil, d)
+	if err != nil {
+		return err
+	}
+	err = q.db.Update(func(txn *badger.Txn) error {
+		if prev != nil {
+			if err := txn.Delete(retryKey(prev.Subscription, prev.Due, prev.Seq)); err != nil {
+				return err
+			}
+		}
+		return txn.Set(deadLetterKey(d.Subscription, d.Seq), v)
+	})
+	if err != nil {
+		return fmt.Errorf("dead-letter %s/%d: %w", d.Subscription, d.Seq, err)
+	}
+	if prev != nil {
+		q.ref(prev.Seq, -1)
+	}
+	return nil
+}
+
+// DeadLetters lists dead letters of sub ("" for all subscriptions) in key
+// order, starting after the given subscription/seq position, at most limit.
+func (q *Queue) DeadLetters(sub string, afterSub string, afterSeq uint64, limit int) ([]*DeadLetter, error) {
+	var out []*DeadLetter
+	prefix := prefixDeadLetter
+	if sub != "" {
+		prefix = deadLetterPrefix(sub)
+	}
+	err := q.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		defer it.Close()
+		start := prefix
+		if afterSub != "" {
+			start = deadLetterKey(afterSub, afterSeq+1)
+		}
+		for it.Seek(start); it.Valid() && len(out) < limit; it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			d, err := decodeDeadLetter(v)
+			if err != nil {
+				return err
+			}
+			out = append(out, d)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// GetDeadLetter reads one dead letter.
+func (q *Queue) GetDeadLetter(sub string, seq uint64) (*DeadLetter, error) {
+	var d *DeadLetter
+	err := q.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(deadLetterKey(sub, seq))
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		d, err = decodeDeadLetter(v)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("dead letter %s/%d: %w", sub, seq, ErrNotFound)
+	}
+	return d, err
+}
+
+// Compact deletes the events below seq `below` that no retry still needs.
+// The caller passes the smallest durable cursor+1 over every entitled lane.
+// Events a retry holds stay until their last retry is resolved; a later
+// Compact deletes them.
+func (q *Queue) Compact(below uint64) (int, error) {
+	below = min(below, q.head.Load()+1)
+	low := q.low.Load()
+	wb := q.db.NewWriteBatch()
+	defer wb.Cancel()
+	n := 0
+	q.refMu.Lock()
+	var freed []uint64
+	for seq := range q.held {
+		if q.retryRefs[seq] == 0 {
+			freed = append(freed, seq)
+		}
+	}
+	for seq := low; seq < below; seq++ {
+		if q.retryRefs[seq] > 0 {
+			q.held[seq] = struct{}{}
+		} else {
+			freed = append(freed, seq)
+		}
+	}
+	q.refMu.Unlock()
+	if len(freed) == 0 && below <= low {
+		return 0, nil
+	}
+	for _, seq := range freed {
+		if err := wb.Delete(eventKey(seq)); err != nil {
+			return 0, fmt.Errorf("compact: %w", err)
+		}
+		n++
+	}
+	if below > low {
+		if err := wb.Set(keyLow, u64(below)); err != nil {
+			return 0, fmt.Errorf("compact: %w", err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return 0, fmt.Errorf("compact: %w", err)
+	}
+	q.refMu.Lock()
+	for _, seq := range freed {
+		delete(q.held, seq)
+	}
+	q.refMu.Unlock()
+	q.low.Store(max(low, below))
+	return n, nil
+}
+
+// badgerLogger passes Badger's warnings and errors to slog; its info and
+// debug chatter is dropped.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error("badger: " + fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn("badger: " + fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Infof(string, ...any)        {}
+func (b badgerLogger) Debugf(string, ...any)       {}

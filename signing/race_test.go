@@ -1,0 +1,5 @@
+//go:build race
+
+package signing_test
+
+const raceEnabled = true

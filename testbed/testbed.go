@@ -1,0 +1,664 @@
+// Package testbed is a local webhook receiver for tests, benchmarks, the
+// `sluice testbed` subcommand and `sluice demo`. It answers each webhook path
+// according to a Mode (healthy, failing, slow, black hole, rate limited,
+// flaky), optionally verifies Standard Webhooks signatures, and counts what it
+// saw per path: requests, accepted deliveries, distinct and duplicate
+// webhook-id values, bad and missing signatures, concurrency and statuses.
+//
+// Guarantees:
+//   - Counters are updated before the response is written, so a client that
+//     has read a response sees it reflected in Stats.
+//   - A black-holed request holds no lock and no handler slot accounting
+//     beyond InFlight; it is released when the client disconnects or on
+//     Close. Close returns promptly even while requests are held.
+//   - All methods are safe for concurrent use.
+//
+// Besides webhook paths the server answers three control endpoints:
+//
+//	GET  /_stats               JSON of Stats()
+//	GET  /_ids?path=/p         accepted webhook-id values of /p, one per line
+//	POST /_mode?path=/p&mode=m set the mode of /p (no path: the default mode)
+//
+// The server uses fasthttp because it also serves as a benchmark peer; the
+// request path avoids parsing bodies and allocates little.
+package testbed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/signing"
+)
+
+// Mode says how the server answers a webhook request.
+type Mode string
+
+// Modes.
+const (
+	// ModeOK answers 200.
+	ModeOK Mode = "ok"
+	// ModeFail answers 500.
+	ModeFail Mode = "fail"
+	// ModeSlow waits Options.Delay, then answers 200.
+	ModeSlow Mode = "slow"
+	// ModeBlackhole reads the request and never answers, until the client
+	// disconnects or the server closes.
+	ModeBlackhole Mode = "blackhole"
+	// ModeRateLimit answers 429 with Retry-After: Options.RetryAfter.
+	ModeRateLimit Mode = "ratelimit"
+	// ModeFlaky fails every other request to a path with 500: the 1st, 3rd,
+	// 5th… request to the path fails, the 2nd, 4th… are answered 200. The
+	// count includes every request to the path, whatever the mode was then.
+	ModeFlaky Mode = "flaky"
+)
+
+var allModes = []Mode{ModeOK, ModeFail, ModeSlow, ModeBlackhole, ModeRateLimit, ModeFlaky}
+
+// ParseMode returns the Mode named s. Errors wrap ErrUnknownMode.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range allModes {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	names := make([]string, len(allModes))
+	for i, m := range allModes {
+		names[i] = string(m)
+	}
+	return "", fmt.Errorf("parse mode %q: want one of %s: %w", s, strings.Join(names, ", "), ErrUnknownMode)
+}
+
+// Defaults for Options.
+const (
+	// DefaultDelay is how long ModeSlow waits before answering.
+	DefaultDelay = 200 * time.Millisecond
+	// DefaultRetryAfter is the Retry-After value (seconds) of ModeRateLimit.
+	DefaultRetryAfter = "1"
+)
+
+// Options configures a Server. The zero value is a receiver that answers 200
+// to everything and verifies nothing.
+type Options struct {
+	// Mode is the default mode for paths without their own; "" means ModeOK.
+	Mode Mode
+	// Delay is how long ModeSlow waits; zero means DefaultDelay.
+	Delay time.Duration
+	// RetryAfter is the Retry-After header of ModeRateLimit, in seconds or
+	// as an HTTP date; "" means DefaultRetryAfter.
+	RetryAfter string
+	// Secrets, when set, make the server verify webhook-signature with
+	// signing.Verify and signing.DefaultTolerance: unsigned requests and
+	// bad signatures are answered 401 and are never accepted.
+	Secrets []signing.Secret
+	// Logger receives mode changes and bad signatures (warn) and per-request
+	// detail (debug). Nil discards.
+	Logger *slog.Logger
+}
+
+// PathStats counts the requests to one path. Counts are totals since the
+// server was created.
+type PathStats struct {
+	// Requests counts every request to the path, answered or not.
+	Requests int64 `json:"requests"`
+	// Accepted counts requests answered 2xx.
+	Accepted int64 `json:"accepted"`
+	// Unique counts distinct webhook-id values among accepted requests.
+	Unique int64 `json:"unique"`
+	// Duplicates counts accepted requests whose webhook-id had already been
+	// accepted on this path. Accepted requests without a webhook-id count in
+	// neither Unique nor Duplicates.
+	Duplicates int64 `json:"duplicates"`
+	// BadSignatures counts signed requests that failed verification (only
+	// when Options.Secrets is set).
+	BadSignatures int64 `json:"bad_signatures"`
+	// Unsigned counts requests without a webhook-signature header.
+	Unsigned int64 `json:"unsigned"`
+	// InFlight is the number of requests being handled now, including
+	// black-holed and slow ones.
+	InFlight int64 `json:"in_flight"`
+	// MaxInFlight is the highest InFlight seen.
+	MaxInFlight int64 `json:"max_in_flight"`
+	// Attempts counts requests by their X-Attempt header value; requests
+	// without one are not counted here.
+	Attempts map[string]int64 `json:"attempts"`
+	// Statuses counts answers by HTTP status code. Black-holed requests are
+	// never answered and do not appear.
+	Statuses map[int]int64 `json:"statuses"`
+}
+
+func (ps PathStats) clone() PathStats {
+	c := ps
+	c.Attempts = make(map[string]int64, len(ps.Attempts))
+	for k, v := range ps.Attempts {
+		c.Attempts[k] = v
+	}
+	c.Statuses = make(map[int]int64, len(ps.Statuses))
+	for k, v := range ps.Statuses {
+		c.Statuses[k] = v
+	}
+	return c
+}
+
+// pathState is everything the server keeps about one path. It is guarded by
+// Server.mu and never removed, so handlers may keep a pointer to it.
+type pathState struct {
+	stats PathStats
+	seen  map[string]struct{} // accepted webhook-id values
+	ids   []string            // the same, in order of first acceptance
+}
+
+// Server is a webhook receiver on a loopback (or any) address. Create it with
+// New, start it with Open and stop it with Close. A Server cannot be reopened.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	srv  *fasthttp.Server
+	ln   *trackingListener
+
+	// closing is cancelled by Close; it releases slow and black-holed
+	// requests.
+	closing   context.Context
+	stop      context.CancelFunc
+	serveDone chan struct{}
+	serveErr  error // written before serveDone is closed
+
+	mu      sync.Mutex
+	state   int // stateNew, stateOpen, stateClosed
+	modes   map[string]Mode
+	paths   map[string]*pathState
+	changed chan struct{} // closed on the next change; nil when nobody waits
+}
+
+const (
+	stateNew = iota
+	stateOpen
+	stateClosed
+)
+
+// shutdownGrace bounds how long Close waits for connections to finish their
+// current exchange before closing them.
+const shutdownGrace = time.Second
+
+// New returns an unstarted Server; call Open to listen.
+func New(opts Options) *Server {
+	if opts.Mode == "" {
+		opts.Mode = ModeOK
+	}
+	if opts.Delay <= 0 {
+		opts.Delay = DefaultDelay
+	}
+	if opts.RetryAfter == "" {
+		opts.RetryAfter = DefaultRetryAfter
+	}
+	opts.Secrets = append([]signing.Secret(nil), opts.Secrets...)
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	closing, stop := context.WithCancel(context.Background())
+	s := &Server{
+		opts:      opts,
+		log:       log,
+		closing:   closing,
+		stop:      stop,
+		serveDone: make(chan struct{}),
+		modes:     map[string]Mode{"": opts.Mode},
+		paths:     make(map[string]*pathState),
+	}
+	s.srv = &fasthttp.Server{
+		Handler:         s.handle,
+		Name:            "sluice-testbed",
+		CloseOnShutdown: true,
+		Logger:          fasthttpLogger{log},
+	}
+	return s
+}
+
+// Open listens on addr (for example "127.0.0.1:0") and serves in a
+// goroutine. Bind errors are returned here.
+func (s *Server) Open(addr string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case stateOpen:
+		return fmt.Errorf("open testbed: already open on %s", s.ln.Addr())
+	case stateClosed:
+		return fmt.Errorf("open testbed: %w", ErrServerClosed)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("open testbed: %w", err)
+	}
+	s.ln = &trackingListener{Listener: ln, conns: make(map[*trackedConn]struct{})}
+	s.state = stateOpen
+	go func() {
+		defer close(s.serveDone)
+		s.serveErr = s.srv.Serve(s.ln)
+	}()
+	s.log.Info("testbed listening", "addr", ln.Addr().String(), "mode", string(s.opts.Mode), "verify_signatures", len(s.opts.Secrets) > 0)
+	return nil
+}
+
+// Addr returns the listening address ("127.0.0.1:PORT"), or "" before Open.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// URL returns "http://" + Addr(), or "" before Open.
+func (s *Server) URL() string {
+	if a := s.Addr(); a != "" {
+		return "http://" + a
+	}
+	return ""
+}
+
+// Close releases black-holed and slow requests, stops serving, closes every
+// connection and waits for the server's goroutines. It returns the first
+// error. Calling Close again, or before Open, does nothing.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	prev := s.state
+	s.state = stateClosed
+	s.mu.Unlock()
+	s.stop()
+	if prev != stateOpen {
+		return nil
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	err := s.srv.ShutdownWithContext(ctx)
+	cancel()
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = nil // connections still busy are closed below
+	}
+	// Closing the listener ourselves also stops a Serve goroutine that had
+	// not yet registered it with fasthttp when Shutdown ran.
+	if cerr := s.ln.Listener.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) && err == nil {
+		err = cerr
+	}
+	<-s.serveDone
+	if s.serveErr != nil && !errors.Is(s.serveErr, net.ErrClosed) && err == nil {
+		err = s.serveErr
+	}
+	// After Serve returns no connection is accepted any more: close what
+	// remains and wait until fasthttp has let go of every connection, which
+	// also means every handler and hijack handler has returned.
+	s.ln.abort()
+	s.ln.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("close testbed: %w", err)
+	}
+	return nil
+}
+
+// SetMode sets the mode of path; path "" sets the default for paths without
+// their own. An empty m removes the path's own mode (for path "", resets the
+// default to ModeOK). Validate names with ParseMode first: a path in an
+// unknown mode is answered 500.
+func (s *Server) SetMode(path string, m Mode) {
+	s.mu.Lock()
+	switch {
+	case m != "":
+		s.modes[path] = m
+	case path == "":
+		s.modes[""] = ModeOK
+	default:
+		delete(s.modes, path)
+	}
+	s.mu.Unlock()
+	s.log.Info("testbed mode set", "path", path, "mode", string(m))
+}
+
+// Stats returns a copy of the counters of every path that has received a
+// request, keyed by request path.
+func (s *Server) Stats() map[string]PathStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.statsLocked()
+}
+
+func (s *Server) statsLocked() map[string]PathStats {
+	out := make(map[string]PathStats, len(s.paths))
+	for p, ps := range s.paths {
+		out[p] = ps.stats.clone()
+	}
+	return out
+}
+
+// IDs returns the distinct webhook-id values accepted (answered 2xx) on path,
+// in the order they were first accepted.
+func (s *Server) IDs(path string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps := s.paths[path]
+	if ps == nil {
+		return nil
+	}
+	return append([]string(nil), ps.ids...)
+}
+
+// Wait blocks until cond, called with a fresh copy of Stats, returns true. It
+// re-checks cond each time the counters change and returns ctx.Err() when ctx
+// ends first. cond runs without the server's lock held.
+func (s *Server) Wait(ctx context.Context, cond func(map[string]PathStats) bool) error {
+	for {
+		s.mu.Lock()
+		snap := s.statsLocked()
+		if s.changed == nil {
+			s.changed = make(chan struct{})
+		}
+		changed := s.changed
+		s.mu.Unlock()
+
+		if cond(snap) {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// notifyLocked wakes Wait callers. Allocating a new channel only when
+// someone waits keeps the request path free of it otherwise.
+func (s *Server) notifyLocked() {
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+}
+
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	switch p := ctx.Path(); string(p) {
+	case "/_stats":
+		s.serveStats(ctx)
+	case "/_ids":
+		s.serveIDs(ctx)
+	case "/_mode":
+		s.serveMode(ctx)
+	default:
+		s.serveWebhook(ctx, p)
+	}
+}
+
+var (
+	bodyOK           = []byte("ok\n")
+	bodyFail         = []byte("fail\n")
+	bodyRateLimited  = []byte("rate limited\n")
+	bodyUnsigned     = []byte("missing webhook-signature\n")
+	bodyBadSignature = []byte("bad signature\n")
+	bodyClosing      = []byte("shutting down\n")
+	bodyUnknownMode  = []byte("unknown mode\n")
+)
+
+func (s *Server) serveWebhook(ctx *fasthttp.RequestCtx, path []byte) {
+	h := &ctx.Request.Header
+	id := h.Peek(signing.HeaderID)
+	sig := h.Peek(signing.HeaderSignature)
+
+	// Verify before taking the lock: it is the only CPU-heavy step.
+	unsigned, badSig := len(sig) == 0, false
+	var verifyErr error
+	if !unsigned && len(s.opts.Secrets) > 0 {
+		verifyErr = signing.Verify(s.opts.Secrets, string(id), string(h.Peek(signing.HeaderTimestamp)),
+			string(sig), ctx.PostBody(), time.Now(), signing.DefaultTolerance)
+		badSig = verifyErr != nil
+	}
+
+	s.mu.Lock()
+	ps := s.paths[string(path)]
+	if ps == nil {
+		ps = &pathState{
+			stats: PathStats{Attempts: make(map[string]int64), Statuses: make(map[int]int64)},
+			seen:  make(map[string]struct{}),
+		}
+		s.paths[string(path)] = ps
+	}
+	st := &ps.stats
+	st.Requests++
+	n := st.Requests
+	st.InFlight++
+	st.MaxInFlight = max(st.MaxInFlight, st.InFlight)
+	if unsigned {
+		st.Unsigned++
+	}
+	if badSig {
+		st.BadSignatures++
+	}
+	if a := h.Peek("X-Attempt"); len(a) > 0 {
+		st.Attempts[string(a)]++
+	}
+	mode, ok := s.modes[string(path)]
+	if !ok {
+		mode = s.modes[""]
+	}
+	s.notifyLocked()
+	s.mu.Unlock()
+
+	if log := s.log; log.Enabled(context.Background(), slog.LevelDebug) {
+		log.Debug("testbed request", "path", string(path), "webhook_id", string(id), "mode", string(mode), "n", n)
+	}
+
+	var status int
+	var body []byte
+	switch {
+	case badSig:
+		s.log.Warn("testbed bad signature", "path", string(path), "webhook_id", string(id), "err", verifyErr)
+		status, body = fasthttp.StatusUnauthorized, bodyBadSignature
+	case unsigned && len(s.opts.Secrets) > 0:
+		status, body = fasthttp.StatusUnauthorized, bodyUnsigned
+	default:
+		switch mode {
+		case ModeOK:
+			status, body = fasthttp.StatusOK, bodyOK
+		case ModeFail:
+			status, body = fasthttp.StatusInternalServerError, bodyFail
+		case ModeFlaky:
+			if n%2 == 1 {
+				status, body = fasthttp.StatusInternalServerError, bodyFail
+			} else {
+				status, body = fasthttp.StatusOK, bodyOK
+			}
+		case ModeRateLimit:
+			ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, s.opts.RetryAfter)
+			status, body = fasthttp.StatusTooManyRequests, bodyRateLimited
+		case ModeSlow:
+			t := time.NewTimer(s.opts.Delay)
+			select {
+			case <-t.C:
+				status, body = fasthttp.StatusOK, bodyOK
+			case <-s.closing.Done():
+				t.Stop()
+				status, body = fasthttp.StatusServiceUnavailable, bodyClosing
+			}
+		case ModeBlackhole:
+			// Take the connection from fasthttp without answering; the
+			// hijack handler runs in its own goroutine after this returns.
+			ctx.HijackSetNoResponse(true)
+			ctx.Hijack(func(c net.Conn) {
+				s.blackhole(c)
+				s.finish(ps, 0, nil)
+			})
+			return
+		default:
+			status, body = fasthttp.StatusInternalServerError, bodyUnknownMode
+		}
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetBody(body)
+	s.finish(ps, status, id)
+}
+
+// blackhole holds c until the client disconnects (or sends something that
+// fails to read) or the server closes, discarding anything the client sends.
+func (s *Server) blackhole(c net.Conn) {
+	release := context.AfterFunc(s.closing, func() {
+		// fasthttp's hijacked conn ignores Close (it closes the conn
+		// itself after we return); a past deadline unblocks the read.
+		_ = c.SetReadDeadline(time.Unix(1, 0))
+	})
+	defer release()
+	_, _ = io.Copy(io.Discard, c)
+}
+
+// finish records the answer to one request. status 0 means unanswered.
+func (s *Server) finish(ps *pathState, status int, id []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &ps.stats
+	st.InFlight--
+	if status != 0 {
+		st.Statuses[status]++
+	}
+	if status >= 200 && status < 300 {
+		st.Accepted++
+		if len(id) > 0 {
+			if _, dup := ps.seen[string(id)]; dup {
+				st.Duplicates++
+			} else {
+				k := string(id)
+				ps.seen[k] = struct{}{}
+				ps.ids = append(ps.ids, k)
+				st.Unique++
+			}
+		}
+	}
+	s.notifyLocked()
+}
+
+func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() && !ctx.IsHead() {
+		methodNotAllowed(ctx, "GET, HEAD")
+		return
+	}
+	b, err := json.Marshal(s.Stats())
+	if err != nil {
+		ctx.Error("encode stats: "+err.Error(), fasthttp.StatusInternalServerError)
+		return
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(b, '\n'))
+}
+
+func (s *Server) serveIDs(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() && !ctx.IsHead() {
+		methodNotAllowed(ctx, "GET, HEAD")
+		return
+	}
+	args := ctx.QueryArgs()
+	if !args.Has("path") {
+		ctx.Error("missing query parameter path\n", fasthttp.StatusBadRequest)
+		return
+	}
+	ctx.SetContentType("text/plain; charset=utf-8")
+	var b []byte
+	for _, id := range s.IDs(string(args.Peek("path"))) {
+		b = append(append(b, id...), '\n')
+	}
+	ctx.SetBody(b)
+}
+
+func (s *Server) serveMode(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsPost() {
+		methodNotAllowed(ctx, "POST")
+		return
+	}
+	args := ctx.QueryArgs()
+	m, err := ParseMode(string(args.Peek("mode")))
+	if err != nil {
+		ctx.Error(err.Error()+"\n", fasthttp.StatusBadRequest)
+		return
+	}
+	path := string(args.Peek("path"))
+	s.SetMode(path, m)
+	ctx.SetContentType("text/plain; charset=utf-8")
+	if path == "" {
+		path = "default"
+	}
+	ctx.SetBodyString(path + ": " + string(m) + "\n")
+}
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Response.Header.Set(fasthttp.HeaderAllow, allow)
+	ctx.Error("method not allowed\n", fasthttp.StatusMethodNotAllowed)
+}
+
+// trackingListener records every accepted connection until fasthttp closes
+// it, so that Close can force connections shut and then wait for fasthttp
+// (and hijack handlers) to be done with all of them. fasthttp's own
+// Shutdown neither waits for hijacked connections nor closes busy ones.
+type trackingListener struct {
+	net.Listener
+	wg    sync.WaitGroup // one per connection not yet closed by fasthttp
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: c, l: l}
+	l.mu.Lock()
+	l.conns[tc] = struct{}{}
+	l.mu.Unlock()
+	l.wg.Add(1)
+	return tc, nil
+}
+
+// abort closes the sockets of all connections fasthttp still holds; fasthttp
+// then sees errors, finishes and calls Close on each.
+func (l *trackingListener) abort() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.conns {
+		_ = c.Conn.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	l    *trackingListener
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+		c.l.wg.Done()
+	})
+	return err
+}
+
+// fasthttpLogger sends fasthttp's own messages (mostly connection errors) to
+// slog at debug level.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	if f.l.Enabled(context.Background(), slog.LevelDebug) {
+		f.l.Debug("fasthttp: " + fmt.Sprintf(format, args...))
+	}
+}
+
+var _ fasthttp.Logger = fasthttpLogger{}
