@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strconv"
 	"syscall"
 	"time"
@@ -33,6 +35,7 @@ func (s *Server) newIngestServer() *fasthttp.Server {
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		CloseOnShutdown:       true,
+		Logger:                fasthttpLogger{s.log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 				jsonError(ctx, fasthttp.StatusRequestEntityTooLarge, "body exceeds max_body_bytes ("+strconv.Itoa(s.opts.MaxBodyBytes)+" bytes)")
@@ -157,4 +160,12 @@ func jsonError(ctx *fasthttp.RequestCtx, status int, msg string) {
 	b = strconv.AppendQuote(b, msg)
 	b = append(b, "}\n"...)
 	ctx.SetBody(b)
+}
+
+// fasthttpLogger sends fasthttp's per-connection complaints (malformed or
+// oversized requests, which the client already got an answer for) to debug.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Debug("ingest connection", "detail", fmt.Sprintf(format, args...))
 }

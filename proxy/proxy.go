@@ -213,23 +213,32 @@ func (s *Server) Reload(subs []*Subscription) error {
 // Lanes returns a status line per subscription, sorted by id.
 func (s *Server) Lanes() []LaneStatus { return s.d.statuses() }
 
-// Close drains: ingest answers 503, deliveries in flight get until ctx ends
-// to finish, cursors are written, and the log is closed. What did not
-// finish is delivered again after a restart.
+// DeadLetters lists the dead letters of sub ("" for all), at most limit.
+func (s *Server) DeadLetters(sub string, limit int) ([]*queue.DeadLetter, error) {
+	return s.q.DeadLetters(sub, "", 0, limit)
+}
+
+// Close drains: ingest answers 503 with Retry-After while deliveries in
+// flight get until ctx ends to finish; then cursors are written and the log
+// is closed. What did not finish is delivered again after a restart.
+// Calling Close again does nothing.
 func (s *Server) Close(ctx context.Context) error {
-	s.draining.Store(true)
-	var errs []error
-	// Stop taking connections first; requests already inside Append finish.
-	if err := s.ingest.ShutdownWithContext(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		errs = append(errs, fmt.Errorf("ingest shutdown: %w", err))
+	if s.draining.Swap(true) {
+		return nil
 	}
+	var errs []error
 	if n := s.d.stop(ctx); n > 0 {
 		s.log.Warn("deliveries abandoned at shutdown; they run again after restart", "count", n)
 	}
+	// Producers saw 503 during the drain; now stop taking connections.
+	// Requests already inside Append finish before the log closes.
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.ingest.ShutdownWithContext(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("ingest shutdown: %w", err))
+	}
 	if s.admin != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		s.admin.Shutdown(sctx)
-		cancel()
 	}
 	if err := s.q.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close log: %w", err))

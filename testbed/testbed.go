@@ -8,9 +8,12 @@
 // Guarantees:
 //   - Counters are updated before the response is written, so a client that
 //     has read a response sees it reflected in Stats.
-//   - A black-holed request holds no lock and no handler slot accounting
-//     beyond InFlight; it is released when the client disconnects or on
-//     Close. Close returns promptly even while requests are held.
+//   - Black-holed and slow requests are held without the server's lock and
+//     count in InFlight until released. A black-holed request is released
+//     when its client disconnects or on Close; Close returns promptly while
+//     requests are held and waits for every handler goroutine.
+//   - Duplicates are counted per path by webhook-id among accepted (2xx)
+//     requests only: a retry after a failure is not a duplicate.
 //   - All methods are safe for concurrent use.
 //
 // Besides webhook paths the server answers three control endpoints:
@@ -509,13 +512,20 @@ func (s *Server) serveWebhook(ctx *fasthttp.RequestCtx, path []byte) {
 // blackhole holds c until the client disconnects (or sends something that
 // fails to read) or the server closes, discarding anything the client sends.
 func (s *Server) blackhole(c net.Conn) {
-	release := context.AfterFunc(s.closing, func() {
+	released := make(chan struct{})
+	stop := context.AfterFunc(s.closing, func() {
+		defer close(released)
 		// fasthttp's hijacked conn ignores Close (it closes the conn
 		// itself after we return); a past deadline unblocks the read.
 		_ = c.SetReadDeadline(time.Unix(1, 0))
 	})
-	defer release()
 	_, _ = io.Copy(io.Discard, c)
+	if !stop() {
+		// Close raced with the client's disconnect: c must stay valid
+		// until the deadline call is done, fasthttp recycles it after we
+		// return.
+		<-released
+	}
 }
 
 // finish records the answer to one request. status 0 means unanswered.
