@@ -41,7 +41,7 @@ const (
 	DefaultMaxBodyBytes   = 1 << 20
 	DefaultShutdownGrace  = 10 * time.Second
 	DefaultMaxInFlight    = 1024
-	DefaultCursorInterval = 100 * time.Millisecond
+	DefaultCursorInterval = 20 * time.Millisecond
 )
 
 // Options configure a Server. Zero values take the defaults above.
