@@ -85,9 +85,10 @@ type Queue struct {
 	reqs    chan *appendReq
 	done    chan struct{} // closed when the committer has exited
 
-	seqMu sync.Mutex // held while a batch assigns and commits sequence numbers
-	head  atomic.Uint64
-	low   atomic.Uint64 // no event below low exists (compaction boundary)
+	seqMu    sync.Mutex    // held while a batch assigns and writes sequence numbers
+	assigned atomic.Uint64 // last seq written (not yet synced, with Sync)
+	head     atomic.Uint64 // last seq durable and published
+	low      atomic.Uint64 // no event below low exists (compaction boundary)
 
 	refMu     sync.Mutex
 	retryRefs map[uint64]int32    // seq → retry records that still need the event
@@ -124,12 +125,12 @@ func Open(opts Options) (*Queue, error) {
 		WithLogger(badgerLogger{log}).
 		WithNumVersionsToKeep(1).
 		WithDetectConflicts(false).
-		WithMemTableSize(32 << 20).
+		WithMemTableSize(16 << 20).
 		WithNumMemtables(3).
 		WithBlockCacheSize(32 << 20).
 		WithIndexCacheSize(16 << 20).
 		WithValueThreshold(64 << 10).
-		WithNumCompactors(2).
+		WithNumCompactors(2).WithValueLogFileSize(64 << 20).
 		WithMetricsEnabled(false)
 	db, err := badger.Open(bopts)
 	if err != nil {
@@ -203,6 +204,7 @@ func (q *Queue) recover() error {
 			head = max(head, seqFromEventKey(rit.Item().Key()))
 		}
 		q.head.Store(head)
+		q.assigned.Store(head)
 		q.low.Store(low)
 		retries := txn.NewIterator(badger.IteratorOptions{Prefix: prefixRetry})
 		defer retries.Close()
@@ -264,16 +266,41 @@ func (q *Queue) Append(ev *Event) (seq uint64, dup bool, err error) {
 	return seq, dup, err
 }
 
+// written is a batch whose transaction is committed, waiting for its sync.
+type written struct {
+	reqs      []*appendReq
+	events    []*Event // the new events, in seq order
+	committed uint64   // last seq actually written
+	err       error    // the write error, for requests past committed
+}
+
+// committer gathers waiting appends into batches and writes each in one
+// transaction. With Sync, it hands written batches to the syncer and goes
+// on gathering the next batch while the sync runs: the write of batch n+1
+// overlaps the fsync of batch n, and one fsync covers every batch written
+// before it started.
 func (q *Queue) committer() {
-	defer close(q.done)
 	var (
-		batch  []*appendReq
-		events []*Event
-		arena  []byte
-		seen   = map[string]uint64{}
+		arena []byte
+		seen  = map[string]uint64{}
+		syncs chan *written
+		done  = make(chan struct{})
 	)
+	if q.opts.Sync {
+		syncs = make(chan *written, 8)
+		go q.syncer(syncs, done)
+	} else {
+		close(done)
+	}
+	defer func() {
+		if syncs != nil {
+			close(syncs)
+		}
+		<-done
+		close(q.done)
+	}()
 	for r := range q.reqs {
-		batch = append(batch[:0], r)
+		batch := []*appendReq{r}
 		size := r.ev.Size()
 	gather:
 		for len(batch) < maxBatchEvents && size < maxBatchBytes {
@@ -288,19 +315,52 @@ func (q *Queue) committer() {
 				break gather
 			}
 		}
-		events, arena = q.commit(batch, events[:0], arena[:0], seen)
+		var w *written
+		w, arena = q.write(batch, arena[:0], seen)
 		clear(seen)
-		clear(events)
+		if syncs != nil && w.committed > q.head.Load() {
+			syncs <- w
+		} else {
+			q.publish(w, nil)
+		}
 	}
 }
 
-// commit writes one batch in as few transactions as Badger allows, syncs
-// once, then publishes the new events and answers every appender.
-func (q *Queue) commit(batch []*appendReq, events []*Event, arena []byte, seen map[string]uint64) ([]*Event, []byte) {
+// syncer fsyncs written batches, as many per fsync as have queued up.
+func (q *Queue) syncer(in <-chan *written, done chan<- struct{}) {
+	defer close(done)
+	var ws []*written
+	for w := range in {
+		ws = append(ws[:0], w)
+	more:
+		for {
+			select {
+			case w, ok := <-in:
+				if !ok {
+					break more
+				}
+				ws = append(ws, w)
+			default:
+				break more
+			}
+		}
+		err := q.db.Sync()
+		for _, w := range ws {
+			q.publish(w, err)
+		}
+		clear(ws)
+	}
+}
+
+// write assigns sequence numbers and writes one batch in as few
+// transactions as Badger allows.
+func (q *Queue) write(batch []*appendReq, arena []byte, seen map[string]uint64) (*written, []byte) {
 	q.seqMu.Lock()
-	next := q.head.Load() + 1
-	committed := q.head.Load()
+	defer q.seqMu.Unlock()
+	next := q.assigned.Load() + 1
+	w := &written{reqs: batch, committed: q.assigned.Load()}
 	txn := q.db.NewTransaction(true)
+	defer func() { txn.Discard() }()
 	var err error
 	pending := 0 // events set in txn but not yet committed
 	flush := func() error {
@@ -308,7 +368,7 @@ func (q *Queue) commit(batch []*appendReq, events []*Event, arena []byte, seen m
 		if err := txn.Commit(); err != nil {
 			return err
 		}
-		committed = next - 1
+		w.committed = next - 1
 		pending = 0
 		txn = q.db.NewTransaction(true)
 		return nil
@@ -367,32 +427,34 @@ func (q *Queue) commit(batch []*appendReq, events []*Event, arena []byte, seen m
 		r.seq = next
 		pending++
 		next++
-		events = append(events, r.ev)
+		w.events = append(w.events, r.ev)
 	}
 	if err == nil && pending > 0 {
 		err = flush()
 	}
-	txn.Discard()
-	var syncErr error
-	if committed > q.head.Load() && q.opts.Sync {
-		syncErr = q.db.Sync()
-	}
-	q.head.Store(committed)
-	q.seqMu.Unlock()
-
+	w.err = err
+	q.assigned.Store(w.committed)
 	// Events past the last committed transaction were never written.
-	live := events
-	for len(live) > 0 && live[len(live)-1].Seq > committed {
-		live = live[:len(live)-1]
+	for len(w.events) > 0 && w.events[len(w.events)-1].Seq > w.committed {
+		w.events = w.events[:len(w.events)-1]
 	}
-	if len(live) > 0 && q.opts.OnCommit != nil {
-		q.opts.OnCommit(live)
+	return w, arena
+}
+
+// publish makes a written batch visible once it is durable: it advances
+// the head, hands the events to OnCommit and answers every appender.
+func (q *Queue) publish(w *written, syncErr error) {
+	if w.committed > q.head.Load() {
+		q.head.Store(w.committed)
 	}
-	for _, r := range batch {
+	if len(w.events) > 0 && q.opts.OnCommit != nil {
+		q.opts.OnCommit(w.events)
+	}
+	for _, r := range w.reqs {
 		switch {
 		case r.err != nil:
-		case r.seq > committed:
-			r.err = fmt.Errorf("append: %w", err)
+		case r.seq > w.committed:
+			r.err = fmt.Errorf("append: %w", w.err)
 		case syncErr != nil && !r.dup:
 			// Written but not known to be on disk: the producer retries with
 			// the same id and gets a duplicate answer, so nothing is lost.
@@ -400,7 +462,6 @@ func (q *Queue) commit(batch []*appendReq, events []*Event, arena []byte, seen m
 		}
 		r.done <- struct{}{}
 	}
-	return events, arena
 }
 
 // Lookup returns the sequence number of an event id still in the dedup window.
@@ -573,7 +634,7 @@ func (q *Queue) Join(sub string, snapshot []byte) (Membership, error) {
 		var err error
 		m, err = readMembership(txn, sub)
 		if errors.Is(err, badger.ErrKeyNotFound) {
-			head := q.head.Load()
+			head := q.assigned.Load()
 			m = Membership{Subscription: sub, From: head + 1, Cursor: head}
 			if err := txn.Set(cursorKey(sub), u64(m.Cursor)); err != nil {
 				return err
@@ -605,7 +666,7 @@ func (q *Queue) Leave(sub string) (Membership, error) {
 			return err
 		}
 		if !m.Left {
-			m.Left, m.Until = true, q.head.Load()
+			m.Left, m.Until = true, q.assigned.Load()
 		}
 		return writeMembership(txn, m)
 	})

@@ -1,0 +1,46 @@
+# syntax=docker/dockerfile:1
+#
+# sluice container image: a static binary on distroless, running as nonroot.
+#
+#   docker build -t sluice --build-arg VERSION=v0.1.0 --build-arg COMMIT=$(git rev-parse --short HEAD) .
+#
+# Listeners: sluice binds 127.0.0.1 by default, on purpose: as a sidecar its
+# only producer is the service next to it. Inside a container, loopback is
+# that container's own, so bind what the producer can reach:
+#   - a pod or a shared network namespace: 127.0.0.1 keeps working;
+#   - otherwise SLUICE_LISTEN=0.0.0.0:8700 and SLUICE_ADMIN__LISTEN=0.0.0.0:8701,
+#     or a unix socket on a shared volume, e.g.
+#     SLUICE_LISTEN=unix:///run/sluice/ingest.sock.
+# Only expose the admin port beyond the pod with admin.token or
+# admin.token_file set.
+
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+# Dependencies first, so code changes do not refetch modules.
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+ARG COMMIT=none
+RUN CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
+      -o /out/sluice ./cmd/sluice \
+ && mkdir -p /out/data
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/sluice /sluice
+# An empty data dir owned by the nonroot user (65532), so a fresh named volume
+# inherits that owner. A bind mount keeps the host's owner: make it writable
+# for uid 65532.
+COPY --from=build --chown=65532:65532 /out/data /var/lib/sluice
+WORKDIR /var/lib/sluice
+# The Badger log. Mount a persistent volume here: an accepted event lives
+# only in this directory until every entitled subscription is done with it.
+VOLUME /var/lib/sluice
+ENV SLUICE_DATA_DIR=/var/lib/sluice
+# 8700 ingest, 8701 admin API (see the note on listeners above).
+EXPOSE 8700 8701
+# Probes GET /readyz on 127.0.0.1:8701 (the image has no shell or curl).
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s CMD ["/sluice", "healthcheck"]
+ENTRYPOINT ["/sluice"]
+CMD ["serve"]

@@ -1,0 +1,164 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/testbed"
+)
+
+// Benchmarks of the hot path, in-process over real loopback. The machine
+// is shared and noisy: compare figures from the same run (see
+// BENCHMARKS.md), never against fixed numbers.
+
+// BenchmarkIngest measures durable appends through the HTTP ingest path
+// with 64 concurrent keep-alive producers and no subscriptions.
+func BenchmarkIngest(b *testing.B) {
+	for _, sync := range []bool{true, false} {
+		name := map[bool]string{true: "fsync", false: "async"}[sync]
+		b.Run(name, func(b *testing.B) {
+			s := benchServer(b, sync)
+			body := []byte(strings.Repeat("x", 512))
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			produce(b, s, 64, b.N, body)
+		})
+	}
+}
+
+// BenchmarkIngestNoop is the ceiling for BenchmarkIngest in the same run: a
+// fasthttp server that answers 202 without doing anything.
+func BenchmarkIngestNoop(b *testing.B) {
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetStatusCode(202)
+		ctx.SetBodyString(`{"id":"x","seq":1}`)
+	}}
+	ln, err := listenLoopback()
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Shutdown()
+	body := []byte(strings.Repeat("x", 512))
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	produceTo(b, "http://"+ln.Addr().String(), 64, b.N, body)
+}
+
+// BenchmarkDelivery measures events delivered end to end (ingest, log,
+// lanes, signed HTTP delivery, receiver) per fan-out and body size. The
+// metric B/delivery shows that bytes allocated per delivery do not grow
+// with the body: every lane sends the one stored slice.
+func BenchmarkDelivery(b *testing.B) {
+	for _, fan := range []int{1, 10} {
+		for _, size := range []int{512, 64 << 10} {
+			b.Run(fmt.Sprintf("fanout=%d/body=%d", fan, size), func(b *testing.B) {
+				tb := testbed.New(testbed.Options{})
+				if err := tb.Open("127.0.0.1:0"); err != nil {
+					b.Fatal(err)
+				}
+				defer tb.Close()
+				var subs []*proxy.Subscription
+				for i := range fan {
+					sb := sub(fmt.Sprintf("s%d", i), fmt.Sprintf("%s/s%d", tb.URL(), i))
+					sb.MaxConcurrency = 32
+					subs = append(subs, sb)
+				}
+				s := benchServer(b, true, subs...)
+				body := []byte(strings.Repeat("x", size))
+				want := int64(b.N)
+				var ms0, ms1 runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&ms0)
+				b.ResetTimer()
+				start := time.Now()
+				produce(b, s, 32, b.N, body)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				if err := tb.Wait(ctx, func(m map[string]testbed.PathStats) bool {
+					for i := range fan {
+						if m[fmt.Sprintf("/s%d", i)].Accepted < want {
+							return false
+						}
+					}
+					return true
+				}); err != nil {
+					b.Fatal(err)
+				}
+				el := time.Since(start)
+				b.StopTimer()
+				runtime.ReadMemStats(&ms1)
+				deliveries := float64(b.N * fan)
+				b.ReportMetric(deliveries/el.Seconds(), "deliveries/s")
+				b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/deliveries, "B/delivery")
+				b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/deliveries, "allocs/delivery")
+			})
+		}
+	}
+}
+
+func benchServer(b *testing.B, sync bool, subs ...*proxy.Subscription) *proxy.Server {
+	s := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "-", DataDir: b.TempDir(), Sync: sync,
+		Subscriptions: subs, Logger: quietLogger()})
+	if err := s.Open(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	return s
+}
+
+var benchRun atomic.Int64
+
+func produce(b *testing.B, s *proxy.Server, conc, n int, body []byte) {
+	produceTo(b, s.URL(), conc, n, body)
+}
+
+// produceTo posts n events from conc keep-alive connections.
+func produceTo(b *testing.B, base string, conc, n int, body []byte) {
+	c := &fasthttp.Client{MaxConnsPerHost: conc}
+	run := benchRun.Add(1)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			req := fasthttp.AcquireRequest()
+			resp := fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI(base + "/v1/events/bench.event")
+			req.Header.SetMethod("POST")
+			req.Header.SetContentType("application/json")
+			req.SetBodyRaw(body)
+			var key []byte
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				key = fmt.Appendf(key[:0], "r%d-%d", run, i)
+				req.Header.SetBytesV("Idempotency-Key", key)
+				if err := c.Do(req, resp); err != nil || resp.StatusCode() != 202 {
+					b.Errorf("post: %v %d %s", err, resp.StatusCode(), resp.Body())
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func listenLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
