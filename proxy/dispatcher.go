@@ -30,7 +30,7 @@ type dispatcher struct {
 	lanes   map[string]*lane
 	hungry  map[*lane]struct{} // lanes with free slots waiting for new events
 	dirty   map[*lane]struct{} // lanes whose cursor moved since the last flush
-	starved []*lane            // lanes that found the global limit full
+	starved map[*lane]struct{} // lanes that found the global limit full
 
 	maxInFlight int64
 	inflight    atomic.Int64
@@ -53,7 +53,7 @@ func newDispatcher(q *queue.Queue, client *fasthttp.Client, log *slog.Logger, no
 		q: q, log: log, now: now, client: client,
 		ring:   newRing(ringSlots, ringBytes, q.Head()),
 		lanes:  map[string]*lane{},
-		hungry: map[*lane]struct{}{}, dirty: map[*lane]struct{}{},
+		hungry: map[*lane]struct{}{}, dirty: map[*lane]struct{}{}, starved: map[*lane]struct{}{},
 		maxInFlight:    int64(maxInFlight),
 		jobs:           make(chan *job, maxInFlight),
 		freed:          make(chan struct{}, 1),
@@ -202,13 +202,13 @@ func (d *dispatcher) markDirty(l *lane) {
 }
 
 // acquire takes one slot of the process-wide in-flight limit. When none is
-// free the lane is queued to be pumped when one frees up.
+// free the lane is remembered, to be pumped when a slot frees up.
 func (d *dispatcher) acquire(l *lane) bool {
 	for {
 		n := d.inflight.Load()
 		if n >= d.maxInFlight {
 			d.mu.Lock()
-			d.starved = append(d.starved, l)
+			d.starved[l] = struct{}{}
 			d.mu.Unlock()
 			return false
 		}
@@ -218,22 +218,49 @@ func (d *dispatcher) acquire(l *lane) bool {
 	}
 }
 
+// giveBack returns a slot from inside a pump (a lane's mu held): starved
+// lanes are handed to the kick loop rather than pumped here, which could
+// be this very lane.
+func (d *dispatcher) giveBack() {
+	d.slotFreed()
+	d.mu.Lock()
+	wake := len(d.starved) > 0
+	for l := range d.starved {
+		d.hungry[l] = struct{}{}
+	}
+	clear(d.starved)
+	d.mu.Unlock()
+	if wake {
+		select {
+		case d.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// release returns the slot of a finished delivery (no lane lock held) and
+// pumps one lane that was waiting for a slot.
 func (d *dispatcher) release() {
+	d.slotFreed()
+	var next *lane
+	d.mu.Lock()
+	for l := range d.starved {
+		next = l
+		delete(d.starved, l)
+		break
+	}
+	d.mu.Unlock()
+	if next != nil {
+		next.pump()
+	}
+}
+
+func (d *dispatcher) slotFreed() {
 	if d.inflight.Add(-1) == 0 {
 		select {
 		case d.freed <- struct{}{}:
 		default:
 		}
-	}
-	d.mu.Lock()
-	var l *lane
-	if len(d.starved) > 0 {
-		l = d.starved[0]
-		d.starved = d.starved[1:]
-	}
-	d.mu.Unlock()
-	if l != nil {
-		l.pump()
 	}
 }
 

@@ -108,15 +108,22 @@ func (l *lane) pumpLocked() {
 			return
 		}
 	}
+	rechecked := false
 	for l.inFlight < limit {
 		if !d.acquire(l) {
 			break
 		}
 		ev := l.nextFresh()
 		if ev == nil {
-			d.release()
+			d.giveBack()
 			l.hungry = true
 			d.markHungry(l)
+			// A commit between nextFresh and markHungry would find this
+			// lane not yet hungry: look once more now that it is.
+			if !rechecked && len(l.buf) == 0 && l.next <= l.limitSeq() {
+				rechecked = true
+				continue
+			}
 			break
 		}
 		l.window = append(l.window, slot{seq: ev.Seq})

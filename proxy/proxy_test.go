@@ -500,3 +500,28 @@ func TestShutdownAnswers503WhileDraining(t *testing.T) {
 	})
 	<-closed
 }
+
+// TestGlobalInFlightLimitStarvesNoLane: with a process-wide limit far below
+// the sum of the caps, lanes wait for slots and every event still arrives.
+func TestGlobalInFlightLimitStarvesNoLane(t *testing.T) {
+	tb := startTestbed(t, testbed.ModeOK)
+	var subs []*proxy.Subscription
+	for i := range 5 {
+		subs = append(subs, sub(fmt.Sprintf("s%d", i), fmt.Sprintf("%s/s%d", tb.URL(), i)))
+	}
+	s := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(),
+		Subscriptions: subs, Logger: quietLogger(), MaxInFlight: 2})
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer closeServer(t, s, 5*time.Second)
+	publish(t, s, "t", "e", 50)
+	waitFor(t, tb, "every lane delivered", func(m map[string]testbed.PathStats) bool {
+		for i := range 5 {
+			if m[fmt.Sprintf("/s%d", i)].Unique < 50 {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -521,6 +521,10 @@ func (q *Queue) Events(from, to uint64, limit int, match func(typ []byte) bool) 
 	if from > to {
 		return nil, next, nil
 	}
+	// Read the head before the snapshot: every event up to it was
+	// committed before the read began, so the snapshot holds them all. Read
+	// after, it could name events the snapshot cannot see.
+	head := q.head.Load()
 	err = q.db.View(func(txn *badger.Txn) error {
 		opts := badger.IteratorOptions{Prefix: prefixEvent}
 		if match == nil {
@@ -564,7 +568,7 @@ func (q *Queue) Events(from, to uint64, limit int, match func(typ []byte) bool) 
 		if !it.Valid() {
 			// Nothing more is written yet: everything up to the head seen by
 			// this read has been scanned.
-			next = max(next, min(to, q.head.Load())+1)
+			next = max(next, min(to, head)+1)
 		}
 		return nil
 	})
