@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # sluice container image: a static binary on distroless, running as nonroot.
 #
 #   docker build -t sluice --build-arg VERSION=v0.1.0 --build-arg COMMIT=$(git rev-parse --short HEAD) .
@@ -40,7 +38,11 @@ VOLUME /var/lib/sluice
 ENV SLUICE_DATA_DIR=/var/lib/sluice
 # 8700 ingest, 8701 admin API (see the note on listeners above).
 EXPOSE 8700 8701
-# Probes GET /readyz on 127.0.0.1:8701 (the image has no shell or curl).
+# The image has no shell or curl: `sluice healthcheck` probes
+# GET http://127.0.0.1:8701/readyz, sending SLUICE_ADMIN__TOKEN as a bearer
+# token when that variable is set. It does not read the config: if the admin
+# API listens elsewhere (another port, a unix socket) or its token comes from
+# admin.token_file, override this with --admin URL or turn it off.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s CMD ["/sluice", "healthcheck"]
 ENTRYPOINT ["/sluice"]
 CMD ["serve"]
