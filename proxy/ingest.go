@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -64,7 +65,7 @@ func (s *Server) handleIngest(ctx *fasthttp.RequestCtx) {
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "shutting down; retry")
 		return
 	}
-	if msg := checkName(typ, maxTypeLen); msg != "" {
+	if msg := checkName(typ, maxTypeLen, typeChars); msg != "" {
 		jsonError(ctx, fasthttp.StatusBadRequest, "invalid event type "+strconv.Quote(string(typ))+": "+msg)
 		return
 	}
@@ -73,7 +74,7 @@ func (s *Server) handleIngest(ctx *fasthttp.RequestCtx) {
 	if len(id) == 0 {
 		idStr = ulid.Make().String()
 	} else {
-		if msg := checkName(id, maxIDLen); msg != "" {
+		if msg := checkName(id, maxIDLen, idChars); msg != "" {
 			jsonError(ctx, fasthttp.StatusBadRequest, "invalid Idempotency-Key "+strconv.QuoteToASCII(string(id[:min(len(id), 64)]))+": "+msg)
 			return
 		}
@@ -128,10 +129,18 @@ func (s *Server) handleIngest(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(b)
 }
 
-// checkName validates an event type or id: 1..max bytes of
-// [A-Za-z0-9._:@/+=-], starting with a letter or digit. It returns what is
+// Characters allowed after the first (a letter or digit). Types are what
+// subscriptions filter on, so they match the config's type names; ids may
+// also carry the characters of common id formats (emails, base64, paths).
+const (
+	typeChars = "._:-"
+	idChars   = "._:@/+=-"
+)
+
+// checkName validates an event type or id: 1..maxLen bytes, a letter or
+// digit, then letters, digits and the given punctuation. It returns what is
 // wrong, or "".
-func checkName(b []byte, maxLen int) string {
+func checkName(b []byte, maxLen int, punct string) string {
 	switch {
 	case len(b) == 0:
 		return "empty"
@@ -141,8 +150,8 @@ func checkName(b []byte, maxLen int) string {
 		return "must start with a letter or digit"
 	}
 	for i, c := range b {
-		if !isAlnum(c) && !bytes.ContainsRune([]byte("._:@/+=-"), rune(c)) {
-			return "character " + strconv.QuoteRuneToASCII(rune(c)) + " at " + strconv.Itoa(i) + " not allowed (use A-Z a-z 0-9 . _ : @ / + = -)"
+		if !isAlnum(c) && strings.IndexByte(punct, c) < 0 {
+			return "character " + strconv.QuoteRuneToASCII(rune(c)) + " at " + strconv.Itoa(i) + " not allowed (use letters, digits and " + punct + ")"
 		}
 	}
 	return ""

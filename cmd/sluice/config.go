@@ -184,10 +184,38 @@ type Config struct {
 	// set in the file or the overrides, not in the environment.
 	Subscriptions []SubscriptionConfig `koanf:"subscriptions"`
 
+	// IgnoredEnv names SLUICE_* variables that are no config key. They are
+	// not errors: Kubernetes injects SLUICE_PORT and friends for a Service
+	// named sluice, and a sidecar must not refuse to start over that. The
+	// caller logs them.
+	IgnoredEnv []string `koanf:"-" json:"-"`
+
 	// lookupEnv resolves secret_env references; LoadConfig points it at its
 	// environ argument, nil means os.LookupEnv.
 	lookupEnv func(string) (string, bool)
 }
+
+// envKeys is every config key the environment may set.
+var envKeys = func() map[string]bool {
+	keys := map[string]bool{}
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			tag := f.Tag.Get("koanf")
+			if tag == "" || tag == "-" || tag == "subscriptions" {
+				continue
+			}
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[time.Duration]() {
+				walk(f.Type, prefix+tag+".")
+				continue
+			}
+			keys[prefix+tag] = true
+		}
+	}
+	walk(reflect.TypeFor[Config](), "")
+	return keys
+}()
 
 // AdminConfig configures the admin API listener.
 type AdminConfig struct {
@@ -264,7 +292,7 @@ type ConcurrencyConfig struct {
 }
 
 // RetryConfig is a subscription's retry schedule: full-jitter backoff
-// uniform(0, min(Cap, Base·2^attempt)) until MaxAttempts or MaxAge.
+// uniform(0, min(Cap, Base·2^(attempt-1))) until MaxAttempts or MaxAge.
 type RetryConfig struct {
 	// MaxAttempts counts every attempt including the first, 1..100.
 	// Default DefaultRetryMaxAttempts.
@@ -464,6 +492,7 @@ func LoadConfig(path string, environ []string, overrides map[string]any) (*Confi
 	}
 	cfg.applyDefaults()
 	cfg.lookupEnv = envLookup(environ)
+	cfg.IgnoredEnv = envLayer.ignored
 
 	if err := cfg.Validate(); err != nil {
 		var ve *ConfigValidationError
@@ -477,8 +506,9 @@ func LoadConfig(path string, environ []string, overrides map[string]any) (*Confi
 
 // layer is one configuration source and a way to name where a key came from.
 type layer struct {
-	k      *koanf.Koanf
-	source func(key string) string
+	k       *koanf.Koanf
+	source  func(key string) string
+	ignored []string // environment variables that name no key
 }
 
 // check reports the first unknown key of the layer, then the first value
@@ -521,6 +551,7 @@ func koanfKey(field string) string {
 func loadEnv(environ []string) (layer, error) {
 	names := map[string]string{} // koanf key → variable name
 	var bad []*ConfigValidationError
+	var ignored []string
 	transform := func(name, value string) (string, any) {
 		rest := strings.TrimPrefix(name, envPrefix)
 		if rest == "" {
@@ -546,6 +577,10 @@ func loadEnv(environ []string) (layer, error) {
 			return "", nil
 		}
 		key := strings.Join(parts, ".")
+		if !envKeys[key] {
+			ignored = append(ignored, name)
+			return "", nil
+		}
 		names[key] = name
 		return key, value
 	}
@@ -563,7 +598,8 @@ func loadEnv(environ []string) (layer, error) {
 		sort.Slice(bad, func(i, j int) bool { return bad[i].Source < bad[j].Source })
 		return layer{}, bad[0]
 	}
-	return layer{k: k, source: func(key string) string {
+	sort.Strings(ignored)
+	return layer{k: k, ignored: ignored, source: func(key string) string {
 		for k := key; k != ""; {
 			if n, ok := names[k]; ok {
 				return "environment variable " + n

@@ -384,13 +384,10 @@ func TestLoadConfigEnvErrors(t *testing.T) {
 		env  string
 		want string
 	}{
-		{"unknown key", "SLUICE_COLOUR=blue", `config: unknown key "colour" (from environment variable SLUICE_COLOUR)`},
-		{"unknown nested key", "SLUICE_ADMIN__PORT=1", `unknown key "admin.port" (from environment variable SLUICE_ADMIN__PORT)`},
 		{"not an integer", "SLUICE_MAX_BODY_BYTES=lots", `max_body_bytes: "lots": must be an integer (from environment variable SLUICE_MAX_BODY_BYTES)`},
 		{"bare duration", "SLUICE_DEDUP_WINDOW=60", `dedup_window: "60": duration needs a unit`},
 		{"invalid value", "SLUICE_DURABILITY=sometimes", `durability: "sometimes": must be "fsync" or "async" (from environment variable SLUICE_DURABILITY)`},
 		{"subscriptions", "SLUICE_SUBSCRIPTIONS__0__URL=https://x", `subscriptions: cannot be set from the environment`},
-		{"not a mapping", "SLUICE_ADMIN=x", `admin: expected a mapping (from environment variable SLUICE_ADMIN)`},
 		{"empty segment", "SLUICE_ADMIN____LISTEN=x", `cannot be mapped to a key`},
 		{"token redacted", "SLUICE_ADMIN__TOKEN=bad token value", `admin.token: [redacted]`},
 	}
@@ -404,6 +401,24 @@ func TestLoadConfigEnvErrors(t *testing.T) {
 				t.Fatalf("error reveals the token: %v", err)
 			}
 		})
+	}
+}
+
+// TestLoadConfigIgnoresForeignEnv: SLUICE_* variables that name no key
+// (Kubernetes service links inject SLUICE_PORT for a Service named sluice)
+// are reported, not fatal, and change nothing.
+func TestLoadConfigIgnoresForeignEnv(t *testing.T) {
+	env := []string{"SLUICE_PORT=tcp://10.0.0.1:8700", "SLUICE_SERVICE_HOST=10.0.0.1", "SLUICE_ADMIN=x", "SLUICE_ADMIN__PORT=1", "SLUICE_LISTEN=127.0.0.1:9999"}
+	cfg, err := LoadConfig("", env, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "127.0.0.1:9999" || cfg.Admin.Listen != DefaultAdminListen {
+		t.Fatalf("config = %s", cfg)
+	}
+	want := []string{"SLUICE_ADMIN", "SLUICE_ADMIN__PORT", "SLUICE_PORT", "SLUICE_SERVICE_HOST"}
+	if !slices.Equal(cfg.IgnoredEnv, want) {
+		t.Fatalf("ignored = %v, want %v", cfg.IgnoredEnv, want)
 	}
 }
 

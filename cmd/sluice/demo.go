@@ -56,7 +56,7 @@ func demo(args []string, stdout io.Writer) error {
 	hole := sub("blackhole")
 	hole.Timeout, hole.MaxConcurrency = time.Hour, 4 // never answers: its cap is all it may hold
 	flaky := sub("flaky")
-	flaky.Retry.MaxAttempts = 8 // every other request fails: a few tries always get through
+	flaky.Retry.MaxAttempts = 20 // every other request to the path fails: an event almost never loses 20 draws
 	subs := []*proxy.Subscription{sub("healthy"), sub("geofence-only", "geofence.enter"), flaky, sub("failing"), hole}
 	srv := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: dir, Sync: true, Subscriptions: subs, Logger: quiet})
 	if err := srv.Open(); err != nil {

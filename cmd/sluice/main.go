@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -33,7 +34,7 @@ Usage:
   sluice serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--data-dir DIR]
   sluice demo
   sluice testbed --listen ADDR --mode ok|fail|slow|blackhole|ratelimit|flaky [--secret whsec_...]
-  sluice healthcheck [--admin URL]
+  sluice healthcheck [--config FILE] [--admin URL]
   sluice version
 
 Run 'sluice COMMAND -h' for the flags of a command.
@@ -100,6 +101,9 @@ func serve(args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	if len(cfg.IgnoredEnv) > 0 {
+		log.Warn("ignoring SLUICE_ environment variables that are no config key", "variables", strings.Join(cfg.IgnoredEnv, ","))
+	}
 	subs, err := subscriptions(cfg)
 	if err != nil {
 		return err
@@ -126,13 +130,13 @@ func serve(args []string, stderr io.Writer) error {
 		}
 		log.Info("draining", "signal", sig.String(), "grace", cfg.ShutdownGrace)
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
-		// A second signal ends the drain at once.
+		// A second signal exits at once: whatever was not finished is in
+		// the log and runs again after restart.
 		go func() {
 			for s := range sigs {
 				if s != syscall.SIGHUP {
-					log.Warn("second signal: stopping now", "signal", s.String())
-					cancel()
-					return
+					log.Warn("second signal: exiting now", "signal", s.String())
+					os.Exit(1)
 				}
 			}
 		}()
@@ -216,23 +220,42 @@ func subscriptions(cfg *Config) ([]*proxy.Subscription, error) {
 }
 
 // healthcheck exits 0 when the local sidecar answers /readyz, for images
-// without curl (Docker HEALTHCHECK, Kubernetes exec probes).
+// without curl (Docker HEALTHCHECK, Kubernetes exec probes). It reads the
+// same config as serve (file, SLUICE_ environment) to find the admin
+// listener and its token.
 func healthcheck(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	admin := fs.String("admin", "http://"+DefaultAdminListen, "admin API base URL")
+	configPath := fs.String("config", "", "the sidecar's config file, for admin.listen and the admin token")
+	admin := fs.String("admin", "", "admin API base URL (default: from the config)")
 	path := fs.String("path", "/readyz", "path to probe (/readyz or /healthz)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c := &http.Client{Timeout: 2 * time.Second}
-	req, err := http.NewRequest(http.MethodGet, strings.TrimRight(*admin, "/")+*path, nil)
+	cfg, err := LoadConfig(*configPath, os.Environ(), nil)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}
-	if tok := os.Getenv("SLUICE_ADMIN__TOKEN"); tok != "" {
+	base, client := *admin, &http.Client{Timeout: 2 * time.Second}
+	if base == "" {
+		base = "http://" + cfg.Admin.Listen
+		if sock, ok := strings.CutPrefix(cfg.Admin.Listen, "unix://"); ok {
+			base = "http://sluice"
+			client.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			}}
+		} else if host, port, err := net.SplitHostPort(cfg.Admin.Listen); err == nil && (host == "" || host == "0.0.0.0" || host == "::") {
+			base = "http://" + net.JoinHostPort("127.0.0.1", port)
+		}
+	}
+	req, err := http.NewRequest(http.MethodGet, strings.TrimRight(base, "/")+*path, nil)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	if tok := cfg.Admin.ResolvedToken; tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	resp, err := c.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -386,5 +387,28 @@ func TestVersion(t *testing.T) {
 	var out bytes.Buffer
 	if code := run([]string{"version"}, &out, &out); code != 0 || !strings.HasPrefix(out.String(), "sluice ") {
 		t.Fatalf("version: %d %q", code, out.String())
+	}
+}
+
+func TestHealthcheckUsesConfigAndToken(t *testing.T) {
+	dir := t.TempDir()
+	admin := freePort(t)
+	srv := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: "s3cret-token", DataDir: filepath.Join(dir, "data")})
+	if err := srv.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close(context.Background())
+	withToken := filepath.Join(dir, "ok.yaml")
+	os.WriteFile(withToken, []byte("admin:\n  listen: "+admin+"\n  token: s3cret-token\n"), 0o600)
+	withoutToken := filepath.Join(dir, "no.yaml")
+	os.WriteFile(withoutToken, []byte("admin:\n  listen: "+admin+"\n"), 0o600)
+
+	var out bytes.Buffer
+	if code := run([]string{"healthcheck", "--config", withToken}, &out, &out); code != 0 {
+		t.Fatalf("healthcheck with the token: %d %s", code, out.String())
+	}
+	out.Reset()
+	if code := run([]string{"healthcheck", "--config", withoutToken}, &out, &out); code != 1 || !strings.Contains(out.String(), "401") {
+		t.Fatalf("healthcheck without the token: %d %s", code, out.String())
 	}
 }
