@@ -178,11 +178,11 @@ func subYAML(id, url, types string) string {
 	return fmt.Sprintf("  - id: %s\n    url: %s\n    secret: %s\n    types: %s\n    retry: {base: 10ms, cap: 100ms, max_attempts: 100}\n", id, url, e2eSecret, types)
 }
 
-// TestCrashUnderLoadLosesNothing kills a real `sluice serve` with SIGKILL
+// TestInvariant1_CrashUnderLoadLosesNothing kills a real `sluice serve` with SIGKILL
 // several times while producers publish; after a final restart every
 // accepted event reaches every entitled subscription (invariants 1, 3, 4),
 // nothing arrives that was never sent, and duplicates stay bounded.
-func TestCrashUnderLoadLosesNothing(t *testing.T) {
+func TestInvariant1_CrashUnderLoadLosesNothing(t *testing.T) {
 	dir := t.TempDir()
 	tb := startReceiver(t)
 	sc := newSidecar(t, dir, subYAML("alpha", tb.URL()+"/alpha", `["*"]`)+
