@@ -3,7 +3,9 @@ package proxy
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"expvar"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 )
 
@@ -24,6 +26,15 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"subscriptions": s.Lanes(), "head": s.d.head.Load()})
 	})
+	// Profiles and runtime counters, for explaining a regression on a live
+	// sidecar (bench -profile uses them). Behind the admin token like
+	// everything else here.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	mux.Handle("GET /debug/vars", expvar.Handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found: " + r.Method + " " + r.URL.Path})
 	})
