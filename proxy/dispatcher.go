@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"context"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,11 +28,20 @@ type dispatcher struct {
 	ring   *ring
 	head   atomic.Uint64 // last seq in the ring (or the log's head at start)
 
-	mu      sync.Mutex
-	lanes   map[string]*lane
-	hungry  map[*lane]struct{} // lanes with free slots waiting for new events
-	dirty   map[*lane]struct{} // lanes whose cursor moved since the last flush
-	starved map[*lane]struct{} // lanes that found the global limit full
+	mu     sync.Mutex
+	lanes  map[string]*lane
+	hungry map[*lane]struct{} // lanes for all types with free slots, waiting for new events
+	// hungryType holds filtered lanes waiting for an event of one of their
+	// types; pendingTypes the types committed since the kick loop last ran.
+	hungryType   map[string]map[*lane]struct{}
+	pendingTypes map[string]struct{}
+	committed    bool // something was committed since the kick loop last ran
+
+	typeMu   sync.RWMutex
+	typeSeq  map[string]*atomic.Uint64        // last committed seq of each filtered-on type
+	matchers map[string]func(typ []byte) bool // one filter per distinct type list, shared by lanes
+	dirty    map[*lane]struct{}               // lanes whose cursor moved since the last flush
+	starved  map[*lane]struct{}               // lanes that found the global limit full
 
 	maxInFlight int64
 	inflight    atomic.Int64
@@ -54,6 +65,9 @@ func newDispatcher(q *queue.Queue, client *fasthttp.Client, log *slog.Logger, no
 		ring:   newRing(ringSlots, ringBytes, q.Head()),
 		lanes:  map[string]*lane{},
 		hungry: map[*lane]struct{}{}, dirty: map[*lane]struct{}{}, starved: map[*lane]struct{}{},
+		hungryType: map[string]map[*lane]struct{}{}, pendingTypes: map[string]struct{}{},
+		typeSeq:        map[string]*atomic.Uint64{},
+		matchers:       map[string]func(typ []byte) bool{},
 		maxInFlight:    int64(maxInFlight),
 		jobs:           make(chan *job, maxInFlight),
 		freed:          make(chan struct{}, 1),
@@ -96,42 +110,54 @@ func (d *dispatcher) start(subs []*Subscription) error {
 			}
 		}
 		l := newLane(d, m, sub)
-		l.scheduled.Store(int64(counts[m.Subscription]))
+		if n := counts[m.Subscription]; n > 0 {
+			l.scheduled.Store(int64(n))
+			// Some may be due from before the restart: look at once.
+			l.nextDue = time.Unix(0, 1)
+		}
 		d.lanes[m.Subscription] = l
+		d.watchTypes(sub)
 	}
-	if err := d.apply(subs); err != nil {
+	known := make(map[string]*queue.Membership, len(ms))
+	for i := range ms {
+		known[ms[i].Subscription] = &ms[i]
+	}
+	if err := d.apply(subs, known); err != nil {
 		return err
 	}
 	d.wg.Add(3)
 	go d.kickLoop()
 	go d.timerLoop()
 	go d.flushLoop()
-	for _, l := range d.laneList() {
-		l.pump()
-	}
 	return nil
 }
 
 // apply reconciles lanes with a new set of subscriptions: new ones join at
 // the head, changed ones take their new settings, removed ones leave and
 // drain what they were entitled to (invariant 7).
-func (d *dispatcher) apply(subs []*Subscription) error {
+// known holds memberships just read from the log (at start-up), or nil.
+func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Membership) error {
 	keep := map[string]bool{}
-	for _, s := range subs {
+	reqs := make([]queue.JoinRequest, len(subs))
+	for i, s := range subs {
 		keep[s.ID] = true
-		m, err := d.q.Join(s.ID, encodeSnapshot(s))
-		if err != nil {
-			return err
-		}
+		reqs[i] = queue.JoinRequest{Subscription: s.ID, Snapshot: encodeSnapshot(s), Known: known[s.ID]}
+	}
+	ms, err := d.q.JoinAll(reqs)
+	if err != nil {
+		return err
+	}
+	for i, s := range subs {
+		d.watchTypes(s)
 		d.mu.Lock()
 		l := d.lanes[s.ID]
 		if l == nil {
-			l = newLane(d, m, s)
+			l = newLane(d, ms[i], s)
 			d.lanes[s.ID] = l
 		}
 		d.mu.Unlock()
 		l.mu.Lock()
-		l.sub, l.match, l.left, l.until = s, s.matcher(), false, 0
+		l.sub, l.match, l.left, l.until = s, d.matcherFor(s), false, 0
 		l.mu.Unlock()
 		l.pump()
 	}
@@ -155,6 +181,50 @@ func (d *dispatcher) apply(subs []*Subscription) error {
 	return nil
 }
 
+// watchTypes starts tracking the last seq of each type sub filters on. A
+// type starts at the head: events of it may already be in the log.
+func (d *dispatcher) watchTypes(sub *Subscription) {
+	if slices.Contains(sub.Types, "*") {
+		return
+	}
+	d.typeMu.Lock()
+	defer d.typeMu.Unlock()
+	for _, t := range sub.Types {
+		if d.typeSeq[t] == nil {
+			v := new(atomic.Uint64)
+			v.Store(d.head.Load())
+			d.typeSeq[t] = v
+		}
+	}
+}
+
+// matcherFor returns the type filter of sub, shared with every other lane
+// that filters on the same list.
+func (d *dispatcher) matcherFor(sub *Subscription) func(typ []byte) bool {
+	key := strings.Join(sub.Types, "\x00")
+	d.typeMu.Lock()
+	defer d.typeMu.Unlock()
+	m, ok := d.matchers[key]
+	if !ok {
+		m = sub.matcher()
+		d.matchers[key] = m
+	}
+	return m
+}
+
+// seenSince reports whether an event of one of types may have been
+// committed at or after seq.
+func (d *dispatcher) seenSince(types []string, seq uint64) bool {
+	d.typeMu.RLock()
+	defer d.typeMu.RUnlock()
+	for _, t := range types {
+		if v := d.typeSeq[t]; v == nil || v.Load() >= seq {
+			return true
+		}
+	}
+	return false
+}
+
 func (d *dispatcher) laneList() []*lane {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -172,9 +242,26 @@ func (d *dispatcher) lane(id string) *lane {
 }
 
 // onCommit runs on the queue's committer goroutine: it must not block.
+// Order matters: ring, then type seqs, then head, then the kick, so that a
+// lane that reads the head also sees everything below it.
 func (d *dispatcher) onCommit(evs []*queue.Event) {
 	d.ring.put(evs)
+	d.typeMu.RLock()
+	for _, ev := range evs {
+		if v := d.typeSeq[ev.Type]; v != nil {
+			v.Store(ev.Seq)
+		}
+	}
+	d.typeMu.RUnlock()
 	d.head.Store(evs[len(evs)-1].Seq)
+	d.mu.Lock()
+	d.committed = true
+	for _, ev := range evs {
+		if _, ok := d.hungryType[ev.Type]; ok {
+			d.pendingTypes[ev.Type] = struct{}{}
+		}
+	}
+	d.mu.Unlock()
 	select {
 	case d.kick <- struct{}{}:
 	default:
@@ -189,9 +276,23 @@ func (d *dispatcher) event(seq uint64) (*queue.Event, error) {
 	return d.q.Event(seq)
 }
 
+// markHungry parks a lane that has free slots and nothing to send: a lane
+// for all types wakes on any commit, a filtered one only on a commit of one
+// of its types, so 50,000 idle lanes cost nothing per event.
 func (d *dispatcher) markHungry(l *lane) {
 	d.mu.Lock()
-	d.hungry[l] = struct{}{}
+	if l.match == nil {
+		d.hungry[l] = struct{}{}
+	} else {
+		for _, t := range l.sub.Types {
+			set := d.hungryType[t]
+			if set == nil {
+				set = map[*lane]struct{}{}
+				d.hungryType[t] = set
+			}
+			set[l] = struct{}{}
+		}
+	}
 	d.mu.Unlock()
 }
 
@@ -229,6 +330,9 @@ func (d *dispatcher) giveBack() {
 		d.hungry[l] = struct{}{}
 	}
 	clear(d.starved)
+	if wake {
+		d.committed = true // not a commit, but the kick loop must pump them
+	}
 	d.mu.Unlock()
 	if wake {
 		select {
@@ -294,9 +398,10 @@ func (d *dispatcher) worker() {
 	}
 }
 
-// kickLoop pumps the lanes that wait for new events after each commit.
+// kickLoop pumps the lanes that wait for what was just committed.
 func (d *dispatcher) kickLoop() {
 	defer d.wg.Done()
+	var wake []*lane
 	for {
 		select {
 		case <-d.kick:
@@ -304,12 +409,26 @@ func (d *dispatcher) kickLoop() {
 			return
 		}
 		d.mu.Lock()
-		hungry := d.hungry
-		d.hungry = make(map[*lane]struct{}, len(hungry))
-		d.mu.Unlock()
-		for l := range hungry {
-			l.pump()
+		if d.committed || len(d.pendingTypes) > 0 {
+			for l := range d.hungry {
+				wake = append(wake, l)
+			}
+			clear(d.hungry)
 		}
+		for t := range d.pendingTypes {
+			for l := range d.hungryType[t] {
+				wake = append(wake, l)
+			}
+			delete(d.hungryType, t)
+		}
+		clear(d.pendingTypes)
+		d.committed = false
+		d.mu.Unlock()
+		for i, l := range wake {
+			l.pump()
+			wake[i] = nil
+		}
+		wake = wake[:0]
 	}
 }
 
@@ -335,6 +454,10 @@ func (d *dispatcher) flushLoop() {
 		}
 	}
 }
+
+// compactSlack is how far an idle lane's cursor may trail the head before
+// maintain advances it.
+const compactSlack = 4096
 
 // maintainEvery is how many cursor flushes pass between compactions.
 const maintainEvery = 10
@@ -375,8 +498,15 @@ func (d *dispatcher) flush() error {
 // maintain retires lanes that left and drained, then compacts the log below
 // the smallest durable cursor.
 func (d *dispatcher) maintain() {
-	below := d.head.Load() + 1
+	head := d.head.Load()
+	below := head + 1
 	for _, l := range d.laneList() {
+		// A filtered lane that sees none of its types sleeps with a stale
+		// cursor; move it to the head now and then so it does not pin
+		// compaction (its cursor write is one key).
+		if l.saved.Load()+compactSlack < head {
+			l.pump()
+		}
 		l.mu.Lock()
 		drained := l.drainedLocked() && l.saved.Load() >= l.until
 		l.mu.Unlock()

@@ -68,11 +68,8 @@ type job struct {
 
 func newLane(d *dispatcher, m queue.Membership, sub *Subscription) *lane {
 	l := &lane{
-		d: d, id: m.Subscription, sub: sub, match: sub.matcher(),
+		d: d, id: m.Subscription, sub: sub, match: d.matcherFor(sub),
 		left: m.Left, until: m.Until, next: m.Cursor + 1, cursor: m.Cursor,
-		retrying: map[uint64]struct{}{},
-		// Look for scheduled retries at once: some may be due from before a restart.
-		nextDue: time.Unix(0, 1),
 	}
 	l.saved.Store(m.Cursor)
 	return l
@@ -166,6 +163,9 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			l.nextDue = now // the rest are still due
 			return false
 		}
+		if l.retrying == nil {
+			l.retrying = map[uint64]struct{}{} // most lanes never retry
+		}
 		l.retrying[r.Seq] = struct{}{}
 		l.start(&job{lane: l, sub: l.sub, ev: ev, retry: r, attempt: r.Attempt + 1, first: r.FirstAttempt})
 	}
@@ -200,6 +200,12 @@ func (l *lane) nextFresh() *queue.Event {
 		}
 		limit := l.limitSeq()
 		if l.next > limit {
+			return nil
+		}
+		if l.match != nil && !l.d.seenSince(l.sub.Types, l.next) {
+			// None of this lane's types was committed since it last
+			// looked: skip to the head without reading a thing.
+			l.next = limit + 1
 			return nil
 		}
 		if ev, ok := l.d.ring.get(l.next); ok {
@@ -387,6 +393,11 @@ func (l *lane) status() LaneStatus {
 	}
 	if lim := l.limitSeq(); lim > l.cursor {
 		st.Backlog = lim - l.cursor
+		// A filtered lane parked until one of its types arrives has a
+		// stale cursor but nothing to send.
+		if l.match != nil && l.inFlight == 0 && len(l.buf) == 0 && !l.d.seenSince(l.sub.Types, l.next) {
+			st.Backlog = 0
+		}
 	}
 	switch {
 	case l.left:

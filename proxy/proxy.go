@@ -134,9 +134,10 @@ func (s *Server) Open() (err error) {
 			return fmt.Errorf("admin listen %s: %w", s.opts.AdminListen, err)
 		}
 	}
-	subs := make([]*Subscription, len(s.opts.Subscriptions))
-	for i, sub := range s.opts.Subscriptions {
-		subs[i] = sub.withDefaults()
+	subs := s.opts.Subscriptions
+	s.opts.Subscriptions = nil // the lanes own them now
+	for _, sub := range subs {
+		sub.withDefaults()
 	}
 	var d *dispatcher
 	s.q, err = queue.Open(queue.Options{
@@ -199,15 +200,15 @@ func baseURL(ln net.Listener) string {
 	return "http://" + ln.Addr().String()
 }
 
-// Reload applies a new set of subscriptions without a restart: new ones are
+// Reload applies a new set of subscriptions without a restart (the server
+// owns them from here): new ones are
 // entitled to events accepted from now on, removed ones drain what they
 // were entitled to, changed ones deliver with their new settings.
 func (s *Server) Reload(subs []*Subscription) error {
-	d := make([]*Subscription, len(subs))
-	for i, sub := range subs {
-		d[i] = sub.withDefaults()
+	for _, sub := range subs {
+		sub.withDefaults()
 	}
-	return s.d.apply(d)
+	return s.d.apply(subs, nil)
 }
 
 // Lanes returns a status line per subscription, sorted by id.

@@ -32,30 +32,32 @@ type Subscription struct {
 	Paused         bool
 }
 
+// withDefaults fills zero fields with the defaults, in place: a
+// Subscription belongs to the proxy once handed over, and copying 50,000 of
+// them would double their memory.
 func (s *Subscription) withDefaults() *Subscription {
-	c := *s
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
+	if s.Timeout <= 0 {
+		s.Timeout = DefaultTimeout
 	}
-	if c.MaxConcurrency <= 0 {
-		c.MaxConcurrency = DefaultMaxConcurrency
+	if s.MaxConcurrency <= 0 {
+		s.MaxConcurrency = DefaultMaxConcurrency
 	}
-	if c.Retry.MaxAttempts <= 0 {
-		c.Retry.MaxAttempts = policy.DefaultMaxAttempts
+	if s.Retry.MaxAttempts <= 0 {
+		s.Retry.MaxAttempts = policy.DefaultMaxAttempts
 	}
-	if c.Retry.MaxAge <= 0 {
-		c.Retry.MaxAge = policy.DefaultMaxAge
+	if s.Retry.MaxAge <= 0 {
+		s.Retry.MaxAge = policy.DefaultMaxAge
 	}
-	if c.Retry.Backoff.Base <= 0 {
-		c.Retry.Backoff.Base = policy.DefaultBase
+	if s.Retry.Backoff.Base <= 0 {
+		s.Retry.Backoff.Base = policy.DefaultBase
 	}
-	if c.Retry.Backoff.Cap <= 0 {
-		c.Retry.Backoff.Cap = policy.DefaultCap
+	if s.Retry.Backoff.Cap <= 0 {
+		s.Retry.Backoff.Cap = policy.DefaultCap
 	}
-	if len(c.Types) == 0 {
-		c.Types = []string{"*"}
+	if len(s.Types) == 0 {
+		s.Types = []string{"*"}
 	}
-	return &c
+	return s
 }
 
 // matcher returns the type filter of a subscription: nil matches all.

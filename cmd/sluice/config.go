@@ -436,6 +436,7 @@ func fieldErr(field string, value any, err error) *ConfigValidationError {
 // the line).
 func LoadConfig(path string, environ []string, overrides map[string]any) (*Config, error) {
 	var ls []layer
+	var subs *rawSubs
 
 	if path != "" {
 		b, err := file.Provider(path).ReadBytes()
@@ -446,11 +447,18 @@ func LoadConfig(path string, environ []string, overrides map[string]any) (*Confi
 		if err != nil {
 			return nil, fmt.Errorf("config: parse file %q: %w", path, err)
 		}
+		src := fmt.Sprintf("file %q", path)
+		// Subscriptions bypass koanf's layers: only the file (or an
+		// override) sets them, and koanf deep-copies a map on every merge
+		// and read, which made 50,000 subscriptions take seconds to load.
+		if raw, ok := m["subscriptions"]; ok {
+			subs = &rawSubs{raw: raw, source: src}
+			delete(m, "subscriptions")
+		}
 		k := koanf.New(".")
 		if err := k.Load(confmap.Provider(m, ""), nil); err != nil {
 			return nil, fmt.Errorf("config: load file %q: %w", path, err)
 		}
-		src := fmt.Sprintf("file %q", path)
 		ls = append(ls, layer{k: k, source: func(string) string { return src }})
 	}
 
@@ -490,6 +498,13 @@ func LoadConfig(path string, environ []string, overrides map[string]any) (*Confi
 	if err := decode(merged, cfg); err != nil {
 		return nil, err
 	}
+	if subs != nil && !merged.Exists("subscriptions") {
+		if err := subs.decode(cfg); err != nil {
+			return nil, err
+		}
+	} else {
+		subs = nil
+	}
 	cfg.applyDefaults()
 	cfg.lookupEnv = envLookup(environ)
 	cfg.IgnoredEnv = envLayer.ignored
@@ -498,10 +513,51 @@ func LoadConfig(path string, environ []string, overrides map[string]any) (*Confi
 		var ve *ConfigValidationError
 		if errors.As(err, &ve) && ve.Source == "" {
 			ve.Source = sourceOf(ls, ve.Field)
+			if subs != nil && koanfKey(ve.Field) == "subscriptions" {
+				ve.Source = subs.source
+			}
 		}
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// rawSubs is the file's subscriptions list as YAML parsed it.
+type rawSubs struct {
+	raw    any
+	source string
+}
+
+// decode checks the list for unknown keys and decodes it into cfg, both
+// straight from the parsed YAML, without copies.
+func (r *rawSubs) decode(cfg *Config) error {
+	in := map[string]any{"subscriptions": r.raw}
+	if key := unknownKey("", in, reflect.TypeFor[Config]()); key != "" {
+		return &ConfigValidationError{Field: key, Err: ErrUnknownKey, Source: r.source}
+	}
+	var out struct {
+		Subscriptions []SubscriptionConfig `koanf:"subscriptions"`
+	}
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		DecodeHook:  mapstructure.DecodeHookFuncType(decodeHook),
+		ErrorUnused: true,
+		TagName:     "koanf",
+		MatchName:   func(key, field string) bool { return key == field },
+		Result:      &out,
+	})
+	if err != nil {
+		return err
+	}
+	if err := dec.Decode(in); err != nil {
+		err = translateDecodeError(err)
+		var ve *ConfigValidationError
+		if errors.As(err, &ve) {
+			ve.Source = r.source
+		}
+		return err
+	}
+	cfg.Subscriptions = out.Subscriptions
+	return nil
 }
 
 // layer is one configuration source and a way to name where a key came from.

@@ -14,12 +14,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/signing"
 )
 
 // Set with -ldflags "-X main.version=... -X main.commit=...".
@@ -109,12 +111,17 @@ func serve(args []string, stderr io.Writer) error {
 		return err
 	}
 	srv := proxy.New(serverOptions(cfg, subs, log))
+	nsubs := len(subs)
+	cfg.Subscriptions, subs = nil, nil // the server owns its copies; reload re-reads the file
 	if err := srv.Open(); err != nil {
 		return err
 	}
+	// Parsing a large config leaves much garbage behind; hand it back now
+	// rather than carry it as resident memory.
+	debug.FreeOSMemory()
 	log.Info("sluice serving", "version", version, "ingest", srv.URL(), "admin", srv.AdminURL(),
-		"data_dir", cfg.DataDir, "durability", cfg.Durability, "subscriptions", len(subs))
-	if len(subs) == 0 {
+		"data_dir", cfg.DataDir, "durability", cfg.Durability, "subscriptions", nsubs)
+	if nsubs == 0 {
 		log.Warn("no subscriptions configured: events are accepted and kept, but go nowhere. " +
 			"Add one under 'subscriptions:' in a config file (id, url, secret: whsec_..., types) " +
 			"and start with --config FILE, or send SIGHUP after editing it")
@@ -192,9 +199,28 @@ func serverOptions(cfg *Config, subs []*proxy.Subscription, log *slog.Logger) pr
 }
 
 // subscriptions converts validated config into the proxy's subscriptions.
+// Identical secrets and type lists are shared between subscriptions (one
+// HMAC state, one slice), which keeps a lane small when thousands of
+// subscriptions repeat them.
 func subscriptions(cfg *Config) ([]*proxy.Subscription, error) {
 	out := make([]*proxy.Subscription, 0, len(cfg.Subscriptions))
+	secrets := map[string]signing.Secret{}
+	typeLists := map[string][]string{}
 	for i, sc := range cfg.Subscriptions {
+		for j, k := range sc.Resolved {
+			enc := k.Encode()
+			if prev, ok := secrets[enc]; ok {
+				sc.Resolved[j] = prev
+			} else {
+				secrets[enc] = k
+			}
+		}
+		tk := strings.Join(sc.Types, "\x00")
+		if prev, ok := typeLists[tk]; ok {
+			sc.Types = prev
+		} else {
+			typeLists[tk] = sc.Types
+		}
 		classify, err := policy.ParseClassify(sc.Classify)
 		if err != nil {
 			return nil, fmt.Errorf("config: subscriptions[%d].classify: %w", i, err)
