@@ -28,9 +28,10 @@ type dispatcher struct {
 	ring   *ring
 	head   atomic.Uint64 // last seq in the ring (or the log's head at start)
 
-	mu     sync.Mutex
-	lanes  map[string]*lane
-	hungry map[*lane]struct{} // lanes for all types with free slots, waiting for new events
+	mu        sync.Mutex
+	lanes     map[string]*lane
+	laneSlice []*lane            // cache of the lanes; nil when stale
+	hungry    map[*lane]struct{} // lanes for all types with free slots, waiting for new events
 	// hungryType holds filtered lanes waiting for an event of one of their
 	// types; pendingTypes the types committed since the kick loop last ran.
 	hungryType   map[string]map[*lane]struct{}
@@ -154,6 +155,7 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 		if l == nil {
 			l = newLane(d, ms[i], s)
 			d.lanes[s.ID] = l
+			d.laneSlice = nil
 		}
 		d.mu.Unlock()
 		l.mu.Lock()
@@ -225,14 +227,19 @@ func (d *dispatcher) seenSince(types []string, seq uint64) bool {
 	return false
 }
 
+// laneList returns every lane. The slice is shared and rebuilt only when
+// lanes come or go, so periodic passes over 50,000 lanes allocate nothing;
+// callers must not modify it.
 func (d *dispatcher) laneList() []*lane {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]*lane, 0, len(d.lanes))
-	for _, l := range d.lanes {
-		out = append(out, l)
+	if d.laneSlice == nil {
+		d.laneSlice = make([]*lane, 0, len(d.lanes))
+		for _, l := range d.lanes {
+			d.laneSlice = append(d.laneSlice, l)
+		}
 	}
-	return out
+	return d.laneSlice
 }
 
 func (d *dispatcher) lane(id string) *lane {
@@ -438,7 +445,7 @@ func (d *dispatcher) flushLoop() {
 	defer d.wg.Done()
 	t := time.NewTicker(d.cursorInterval)
 	defer t.Stop()
-	n := 0
+	last := time.Now()
 	for {
 		select {
 		case <-t.C:
@@ -449,8 +456,9 @@ func (d *dispatcher) flushLoop() {
 			d.log.Error("save cursors", "err", err)
 			continue
 		}
-		if n++; n%maintainEvery == 0 {
+		if time.Since(last) >= maintainInterval {
 			d.maintain()
+			last = time.Now()
 		}
 	}
 }
@@ -459,8 +467,9 @@ func (d *dispatcher) flushLoop() {
 // maintain advances it.
 const compactSlack = 4096
 
-// maintainEvery is how many cursor flushes pass between compactions.
-const maintainEvery = 10
+// maintainInterval is how often drained lanes are retired and the log is
+// compacted; each pass touches every lane, so not much more often.
+const maintainInterval = time.Second
 
 // flush writes every dirty cursor in one transaction.
 func (d *dispatcher) flush() error {
@@ -520,6 +529,7 @@ func (d *dispatcher) maintain() {
 					l.mu.Unlock()
 					d.mu.Lock()
 					delete(d.lanes, l.id)
+					d.laneSlice = nil
 					d.mu.Unlock()
 					d.log.Info("subscription drained and retired", "subscription", l.id)
 					continue

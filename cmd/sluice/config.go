@@ -18,10 +18,12 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
@@ -529,11 +531,37 @@ type rawSubs struct {
 }
 
 // decode checks the list for unknown keys and decodes it into cfg, both
-// straight from the parsed YAML, without copies.
+// straight from the parsed YAML, without copies. A long list is decoded in
+// chunks on every core; on any error the whole list is decoded again in one
+// piece, so the message names the right index.
 func (r *rawSubs) decode(cfg *Config) error {
-	in := map[string]any{"subscriptions": r.raw}
+	list, ok := r.raw.([]any)
+	if n := runtime.GOMAXPROCS(0); ok && n > 1 && len(list) >= 4096 {
+		chunks := make([][]SubscriptionConfig, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			part := list[len(list)*i/n : len(list)*(i+1)/n]
+			wg.Go(func() { chunks[i], errs[i] = decodeSubs(part, r.source) })
+		}
+		wg.Wait()
+		if errors.Join(errs...) == nil {
+			cfg.Subscriptions = slices.Concat(chunks...)
+			return nil
+		}
+	}
+	subs, err := decodeSubs(r.raw, r.source)
+	if err != nil {
+		return err
+	}
+	cfg.Subscriptions = subs
+	return nil
+}
+
+func decodeSubs(raw any, source string) ([]SubscriptionConfig, error) {
+	in := map[string]any{"subscriptions": raw}
 	if key := unknownKey("", in, reflect.TypeFor[Config]()); key != "" {
-		return &ConfigValidationError{Field: key, Err: ErrUnknownKey, Source: r.source}
+		return nil, &ConfigValidationError{Field: key, Err: ErrUnknownKey, Source: source}
 	}
 	var out struct {
 		Subscriptions []SubscriptionConfig `koanf:"subscriptions"`
@@ -546,18 +574,17 @@ func (r *rawSubs) decode(cfg *Config) error {
 		Result:      &out,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := dec.Decode(in); err != nil {
 		err = translateDecodeError(err)
 		var ve *ConfigValidationError
 		if errors.As(err, &ve) {
-			ve.Source = r.source
+			ve.Source = source
 		}
-		return err
+		return nil, err
 	}
-	cfg.Subscriptions = out.Subscriptions
-	return nil
+	return out.Subscriptions, nil
 }
 
 // layer is one configuration source and a way to name where a key came from.
