@@ -38,11 +38,10 @@ VOLUME /var/lib/sluice
 ENV SLUICE_DATA_DIR=/var/lib/sluice
 # 8700 ingest, 8701 admin API (see the note on listeners above).
 EXPOSE 8700 8701
-# The image has no shell or curl: `sluice healthcheck` probes
-# GET http://127.0.0.1:8701/readyz, sending SLUICE_ADMIN__TOKEN as a bearer
-# token when that variable is set. It does not read the config: if the admin
-# API listens elsewhere (another port, a unix socket) or its token comes from
-# admin.token_file, override this with --admin URL or turn it off.
+# The image has no shell or curl: `sluice healthcheck` reads the same config
+# as serve (SLUICE_ environment; pass --config FILE in an override if the
+# config file sets admin.listen or the token) and probes GET /readyz on the
+# admin listener with the admin token.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s CMD ["/sluice", "healthcheck"]
 ENTRYPOINT ["/sluice"]
 CMD ["serve"]
