@@ -39,9 +39,10 @@ ENV SLUICE_DATA_DIR=/var/lib/sluice
 # 8700 ingest, 8701 admin API (see the note on listeners above).
 EXPOSE 8700 8701
 # The image has no shell or curl: `sluice healthcheck` reads the same config
-# as serve (SLUICE_ environment; pass --config FILE in an override if the
-# config file sets admin.listen or the token) and probes GET /readyz on the
-# admin listener with the admin token.
+# as serve (the file named by SLUICE_CONFIG, and the SLUICE_ environment) and
+# probes GET /readyz on the admin listener with the admin token. Point
+# SLUICE_CONFIG at your mounted file rather than passing --config, so both
+# find it.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s CMD ["/sluice", "healthcheck"]
 ENTRYPOINT ["/sluice"]
 CMD ["serve"]

@@ -134,6 +134,10 @@ var (
 // envPrefix marks the environment variables LoadConfig reads.
 const envPrefix = "SLUICE_"
 
+// envConfigFile names the config file when --config is not given, so that
+// `sluice healthcheck` in a container finds the same file as `serve`.
+const envConfigFile = "SLUICE_CONFIG"
+
 // redactedText replaces secrets, tokens and sensitive header values wherever
 // a Config or an error is printed.
 const redactedText = "[redacted]"
@@ -660,6 +664,9 @@ func loadEnv(environ []string) (layer, error) {
 			return "", nil
 		}
 		key := strings.Join(parts, ".")
+		if name == envConfigFile {
+			return "", nil // names the file itself, read by main
+		}
 		if !envKeys[key] {
 			ignored = append(ignored, name)
 			return "", nil

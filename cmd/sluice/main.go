@@ -84,7 +84,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 func serve(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "YAML config file (default: built-in defaults)")
+	configPath := fs.String("config", os.Getenv(envConfigFile), "YAML config file (default: $SLUICE_CONFIG, else built-in defaults)")
 	listen := fs.String("listen", "", "ingest address, overrides the config's listen")
 	adminListen := fs.String("admin-listen", "", "admin address, overrides admin.listen")
 	dataDir := fs.String("data-dir", "", "data directory, overrides data_dir")
@@ -251,7 +251,7 @@ func subscriptions(cfg *Config) ([]*proxy.Subscription, error) {
 // listener and its token.
 func healthcheck(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	configPath := fs.String("config", "", "the sidecar's config file, for admin.listen and the admin token")
+	configPath := fs.String("config", os.Getenv(envConfigFile), "the sidecar's config file, for admin.listen and the admin token (default: $SLUICE_CONFIG)")
 	admin := fs.String("admin", "", "admin API base URL (default: from the config)")
 	path := fs.String("path", "/readyz", "path to probe (/readyz or /healthz)")
 	if err := fs.Parse(args); err != nil {
