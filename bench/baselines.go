@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Baselines are measured once per run, before the scenarios, so every
+// ratio in the table compares figures taken minutes apart on the same
+// machine rather than against a number from elsewhere.
+const (
+	baseNoopIngest    = "noop-ingest"
+	baseClientServer  = "client-server"
+	baseAppender      = "badger-appender"
+	baseAppenderAsync = "badger-appender-nosync"
+	baseNaivePrefix   = "naive-fanout-"
+)
+
+// baselineResult is one baseline's numbers.
+type baselineResult struct {
+	Name string `json:"name"`
+	// PerSec is requests/s (noop-ingest, client-server), appends/s
+	// (appenders) or deliveries/s (naive fan-out).
+	PerSec float64 `json:"per_s"`
+	// CPUPerOpUs is CPU µs per request of the no-op server alone
+	// (noop-ingest), of client and server together (client-server), of the
+	// appender process per append, or of the harness per delivery (naive
+	// fan-out: producers and receiver).
+	CPUPerOpUs float64            `json:"cpu_us_per_op"`
+	Latency    latSummary         `json:"latency"`
+	Load       *loadResult        `json:"producer,omitempty"`
+	Extra      map[string]float64 `json:"extra,omitempty"`
+	Seconds    float64            `json:"seconds"`
+	Err        string             `json:"error,omitempty"`
+}
+
+func naiveName(n int) string { return baseNaivePrefix + strconv.Itoa(max(n, 10)) }
+
+// neededBaselines lists the baselines the selected scenarios compare with.
+func (h *harness) neededBaselines() []string {
+	var out []string
+	add := func(b string) {
+		for _, x := range out {
+			if x == b {
+				return
+			}
+		}
+		out = append(out, b)
+	}
+	for _, s := range h.opts.scenarios {
+		switch s {
+		case "ingest-fsync":
+			add(baseNoopIngest)
+			add(baseAppender)
+		case "ingest-async":
+			add(baseNoopIngest)
+			add(baseAppenderAsync)
+		case "fanout-1", "fanout-10", "fanout-40":
+			add(baseClientServer)
+			n, _ := strconv.Atoi(strings.TrimPrefix(s, "fanout-"))
+			add(naiveName(n))
+		}
+	}
+	return out
+}
+
+func (h *harness) runBaseline(ctx context.Context, name string) {
+	h.logf("baseline %s", name)
+	var b *baselineResult
+	var err error
+	switch {
+	case name == baseNoopIngest || name == baseClientServer:
+		b, err = h.baselineNoop(ctx, name)
+	case name == baseAppender:
+		b, err = h.baselineAppender(ctx, name, true)
+	case name == baseAppenderAsync:
+		b, err = h.baselineAppender(ctx, name, false)
+	case strings.HasPrefix(name, baseNaivePrefix):
+		n, _ := strconv.Atoi(strings.TrimPrefix(name, baseNaivePrefix))
+		b, err = h.baselineNaive(ctx, name, n)
+	default:
+		err = fmt.Errorf("unknown baseline %q", name)
+	}
+	if b == nil {
+		b = &baselineResult{Name: name}
+	}
+	if err != nil {
+		b.Err = err.Error()
+		h.logf("baseline %s: %v", name, err)
+	}
+	h.base[name] = b
+	h.rep.Baselines[name] = b
+	h.baselineRows(b)
+}
+
+// baselineNoop loads the no-op server child: like the sidecar's ingest for
+// noop-ingest (64 producers, Idempotency-Key, 202), and as a plain POST of
+// 512 bytes for client-server, whose CPU per exchange counts the harness
+// (client) and the child (server) together.
+func (h *harness) baselineNoop(ctx context.Context, name string) (*baselineResult, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	lw := newLineWriter()
+	c, err := h.startChild(name, self, []string{"_noop", "-listen", "127.0.0.1:0", "-max-life", "10m"},
+		filepath.Join(h.tmp, h.nextID(name)+".log"), lw)
+	if err != nil {
+		return nil, err
+	}
+	defer c.stop(5 * time.Second)
+	line, err := firstLine(c, lw, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	addr, ok := strings.CutPrefix(line, "listening ")
+	if !ok {
+		return nil, fmt.Errorf("no-op server said %q", line)
+	}
+	spec := loadSpec{Addr: addr, Conc: 64, Body: 512, Warmup: h.opts.warmup, Dur: h.opts.duration}
+	if name == baseNoopIngest {
+		spec.Paths, spec.Status, spec.Keys, spec.KeyID = []string{eventsPath}, 202, true, h.runID+"-"+h.nextID("noop")
+	} else {
+		spec.Paths, spec.Status = []string{"/s0"}, 200
+	}
+	var s0, s1 snap
+	spec.Tick = func(phase int) {
+		if phase == 0 {
+			s0 = h.snapshot(c.pid, nil)
+		} else {
+			s1 = h.snapshot(c.pid, nil)
+		}
+	}
+	res := runLoad(ctx, spec)
+	b := &baselineResult{Name: name, PerSec: res.PerSec, Latency: res.Lat, Load: &res, Seconds: res.Seconds}
+	if res.WinOK == 0 || s1.T.IsZero() {
+		return b, fmt.Errorf("no answers: %s", res.FirstErr)
+	}
+	server := float64(s1.CPU-s0.CPU) / 1e3 / float64(res.WinOK)
+	client := float64(s1.Self-s0.Self) / 1e3 / float64(res.WinOK)
+	b.Extra = map[string]float64{"server_cpu_us_per_request": server, "client_cpu_us_per_request": client}
+	if name == baseNoopIngest {
+		b.CPUPerOpUs = server
+	} else {
+		b.CPUPerOpUs = server + client
+	}
+	h.logf("  %-22s %8.0f req/s  cpu %5.1f µs (server %.1f, client %.1f)  P99 %.2f ms",
+		name, b.PerSec, b.CPUPerOpUs, server, client, res.Lat.P99)
+	return b, nil
+}
+
+// baselineAppender runs the bare Badger group-commit appender as a child.
+func (h *harness) baselineAppender(ctx context.Context, name string, sync bool) (*baselineResult, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(h.tmp, h.nextID(name)+"-data")
+	defer os.RemoveAll(dir)
+	var out bytes.Buffer
+	args := []string{"_appender", "-dir", dir, "-sync=" + strconv.FormatBool(sync), "-writers", "64", "-size", "512",
+		"-warmup", h.opts.warmup.String(), "-duration", h.opts.duration.String()}
+	logPath := filepath.Join(h.tmp, h.nextID(name)+".log")
+	c, err := h.startChild(name, self, args, logPath, &out)
+	if err != nil {
+		return nil, err
+	}
+	limit := h.opts.warmup + h.opts.duration + 60*time.Second
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-c.exited:
+	case <-ctx.Done():
+		c.stop(5 * time.Second)
+		return nil, ctx.Err()
+	case <-t.C:
+		c.stop(5 * time.Second)
+		return nil, fmt.Errorf("appender did not finish within %s", limit)
+	}
+	c.stop(time.Second)
+	if c.err != nil {
+		return nil, fmt.Errorf("appender: %v: %s", c.err, tail(logPath, 1000))
+	}
+	var r appenderResult
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		return nil, fmt.Errorf("appender output %q: %w", out.String(), err)
+	}
+	b := &baselineResult{Name: name, PerSec: r.PerSec, CPUPerOpUs: r.CPUPerAppendUs, Latency: r.Latency, Seconds: r.Seconds,
+		Extra: map[string]float64{"mean_batch": r.MeanBatch, "batches_per_s": r.BatchesPerSec}}
+	h.logf("  %-22s %8.0f appends/s  cpu %5.1f µs/append  batch %.1f  P99 %.2f ms",
+		name, b.PerSec, b.CPUPerOpUs, r.MeanBatch, r.Latency.P99)
+	return b, nil
+}
+
+// baselineNaive is what sluice replaces: 64 producers that each POST every
+// event to n endpoints one after another, and only then go on.
+func (h *harness) baselineNaive(ctx context.Context, name string, n int) (*baselineResult, error) {
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = "/s" + strconv.Itoa(i)
+	}
+	spec := loadSpec{Addr: h.recv.addr, Paths: paths, Conc: 64, Body: 512, Status: 200,
+		Warmup: h.opts.warmup, Dur: h.opts.duration}
+	var s0, s1 snap
+	pid := os.Getpid()
+	spec.Tick = func(phase int) {
+		if phase == 0 {
+			s0 = h.snapshot(pid, nil)
+		} else {
+			s1 = h.snapshot(pid, nil)
+		}
+	}
+	res := runLoad(ctx, spec)
+	b := &baselineResult{Name: name, Latency: res.Lat, Load: &res, Seconds: res.Seconds}
+	if s1.T.IsZero() || res.WinOK == 0 {
+		return b, fmt.Errorf("no answers: %s", res.FirstErr)
+	}
+	secs := s1.T.Sub(s0.T).Seconds()
+	deliv := s1.Recv - s0.Recv
+	b.PerSec = float64(deliv) / secs
+	if deliv > 0 {
+		b.CPUPerOpUs = float64(s1.CPU-s0.CPU) / 1e3 / float64(deliv)
+	}
+	b.Extra = map[string]float64{"events_per_s": res.PerSec, "fanout": float64(n)}
+	h.logf("  %-22s %8.0f deliveries/s  %6.0f events/s  publish P50 %.2f P99 %.2f ms",
+		name, b.PerSec, res.PerSec, res.Lat.P50, res.Lat.P99)
+	return b, nil
+}
+
+// baselineRows adds a baseline's own rows to the table.
+func (h *harness) baselineRows(b *baselineResult) {
+	r := h.rep
+	if b.Err != "" {
+		r.add(b.Name, "error", 0, "").note(b.Err)
+		return
+	}
+	switch {
+	case b.Name == baseNoopIngest:
+		r.add(b.Name, "requests/s (64 producers, 512 B)", b.PerSec, "req/s")
+		r.add(b.Name, "server CPU per request", b.CPUPerOpUs, "µs")
+		r.add(b.Name, "P99 (saturated)", b.Latency.P99, "ms")
+	case b.Name == baseClientServer:
+		r.add(b.Name, "requests/s (64 in flight, 512 B)", b.PerSec, "req/s")
+		r.add(b.Name, "CPU per exchange (client+server)", b.CPUPerOpUs, "µs")
+	case b.Name == baseAppender || b.Name == baseAppenderAsync:
+		r.add(b.Name, "appends/s (64 writers, 512 B)", b.PerSec, "/s")
+		r.add(b.Name, "CPU per append", b.CPUPerOpUs, "µs")
+	case strings.HasPrefix(b.Name, baseNaivePrefix):
+		r.add(b.Name, "deliveries/s (64 producers)", b.PerSec, "/s")
+		r.add(b.Name, "publish P50 (all endpoints)", b.Latency.P50, "ms")
+		r.add(b.Name, "publish P99 (all endpoints)", b.Latency.P99, "ms")
+	}
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary stand in for the bench binary when the
+// harness re-executes itself for its children (_noop, _appender).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "_") {
+		os.Exit(childMain(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestQuickRun runs the harness end to end the way CI would smoke it, and
+// checks the JSON holds non-zero results. It builds and starts real sidecar
+// processes, so -short skips it.
+func TestQuickRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes; skipped with -short")
+	}
+	out := filepath.Join(t.TempDir(), "results.json")
+	args := []string{"-quick", "-scenarios", "ingest-async,fanout-1", "-json", out}
+	if raceEnabled {
+		// The race detector slows the producers and the receiver several
+		// times over; shorter windows keep the test well under a minute.
+		args = append(args, "-duration", "500ms", "-warmup", "200ms")
+	}
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	t.Logf("harness took %s\n%s", time.Since(start).Round(time.Millisecond), stdout.String())
+
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Failures) > 0 {
+		t.Errorf("failures: %q", rep.Failures)
+	}
+	if rep.Machine.CPUs == 0 || rep.Machine.GoVersion == "" {
+		t.Errorf("machine not recorded: %+v", rep.Machine)
+	}
+	for _, name := range []string{baseNoopIngest, baseClientServer, naiveName(1)} {
+		if b := rep.Baselines[name]; b == nil || b.PerSec <= 0 {
+			t.Errorf("baseline %s: %+v", name, b)
+		}
+	}
+	windows := map[string]*window{}
+	for _, w := range rep.Windows {
+		windows[w.Name] = w
+	}
+	if w := windows["ingest-async"]; w == nil || w.Load.PerSec <= 0 || w.CPUPerEventUs <= 0 || w.BytesPerEvent <= 0 {
+		t.Errorf("ingest-async window: %+v", w)
+	}
+	if w := windows["fanout-1"]; w == nil || w.DeliveriesPerSec <= 0 || w.CPUPerDelivUs <= 0 || w.BytesPerDeliv <= 0 {
+		t.Errorf("fanout-1 window: %+v", w)
+	}
+	rows := map[string]int{}
+	for _, r := range rep.Rows {
+		if r.Value > 0 {
+			rows[r.Scenario]++
+		}
+	}
+	for _, s := range []string{"ingest-async", "fanout-1"} {
+		if rows[s] == 0 {
+			t.Errorf("no non-zero rows for %s", s)
+		}
+	}
+	if !strings.Contains(stdout.String(), "deliveries/s vs client→server loop") {
+		t.Errorf("table missing the fan-out row:\n%s", stdout.String())
+	}
+}
+
+func TestBody(t *testing.T) {
+	for _, size := range []int{1, 512, 4096} {
+		b := newBody(size)
+		if size >= 64 && len(b) != size {
+			t.Errorf("newBody(%d) has %d bytes", size, len(b))
+		}
+		if !json.Valid(b) {
+			t.Errorf("newBody(%d) is not JSON: %.80s…", size, b)
+		}
+		want := time.Now().UnixNano()
+		stampBody(b, want)
+		if got, ok := sentNs(b); !ok || got != want {
+			t.Errorf("sentNs = %d, %v; want %d", got, ok, want)
+		}
+	}
+}
+
+func TestPathIndex(t *testing.T) {
+	for p, want := range map[string]int{"/s0": 0, "/s49999": 49999, "/s": -1, "/x1": -1, "/s1a": -1, "/v1/events/x": -1} {
+		got, ok := pathIndex([]byte(p))
+		if !ok {
+			got = -1
+		}
+		if got != want {
+			t.Errorf("pathIndex(%q) = %d, want %d", p, got, want)
+		}
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	ns := make([]int64, 1000)
+	for i := range ns {
+		ns[len(ns)-1-i] = int64(i+1) * 1e6 // 1..1000 ms, reversed
+	}
+	s := summarize(ns)
+	if s.N != 1000 || s.P50 != 500 || s.P99 != 990 || s.Max != 1000 {
+		t.Errorf("summarize: %+v", s)
+	}
+}

@@ -1,0 +1,310 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// loadSpec describes one producer run: a warm-up, then one measurement
+// window. Rate 0 is a closed loop (Conc producers, each waiting for its own
+// answer); Rate > 0 is an open loop (event i is due at Start + i/Rate,
+// whether or not earlier answers came back, and its latency counts from
+// that due time, so queueing shows).
+type loadSpec struct {
+	Addr   string   // host:port
+	Paths  []string // POSTed one after another per event; more than one is the naive fan-out
+	Conc   int      // producers (closed) or workers and connections (open)
+	Rate   float64  // events/s; 0 = closed loop
+	Body   int      // bytes
+	Status int      // the expected answer
+	Keys   bool     // a unique Idempotency-Key per event
+	KeyID  string   // prefix of the keys, unique per run
+	Start  time.Time
+	Warmup time.Duration
+	Dur    time.Duration
+	// Grace is how long after the window an open loop may still send events
+	// that came due inside it (they are late, and their latency says so);
+	// what is still unsent then counts as missed.
+	Grace time.Duration
+	// Tick, when set, is called at the start (0) and the end (1) of the
+	// window from its own goroutine; the scenario takes its snapshots there.
+	Tick func(phase int)
+}
+
+// loadResult is what the producers saw. Win* count events whose answer came
+// within the window (closed loop) or that were due within it (open loop).
+type loadResult struct {
+	Sent      int64      `json:"sent"`
+	OK        int64      `json:"ok"`
+	WinOK     int64      `json:"window_ok"`
+	WinDue    int64      `json:"window_due,omitempty"`
+	Errors    int64      `json:"transport_errors"`
+	BadStatus int64      `json:"bad_status"`
+	Missed    int64      `json:"missed,omitempty"`
+	FirstErr  string     `json:"first_error,omitempty"`
+	Seconds   float64    `json:"window_seconds"`
+	PerSec    float64    `json:"ok_per_s"`
+	Lat       latSummary `json:"latency"`
+	// Slip is, in an open loop, how late events of the window were sent
+	// after their due time: the pacer's own lateness plus waiting for a
+	// free worker. When it is large the harness, not the sidecar, is the
+	// bottleneck (or every worker was busy: the sidecar saturated).
+	Slip *latSummary `json:"send_slip,omitempty"`
+}
+
+// maxEventsPerSecond bounds every closed loop in count as well as in time.
+const maxEventsPerSecond = 500_000
+
+func runLoad(ctx context.Context, s loadSpec) loadResult {
+	if s.Start.IsZero() {
+		s.Start = time.Now()
+	}
+	winStart := s.Start.Add(s.Warmup)
+	winEnd := winStart.Add(s.Dur)
+	hc := &fasthttp.HostClient{
+		Addr:                s.Addr,
+		MaxConns:            s.Conc,
+		ReadTimeout:         30 * time.Second,
+		WriteTimeout:        30 * time.Second,
+		MaxIdleConnDuration: time.Minute,
+		MaxConnWaitTimeout:  30 * time.Second,
+		MaxResponseBodySize: 1 << 20,
+	}
+	defer hc.CloseIdleConnections()
+
+	var (
+		res     loadResult
+		mu      sync.Mutex
+		lat     []int64
+		slip    []int64
+		next    atomic.Int64
+		errOnce sync.Once
+	)
+	var total int64
+	if s.Rate > 0 {
+		total = int64(s.Rate * (s.Warmup + s.Dur).Seconds())
+		res.WinDue = total - int64(s.Rate*s.Warmup.Seconds())
+	} else {
+		total = int64(maxEventsPerSecond * (s.Warmup + s.Dur).Seconds())
+	}
+	tickDone := make(chan struct{})
+	go func() {
+		defer close(tickDone)
+		if s.Tick == nil {
+			return
+		}
+		if sleepUntil(ctx, winStart) {
+			s.Tick(0)
+		}
+		sleepUntil(ctx, winEnd)
+		s.Tick(1) // always, so the scenario gets its end snapshot
+	}()
+
+	worker := func(w int) {
+		var (
+			sent, ok, winOK, errs, bad, missed int64
+			mine, mySlip                       []int64
+		)
+		body := newBody(s.Body)
+		reqs := make([]*fasthttp.Request, len(s.Paths))
+		for i, p := range s.Paths {
+			r := fasthttp.AcquireRequest()
+			r.SetRequestURI("http://" + s.Addr + p)
+			r.Header.SetMethod(fasthttp.MethodPost)
+			r.Header.SetContentType("application/json")
+			r.SetBodyRaw(body)
+			reqs[i] = r
+		}
+		resp := fasthttp.AcquireResponse()
+		defer func() {
+			for _, r := range reqs {
+				fasthttp.ReleaseRequest(r)
+			}
+			fasthttp.ReleaseResponse(resp)
+			mu.Lock()
+			res.Sent += sent
+			res.OK += ok
+			res.WinOK += winOK
+			res.Errors += errs
+			res.BadStatus += bad
+			res.Missed += missed
+			lat = append(lat, mine...)
+			slip = append(slip, mySlip...)
+			mu.Unlock()
+		}()
+		key := []byte(s.KeyID + "-" + strconv.Itoa(w) + "-")
+		keyLen := len(key)
+		timer := time.NewTimer(time.Hour)
+		defer timer.Stop()
+		for n := 0; ctx.Err() == nil; n++ {
+			var t0 time.Time
+			if s.Rate > 0 {
+				i := next.Add(1) - 1
+				if i >= total {
+					return
+				}
+				t0 = s.Start.Add(time.Duration(float64(i) * float64(time.Second) / s.Rate))
+				if d := time.Until(t0); d > 0 {
+					timer.Reset(d)
+					select {
+					case <-ctx.Done():
+						return
+					case <-timer.C:
+					}
+				}
+				now := time.Now()
+				if now.After(winEnd.Add(s.Grace)) {
+					missed++
+					continue
+				}
+				if !t0.Before(winStart) {
+					mySlip = append(mySlip, int64(now.Sub(t0)))
+				}
+			} else {
+				t0 = time.Now()
+				if !t0.Before(winEnd) || next.Add(1) > total {
+					return
+				}
+			}
+			stampBody(body, t0.UnixNano())
+			if s.Keys {
+				key = strconv.AppendInt(key[:keyLen], int64(n), 10)
+			}
+			sent++
+			good := true
+			for _, r := range reqs {
+				if s.Keys {
+					r.Header.SetBytesV("Idempotency-Key", key)
+				}
+				err := hc.Do(r, resp)
+				if err == nil && resp.StatusCode() == s.Status {
+					continue
+				}
+				good = false
+				if err != nil {
+					errs++
+				} else {
+					bad++
+				}
+				errOnce.Do(func() {
+					if err != nil {
+						res.FirstErr = err.Error()
+					} else {
+						res.FirstErr = fmt.Sprintf("status %d: %.200s", resp.StatusCode(), resp.Body())
+					}
+				})
+				// Do not spin on a refused connection.
+				timer.Reset(time.Millisecond)
+				select {
+				case <-ctx.Done():
+				case <-timer.C:
+				}
+				break
+			}
+			done := time.Now()
+			if !good {
+				continue
+			}
+			ok++
+			inWindow := !done.Before(winStart) && done.Before(winEnd)
+			if s.Rate > 0 {
+				inWindow = !t0.Before(winStart) && t0.Before(winEnd)
+			}
+			if inWindow {
+				winOK++
+				mine = append(mine, int64(done.Sub(t0)))
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range s.Conc {
+		wg.Go(func() { worker(w) })
+	}
+	wg.Wait()
+	<-tickDone
+	res.Seconds = s.Dur.Seconds()
+	res.PerSec = float64(res.WinOK) / res.Seconds
+	res.Lat = summarize(lat)
+	if s.Rate > 0 {
+		sl := summarize(slip)
+		res.Slip = &sl
+	}
+	return res
+}
+
+// sleepUntil waits for t; false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tm.C:
+		return true
+	}
+}
+
+// latSummary is a latency distribution in milliseconds.
+type latSummary struct {
+	N    int     `json:"n"`
+	P50  float64 `json:"p50_ms"`
+	P90  float64 `json:"p90_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+	Mean float64 `json:"mean_ms"`
+}
+
+// summarize sorts ns (nanoseconds) in place.
+func summarize(ns []int64) latSummary {
+	if len(ns) == 0 {
+		return latSummary{}
+	}
+	slices.Sort(ns)
+	q := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(ns)))) - 1
+		return ms(ns[min(max(i, 0), len(ns)-1)])
+	}
+	var sum float64
+	for _, v := range ns {
+		sum += float64(v)
+	}
+	return latSummary{
+		N: len(ns), P50: q(0.50), P90: q(0.90), P99: q(0.99), P999: q(0.999),
+		Max: ms(ns[len(ns)-1]), Mean: sum / float64(len(ns)) / 1e6,
+	}
+}
+
+func ms(ns int64) float64 { return float64(ns) / 1e6 }
+
+// waitFor polls cond every 5 ms until it holds or timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
