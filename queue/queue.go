@@ -119,8 +119,15 @@ func Open(opts Options) (*Queue, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	// Sizes suit a sidecar: modest memtables and caches; values stay in the
-	// LSM tree up to 64 KiB so typical events never touch the value log.
+	// Sizes suit a sidecar: modest memtables and caches. Values up to 64 KiB
+	// stay in the LSM tree, so typical events never touch the value log,
+	// whose write path allocates a buffer the size of each batch (a second
+	// heap copy of every body). Larger ones go to the value log: in the LSM
+	// tree a 64 KiB body is copied again by every memtable flush and table
+	// build (measured: 8 copies per event against 1). Badger msyncs whole
+	// mappings on Sync, so the memtable (its WAL is twice its size) and
+	// value-log files stay small: with the 1 GiB default every sync cost
+	// about 2 ms even when idle.
 	bopts := badger.DefaultOptions(opts.Dir).
 		WithSyncWrites(false). // we sync per batch ourselves; see package doc
 		WithLogger(badgerLogger{log}).
@@ -131,7 +138,8 @@ func Open(opts Options) (*Queue, error) {
 		WithBlockCacheSize(32 << 20).
 		WithIndexCacheSize(16 << 20).
 		WithValueThreshold(64 << 10).
-		WithNumCompactors(2).WithValueLogFileSize(64 << 20).
+		WithNumCompactors(2).
+		WithValueLogFileSize(64 << 20).
 		WithMetricsEnabled(false)
 	db, err := badger.Open(bopts)
 	if err != nil {
