@@ -160,6 +160,7 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 		d.mu.Unlock()
 		l.mu.Lock()
 		l.sub, l.match, l.left, l.until = s, d.matcherFor(s), false, 0
+		l.leaving.Store(false)
 		l.mu.Unlock()
 		l.pump()
 	}
@@ -176,6 +177,7 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 		}
 		l.mu.Lock()
 		l.left, l.until = true, m.Until
+		l.leaving.Store(true)
 		l.mu.Unlock()
 		d.log.Info("subscription removed; draining what it was entitled to", "subscription", l.id, "until_seq", m.Until)
 		l.pump()
@@ -516,9 +518,12 @@ func (d *dispatcher) maintain() {
 		if l.saved.Load()+compactSlack < head {
 			l.pump()
 		}
-		l.mu.Lock()
-		drained := l.drainedLocked() && l.saved.Load() >= l.until
-		l.mu.Unlock()
+		drained := false
+		if l.leaving.Load() { // only lanes that left can retire; skip the lock for the rest
+			l.mu.Lock()
+			drained = l.drainedLocked() && l.saved.Load() >= l.until
+			l.mu.Unlock()
+		}
 		if drained {
 			if rs, err := d.q.Retries(l.id, 1); err == nil && len(rs) == 0 {
 				if err := d.q.Retire(l.id); err != nil {

@@ -44,6 +44,7 @@ type lane struct {
 	nextDue  time.Time // earliest known scheduled retry; zero when none is known
 	retired  bool
 
+	leaving   atomic.Bool   // mirrors left, for lock-free scans
 	saved     atomic.Uint64 // the cursor last written to the log
 	scheduled atomic.Int64  // retry records in the log
 
@@ -72,6 +73,7 @@ func newLane(d *dispatcher, m queue.Membership, sub *Subscription) *lane {
 		left: m.Left, until: m.Until, next: m.Cursor + 1, cursor: m.Cursor,
 	}
 	l.saved.Store(m.Cursor)
+	l.leaving.Store(m.Left)
 	return l
 }
 

@@ -40,11 +40,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 )
 
 // DefaultDedupWindow is how long an event id is remembered (DESIGN.md §4).
@@ -89,6 +91,7 @@ type Queue struct {
 	seqMu    sync.Mutex    // held while a batch assigns and writes sequence numbers
 	assigned atomic.Uint64 // last seq written (not yet synced, with Sync)
 	head     atomic.Uint64 // last seq durable and published
+	lastSync atomic.Int64  // unix nanos of the last fsync
 	low      atomic.Uint64 // no event below low exists (compaction boundary)
 
 	refMu     sync.Mutex
@@ -140,6 +143,9 @@ func Open(opts Options) (*Queue, error) {
 		WithValueThreshold(64 << 10).
 		WithNumCompactors(2).
 		WithValueLogFileSize(64 << 20).
+		// Events live for seconds: compressing them into tables that
+		// compaction soon rewrites or drops costs CPU for nothing.
+		WithCompression(options.None).
 		WithMetricsEnabled(false)
 	db, err := badger.Open(bopts)
 	if err != nil {
@@ -354,6 +360,7 @@ func (q *Queue) syncer(in <-chan *written, done chan<- struct{}) {
 			}
 		}
 		err := q.db.Sync()
+		q.lastSync.Store(time.Now().UnixNano())
 		for _, w := range ws {
 			q.publish(w, err)
 		}
@@ -792,9 +799,18 @@ func (q *Queue) Retire(sub string) error {
 	return nil
 }
 
-// SaveCursors writes the given cursors in one transaction and, with Sync,
-// syncs: retry records and dead letters written before it are then durable
-// too, because Badger's log is written in commit order.
+// cursorSyncInterval bounds how stale the on-disk cursors may be after a
+// power loss when nothing else syncs (with Sync). Under load the appends'
+// own syncs cover cursor writes (Badger's log is written in commit order),
+// so SaveCursors adds no fsync of its own: one every flush interval stole
+// the disk from appends and showed as ingest latency spikes.
+const cursorSyncInterval = time.Second
+
+// SaveCursors writes the given cursors in one transaction. Retry records
+// and dead letters written before it become durable no later than the
+// cursors (commit order). With Sync, the write is fsynced by the next
+// append group, or by SaveCursors itself if none came within
+// cursorSyncInterval. A lost cursor write means redelivery, never loss.
 func (q *Queue) SaveCursors(cursors map[string]uint64) error {
 	if len(cursors) == 0 {
 		return nil
@@ -809,10 +825,11 @@ func (q *Queue) SaveCursors(cursors map[string]uint64) error {
 	if err := wb.Flush(); err != nil {
 		return fmt.Errorf("save cursors: %w", err)
 	}
-	if q.opts.Sync {
+	if q.opts.Sync && time.Since(time.Unix(0, q.lastSync.Load())) > cursorSyncInterval {
 		if err := q.db.Sync(); err != nil {
 			return fmt.Errorf("save cursors: sync: %w", err)
 		}
+		q.lastSync.Store(time.Now().UnixNano())
 	}
 	return nil
 }
@@ -1013,8 +1030,6 @@ func (q *Queue) GetDeadLetter(sub string, seq uint64) (*DeadLetter, error) {
 func (q *Queue) Compact(below uint64) (int, error) {
 	below = min(below, q.head.Load()+1)
 	low := q.low.Load()
-	wb := q.db.NewWriteBatch()
-	defer wb.Cancel()
 	n := 0
 	q.refMu.Lock()
 	var freed []uint64
@@ -1034,19 +1049,27 @@ func (q *Queue) Compact(below uint64) (int, error) {
 	if len(freed) == 0 && below <= low {
 		return 0, nil
 	}
-	for _, seq := range freed {
-		if err := wb.Delete(eventKey(seq)); err != nil {
-			return 0, fmt.Errorf("compact: %w", err)
+	// Deletes go in small transactions: Badger writes one request at a
+	// time, and one request of thousands of deletes would hold appends
+	// behind it for milliseconds.
+	for chunk := range slices.Chunk(freed, compactChunk) {
+		err := q.db.Update(func(txn *badger.Txn) error {
+			for _, seq := range chunk {
+				if err := txn.Delete(eventKey(seq)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return n, fmt.Errorf("compact: %w", err)
 		}
-		n++
+		n += len(chunk)
 	}
 	if below > low {
-		if err := wb.Set(keyLow, u64(below)); err != nil {
-			return 0, fmt.Errorf("compact: %w", err)
+		if err := q.db.Update(func(txn *badger.Txn) error { return txn.Set(keyLow, u64(below)) }); err != nil {
+			return n, fmt.Errorf("compact: %w", err)
 		}
-	}
-	if err := wb.Flush(); err != nil {
-		return 0, fmt.Errorf("compact: %w", err)
 	}
 	q.refMu.Lock()
 	for _, seq := range freed {
@@ -1056,6 +1079,9 @@ func (q *Queue) Compact(below uint64) (int, error) {
 	q.low.Store(max(low, below))
 	return n, nil
 }
+
+// compactChunk is how many deletes one compaction transaction carries.
+const compactChunk = 256
 
 // badgerLogger passes Badger's warnings and errors to slog; its info and
 // debug chatter is dropped.
