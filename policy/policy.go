@@ -1,21 +1,24 @@
 // Package policy holds sluice's delivery decisions as pure code: what an HTTP
 // exchange with an endpoint means (Classify), whether and when a failed
 // delivery is tried again (RetryPolicy, Backoff, ParseRetryAfter), and the
-// dead-letter reasons recorded when it is not. The per-subscription retry
-// budget, token bucket, breaker and concurrency cap belong here as well
-// (DESIGN.md §3).
+// dead-letter reasons recorded when it is not; the retry budget shared by
+// every lane (Budget), the per-subscription circuit breaker (Breaker) and
+// the Little's-law concurrency cap (AutoCap). Token buckets come from
+// golang.org/x/time/rate, used directly by the lanes.
 //
 // Guarantees:
 //
-//   - No I/O, no goroutines, no global state, and no clock reads: every
-//     decision that depends on time takes "now" as an argument, so callers
-//     and tests control time and nothing here sleeps.
+//   - No I/O, no goroutines and no global state. Time is injected: pure
+//     functions take "now" as an argument, and the stateful types (Budget,
+//     Breaker, AutoCap) take a clock function (time.Now when nil), so
+//     callers and tests control time and nothing here sleeps.
 //   - The package imports only the standard library and nothing of sluice.
 //     In particular it does not import net/http, so queue (which must not
 //     depend on HTTP) may use the reason constants and Outcome.
 //   - Functions and value types (Outcome, Backoff, RetryPolicy) are safe for
 //     concurrent use as long as the caller does not mutate an overrides map
-//     or a Backoff.Rand that is shared between goroutines.
+//     or a Backoff.Rand that is shared between goroutines. Budget, Breaker
+//     and AutoCap lock internally and are safe for concurrent use.
 //
 // The delivery engine (proxy) calls Classify once per exchange, at the HTTP
 // boundary, and RetryPolicy.Next for every retryable failure; it records the
@@ -42,4 +45,8 @@ const (
 	// ReasonBacklogQuota means the subscription's backlog quota was exceeded and
 	// the oldest entries were moved to the dead-letter store (DESIGN.md §3).
 	ReasonBacklogQuota = "backlog_quota"
+
+	// ReasonGone means the endpoint answered 410 Gone: the delivery is
+	// dead-lettered and the subscription paused (Standard Webhooks).
+	ReasonGone = "gone"
 )

@@ -23,6 +23,9 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
+	mux.HandleFunc("GET /v1/retry-budget", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.RetryBudget())
+	})
 	mux.HandleFunc("GET /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"subscriptions": s.Lanes(), "head": s.d.head.Load()})
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -50,6 +51,9 @@ type dispatcher struct {
 	jobs        chan *job
 	freed       chan struct{} // signalled when inflight drops to zero
 
+	budget       *policy.Budget // shared retry budget
+	budgetWindow time.Duration
+
 	cursorInterval time.Duration
 	timers         *timerHeap
 	kick           chan struct{}
@@ -60,7 +64,7 @@ type dispatcher struct {
 	wg             sync.WaitGroup
 }
 
-func newDispatcher(q *queue.Queue, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, cursorInterval time.Duration) *dispatcher {
+func newDispatcher(q *queue.Queue, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, cursorInterval time.Duration, budget policy.BudgetConfig) *dispatcher {
 	d := &dispatcher{
 		q: q, log: log, now: now, client: client,
 		ring:   newRing(ringSlots, ringBytes, q.Head()),
@@ -78,6 +82,11 @@ func newDispatcher(q *queue.Queue, client *fasthttp.Client, log *slog.Logger, no
 	}
 	d.head.Store(q.Head())
 	d.timers = &timerHeap{wake: make(chan struct{}, 1)}
+	d.budget = policy.NewBudget(budget, now)
+	d.budgetWindow = budget.Window
+	if d.budgetWindow <= 0 {
+		d.budgetWindow = policy.DefaultBudgetWindow
+	}
 	return d
 }
 
@@ -159,7 +168,8 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 		}
 		d.mu.Unlock()
 		l.mu.Lock()
-		l.sub, l.match, l.left, l.until = s, d.matcherFor(s), false, 0
+		l.setPolicies(s)
+		l.match, l.left, l.until = d.matcherFor(s), false, 0
 		l.leaving.Store(false)
 		l.mu.Unlock()
 		l.pump()
@@ -511,7 +521,9 @@ func (d *dispatcher) flush() error {
 func (d *dispatcher) maintain() {
 	head := d.head.Load()
 	below := head + 1
+	now := d.now()
 	for _, l := range d.laneList() {
+		l.enforceQuota(now)
 		// A filtered lane that sees none of its types sleeps with a stale
 		// cursor; move it to the head now and then so it does not pin
 		// compaction (its cursor write is one key).

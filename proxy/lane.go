@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"math/rand/v2"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
@@ -43,12 +47,20 @@ type lane struct {
 	hungry   bool
 	nextDue  time.Time // earliest known scheduled retry; zero when none is known
 	retired  bool
+	pausedBy string // why deliveries are paused at run time (410 Gone, an operator)
+
+	// Per-subscription policies, owned by the lane (used under mu).
+	breaker *policy.Breaker
+	limiter *rate.Limiter   // nil: unlimited
+	auto    *policy.AutoCap // nil: static MaxConcurrency
 
 	leaving   atomic.Bool   // mirrors left, for lock-free scans
 	saved     atomic.Uint64 // the cursor last written to the log
 	scheduled atomic.Int64  // retry records in the log
 
 	delivered, retried, deadLettered, attempts atomic.Uint64
+	deferred, shortCircuits, rateLimited       atomic.Uint64
+	quotaRejections                            atomic.Uint64 // dead letters with reason backlog_quota
 	lastStatus                                 atomic.Int64
 }
 
@@ -65,6 +77,8 @@ type job struct {
 	retry   *queue.Retry // the record this attempt came from; nil for a first attempt
 	attempt int          // 1 for the first try
 	first   time.Time    // when attempt 1 started
+	started time.Time    // when this attempt started
+	probe   bool         // the breaker's half-open probe
 }
 
 func newLane(d *dispatcher, m queue.Membership, sub *Subscription) *lane {
@@ -74,8 +88,77 @@ func newLane(d *dispatcher, m queue.Membership, sub *Subscription) *lane {
 	}
 	l.saved.Store(m.Cursor)
 	l.leaving.Store(m.Left)
+	l.pausedBy = m.Paused
+	l.setPolicies(sub)
 	return l
 }
+
+// setPolicies (re)creates the lane's breaker, rate limiter and auto cap for
+// sub, keeping each one whose settings did not change (a reload must not
+// close an open breaker).
+func (l *lane) setPolicies(sub *Subscription) {
+	old := l.sub
+	now := l.d.now
+	if l.breaker == nil || old.Breaker != sub.Breaker {
+		l.breaker = policy.NewBreaker(sub.Breaker, now)
+	}
+	if l.limiter == nil || old.Rate != sub.Rate {
+		l.limiter = nil
+		if sub.Rate.PerSecond > 0 {
+			l.limiter = rate.NewLimiter(rate.Limit(sub.Rate.PerSecond), max(sub.Rate.Burst, 1))
+		}
+	}
+	switch {
+	case sub.Auto == nil:
+		l.auto = nil
+	case l.auto == nil || old.Auto == nil || *old.Auto != *sub.Auto:
+		l.auto = policy.NewAutoCap(*sub.Auto, now)
+	}
+	l.sub = sub
+}
+
+// limit is the lane's concurrency cap right now.
+func (l *lane) limit() int {
+	if l.auto != nil {
+		return l.auto.Limit()
+	}
+	return l.sub.MaxConcurrency
+}
+
+// admit passes one delivery through the gates, in order: the process-wide
+// slot, the rate limit (before a slot is really used), then the breaker
+// (last, because a half-open breaker admits exactly one probe). A refusal
+// undoes what earlier gates took and wakes the lane when it may pass.
+func (l *lane) admit(now time.Time) (probe, ok bool) {
+	d := l.d
+	if !d.acquire(l) {
+		return false, false
+	}
+	var res *rate.Reservation
+	if l.limiter != nil {
+		res = l.limiter.ReserveN(now, 1)
+		if wait := res.DelayFrom(now); !res.OK() || wait > 0 {
+			res.CancelAt(now)
+			d.giveBack()
+			l.rateLimited.Add(1)
+			d.timers.add(l, now.Add(max(wait, time.Millisecond)))
+			return false, false
+		}
+	}
+	ok, probe = l.breaker.Allow()
+	if !ok {
+		if res != nil {
+			res.CancelAt(now)
+		}
+		d.giveBack()
+		l.shortCircuits.Add(1)
+		d.timers.add(l, l.breaker.RetryAt())
+		return false, false
+	}
+	return probe, true
+}
+
+func (l *lane) paused() bool { return l.sub.Paused || l.pausedBy != "" }
 
 func (l *lane) pump() {
 	l.mu.Lock()
@@ -83,16 +166,16 @@ func (l *lane) pump() {
 	l.mu.Unlock()
 }
 
-// pumpLocked starts as many deliveries as the cap, the global limit and the
-// available work allow: writes that failed first, then due retries, then
-// new events in order.
+// pumpLocked starts as many deliveries as the cap, the gates (global slot,
+// rate, breaker) and the available work allow: writes that failed first,
+// then due retries, then new events in order.
 func (l *lane) pumpLocked() {
 	d := l.d
 	l.hungry = false
-	if l.retired || l.sub.Paused || d.stopping.Load() {
+	if l.retired || l.paused() || d.stopping.Load() {
 		return
 	}
-	limit := l.sub.MaxConcurrency
+	limit := l.limit()
 	for len(l.redo) > 0 && l.inFlight < limit {
 		if !d.acquire(l) {
 			return
@@ -104,17 +187,14 @@ func (l *lane) pumpLocked() {
 	now := d.now()
 	if l.inFlight < limit && !l.nextDue.IsZero() && !now.Before(l.nextDue) {
 		if !l.startRetries(now, limit) {
+			l.updateCursor()
 			return
 		}
 	}
 	rechecked := false
 	for l.inFlight < limit {
-		if !d.acquire(l) {
-			break
-		}
 		ev := l.nextFresh()
 		if ev == nil {
-			d.giveBack()
 			l.hungry = true
 			d.markHungry(l)
 			// A commit between nextFresh and markHungry would find this
@@ -125,8 +205,13 @@ func (l *lane) pumpLocked() {
 			}
 			break
 		}
+		probe, ok := l.admit(now)
+		if !ok {
+			l.buf = append([]*queue.Event{ev}, l.buf...) // back in front: it waits
+			break
+		}
 		l.window = append(l.window, slot{seq: ev.Seq})
-		l.start(&job{lane: l, sub: l.sub, ev: ev, attempt: 1, first: now})
+		l.start(&job{lane: l, sub: l.sub, ev: ev, attempt: 1, first: now, started: now, probe: probe})
 	}
 	l.updateCursor()
 }
@@ -161,7 +246,15 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			}
 			continue
 		}
-		if !d.acquire(l) {
+		if !d.budget.TryRetry() {
+			// The shared budget is spent: defer, never drop. Jitter
+			// spreads the deferred retries so they do not return as one
+			// burst when the budget refills.
+			l.deferRetry(r, now)
+			continue
+		}
+		probe, ok := l.admit(now)
+		if !ok {
 			l.nextDue = now // the rest are still due
 			return false
 		}
@@ -169,15 +262,38 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			l.retrying = map[uint64]struct{}{} // most lanes never retry
 		}
 		l.retrying[r.Seq] = struct{}{}
-		l.start(&job{lane: l, sub: l.sub, ev: ev, retry: r, attempt: r.Attempt + 1, first: r.FirstAttempt})
+		l.start(&job{lane: l, sub: l.sub, ev: ev, retry: r, attempt: r.Attempt + 1, first: r.FirstAttempt, started: now, probe: probe})
 	}
 	return true
 }
+
+// deferRetry moves a due retry that the budget refused to a jittered time
+// within the next budget window; its attempt count is unchanged.
+func (l *lane) deferRetry(r *queue.Retry, now time.Time) {
+	d := l.d
+	next := *r
+	next.Due = now.Add(deferMin + time.Duration(rand.Int64N(int64(d.budgetWindow))))
+	if err := d.q.ScheduleRetry(next, r); err != nil {
+		d.log.Error("defer retry", "subscription", l.id, "seq", r.Seq, "err", err)
+		next.Due = now.Add(time.Second) // the old record stands; look again later
+	}
+	l.deferred.Add(1)
+	if l.nextDue.IsZero() || next.Due.Before(l.nextDue) {
+		l.nextDue = next.Due
+	}
+	d.timers.add(l, next.Due)
+}
+
+// deferMin keeps a deferred retry from coming straight back.
+const deferMin = 100 * time.Millisecond
 
 func (l *lane) isRetrying(seq uint64) bool { _, ok := l.retrying[seq]; return ok }
 
 func (l *lane) start(j *job) {
 	l.inFlight++
+	if l.auto != nil {
+		l.auto.Dispatched()
+	}
 	l.d.submit(j)
 }
 
@@ -284,6 +400,11 @@ func (l *lane) finish(j *job, res result) {
 	)
 	l.attempts.Add(1)
 	l.lastStatus.Store(int64(res.status))
+	if res.status >= 200 && res.status < 500 {
+		// The endpoint answered: a success for the retry budget, 4xx too.
+		d.budget.Success()
+	}
+	gone := res.status == http.StatusGone && res.outcome == policy.DeadLetter
 	switch res.outcome {
 	case policy.Ack:
 		if j.retry != nil {
@@ -311,13 +432,34 @@ func (l *lane) finish(j *job, res result) {
 			err = l.deadLetter(j, res, reason, now)
 		}
 	default:
-		err = l.deadLetter(j, res, policy.ReasonRejected, now)
+		reason := policy.ReasonRejected
+		if gone {
+			reason = policy.ReasonGone
+		}
+		err = l.deadLetter(j, res, reason, now)
+	}
+	var pauseErr error
+	if gone {
+		// Standard Webhooks: 410 means the endpoint is gone for good. Stop
+		// sending (the backlog waits on disk) until an operator resumes.
+		pauseErr = d.q.SetPaused(l.id, "endpoint answered 410 Gone")
 	}
 	d.life.RUnlock()
 	d.release()
 
 	l.mu.Lock()
 	l.inFlight--
+	l.breaker.Record(res.outcome == policy.Retry, res.errKind == "timeout", j.probe)
+	if l.auto != nil {
+		l.auto.Completed(now.Sub(j.started), res.errKind == "timeout")
+	}
+	if gone && l.pausedBy == "" {
+		l.pausedBy = "endpoint answered 410 Gone"
+		d.log.Warn("subscription paused: endpoint answered 410 Gone", "subscription", l.id)
+		if pauseErr != nil {
+			d.log.Error("record pause", "subscription", l.id, "err", pauseErr)
+		}
+	}
 	if err != nil {
 		d.log.Error("record delivery outcome", "subscription", l.id, "seq", j.ev.Seq, "err", err)
 		l.redo = append(l.redo, j)
@@ -361,6 +503,54 @@ func (l *lane) deadLetter(j *job, res result, reason string, now time.Time) erro
 	return nil
 }
 
+// enforceQuota dead-letters the oldest waiting events past the backlog
+// quota (reason backlog_quota), whatever the breaker or the cap say: a
+// black-holed lane must not grow without bound. Events already in flight or
+// scheduled for retry are not counted.
+func (l *lane) enforceQuota(now time.Time) {
+	q := l.sub.Backlog
+	if q.MaxEvents <= 0 && q.MaxAge <= 0 {
+		return
+	}
+	d := l.d
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var excess int64
+	if q.MaxEvents > 0 {
+		limit := l.limitSeq()
+		n, err := d.q.CountEvents(l.next, limit, l.match, int(q.MaxEvents)+pageSize*16)
+		if err != nil {
+			d.log.Error("count backlog", "subscription", l.id, "err", err)
+			return
+		}
+		excess = int64(n+len(l.buf)) - q.MaxEvents
+	}
+	for {
+		ev := l.nextFresh()
+		if ev == nil {
+			break
+		}
+		old := q.MaxAge > 0 && now.Sub(ev.AcceptedAt) > q.MaxAge
+		if excess <= 0 && !old {
+			l.buf = append([]*queue.Event{ev}, l.buf...)
+			break
+		}
+		dl := &queue.DeadLetter{
+			Subscription: l.id, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
+			AcceptedAt: ev.AcceptedAt, Reason: policy.ReasonBacklogQuota, DeadAt: now, Body: ev.Body,
+		}
+		if err := d.q.AddDeadLetter(dl, nil); err != nil {
+			d.log.Error("dead-letter over quota", "subscription", l.id, "seq", ev.Seq, "err", err)
+			l.buf = append([]*queue.Event{ev}, l.buf...)
+			break
+		}
+		l.deadLettered.Add(1)
+		l.quotaRejections.Add(1)
+		excess--
+	}
+	l.updateCursor()
+}
+
 // drained reports whether a lane that left has resolved everything it was
 // entitled to, retries included.
 func (l *lane) drainedLocked() bool {
@@ -383,6 +573,12 @@ type LaneStatus struct {
 	DeadLettered uint64 `json:"dead_lettered"`
 	Attempts     uint64 `json:"attempts"`
 	LastStatus   int    `json:"last_status"`
+	Breaker      string `json:"breaker"` // closed, half_open, open
+	PausedBy     string `json:"paused_by,omitempty"`
+	Deferred     uint64 `json:"retries_deferred"`       // retries the shared budget pushed back
+	ShortCircuit uint64 `json:"short_circuits"`         // dispatches the open breaker refused
+	RateLimited  uint64 `json:"rate_limited"`           // dispatches the rate limit held back
+	QuotaDropped uint64 `json:"backlog_quota_rejected"` // dead-lettered with reason backlog_quota
 }
 
 func (l *lane) status() LaneStatus {
@@ -392,7 +588,10 @@ func (l *lane) status() LaneStatus {
 		Subscription: l.id, State: "active", InFlight: l.inFlight, Cap: l.sub.MaxConcurrency, Cursor: l.cursor,
 		Delivered: l.delivered.Load(), Retried: l.retried.Load(), DeadLettered: l.deadLettered.Load(),
 		Attempts: l.attempts.Load(), LastStatus: int(l.lastStatus.Load()), Scheduled: l.scheduled.Load(),
+		Breaker: l.breaker.State().String(), PausedBy: l.pausedBy, Deferred: l.deferred.Load(),
+		ShortCircuit: l.shortCircuits.Load(), RateLimited: l.rateLimited.Load(), QuotaDropped: l.quotaRejections.Load(),
 	}
+	st.Cap = l.limit()
 	if lim := l.limitSeq(); lim > l.cursor {
 		st.Backlog = lim - l.cursor
 		// A filtered lane parked until one of its types arrives has a
@@ -404,7 +603,7 @@ func (l *lane) status() LaneStatus {
 	switch {
 	case l.left:
 		st.State = "draining"
-	case l.sub.Paused:
+	case l.paused():
 		st.State = "paused"
 	}
 	return st

@@ -31,6 +31,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -65,8 +66,10 @@ type Options struct {
 	// CursorInterval is how often moved cursors are written (together). It
 	// bounds the redelivery window after a crash.
 	CursorInterval time.Duration
-	Subscriptions  []*Subscription
-	Logger         *slog.Logger
+	// RetryBudget is shared by every lane; zero fields take policy's defaults.
+	RetryBudget   policy.BudgetConfig
+	Subscriptions []*Subscription
+	Logger        *slog.Logger
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
 }
@@ -147,7 +150,7 @@ func (s *Server) Open() (err error) {
 	if err != nil {
 		return err
 	}
-	d = newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval)
+	d = newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval, s.opts.RetryBudget)
 	s.d = d
 	if err := d.start(subs); err != nil {
 		d.stop(context.Background())
@@ -213,6 +216,9 @@ func (s *Server) Reload(subs []*Subscription) error {
 
 // Lanes returns a status line per subscription, sorted by id.
 func (s *Server) Lanes() []LaneStatus { return s.d.statuses() }
+
+// RetryBudget returns the shared retry budget's state over its window.
+func (s *Server) RetryBudget() policy.BudgetStats { return s.d.budget.Stats() }
 
 // DeadLetters lists the dead letters of sub ("" for all), at most limit.
 func (s *Server) DeadLetters(sub string, limit int) ([]*queue.DeadLetter, error) {

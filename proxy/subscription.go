@@ -30,6 +30,30 @@ type Subscription struct {
 	Headers        map[string]string
 	Classify       map[int]policy.Outcome // status overrides; nil for the defaults
 	Paused         bool
+	// Rate is a token bucket applied before a slot is taken; a zero
+	// PerSecond means unlimited.
+	Rate RateLimit
+	// Auto, when set, replaces the static MaxConcurrency with a cap derived
+	// from Little's law (policy.AutoCap).
+	Auto *policy.AutoCapConfig
+	// Backlog bounds what may wait: past it the oldest waiting events are
+	// dead-lettered with reason backlog_quota. Zero fields mean no limit.
+	Backlog BacklogQuota
+	// Breaker configures the circuit breaker; zero fields take policy's
+	// defaults.
+	Breaker policy.BreakerConfig
+}
+
+// RateLimit is a token bucket: PerSecond tokens a second, at most Burst at once.
+type RateLimit struct {
+	PerSecond float64
+	Burst     int
+}
+
+// BacklogQuota bounds a subscription's backlog by count and by age.
+type BacklogQuota struct {
+	MaxEvents int64
+	MaxAge    time.Duration
 }
 
 // withDefaults fills zero fields with the defaults, in place: a
@@ -76,24 +100,28 @@ func (s *Subscription) matcher() func(typ []byte) bool {
 // removed from the config can still deliver what it was entitled to. It
 // holds the secrets: the data dir is as private as the config file.
 type snapshot struct {
-	URL         string            `json:"url"`
-	Secrets     []string          `json:"secrets"`
-	Types       []string          `json:"types"`
-	Timeout     time.Duration     `json:"timeout"`
-	Concurrency int               `json:"concurrency"`
-	MaxAttempts int               `json:"max_attempts"`
-	MaxAge      time.Duration     `json:"max_age"`
-	Base        time.Duration     `json:"base"`
-	Cap         time.Duration     `json:"cap"`
-	Headers     map[string]string `json:"headers,omitempty"`
-	Classify    map[string]string `json:"classify,omitempty"`
+	URL         string                `json:"url"`
+	Secrets     []string              `json:"secrets"`
+	Types       []string              `json:"types"`
+	Timeout     time.Duration         `json:"timeout"`
+	Concurrency int                   `json:"concurrency"`
+	MaxAttempts int                   `json:"max_attempts"`
+	MaxAge      time.Duration         `json:"max_age"`
+	Base        time.Duration         `json:"base"`
+	Cap         time.Duration         `json:"cap"`
+	Headers     map[string]string     `json:"headers,omitempty"`
+	Classify    map[string]string     `json:"classify,omitempty"`
+	Rate        RateLimit             `json:"rate"`
+	Auto        *policy.AutoCapConfig `json:"auto,omitempty"`
+	Backlog     BacklogQuota          `json:"backlog"`
+	Breaker     policy.BreakerConfig  `json:"breaker"`
 }
 
 func encodeSnapshot(s *Subscription) []byte {
 	sn := snapshot{
 		URL: s.URL, Types: s.Types, Timeout: s.Timeout, Concurrency: s.MaxConcurrency,
 		MaxAttempts: s.Retry.MaxAttempts, MaxAge: s.Retry.MaxAge, Base: s.Retry.Backoff.Base, Cap: s.Retry.Backoff.Cap,
-		Headers: s.Headers,
+		Headers: s.Headers, Rate: s.Rate, Auto: s.Auto, Backlog: s.Backlog, Breaker: s.Breaker,
 	}
 	for _, k := range s.Secrets {
 		sn.Secrets = append(sn.Secrets, k.Encode())
@@ -116,7 +144,7 @@ func decodeSnapshot(id string, b []byte) (*Subscription, error) {
 	s := &Subscription{
 		ID: id, URL: sn.URL, Types: sn.Types, Timeout: sn.Timeout, MaxConcurrency: sn.Concurrency,
 		Retry:   policy.RetryPolicy{MaxAttempts: sn.MaxAttempts, MaxAge: sn.MaxAge, Backoff: policy.Backoff{Base: sn.Base, Cap: sn.Cap}},
-		Headers: sn.Headers,
+		Headers: sn.Headers, Rate: sn.Rate, Auto: sn.Auto, Backlog: sn.Backlog, Breaker: sn.Breaker,
 	}
 	for _, enc := range sn.Secrets {
 		k, err := signing.ParseSecret(enc)

@@ -591,6 +591,39 @@ func (q *Queue) Events(from, to uint64, limit int, match func(typ []byte) bool) 
 	return evs, next, err
 }
 
+// CountEvents counts the events with from <= seq <= to whose type satisfies
+// match (nil matches all), stopping once the count passes limit.
+func (q *Queue) CountEvents(from, to uint64, match func(typ []byte) bool, limit int) (int, error) {
+	from = max(from, q.low.Load())
+	if from > to {
+		return 0, nil
+	}
+	if match == nil {
+		return int(min(to-from+1, uint64(limit)+1)), nil
+	}
+	n := 0
+	err := q.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefixEvent})
+		defer it.Close()
+		for it.Seek(eventKey(from)); it.Valid() && n <= limit; it.Next() {
+			if seqFromEventKey(it.Item().Key()) > to {
+				return nil
+			}
+			if err := it.Item().Value(func(v []byte) error {
+				typ, err := eventType(v)
+				if err == nil && match(typ) {
+					n++
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
 // Memberships returns every subscription the log knows, with its cursor.
 // Two sequential scans (memberships, cursors) rather than a lookup per
 // subscription: start-up reads 50,000 of them.
@@ -625,7 +658,7 @@ func (q *Queue) Memberships() ([]Membership, error) {
 			if !ok {
 				return fmt.Errorf("cursor %s: missing: %w", m.Subscription, ErrCorrupt)
 			}
-			m.From, m.Left, m.Until, m.Snapshot, m.Cursor = rec.From, rec.Left, rec.Until, []byte(rec.Snapshot), c
+			m.From, m.Left, m.Until, m.Paused, m.Snapshot, m.Cursor = rec.From, rec.Left, rec.Until, rec.Paused, []byte(rec.Snapshot), c
 			out = append(out, m)
 		}
 		return nil
@@ -643,7 +676,7 @@ func readMembership(txn *badger.Txn, sub string) (Membership, error) {
 	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &rec) }); err != nil {
 		return m, fmt.Errorf("membership %s: %v: %w", sub, err, ErrCorrupt)
 	}
-	m.From, m.Left, m.Until, m.Snapshot = rec.From, rec.Left, rec.Until, []byte(rec.Snapshot)
+	m.From, m.Left, m.Until, m.Paused, m.Snapshot = rec.From, rec.Left, rec.Until, rec.Paused, []byte(rec.Snapshot)
 	item, err = txn.Get(cursorKey(sub))
 	if err != nil {
 		return m, fmt.Errorf("cursor %s: %w", sub, err)
@@ -658,7 +691,7 @@ func readMembership(txn *badger.Txn, sub string) (Membership, error) {
 }
 
 func writeMembership(txn *badger.Txn, m Membership) error {
-	v, err := json.Marshal(memberRecord{V: recordVersion, From: m.From, Left: m.Left, Until: m.Until, Snapshot: m.Snapshot})
+	v, err := json.Marshal(memberRecord{V: recordVersion, From: m.From, Left: m.Left, Until: m.Until, Paused: m.Paused, Snapshot: m.Snapshot})
 	if err != nil {
 		return err
 	}
@@ -730,7 +763,7 @@ func (q *Queue) JoinAll(reqs []JoinRequest) ([]Membership, error) {
 		if !changed[i] {
 			continue
 		}
-		v, err := json.Marshal(memberRecord{V: recordVersion, From: m.From, Snapshot: m.Snapshot})
+		v, err := json.Marshal(memberRecord{V: recordVersion, From: m.From, Paused: m.Paused, Snapshot: m.Snapshot})
 		if err != nil {
 			return nil, fmt.Errorf("join %s: %w", m.Subscription, err)
 		}
@@ -783,6 +816,28 @@ func (q *Queue) Leave(sub string) (Membership, error) {
 		return m, fmt.Errorf("leave %s: %w", sub, err)
 	}
 	return m, nil
+}
+
+// SetPaused records why sub's deliveries are paused at run time ("" to
+// resume), so a pause (a 410 Gone, an operator) survives a restart.
+func (q *Queue) SetPaused(sub, reason string) error {
+	q.seqMu.Lock()
+	defer q.seqMu.Unlock()
+	err := q.db.Update(func(txn *badger.Txn) error {
+		m, err := readMembership(txn, sub)
+		if err != nil {
+			return err
+		}
+		m.Paused = reason
+		return writeMembership(txn, m)
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return fmt.Errorf("pause %s: %w", sub, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("pause %s: %w", sub, err)
+	}
+	return nil
 }
 
 // Retire forgets a subscription that has drained. Its dead letters stay.

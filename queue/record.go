@@ -101,6 +101,7 @@ type Membership struct {
 	From         uint64
 	Left         bool   // removed from the config; drains up to Until, then retires
 	Until        uint64 // last entitled seq, when Left
+	Paused       string // why deliveries are paused at run time (410 Gone, an operator); "" when not
 	Cursor       uint64 // every entitled event <= Cursor is resolved
 	Snapshot     []byte
 }
@@ -113,6 +114,7 @@ type memberRecord struct {
 	From     uint64          `json:"from"`
 	Left     bool            `json:"left,omitempty"`
 	Until    uint64          `json:"until,omitempty"`
+	Paused   string          `json:"paused,omitempty"`
 	Snapshot json.RawMessage `json:"snapshot,omitempty"`
 }
 

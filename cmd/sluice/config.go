@@ -73,6 +73,13 @@ const (
 	// DefaultLogLevel and DefaultLogFormat are log/slog's usual defaults.
 	DefaultLogLevel  = "info"
 	DefaultLogFormat = "text"
+	// DefaultRetryBudgetRatio, DefaultRetryBudgetMinPerSecond and
+	// DefaultRetryBudgetWindow are the shared retry budget of the DESIGN.md
+	// §4 example config: retries within the last 10 s may reach 10% of the
+	// successes in them, plus a floor of 10 retries/s (DESIGN.md §1).
+	DefaultRetryBudgetRatio        = 0.1
+	DefaultRetryBudgetMinPerSecond = 10
+	DefaultRetryBudgetWindow       = 10 * time.Second
 )
 
 // Defaults of a subscription, applied by LoadConfig to the fields a
@@ -85,6 +92,24 @@ const (
 	// DefaultConcurrency is a subscription's cap on in-flight deliveries
 	// (DESIGN.md §4 example config).
 	DefaultConcurrency = 16
+	// DefaultAutoConcurrencyMin, DefaultAutoConcurrencyMax and
+	// DefaultAutoConcurrencyHeadroom bound the cap that concurrency: auto
+	// derives from Little's law, λ·P99 + headroom (DESIGN.md §5 item 5;
+	// values from issue 4, max and headroom as in the DESIGN.md §4 example).
+	DefaultAutoConcurrencyMin      = 1
+	DefaultAutoConcurrencyMax      = 64
+	DefaultAutoConcurrencyHeadroom = 4
+	// DefaultBreaker* configure a subscription's breaker (DESIGN.md §3,
+	// "Breaker per subscription"; values from issue 4): it opens when at
+	// least half of 20 or more requests in the last 10 s failed, or after 5
+	// timeouts in a row, and stays open 5 s, doubling up to 5 min while the
+	// probes keep failing.
+	DefaultBreakerFailureRatio        = 0.5
+	DefaultBreakerMinRequests         = 20
+	DefaultBreakerWindow              = 10 * time.Second
+	DefaultBreakerConsecutiveTimeouts = 5
+	DefaultBreakerCoolDown            = 5 * time.Second
+	DefaultBreakerMaxCoolDown         = 5 * time.Minute
 	// DefaultRetryMaxAttempts, DefaultRetryMaxAge, DefaultRetryBase and
 	// DefaultRetryCap are the retry schedule of the DESIGN.md §4 example
 	// config: 8 attempts within a day, full-jitter backoff from 1 s up to 1 h.
@@ -111,6 +136,12 @@ const (
 	minTimeout        = time.Millisecond
 	maxTimeout        = 5 * time.Minute
 	maxConcurrency    = 10000
+	maxHeadroom       = 1000
+	maxRatePerSecond  = 1e6 // keeps the default burst, ceil(per_second), a sane int
+	maxBudgetFloor    = 1e6 // policy.Budget's own bound on min_per_second
+	minWindow         = time.Second
+	maxWindow         = 10 * time.Minute
+	minBacklogMaxAge  = time.Second
 	maxRetryAttempts  = 100
 	maxSecretFileSize = 1 << 20
 	maxUnixPathLen    = 107 // sun_path is 108 bytes including the NUL on Linux
@@ -186,6 +217,8 @@ type Config struct {
 	LogLevel string `koanf:"log_level"`
 	// LogFormat is text (default) or json.
 	LogFormat string `koanf:"log_format"`
+	// RetryBudget bounds the retries of all subscriptions together.
+	RetryBudget RetryBudgetConfig `koanf:"retry_budget"`
 	// Subscriptions are the endpoints events are delivered to. They can be
 	// set in the file or the overrides, not in the environment.
 	Subscriptions []SubscriptionConfig `koanf:"subscriptions"`
@@ -222,6 +255,22 @@ var envKeys = func() map[string]bool {
 	walk(reflect.TypeFor[Config](), "")
 	return keys
 }()
+
+// RetryBudgetConfig is the retry budget shared by every subscription
+// (DESIGN.md §1): retries within the last Window may reach Ratio times the
+// successes within it (a 4xx counts: the endpoint answered), plus
+// MinPerSecond per second. A retry over budget is deferred, not dropped.
+type RetryBudgetConfig struct {
+	// Ratio is how many retries each success earns, 0..1; 0 leaves only the
+	// MinPerSecond floor. Default DefaultRetryBudgetRatio.
+	Ratio float64 `koanf:"ratio"`
+	// MinPerSecond is the floor, in retries per second, 0..1,000,000.
+	// Default DefaultRetryBudgetMinPerSecond.
+	MinPerSecond float64 `koanf:"min_per_second"`
+	// Window is how far back successes and retries count, 1s..10m. Default
+	// DefaultRetryBudgetWindow.
+	Window time.Duration `koanf:"window"`
+}
 
 // AdminConfig configures the admin API listener.
 type AdminConfig struct {
@@ -272,10 +321,18 @@ type SubscriptionConfig struct {
 	Types []string `koanf:"types"`
 	// Timeout bounds one HTTP exchange, 1ms to 5m. Default DefaultTimeout.
 	Timeout time.Duration `koanf:"timeout"`
+	// Rate limits how fast deliveries start. The zero RateConfig (rate
+	// omitted) means no limit.
+	Rate RateConfig `koanf:"rate"`
 	// Concurrency caps in-flight deliveries.
 	Concurrency ConcurrencyConfig `koanf:"concurrency"`
 	// Retry is the retry schedule.
 	Retry RetryConfig `koanf:"retry"`
+	// Backlog bounds the events waiting for this subscription; past it the
+	// oldest are dead-lettered. The zero BacklogConfig means no bound.
+	Backlog BacklogConfig `koanf:"backlog"`
+	// Breaker stops deliveries to an endpoint that keeps failing.
+	Breaker BreakerConfig `koanf:"breaker"`
 	// Headers are added to every delivery. They may not replace the headers
 	// sluice sets itself (webhook-*, Idempotency-Key, X-Event-Type,
 	// X-Attempt, Content-Type, Content-Length, Host) nor hop-by-hop headers.
@@ -289,12 +346,147 @@ type SubscriptionConfig struct {
 	// Resolved holds the parsed secrets from whichever source is set, filled
 	// in by Validate so callers never read files or the environment again.
 	Resolved []signing.Secret `koanf:"-" json:"-"`
+
+	// explicit records which keys the source spelled out where leaving a
+	// key out differs from setting it to zero; see keySet.
+	explicit keySet
 }
 
-// ConcurrencyConfig caps a subscription's in-flight deliveries.
+// RateConfig is a subscription's token bucket: deliveries start at most
+// PerSecond per second on average, and up to Burst at once after a pause.
+type RateConfig struct {
+	// PerSecond is the rate, greater than 0 and at most 1,000,000. Zero,
+	// with Burst zero, means no limit; an explicit 0 is an error.
+	PerSecond float64 `koanf:"per_second"`
+	// Burst is the bucket size, at least 1. Default ceil(PerSecond), at
+	// least 1.
+	Burst int `koanf:"burst"`
+}
+
+// ConcurrencyConfig caps a subscription's in-flight deliveries: at Max, or,
+// with Auto, at a cap derived from Little's law (rate · P99 latency +
+// Headroom) and kept within Min..Max.
 type ConcurrencyConfig struct {
-	// Max is the cap, 1..10000. Default DefaultConcurrency.
+	// Auto derives the cap from the measured rate and latency.
+	Auto bool `koanf:"auto"`
+	// Min is the lowest cap Auto may set, 1..10000 and at most Max. Only
+	// with Auto. Default DefaultAutoConcurrencyMin.
+	Min int `koanf:"min"`
+	// Max is the cap, or with Auto the highest cap, 1..10000. Default
+	// DefaultConcurrency, or DefaultAutoConcurrencyMax with Auto.
 	Max int `koanf:"max"`
+	// Headroom is the slots Auto adds to λ·P99, 0..1000. Only with Auto.
+	// Default DefaultAutoConcurrencyHeadroom.
+	Headroom int `koanf:"headroom"`
+}
+
+// BacklogConfig is a subscription's backlog quota. Zero fields mean no
+// limit.
+type BacklogConfig struct {
+	// MaxEvents is the most events waiting for the subscription, 0 or more.
+	MaxEvents int64 `koanf:"max_events"`
+	// MaxAge is how long an event may wait, 0 or at least 1s.
+	MaxAge time.Duration `koanf:"max_age"`
+}
+
+// BreakerConfig is a subscription's circuit breaker: closed → open on a
+// failure threshold → half-open single probe → closed (DESIGN.md §3).
+type BreakerConfig struct {
+	// FailureRatio opens the breaker when this share of the requests in
+	// Window failed, greater than 0 and at most 1. Default
+	// DefaultBreakerFailureRatio.
+	FailureRatio float64 `koanf:"failure_ratio"`
+	// MinRequests is how many requests Window must hold before FailureRatio
+	// applies, at least 1. Default DefaultBreakerMinRequests.
+	MinRequests int `koanf:"min_requests"`
+	// Window is how far back requests are counted, 1s..10m. Default
+	// DefaultBreakerWindow.
+	Window time.Duration `koanf:"window"`
+	// ConsecutiveTimeouts opens the breaker after this many timeouts in a
+	// row, at least 1. Default DefaultBreakerConsecutiveTimeouts.
+	ConsecutiveTimeouts int `koanf:"consecutive_timeouts"`
+	// CoolDown is how long the breaker stays open before a probe, positive
+	// and at most MaxCoolDown. Default DefaultBreakerCoolDown.
+	CoolDown time.Duration `koanf:"cool_down"`
+	// MaxCoolDown bounds CoolDown as it grows while probes fail, positive.
+	// Default DefaultBreakerMaxCoolDown.
+	MaxCoolDown time.Duration `koanf:"max_cool_down"`
+}
+
+// keySet records which keys of a subscription its source spelled out, for
+// the keys where leaving the key out (take the default, or no limit) and
+// setting it to zero (an error, or a zero that stands) must differ. The
+// zero value of the field alone cannot tell. decodeSubs and LoadConfig fill
+// it from the parsed source; applyDefaults and Validate read it. A Config
+// built by hand has none, so there only the values count.
+type keySet uint16
+
+const (
+	keyRatePerSecond keySet = 1 << iota
+	keyRateBurst
+	keyConcurrencyMin
+	keyConcurrencyHeadroom
+	keyBreakerFailureRatio
+	keyBreakerMinRequests
+	keyBreakerWindow
+	keyBreakerConsecutiveTimeouts
+	keyBreakerCoolDown
+	keyBreakerMaxCoolDown
+)
+
+// trackedKeys maps a subscription's sections to the keys in them that
+// keySet records.
+var trackedKeys = []struct {
+	section string
+	keys    map[string]keySet
+}{
+	{"rate", map[string]keySet{"per_second": keyRatePerSecond, "burst": keyRateBurst}},
+	{"concurrency", map[string]keySet{"min": keyConcurrencyMin, "headroom": keyConcurrencyHeadroom}},
+	{"breaker", map[string]keySet{
+		"failure_ratio":        keyBreakerFailureRatio,
+		"min_requests":         keyBreakerMinRequests,
+		"window":               keyBreakerWindow,
+		"consecutive_timeouts": keyBreakerConsecutiveTimeouts,
+		"cool_down":            keyBreakerCoolDown,
+		"max_cool_down":        keyBreakerMaxCoolDown,
+	}},
+}
+
+func (k keySet) has(key keySet) bool { return k&key != 0 }
+
+// explicitKeys returns the tracked keys that one parsed subscription sets
+// to a value; a key set to null (burst: ~) counts as left out, as it
+// decodes to nothing.
+func explicitKeys(raw any) keySet {
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return 0
+	}
+	var set keySet
+	for _, t := range trackedKeys {
+		sec, ok := m[t.section].(map[string]any)
+		if !ok {
+			continue
+		}
+		for key, v := range sec {
+			if bit, ok := t.keys[key]; ok && v != nil {
+				set |= bit
+			}
+		}
+	}
+	return set
+}
+
+// markExplicit records explicitKeys for subs decoded from raw, the parsed
+// list (a []any of maps, or any other slice of maps from the overrides).
+func markExplicit(subs []SubscriptionConfig, raw any) {
+	v := reflect.ValueOf(raw)
+	if v.Kind() != reflect.Slice {
+		return
+	}
+	for i := range min(v.Len(), len(subs)) {
+		subs[i].explicit = explicitKeys(v.Index(i).Interface())
+	}
 }
 
 // RetryConfig is a subscription's retry schedule: full-jitter backoff
@@ -327,6 +519,11 @@ func DefaultConfig() *Config {
 		MaxInFlight:     DefaultMaxInFlight,
 		LogLevel:        DefaultLogLevel,
 		LogFormat:       DefaultLogFormat,
+		RetryBudget: RetryBudgetConfig{
+			Ratio:        DefaultRetryBudgetRatio,
+			MinPerSecond: DefaultRetryBudgetMinPerSecond,
+			Window:       DefaultRetryBudgetWindow,
+		},
 	}
 }
 
@@ -510,6 +707,9 @@ func LoadConfig(path string, environ []string, overrides map[string]any) (*Confi
 		}
 	} else {
 		subs = nil
+		if len(cfg.Subscriptions) > 0 { // from the overrides
+			markExplicit(cfg.Subscriptions, merged.Get("subscriptions"))
+		}
 	}
 	cfg.applyDefaults()
 	cfg.lookupEnv = envLookup(environ)
@@ -588,6 +788,7 @@ func decodeSubs(raw any, source string) ([]SubscriptionConfig, error) {
 		}
 		return nil, err
 	}
+	markExplicit(out.Subscriptions, raw)
 	return out.Subscriptions, nil
 }
 
@@ -746,9 +947,11 @@ func decode(k *koanf.Koanf, out *Config) error {
 
 // decodeHook converts the values YAML, the environment and flags produce into
 // Config's field types. Durations must be strings with a unit: a bare 10
-// would silently mean 10 ns. Strings from the environment become integers
-// and booleans; integers and booleans become strings (headers: {X-Version:
-// 2}); a fractional number is never truncated into an integer.
+// would silently mean 10 ns. Strings from the environment become integers,
+// floats and booleans; integers and booleans become strings (headers:
+// {X-Version: 2}); a fractional number is never truncated into an integer.
+// An integer for a float field (ratio: 1) needs no hook: mapstructure
+// converts it.
 func decodeHook(from, to reflect.Type, data any) (any, error) {
 	switch {
 	case to == durationType:
@@ -760,6 +963,12 @@ func decodeHook(from, to reflect.Type, data any) (any, error) {
 			return nil, &reason{kind: ErrInvalidValue, msg: "must be an integer", value: data}
 		}
 		return n, nil
+	case from.Kind() == reflect.String && isFloatKind(to.Kind()):
+		f, err := strconv.ParseFloat(strings.TrimSpace(reflect.ValueOf(data).String()), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, &reason{kind: ErrInvalidValue, msg: "must be a number", value: data}
+		}
+		return f, nil
 	case from.Kind() == reflect.String && to.Kind() == reflect.Bool:
 		b, err := strconv.ParseBool(strings.TrimSpace(reflect.ValueOf(data).String()))
 		if err != nil {
@@ -886,6 +1095,8 @@ func describeType(t reflect.Type) string {
 		return "a string"
 	case isIntKind(t.Kind()):
 		return "an integer"
+	case isFloatKind(t.Kind()):
+		return "a number"
 	case t.Kind() == reflect.Bool:
 		return "true or false"
 	case t.Kind() == reflect.Slice:
@@ -983,7 +1194,10 @@ func joinPath(path, key string) string {
 }
 
 // applyDefaults fills each subscription's zero fields. It runs after
-// decoding because defaults cannot be layered into list elements.
+// decoding because defaults cannot be layered into list elements. Where a
+// zero can be meant (concurrency.headroom: 0) or must be reported
+// (breaker.failure_ratio: 0), only keys the source left out are filled; see
+// keySet.
 func (c *Config) applyDefaults() {
 	for i := range c.Subscriptions {
 		s := &c.Subscriptions[i]
@@ -993,8 +1207,21 @@ func (c *Config) applyDefaults() {
 		if s.Timeout == 0 {
 			s.Timeout = DefaultTimeout
 		}
-		if s.Concurrency.Max == 0 {
-			s.Concurrency.Max = DefaultConcurrency
+		if r := &s.Rate; r.PerSecond > 0 && r.Burst == 0 && !s.explicit.has(keyRateBurst) {
+			r.Burst = max(1, int(math.Ceil(min(r.PerSecond, maxRatePerSecond))))
+		}
+		if cc := &s.Concurrency; cc.Auto {
+			if cc.Max == 0 {
+				cc.Max = DefaultAutoConcurrencyMax
+			}
+			if cc.Min == 0 && !s.explicit.has(keyConcurrencyMin) {
+				cc.Min = DefaultAutoConcurrencyMin
+			}
+			if cc.Headroom == 0 && !s.explicit.has(keyConcurrencyHeadroom) {
+				cc.Headroom = DefaultAutoConcurrencyHeadroom
+			}
+		} else if cc.Max == 0 {
+			cc.Max = DefaultConcurrency
 		}
 		if s.Retry.MaxAttempts == 0 {
 			s.Retry.MaxAttempts = DefaultRetryMaxAttempts
@@ -1007,6 +1234,25 @@ func (c *Config) applyDefaults() {
 		}
 		if s.Retry.Cap == 0 {
 			s.Retry.Cap = DefaultRetryCap
+		}
+		b, set := &s.Breaker, s.explicit
+		if b.FailureRatio == 0 && !set.has(keyBreakerFailureRatio) {
+			b.FailureRatio = DefaultBreakerFailureRatio
+		}
+		if b.MinRequests == 0 && !set.has(keyBreakerMinRequests) {
+			b.MinRequests = DefaultBreakerMinRequests
+		}
+		if b.Window == 0 && !set.has(keyBreakerWindow) {
+			b.Window = DefaultBreakerWindow
+		}
+		if b.ConsecutiveTimeouts == 0 && !set.has(keyBreakerConsecutiveTimeouts) {
+			b.ConsecutiveTimeouts = DefaultBreakerConsecutiveTimeouts
+		}
+		if b.CoolDown == 0 && !set.has(keyBreakerCoolDown) {
+			b.CoolDown = DefaultBreakerCoolDown
+		}
+		if b.MaxCoolDown == 0 && !set.has(keyBreakerMaxCoolDown) {
+			b.MaxCoolDown = DefaultBreakerMaxCoolDown
 		}
 	}
 }
@@ -1050,6 +1296,9 @@ func (c *Config) Validate() error {
 	if c.MaxInFlight < 1 {
 		return fieldErr("max_in_flight", c.MaxInFlight, invalidf("must be at least 1"))
 	}
+	if err := c.RetryBudget.validate(); err != nil {
+		return err
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -1076,6 +1325,24 @@ func (c *Config) Validate() error {
 			return fieldErr(p+".id", s.ID, newReason(ErrDuplicate, "duplicate id: subscriptions[%d] and subscriptions[%d] both use it", j, i))
 		}
 		seen[s.ID] = i
+	}
+	return nil
+}
+
+// validate checks the retry budget. The comparisons are written so that NaN
+// (YAML .nan) fails them.
+func (rb RetryBudgetConfig) validate() error {
+	// Zero is refused for both: with no floor a full outage (no successes)
+	// would defer every retry until new traffic succeeds, and policy.Budget
+	// reads zero as "the default".
+	if !(rb.Ratio > 0 && rb.Ratio <= 1) {
+		return fieldErr("retry_budget.ratio", rb.Ratio, invalidf("must be above 0 and at most 1"))
+	}
+	if !(rb.MinPerSecond > 0 && rb.MinPerSecond <= maxBudgetFloor) {
+		return fieldErr("retry_budget.min_per_second", rb.MinPerSecond, invalidf("must be above 0 and at most %d", int(maxBudgetFloor)))
+	}
+	if rb.Window < minWindow || rb.Window > maxWindow {
+		return fieldErr("retry_budget.window", rb.Window, invalidf("must be between %v and %v", minWindow, maxWindow))
 	}
 	return nil
 }
@@ -1179,8 +1446,11 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 	if s.Timeout < minTimeout || s.Timeout > maxTimeout {
 		return fieldErr(p+".timeout", s.Timeout, invalidf("must be between %v and %v", minTimeout, maxTimeout))
 	}
-	if s.Concurrency.Max < 1 || s.Concurrency.Max > maxConcurrency {
-		return fieldErr(p+".concurrency.max", s.Concurrency.Max, invalidf("must be between 1 and %d", maxConcurrency))
+	if err := s.validateRate(p); err != nil {
+		return err
+	}
+	if err := s.validateConcurrency(p); err != nil {
+		return err
 	}
 	r := s.Retry
 	if r.MaxAttempts < 1 || r.MaxAttempts > maxRetryAttempts {
@@ -1197,6 +1467,13 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 	}
 	if r.Base > r.Cap {
 		return fieldErr(p+".retry.base", r.Base, invalidf("must not exceed retry.cap (%v)", r.Cap))
+	}
+
+	if err := s.validateBacklog(p); err != nil {
+		return err
+	}
+	if err := s.validateBreaker(p); err != nil {
+		return err
 	}
 
 	lower := make(map[string]string, len(s.Headers))
@@ -1227,6 +1504,93 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 		if !slices.Contains(classifyOutcomes, s.Classify[code]) {
 			return fieldErr(f, s.Classify[code], invalidf("must be ack, retry or dead_letter"))
 		}
+	}
+	return nil
+}
+
+// validateRate checks the token bucket, if there is one. The comparisons
+// in this and the next checks are written so that NaN (YAML .nan) fails
+// them.
+func (s *SubscriptionConfig) validateRate(p string) error {
+	r := s.Rate
+	if r == (RateConfig{}) && !s.explicit.has(keyRatePerSecond|keyRateBurst) {
+		return nil // no limit
+	}
+	if r.PerSecond == 0 && !s.explicit.has(keyRatePerSecond) {
+		return fieldErr(p+".rate.per_second", nil, newReason(ErrMissingValue, "required when rate is set; omit rate for no limit"))
+	}
+	if !(r.PerSecond > 0 && r.PerSecond <= maxRatePerSecond) {
+		return fieldErr(p+".rate.per_second", r.PerSecond, invalidf("must be greater than 0 and at most %d; omit rate for no limit", int(maxRatePerSecond)))
+	}
+	if r.Burst < 1 {
+		return fieldErr(p+".rate.burst", r.Burst, invalidf("must be at least 1"))
+	}
+	return nil
+}
+
+// validateConcurrency checks the static cap, or the bounds of the automatic
+// one.
+func (s *SubscriptionConfig) validateConcurrency(p string) error {
+	c := s.Concurrency
+	if c.Max < 1 || c.Max > maxConcurrency {
+		return fieldErr(p+".concurrency.max", c.Max, invalidf("must be between 1 and %d", maxConcurrency))
+	}
+	if !c.Auto {
+		if c.Min != 0 || s.explicit.has(keyConcurrencyMin) {
+			return fieldErr(p+".concurrency.min", c.Min, newReason(ErrConflict, "only with auto: true"))
+		}
+		if c.Headroom != 0 || s.explicit.has(keyConcurrencyHeadroom) {
+			return fieldErr(p+".concurrency.headroom", c.Headroom, newReason(ErrConflict, "only with auto: true"))
+		}
+		return nil
+	}
+	if c.Min < 1 || c.Min > maxConcurrency {
+		return fieldErr(p+".concurrency.min", c.Min, invalidf("must be between 1 and %d", maxConcurrency))
+	}
+	if c.Min > c.Max {
+		return fieldErr(p+".concurrency.min", c.Min, invalidf("must not exceed concurrency.max (%d)", c.Max))
+	}
+	if c.Headroom < 1 || c.Headroom > maxHeadroom { // policy.AutoCap reads 0 as its default
+		return fieldErr(p+".concurrency.headroom", c.Headroom, invalidf("must be between 1 and %d", maxHeadroom))
+	}
+	return nil
+}
+
+// validateBacklog checks the backlog quota; zero fields mean no limit.
+func (s *SubscriptionConfig) validateBacklog(p string) error {
+	b := s.Backlog
+	if b.MaxEvents < 0 {
+		return fieldErr(p+".backlog.max_events", b.MaxEvents, invalidf("must not be negative (0 means no limit)"))
+	}
+	if b.MaxAge != 0 && b.MaxAge < minBacklogMaxAge {
+		return fieldErr(p+".backlog.max_age", b.MaxAge, invalidf("must be at least %v, or 0s for no limit", minBacklogMaxAge))
+	}
+	return nil
+}
+
+// validateBreaker checks the breaker's thresholds.
+func (s *SubscriptionConfig) validateBreaker(p string) error {
+	b := s.Breaker
+	if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {
+		return fieldErr(p+".breaker.failure_ratio", b.FailureRatio, invalidf("must be greater than 0 and at most 1"))
+	}
+	if b.MinRequests < 1 {
+		return fieldErr(p+".breaker.min_requests", b.MinRequests, invalidf("must be at least 1"))
+	}
+	if b.Window < minWindow || b.Window > maxWindow {
+		return fieldErr(p+".breaker.window", b.Window, invalidf("must be between %v and %v", minWindow, maxWindow))
+	}
+	if b.ConsecutiveTimeouts < 1 {
+		return fieldErr(p+".breaker.consecutive_timeouts", b.ConsecutiveTimeouts, invalidf("must be at least 1"))
+	}
+	if b.CoolDown <= 0 {
+		return fieldErr(p+".breaker.cool_down", b.CoolDown, invalidf("must be positive"))
+	}
+	if b.MaxCoolDown <= 0 {
+		return fieldErr(p+".breaker.max_cool_down", b.MaxCoolDown, invalidf("must be positive"))
+	}
+	if b.CoolDown > b.MaxCoolDown {
+		return fieldErr(p+".breaker.cool_down", b.CoolDown, invalidf("must not exceed breaker.max_cool_down (%v)", b.MaxCoolDown))
 	}
 	return nil
 }
@@ -1509,6 +1873,11 @@ func formatValue(field string, v any) string {
 		s = strconv.Quote(x)
 	case time.Duration:
 		s = x.String()
+	case float64:
+		s = strconv.FormatFloat(x, 'g', -1, 64)
+		if a := math.Abs(x); a >= 1e-6 && a < 1e21 {
+			s = strconv.FormatFloat(x, 'f', -1, 64) // 2000000, not 2e+06
+		}
 	case []string:
 		s = fmt.Sprintf("%q", x)
 	default:
@@ -1633,7 +2002,12 @@ func (c *Config) toMap() map[string]any {
 		"max_in_flight":      c.MaxInFlight,
 		"log_level":          c.LogLevel,
 		"log_format":         c.LogFormat,
-		"subscriptions":      subs,
+		"retry_budget": map[string]any{
+			"ratio":          c.RetryBudget.Ratio,
+			"min_per_second": c.RetryBudget.MinPerSecond,
+			"window":         c.RetryBudget.Window.String(),
+		},
+		"subscriptions": subs,
 	}
 }
 
@@ -1663,7 +2037,24 @@ func (s SubscriptionConfig) toMap() map[string]any {
 			"base":         s.Retry.Base.String(),
 			"cap":          s.Retry.Cap.String(),
 		},
+		"breaker": map[string]any{
+			"failure_ratio":        s.Breaker.FailureRatio,
+			"min_requests":         s.Breaker.MinRequests,
+			"window":               s.Breaker.Window.String(),
+			"consecutive_timeouts": s.Breaker.ConsecutiveTimeouts,
+			"cool_down":            s.Breaker.CoolDown.String(),
+			"max_cool_down":        s.Breaker.MaxCoolDown.String(),
+		},
 		"paused": s.Paused,
+	}
+	if c := s.Concurrency; c.Auto {
+		m["concurrency"] = map[string]any{"auto": true, "min": c.Min, "max": c.Max, "headroom": c.Headroom}
+	}
+	if s.Rate != (RateConfig{}) {
+		m["rate"] = map[string]any{"per_second": s.Rate.PerSecond, "burst": s.Rate.Burst}
+	}
+	if s.Backlog != (BacklogConfig{}) {
+		m["backlog"] = map[string]any{"max_events": s.Backlog.MaxEvents, "max_age": s.Backlog.MaxAge.String()}
 	}
 	if s.Secret != "" {
 		m["secret"] = s.Secret

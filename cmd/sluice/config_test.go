@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -50,6 +51,8 @@ func TestLoadConfigFull(t *testing.T) {
 	}
 
 	defaultRetry := RetryConfig{MaxAttempts: 8, MaxAge: 24 * time.Hour, Base: time.Second, Cap: time.Hour}
+	defaultBreaker := BreakerConfig{FailureRatio: 0.5, MinRequests: 20, Window: 10 * time.Second,
+		ConsecutiveTimeouts: 5, CoolDown: 5 * time.Second, MaxCoolDown: 5 * time.Minute}
 	want := &Config{
 		Listen:          "127.0.0.1:8700",
 		Admin:           AdminConfig{Listen: "127.0.0.1:8701", TokenFile: "testdata/admin-token", ResolvedToken: adminToken},
@@ -62,6 +65,7 @@ func TestLoadConfigFull(t *testing.T) {
 		MaxInFlight:     512,
 		LogLevel:        "debug",
 		LogFormat:       "json",
+		RetryBudget:     RetryBudgetConfig{Ratio: 0.25, MinPerSecond: 5, Window: 30 * time.Second},
 		Subscriptions: []SubscriptionConfig{
 			{
 				ID:          "billing",
@@ -69,10 +73,14 @@ func TestLoadConfigFull(t *testing.T) {
 				Secret:      secretA,
 				Types:       []string{"geofence.enter", "geofence.exit"},
 				Timeout:     5 * time.Second,
+				Rate:        RateConfig{PerSecond: 100, Burst: 200},
 				Concurrency: ConcurrencyConfig{Max: 16},
 				Retry:       defaultRetry,
-				Classify:    map[string]string{"409": "ack", "404": "dead_letter"},
-				Headers:     map[string]string{"X-Tenant": "acme"},
+				Backlog:     BacklogConfig{MaxEvents: 1000000, MaxAge: 72 * time.Hour},
+				Breaker: BreakerConfig{FailureRatio: 0.25, MinRequests: 50, Window: 30 * time.Second,
+					ConsecutiveTimeouts: 3, CoolDown: 2 * time.Second, MaxCoolDown: time.Minute},
+				Classify: map[string]string{"409": "ack", "404": "dead_letter"},
+				Headers:  map[string]string{"X-Tenant": "acme"},
 			},
 			{
 				ID:          "fleet.ops-2",
@@ -80,11 +88,14 @@ func TestLoadConfigFull(t *testing.T) {
 				Secrets:     []string{secretB, secretC},
 				Types:       []string{"*"},
 				Timeout:     90 * time.Second,
-				Concurrency: ConcurrencyConfig{Max: 64},
+				Rate:        RateConfig{PerSecond: 2.5, Burst: 3},
+				Concurrency: ConcurrencyConfig{Auto: true, Min: 2, Max: 128, Headroom: 1},
 				Retry:       RetryConfig{MaxAttempts: 3, MaxAge: 24 * time.Hour, Base: 250 * time.Millisecond, Cap: 30 * time.Second},
-				Classify:    map[string]string{"409": "ack", "503": "dead_letter"},
-				Headers:     map[string]string{"X-Version": "2", "Authorization": "Bearer " + headerSecret},
-				Paused:      true,
+				Breaker: BreakerConfig{FailureRatio: 1, MinRequests: 20, Window: 10 * time.Second,
+					ConsecutiveTimeouts: 5, CoolDown: time.Second, MaxCoolDown: 5 * time.Minute},
+				Classify: map[string]string{"409": "ack", "503": "dead_letter"},
+				Headers:  map[string]string{"X-Version": "2", "Authorization": "Bearer " + headerSecret},
+				Paused:   true,
 			},
 			{
 				ID:          "cards",
@@ -92,8 +103,10 @@ func TestLoadConfigFull(t *testing.T) {
 				SecretFile:  "testdata/cards.secrets",
 				Types:       []string{"card.shipment:dispatched"},
 				Timeout:     10 * time.Second,
-				Concurrency: ConcurrencyConfig{Max: 16},
+				Concurrency: ConcurrencyConfig{Auto: true, Min: 1, Max: 64, Headroom: 4},
 				Retry:       defaultRetry,
+				Backlog:     BacklogConfig{MaxAge: time.Hour},
+				Breaker:     defaultBreaker,
 			},
 			{
 				ID:          "audit",
@@ -103,6 +116,7 @@ func TestLoadConfigFull(t *testing.T) {
 				Timeout:     10 * time.Second,
 				Concurrency: ConcurrencyConfig{Max: 16},
 				Retry:       defaultRetry,
+				Breaker:     defaultBreaker,
 			},
 		},
 	}
@@ -128,6 +142,14 @@ func TestLoadConfigMinimal(t *testing.T) {
 			Base:        DefaultRetryBase,
 			Cap:         DefaultRetryCap,
 		},
+		Breaker: BreakerConfig{
+			FailureRatio:        DefaultBreakerFailureRatio,
+			MinRequests:         DefaultBreakerMinRequests,
+			Window:              DefaultBreakerWindow,
+			ConsecutiveTimeouts: DefaultBreakerConsecutiveTimeouts,
+			CoolDown:            DefaultBreakerCoolDown,
+			MaxCoolDown:         DefaultBreakerMaxCoolDown,
+		},
 	}}
 	assertConfig(t, cfg, want)
 	if got := encodeAll(cfg.Subscriptions[0].Resolved); !slices.Equal(got, []string{secretA}) {
@@ -147,7 +169,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 	// The documented defaults (DESIGN.md §4).
 	d := DefaultConfig()
 	if d.Listen != "127.0.0.1:8700" || d.Admin.Listen != "127.0.0.1:8701" || d.DataDir != "./sluice-data" ||
-		d.Durability != "fsync" || d.MaxBodyBytes != 1<<20 {
+		d.Durability != "fsync" || d.MaxBodyBytes != 1<<20 ||
+		d.RetryBudget != (RetryBudgetConfig{Ratio: 0.1, MinPerSecond: 10, Window: 10 * time.Second}) {
 		t.Errorf("DefaultConfig() = %+v, differs from DESIGN.md §4", d)
 	}
 	if err := DefaultConfig().Validate(); err != nil {
@@ -168,7 +191,8 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "unknown_top_key", want: []string{`config: unknown key "colour"`, `unknown_top_key.bad.yaml`}, is: ErrUnknownKey},
 		{file: "unknown_sub_key", want: []string{`config: unknown key "subscriptions[0].colour"`}, is: ErrUnknownKey},
 		{file: "unknown_nested_key", want: []string{`unknown key "subscriptions[0].retry.jitter"`}, is: ErrUnknownKey},
-		{file: "rate_not_supported", want: []string{`unknown key "subscriptions[0].rate"`}, is: ErrUnknownKey},
+		{file: "rate_unknown_key", want: []string{`unknown key "subscriptions[0].rate.per_minute"`, `rate_unknown_key.bad.yaml`}, is: ErrUnknownKey},
+		{file: "retry_budget_unknown_key", want: []string{`unknown key "retry_budget.burst"`}, is: ErrUnknownKey},
 		{file: "key_case", want: []string{`unknown key "subscriptions[0].Timeout"`}, is: ErrUnknownKey},
 
 		// URLs.
@@ -221,6 +245,35 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "concurrency_negative", want: []string{`subscriptions[0].concurrency.max: -1: must be between 1 and 10000`}},
 		{file: "max_attempts_too_many", want: []string{`subscriptions[0].retry.max_attempts: 101: must be between 1 and 100`}},
 		{file: "base_gt_cap", want: []string{`subscriptions[0].retry.base: 2h0m0s: must not exceed retry.cap (1h0m0s)`}},
+
+		// Retry budget.
+		{file: "retry_budget_ratio_too_big", want: []string{`config: retry_budget.ratio: 1.5: must be above 0 and at most 1 (in file "testdata/retry_budget_ratio_too_big.bad.yaml")`}, is: ErrInvalidValue},
+		{file: "retry_budget_ratio_percent", want: []string{`retry_budget.ratio: "10%": must be a number`}, is: ErrInvalidValue},
+		{file: "retry_budget_min_negative", want: []string{`retry_budget.min_per_second: -1: must be above 0 and at most 1000000`}, is: ErrInvalidValue},
+		{file: "retry_budget_window_zero", want: []string{`retry_budget.window: 0s: must be between 1s and 10m0s`}, is: ErrInvalidValue},
+		{file: "retry_budget_window_bare_int", want: []string{`retry_budget.window: 10: bare number is not a duration`}, is: ErrInvalidValue},
+
+		// Rate.
+		{file: "rate_per_second_zero", want: []string{`config: subscriptions[0].rate.per_second: 0: must be greater than 0 and at most 1000000; omit rate for no limit (in file "testdata/rate_per_second_zero.bad.yaml")`}, is: ErrInvalidValue},
+		{file: "rate_burst_zero", want: []string{`subscriptions[0].rate.burst: 0: must be at least 1`}, is: ErrInvalidValue},
+		{file: "rate_burst_fractional", want: []string{`subscriptions[0].rate.burst: 1.5: must be a whole number`}, is: ErrInvalidValue},
+		{file: "rate_burst_without_per_second", want: []string{`subscriptions[0].rate.per_second: required when rate is set`}, is: ErrMissingValue},
+
+		// Automatic concurrency.
+		{file: "concurrency_auto_min_gt_max", want: []string{`subscriptions[0].concurrency.min: 32: must not exceed concurrency.max (8)`}, is: ErrInvalidValue},
+		{file: "concurrency_auto_min_zero", want: []string{`subscriptions[0].concurrency.min: 0: must be between 1 and 10000`}, is: ErrInvalidValue},
+		{file: "concurrency_headroom_without_auto", want: []string{`subscriptions[0].concurrency.headroom: 4: only with auto: true`}, is: ErrConflict},
+
+		// Backlog.
+		{file: "backlog_max_events_negative", want: []string{`subscriptions[0].backlog.max_events: -1: must not be negative (0 means no limit)`}, is: ErrInvalidValue},
+		{file: "backlog_max_age_too_short", want: []string{`subscriptions[0].backlog.max_age: 10ms: must be at least 1s, or 0s for no limit`}, is: ErrInvalidValue},
+
+		// Breaker.
+		{file: "breaker_failure_ratio_zero", want: []string{`subscriptions[0].breaker.failure_ratio: 0: must be greater than 0 and at most 1`}, is: ErrInvalidValue},
+		{file: "breaker_failure_ratio_two", want: []string{`subscriptions[0].breaker.failure_ratio: 2: must be greater than 0 and at most 1`}, is: ErrInvalidValue},
+		{file: "breaker_min_requests_zero", want: []string{`subscriptions[0].breaker.min_requests: 0: must be at least 1`}, is: ErrInvalidValue},
+		{file: "breaker_cool_down_gt_max", want: []string{`subscriptions[0].breaker.cool_down: 10m0s: must not exceed breaker.max_cool_down (5m0s)`}, is: ErrInvalidValue},
+		{file: "breaker_window_too_long", want: []string{`subscriptions[0].breaker.window: 1h0m0s: must be between 1s and 10m0s`}, is: ErrInvalidValue},
 
 		// Classification.
 		{file: "classify_bad_code", want: []string{`subscriptions[0].classify: "700": keys must be HTTP status codes from 100 to 599`}},
@@ -363,6 +416,9 @@ func TestLoadConfigEnv(t *testing.T) {
 		"SLUICE_DEDUP_WINDOW=2h",
 		"SLUICE_Log_Level=warn",
 		"SLUICE_ADMIN__TOKEN=" + adminToken,
+		"SLUICE_RETRY_BUDGET__RATIO=0.2",
+		"SLUICE_RETRY_BUDGET__MIN_PER_SECOND= 2.5",
+		"SLUICE_RETRY_BUDGET__WINDOW=1m",
 	}
 	cfg, err := LoadConfig("testdata/minimal.good.yaml", environ, nil)
 	if err != nil {
@@ -373,8 +429,22 @@ func TestLoadConfigEnv(t *testing.T) {
 		cfg.DedupWindow != 2*time.Hour || cfg.LogLevel != "warn" || cfg.Admin.ResolvedToken != adminToken {
 		t.Errorf("environment not applied: %+v", cfg)
 	}
+	if want := (RetryBudgetConfig{Ratio: 0.2, MinPerSecond: 2.5, Window: time.Minute}); cfg.RetryBudget != want {
+		t.Errorf("RetryBudget = %+v, want %+v", cfg.RetryBudget, want)
+	}
 	if len(cfg.Subscriptions) != 1 {
 		t.Errorf("file subscriptions lost: %d", len(cfg.Subscriptions))
+	}
+
+	// One variable over a file that sets the others.
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	writeFile(t, path, "retry_budget: {ratio: 0.5, min_per_second: 1, window: 20s}\n")
+	cfg, err = LoadConfig(path, []string{"SLUICE_RETRY_BUDGET__RATIO=0.05"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (RetryBudgetConfig{Ratio: 0.05, MinPerSecond: 1, Window: 20 * time.Second}); cfg.RetryBudget != want {
+		t.Errorf("RetryBudget = %+v, want %+v", cfg.RetryBudget, want)
 	}
 }
 
@@ -390,6 +460,11 @@ func TestLoadConfigEnvErrors(t *testing.T) {
 		{"subscriptions", "SLUICE_SUBSCRIPTIONS__0__URL=https://x", `subscriptions: cannot be set from the environment`},
 		{"empty segment", "SLUICE_ADMIN____LISTEN=x", `cannot be mapped to a key`},
 		{"token redacted", "SLUICE_ADMIN__TOKEN=bad token value", `admin.token: [redacted]`},
+		{"not a float", "SLUICE_RETRY_BUDGET__RATIO=lots", `retry_budget.ratio: "lots": must be a number (from environment variable SLUICE_RETRY_BUDGET__RATIO)`},
+		{"NaN float", "SLUICE_RETRY_BUDGET__RATIO=NaN", `retry_budget.ratio: "NaN": must be a number`},
+		{"float out of range", "SLUICE_RETRY_BUDGET__RATIO=1.5", `retry_budget.ratio: 1.5: must be above 0 and at most 1 (from environment variable SLUICE_RETRY_BUDGET__RATIO)`},
+		{"negative floor", "SLUICE_RETRY_BUDGET__MIN_PER_SECOND=-1", `retry_budget.min_per_second: -1: must be above 0 and at most 1000000 (from environment variable SLUICE_RETRY_BUDGET__MIN_PER_SECOND)`},
+		{"budget window", "SLUICE_RETRY_BUDGET__WINDOW=11m", `retry_budget.window: 11m0s: must be between 1s and 10m0s`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -493,6 +568,246 @@ func TestLoadConfigOverrides(t *testing.T) {
 	_, err = LoadConfig("", nil, map[string]any{"dedup_window": 90})
 	if err == nil || !strings.Contains(err.Error(), "bare number is not a duration") {
 		t.Errorf("integer duration override: %v", err)
+	}
+}
+
+// TestLoadConfigFlowControl covers the keys of issue 4 beyond the bad files:
+// which defaults a key left out gets, and where an explicit zero differs.
+func TestLoadConfigFlowControl(t *testing.T) {
+	const sub = "subscriptions:\n  - id: s\n    url: https://s.example\n    secret: " + secretA + "\n"
+	dir := t.TempDir()
+	load := func(t *testing.T, yaml string) (*Config, error) {
+		t.Helper()
+		path := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".yaml")
+		writeFile(t, path, yaml)
+		return LoadConfig(path, nil, nil)
+	}
+	defaultBreaker := BreakerConfig{FailureRatio: 0.5, MinRequests: 20, Window: 10 * time.Second,
+		ConsecutiveTimeouts: 5, CoolDown: 5 * time.Second, MaxCoolDown: 5 * time.Minute}
+
+	good := []struct {
+		name  string
+		yaml  string
+		check func(*Config) bool
+	}{
+		{"ratio as an integer", "retry_budget: {ratio: 1}\n", func(c *Config) bool {
+			return c.RetryBudget == RetryBudgetConfig{Ratio: 1, MinPerSecond: 10, Window: 10 * time.Second}
+		}},
+		{"small budget", "retry_budget: {ratio: 0.01, min_per_second: 0.5}\n", func(c *Config) bool {
+			return c.RetryBudget == RetryBudgetConfig{Ratio: 0.01, MinPerSecond: 0.5, Window: 10 * time.Second}
+		}},
+		{"defaults", sub, func(c *Config) bool {
+			s := c.Subscriptions[0]
+			return s.Rate == RateConfig{} && s.Concurrency == ConcurrencyConfig{Max: 16} &&
+				s.Backlog == BacklogConfig{} && s.Breaker == defaultBreaker
+		}},
+		{"burst below 1 rounds up to 1", sub + "    rate: {per_second: 0.2}\n", func(c *Config) bool {
+			return c.Subscriptions[0].Rate == RateConfig{PerSecond: 0.2, Burst: 1}
+		}},
+		{"null burst is left out", sub + "    rate: {per_second: 100, burst: ~}\n", func(c *Config) bool {
+			return c.Subscriptions[0].Rate == RateConfig{PerSecond: 100, Burst: 100}
+		}},
+		{"empty rate is no limit", sub + "    rate: {}\n", func(c *Config) bool {
+			return c.Subscriptions[0].Rate == RateConfig{}
+		}},
+		{"auto defaults", sub + "    concurrency: {auto: true}\n", func(c *Config) bool {
+			return c.Subscriptions[0].Concurrency == ConcurrencyConfig{Auto: true, Min: 1, Max: 64, Headroom: 4}
+		}},
+		{"auto min up to the default max", sub + "    concurrency: {auto: true, min: 64, headroom: 1}\n", func(c *Config) bool {
+			return c.Subscriptions[0].Concurrency == ConcurrencyConfig{Auto: true, Min: 64, Max: 64, Headroom: 1}
+		}},
+		{"auto false keeps the static default", sub + "    concurrency: {auto: false}\n", func(c *Config) bool {
+			return c.Subscriptions[0].Concurrency == ConcurrencyConfig{Max: 16}
+		}},
+		{"backlog zeros are no limit", sub + "    backlog: {max_events: 0, max_age: 0s}\n", func(c *Config) bool {
+			return c.Subscriptions[0].Backlog == BacklogConfig{}
+		}},
+		{"breaker cool_down equal to max", sub + "    breaker: {cool_down: 5m}\n", func(c *Config) bool {
+			b := defaultBreaker
+			b.CoolDown = 5 * time.Minute
+			return c.Subscriptions[0].Breaker == b
+		}},
+	}
+	for _, tt := range good {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := load(t, tt.yaml)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(cfg) {
+				t.Errorf("unexpected result:\n%s", cfg)
+			}
+		})
+	}
+
+	bad := []struct {
+		name, yaml, want string
+		is               error
+	}{
+		{"NaN ratio", "retry_budget: {ratio: .nan}\n", `retry_budget.ratio: NaN: must be above 0 and at most 1`, ErrInvalidValue},
+		{"infinite floor", "retry_budget: {min_per_second: .inf}\n", `retry_budget.min_per_second: +Inf: must be above 0 and at most 1000000`, ErrInvalidValue},
+		{"floor too high", "retry_budget: {min_per_second: 1000001}\n", `retry_budget.min_per_second: 1000001: must be above 0 and at most 1000000`, ErrInvalidValue},
+		{"ratio not a number", "retry_budget: {ratio: [1]}\n", `retry_budget.ratio: expected a number, got a list`, ErrInvalidValue},
+		{"negative rate", sub + "    rate: {per_second: -5}\n", `subscriptions[0].rate.per_second: -5: must be greater than 0`, ErrInvalidValue},
+		{"NaN rate", sub + "    rate: {per_second: .nan}\n", `subscriptions[0].rate.per_second: NaN: must be greater than 0`, ErrInvalidValue},
+		{"rate too high", sub + "    rate: {per_second: 2e6}\n", `subscriptions[0].rate.per_second: 2000000: must be greater than 0 and at most 1000000`, ErrInvalidValue},
+		{"rate as a string", sub + "    rate: {per_second: fast}\n", `subscriptions[0].rate.per_second: "fast": must be a number`, ErrInvalidValue},
+		{"min without auto", sub + "    concurrency: {min: 0}\n", `subscriptions[0].concurrency.min: 0: only with auto: true`, ErrConflict},
+		{"headroom too big", sub + "    concurrency: {auto: true, headroom: 1001}\n", `subscriptions[0].concurrency.headroom: 1001: must be between 1 and 1000`, ErrInvalidValue},
+		{"negative headroom", sub + "    concurrency: {auto: true, headroom: -1}\n", `subscriptions[0].concurrency.headroom: -1: must be between 1 and 1000`, ErrInvalidValue},
+		{"auto max too big", sub + "    concurrency: {auto: true, max: 10001}\n", `subscriptions[0].concurrency.max: 10001: must be between 1 and 10000`, ErrInvalidValue},
+		{"auto not a boolean", sub + "    concurrency: {auto: yes}\n", `subscriptions[0].concurrency.auto: "yes": must be true or false`, ErrInvalidValue},
+		{"negative backlog age", sub + "    backlog: {max_age: -1h}\n", `subscriptions[0].backlog.max_age: -1h0m0s: must be at least 1s`, ErrInvalidValue},
+		{"breaker window zero", sub + "    breaker: {window: 0s}\n", `subscriptions[0].breaker.window: 0s: must be between 1s and 10m0s`, ErrInvalidValue},
+		{"breaker timeouts zero", sub + "    breaker: {consecutive_timeouts: 0}\n", `subscriptions[0].breaker.consecutive_timeouts: 0: must be at least 1`, ErrInvalidValue},
+		{"breaker cool_down zero", sub + "    breaker: {cool_down: 0s}\n", `subscriptions[0].breaker.cool_down: 0s: must be positive`, ErrInvalidValue},
+		{"breaker max_cool_down below default cool_down", sub + "    breaker: {max_cool_down: 1s}\n", `subscriptions[0].breaker.cool_down: 5s: must not exceed breaker.max_cool_down (1s)`, ErrInvalidValue},
+		{"breaker unknown key", sub + "    breaker: {threshold: 5}\n", `unknown key "subscriptions[0].breaker.threshold"`, ErrUnknownKey},
+		{"backlog unknown key", sub + "    backlog: {max_bytes: 5}\n", `unknown key "subscriptions[0].backlog.max_bytes"`, ErrUnknownKey},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(t, tt.yaml)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %q", err, tt.want)
+			}
+			if !errors.Is(err, tt.is) {
+				t.Errorf("errors.Is(%v, %v) = false", err, tt.is)
+			}
+		})
+	}
+}
+
+// TestLoadConfigOverridesFlowControl: subscriptions from the overrides
+// decode past koanf, not through rawSubs, and must tell a zero set
+// explicitly from a key left out just the same.
+func TestLoadConfigOverridesFlowControl(t *testing.T) {
+	subWith := func(id, k string, v any) map[string]any {
+		return map[string]any{"id": id, "url": "https://s.example", "secret": secretA, k: v}
+	}
+	cfg, err := LoadConfig("", nil, map[string]any{
+		"retry_budget.ratio": "0.3", // as a flag.String gives it
+		"subscriptions": []map[string]any{
+			subWith("a", "rate", map[string]any{"per_second": 10}),
+			subWith("b", "concurrency", map[string]any{"auto": "true", "headroom": 1}),
+			subWith("c", "breaker", map[string]any{"failure_ratio": "0.75", "window": 30 * time.Second}),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RetryBudget.Ratio != 0.3 || cfg.RetryBudget.MinPerSecond != DefaultRetryBudgetMinPerSecond {
+		t.Errorf("RetryBudget = %+v", cfg.RetryBudget)
+	}
+	s := cfg.Subscriptions
+	if s[0].Rate != (RateConfig{PerSecond: 10, Burst: 10}) ||
+		s[1].Concurrency != (ConcurrencyConfig{Auto: true, Min: 1, Max: 64, Headroom: 1}) ||
+		s[2].Breaker.FailureRatio != 0.75 || s[2].Breaker.Window != 30*time.Second || s[2].Breaker.MinRequests != DefaultBreakerMinRequests {
+		t.Errorf("override subscriptions = %+v", s)
+	}
+
+	_, err = LoadConfig("", nil, map[string]any{"subscriptions": []any{
+		subWith("a", "rate", map[string]any{"per_second": 0}),
+	}})
+	const want = `config: subscriptions[0].rate.per_second: 0: must be greater than 0 and at most 1000000; omit rate for no limit (from flags)`
+	if err == nil || err.Error() != want {
+		t.Errorf("explicit zero from the overrides: %v, want %s", err, want)
+	}
+}
+
+// TestLoadConfigManySubscriptions takes the chunked, parallel decode path of
+// rawSubs.decode (4096 subscriptions or more) with the nested keys of issue
+// 4, and checks that errors still name the right index.
+func TestLoadConfigManySubscriptions(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	}
+	const n = 4200
+	gen := func(bad int, badLine string) string {
+		var b strings.Builder
+		b.WriteString("subscriptions:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "  - id: s%d\n    url: https://s%d.example/in\n    secret: %s\n", i, i, secretA)
+			fmt.Fprintf(&b, "    rate: {per_second: %d.5}\n", i%7)
+			if i%2 == 0 {
+				b.WriteString("    concurrency: {auto: true, headroom: 1}\n")
+			}
+			if i%3 == 0 {
+				b.WriteString("    breaker: {failure_ratio: 1}\n    backlog: {max_events: 10}\n")
+			}
+			if i == bad {
+				b.WriteString(badLine + "\n")
+			}
+		}
+		return b.String()
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "many.yaml")
+	writeFile(t, path, gen(-1, ""))
+	cfg, err := LoadConfig(path, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Subscriptions) != n {
+		t.Fatalf("%d subscriptions, want %d", len(cfg.Subscriptions), n)
+	}
+	for i, s := range cfg.Subscriptions {
+		ps := float64(i%7) + 0.5
+		wantConc := ConcurrencyConfig{Max: 16}
+		if i%2 == 0 {
+			wantConc = ConcurrencyConfig{Auto: true, Min: 1, Max: 64, Headroom: 1}
+		}
+		wantRatio, wantBacklog := 0.5, BacklogConfig{}
+		if i%3 == 0 {
+			wantRatio, wantBacklog = 1, BacklogConfig{MaxEvents: 10}
+		}
+		if s.ID != fmt.Sprintf("s%d", i) || s.Rate != (RateConfig{PerSecond: ps, Burst: int(ps) + 1}) ||
+			s.Concurrency != wantConc || s.Breaker.FailureRatio != wantRatio || s.Backlog != wantBacklog ||
+			s.Breaker.MinRequests != DefaultBreakerMinRequests {
+			t.Fatalf("subscriptions[%d] = %+v", i, s)
+		}
+	}
+
+	for _, tt := range []struct{ line, want string }{
+		{"    breaker: {failure_ratio: 0}", `subscriptions[4100].breaker.failure_ratio: 0: must be greater than 0`},
+		{"    backlog: {max_age: 10}", `subscriptions[4100].backlog.max_age: 10: bare number is not a duration`},
+		{"    backlog: {max_age: 1h, colour: red}", `unknown key "subscriptions[4100].backlog.colour"`},
+	} {
+		writeFile(t, path, gen(4100, tt.line))
+		_, err := LoadConfig(path, nil, nil)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: err = %v, want %q in file %s", tt.line, err, tt.want, path)
+		}
+	}
+}
+
+// TestLoadConfigStringRoundTrip: String prints the issue 4 keys in a shape
+// that loads back to the same values.
+func TestLoadConfigStringRoundTrip(t *testing.T) {
+	cfg, err := LoadConfig("testdata/full.good.yaml", goodEnviron, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := cfg.String()
+	// Put distinct secrets back where String redacted them.
+	for _, sec := range []string{secretA, secretB, secretC, secretD} {
+		out = strings.Replace(out, "'[redacted]'", sec, 1)
+	}
+	path := filepath.Join(t.TempDir(), "printed.yaml")
+	writeFile(t, path, out)
+	again, err := LoadConfig(path, goodEnviron, nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if again.RetryBudget != cfg.RetryBudget {
+		t.Errorf("RetryBudget = %+v, want %+v", again.RetryBudget, cfg.RetryBudget)
+	}
+	for i, s := range again.Subscriptions {
+		w := cfg.Subscriptions[i]
+		if s.Rate != w.Rate || s.Concurrency != w.Concurrency || s.Backlog != w.Backlog || s.Breaker != w.Breaker {
+			t.Errorf("subscriptions[%d]: printed and loaded again\n got %+v %+v %+v %+v\nwant %+v %+v %+v %+v",
+				i, s.Rate, s.Concurrency, s.Backlog, s.Breaker, w.Rate, w.Concurrency, w.Backlog, w.Breaker)
+		}
 	}
 }
 
@@ -658,9 +973,11 @@ func assertConfig(t *testing.T, got, want *Config) {
 	w.Subscriptions = slices.Clone(w.Subscriptions)
 	for i := range g.Subscriptions {
 		g.Subscriptions[i].Resolved = nil
+		g.Subscriptions[i].explicit = 0
 	}
 	for i := range w.Subscriptions {
 		w.Subscriptions[i].Resolved = nil
+		w.Subscriptions[i].explicit = 0
 	}
 	if !reflect.DeepEqual(g, w) {
 		// %+v would print the redacted form; compare field by field.

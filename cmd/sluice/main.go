@@ -193,6 +193,7 @@ func serverOptions(cfg *Config, subs []*proxy.Subscription, log *slog.Logger) pr
 		MaxBodyBytes:    cfg.MaxBodyBytes,
 		MaxInFlight:     cfg.MaxInFlight,
 		MaxConnsPerHost: cfg.MaxConnsPerHost,
+		RetryBudget:     policy.BudgetConfig{Ratio: cfg.RetryBudget.Ratio, MinPerSecond: cfg.RetryBudget.MinPerSecond, Window: cfg.RetryBudget.Window},
 		Subscriptions:   subs,
 		Logger:          log,
 	}
@@ -240,9 +241,24 @@ func subscriptions(cfg *Config) ([]*proxy.Subscription, error) {
 			Headers:  sc.Headers,
 			Classify: classify,
 			Paused:   sc.Paused,
+			Rate:     proxy.RateLimit{PerSecond: sc.Rate.PerSecond, Burst: sc.Rate.Burst},
+			Auto:     autoCap(sc.Concurrency),
+			Backlog:  proxy.BacklogQuota{MaxEvents: sc.Backlog.MaxEvents, MaxAge: sc.Backlog.MaxAge},
+			Breaker: policy.BreakerConfig{
+				Window: sc.Breaker.Window, MinRequests: sc.Breaker.MinRequests, FailureRatio: sc.Breaker.FailureRatio,
+				ConsecutiveTimeouts: sc.Breaker.ConsecutiveTimeouts, CoolDown: sc.Breaker.CoolDown, MaxCoolDown: sc.Breaker.MaxCoolDown,
+			},
 		})
 	}
 	return out, nil
+}
+
+// autoCap returns the lane's Little's-law cap settings, or nil for a static cap.
+func autoCap(c ConcurrencyConfig) *policy.AutoCapConfig {
+	if !c.Auto {
+		return nil
+	}
+	return &policy.AutoCapConfig{Min: c.Min, Max: c.Max, Headroom: c.Headroom}
 }
 
 // healthcheck exits 0 when the local sidecar answers /readyz, for images
