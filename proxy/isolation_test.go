@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -276,5 +278,70 @@ func TestAutoCapLaneDeliversWithinBounds(t *testing.T) {
 	}
 	if c := lane(s, "auto").Cap; c < 2 || c > 8 {
 		t.Fatalf("auto cap %d outside [2, 8]", c)
+	}
+}
+
+// TestRetryStormStaysWithinTheBudget: during a full outage, retries reaching
+// the endpoints stay within the budget's floor per window (successes are
+// zero), instead of multiplying the load; after recovery they are spread
+// by jitter, and everything is delivered.
+func TestRetryStormStaysWithinTheBudget(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	var mu sync.Mutex
+	retriesAt := map[int64]int{} // 1 s bucket → retries received
+	var afterRecovery []time.Time
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.Header.Get("X-Attempt") != "1" {
+			mu.Lock()
+			retriesAt[time.Now().Unix()]++
+			if !down.Load() {
+				afterRecovery = append(afterRecovery, time.Now())
+			}
+			mu.Unlock()
+		}
+		if down.Load() {
+			w.WriteHeader(503)
+		}
+	}))
+	t.Cleanup(rcv.Close)
+	var subs []*proxy.Subscription
+	for i := range 4 {
+		sb := sub(fmt.Sprintf("s%d", i), fmt.Sprintf("%s/s%d", rcv.URL, i))
+		sb.Retry = fastRetry(1000)
+		sb.Breaker = policy.BreakerConfig{MinRequests: 1 << 30, ConsecutiveTimeouts: 1 << 30} // isolate the budget
+		subs = append(subs, sb)
+	}
+	const floor = 20
+	s := startServerWith(t, proxy.Options{Subscriptions: subs, RetryBudget: policy.BudgetConfig{Ratio: 0.1, MinPerSecond: floor, Window: time.Second}})
+	publish(t, s, "t", "e", 25) // 100 deliveries, each retried every 5–20 ms without a budget
+	time.Sleep(2500 * time.Millisecond) // the outage: a fixed span of wall time is the experiment itself
+	mu.Lock()
+	t.Logf("retries per second during the outage: %v (floor %d/s)", retriesAt, floor)
+	for sec, n := range retriesAt {
+		// A 1 s bucket can straddle two budget windows: at most twice the floor.
+		if n > 2*floor {
+			mu.Unlock()
+			t.Fatalf("%d retries reached the endpoints in second %d; the budget allows %d per second with no successes", n, sec, floor)
+		}
+	}
+	mu.Unlock()
+	down.Store(false)
+	eventually(t, "all delivered after recovery", func() bool {
+		var n uint64
+		for _, l := range s.Lanes() {
+			n += l.Delivered
+		}
+		return n == 100
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	buckets := map[int64]bool{}
+	for _, at := range afterRecovery {
+		buckets[at.UnixNano()/int64(100*time.Millisecond)] = true
+	}
+	if len(afterRecovery) > 20 && len(buckets) < 3 {
+		t.Fatalf("%d retries after recovery arrived within %d 100 ms buckets: not spread", len(afterRecovery), len(buckets))
 	}
 }
