@@ -345,3 +345,21 @@ func TestRetryStormStaysWithinTheBudget(t *testing.T) {
 		t.Fatalf("%d retries after recovery arrived within %d 100 ms buckets: not spread", len(afterRecovery), len(buckets))
 	}
 }
+
+// TestOpenBreakerSpendsNoRetryBudget: a lane whose breaker is open must not
+// take retry tokens it cannot use; the budget is shared by every tenant.
+func TestOpenBreakerSpendsNoRetryBudget(t *testing.T) {
+	tb := startTestbed(t, testbed.ModeFail)
+	bad := sub("bad", tb.URL()+"/bad")
+	bad.Retry = fastRetry(1000)
+	bad.Breaker = policy.BreakerConfig{MinRequests: 4, FailureRatio: 0.5, CoolDown: time.Minute, MaxCoolDown: time.Minute}
+	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{bad}, RetryBudget: policy.BudgetConfig{MinPerSecond: 1000}})
+	publish(t, s, "t", "e", 20)
+	eventually(t, "breaker open", func() bool { return lane(s, "bad").Breaker == "open" })
+	before := s.RetryBudget().Retries
+	publish(t, s, "t", "more", 50) // every commit pumps the lane; its retries stay due
+	time.Sleep(300 * time.Millisecond) // time for due retries to be tried, if the lane wrongly did
+	if after := s.RetryBudget().Retries; after != before {
+		t.Fatalf("an open breaker spent %d retry tokens", after-before)
+	}
+}

@@ -158,6 +158,26 @@ func (l *lane) admit(now time.Time) (probe, ok bool) {
 	return probe, true
 }
 
+// mayPass reports, without taking anything, whether the breaker and the
+// rate limit would let a delivery through now; when not, it arranges a
+// wake-up for when they may.
+func (l *lane) mayPass(now time.Time) bool {
+	switch l.breaker.State() {
+	case policy.BreakerHalfOpen:
+		return false // a probe is out; its outcome decides
+	case policy.BreakerOpen:
+		if at := l.breaker.RetryAt(); now.Before(at) {
+			l.d.timers.add(l, at)
+			return false
+		}
+	}
+	if l.limiter != nil && l.limiter.TokensAt(now) < 1 {
+		l.d.timers.add(l, now.Add(time.Duration(float64(time.Second)/float64(l.limiter.Limit()))))
+		return false
+	}
+	return true
+}
+
 func (l *lane) paused() bool { return l.sub.Paused || l.pausedBy != "" }
 
 func (l *lane) pump() {
@@ -219,6 +239,11 @@ func (l *lane) pumpLocked() {
 // startRetries starts due retries; false means the global limit stopped it.
 func (l *lane) startRetries(now time.Time, limit int) bool {
 	d := l.d
+	if !l.mayPass(now) {
+		// Do not spend the shared budget on retries this lane cannot send:
+		// an open breaker would otherwise drain it for every other tenant.
+		return true
+	}
 	rs, next, err := d.q.DueRetries(l.id, now, limit-l.inFlight, l.isRetrying)
 	if err != nil {
 		d.log.Error("read retry schedule", "subscription", l.id, "err", err)

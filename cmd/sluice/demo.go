@@ -58,7 +58,14 @@ func demo(args []string, stdout io.Writer) error {
 	flaky := sub("flaky")
 	flaky.Retry.MaxAttempts = 20 // every other request to the path fails: an event almost never loses 20 draws
 	subs := []*proxy.Subscription{sub("healthy"), sub("geofence-only", "geofence.enter"), flaky, sub("failing"), hole}
-	srv := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: dir, Sync: true, Subscriptions: subs, Logger: quiet})
+	// Breakers and the retry budget at demo scale: the tour lasts seconds,
+	// not the minutes of the production defaults.
+	for _, s := range subs {
+		s.Breaker = policy.BreakerConfig{CoolDown: 200 * time.Millisecond, MaxCoolDown: time.Second, ConsecutiveTimeouts: 2}
+	}
+	flaky.Breaker.FailureRatio = 0.9 // half of its answers fail, by design: keep delivering
+	srv := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: dir, Sync: true, Subscriptions: subs, Logger: quiet,
+		RetryBudget: policy.BudgetConfig{MinPerSecond: 500, Window: 2 * time.Second}})
 	if err := srv.Open(); err != nil {
 		return err
 	}
@@ -113,17 +120,22 @@ loop:
 	fmt.Fprintf(stdout, "\npublished %d events, %d accepted (202) in %.1fs\n\n", *events, max(nAccepted, 0), time.Since(start).Seconds())
 	writeSummary(stdout, srv.Lanes(), tb.Stats())
 	fmt.Fprintln(stdout, "\nThe black hole holds only its cap; its backlog waits on disk and is delivered when the endpoint comes back.")
-	fmt.Fprintln(stdout, "Every other subscription got every event it is entitled to, or a dead letter with a reason.")
+	fmt.Fprintln(stdout, "The failing endpoint's breaker opened after its first failures: it is probed now and then, not hammered,")
+	fmt.Fprintln(stdout, "and its events wait on disk too. The healthy, filtered and flaky subscriptions got every event they are")
+	fmt.Fprintln(stdout, "entitled to, unaffected by the other two.")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	return srv.Close(ctx)
 }
 
-// settled: every lane but the black hole has nothing left in flight, on
-// disk or scheduled for retry.
+// settled: every lane but the black hole, and any whose breaker has opened,
+// has nothing left in flight, on disk or scheduled for retry.
 func settled(lanes []proxy.LaneStatus) bool {
 	for _, l := range lanes {
-		if l.Subscription != "blackhole" && (l.InFlight > 0 || l.Backlog > 0 || l.Scheduled > 0) {
+		if l.Subscription == "blackhole" || l.Breaker != "closed" {
+			continue // waiting on disk, by design
+		}
+		if l.InFlight > 0 || l.Backlog > 0 || l.Scheduled > 0 {
 			return false
 		}
 	}
@@ -141,6 +153,9 @@ func progressLine(el time.Duration, lanes []proxy.LaneStatus) string {
 		if l.DeadLettered > 0 {
 			fmt.Fprintf(&b, " %d dead", l.DeadLettered)
 		}
+		if l.Breaker != "closed" {
+			fmt.Fprintf(&b, " [breaker %s]", l.Breaker)
+		}
 		if l.InFlight == l.Cap {
 			fmt.Fprintf(&b, " [%d/%d in flight, %d on disk]", l.InFlight, l.Cap, l.Backlog-uint64(l.InFlight))
 		}
@@ -150,11 +165,11 @@ func progressLine(el time.Duration, lanes []proxy.LaneStatus) string {
 
 func writeSummary(w io.Writer, lanes []proxy.LaneStatus, stats map[string]testbed.PathStats) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SUBSCRIPTION\tDELIVERED\tRETRIED\tDEAD-LETTERED\tIN FLIGHT/CAP\tBACKLOG\tRECEIVER SAW (unique, dup, bad sig)")
+	fmt.Fprintln(tw, "SUBSCRIPTION\tDELIVERED\tRETRIED\tDEAD-LETTERED\tIN FLIGHT/CAP\tBACKLOG\tBREAKER\tRECEIVER SAW (unique, dup, bad sig)")
 	for _, l := range lanes {
 		st := stats["/"+l.Subscription]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d/%d\t%d\t%d, %d, %d\n", l.Subscription, l.Delivered, l.Retried, l.DeadLettered,
-			l.InFlight, l.Cap, l.Backlog, st.Unique, st.Duplicates, st.BadSignatures)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d/%d\t%d\t%s\t%d, %d, %d\n", l.Subscription, l.Delivered, l.Retried, l.DeadLettered,
+			l.InFlight, l.Cap, l.Backlog, l.Breaker, st.Unique, st.Duplicates, st.BadSignatures)
 	}
 	tw.Flush()
 }
