@@ -4,9 +4,12 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"expvar"
+	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // adminHandler serves the admin API on its own listener (net/http: it is
@@ -23,6 +26,7 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("GET /v1/retry-budget", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.RetryBudget())
 	})

@@ -51,6 +51,7 @@ type dispatcher struct {
 	jobs        chan *job
 	freed       chan struct{} // signalled when inflight drops to zero
 
+	m            *metrics
 	budget       *policy.Budget // shared retry budget
 	budgetWindow time.Duration
 

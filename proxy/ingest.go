@@ -38,6 +38,7 @@ func (s *Server) newIngestServer() *fasthttp.Server {
 		CloseOnShutdown:       true,
 		Logger:                fasthttpLogger{s.log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			s.d.m.rejected.Inc()
 			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 				jsonError(ctx, fasthttp.StatusRequestEntityTooLarge, "body exceeds max_body_bytes ("+strconv.Itoa(s.opts.MaxBodyBytes)+" bytes)")
 				return
@@ -49,6 +50,21 @@ func (s *Server) newIngestServer() *fasthttp.Server {
 
 // handleIngest implements POST /v1/events/{type} (DESIGN.md §4).
 func (s *Server) handleIngest(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	s.ingestEvent(ctx)
+	m := s.d.m
+	switch code := ctx.Response.StatusCode(); {
+	case code == fasthttp.StatusAccepted:
+		m.accepted.Inc()
+	case code == fasthttp.StatusOK:
+		m.duplicate.Inc()
+	default:
+		m.rejected.Inc()
+	}
+	m.ingestDur.Observe(time.Since(start).Seconds())
+}
+
+func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	typ, ok := bytes.CutPrefix(path, eventsPath)
 	if !ok {

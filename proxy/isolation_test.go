@@ -315,7 +315,7 @@ func TestRetryStormStaysWithinTheBudget(t *testing.T) {
 	}
 	const floor = 20
 	s := startServerWith(t, proxy.Options{Subscriptions: subs, RetryBudget: policy.BudgetConfig{Ratio: 0.1, MinPerSecond: floor, Window: time.Second}})
-	publish(t, s, "t", "e", 25) // 100 deliveries, each retried every 5–20 ms without a budget
+	publish(t, s, "t", "e", 25)         // 100 deliveries, each retried every 5–20 ms without a budget
 	time.Sleep(2500 * time.Millisecond) // the outage: a fixed span of wall time is the experiment itself
 	mu.Lock()
 	t.Logf("retries per second during the outage: %v (floor %d/s)", retriesAt, floor)
@@ -357,7 +357,7 @@ func TestOpenBreakerSpendsNoRetryBudget(t *testing.T) {
 	publish(t, s, "t", "e", 20)
 	eventually(t, "breaker open", func() bool { return lane(s, "bad").Breaker == "open" })
 	before := s.RetryBudget().Retries
-	publish(t, s, "t", "more", 50) // every commit pumps the lane; its retries stay due
+	publish(t, s, "t", "more", 50)     // every commit pumps the lane; its retries stay due
 	time.Sleep(300 * time.Millisecond) // time for due retries to be tried, if the lane wrongly did
 	if after := s.RetryBudget().Retries; after != before {
 		t.Fatalf("an open breaker spent %d retry tokens", after-before)

@@ -54,6 +54,7 @@ type lane struct {
 	limiter *rate.Limiter   // nil: unlimited
 	auto    *policy.AutoCap // nil: static MaxConcurrency
 
+	metrics   laneMetrics   // series handles, created on first use
 	leaving   atomic.Bool   // mirrors left, for lock-free scans
 	saved     atomic.Uint64 // the cursor last written to the log
 	scheduled atomic.Int64  // retry records in the log
@@ -152,6 +153,7 @@ func (l *lane) admit(now time.Time) (probe, ok bool) {
 		}
 		d.giveBack()
 		l.shortCircuits.Add(1)
+		l.metrics.get(d.m, l.id).shorted.Inc()
 		d.timers.add(l, l.breaker.RetryAt())
 		return false, false
 	}
@@ -268,6 +270,7 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			} else {
 				l.scheduled.Add(-1)
 				l.deadLettered.Add(1)
+				d.m.deadLetters.WithLabelValues(l.id, "event_missing").Inc()
 			}
 			continue
 		}
@@ -425,6 +428,19 @@ func (l *lane) finish(j *job, res result) {
 	)
 	l.attempts.Add(1)
 	l.lastStatus.Store(int64(res.status))
+	lm := l.metrics.get(d.m, l.id)
+	lm.exchange.Observe(now.Sub(j.started).Seconds())
+	switch {
+	case res.outcome == policy.Ack:
+		lm.ack.Inc()
+		lm.latency.Observe(now.Sub(j.ev.AcceptedAt).Seconds())
+	case res.errKind == "timeout":
+		lm.timeout.Inc()
+	case res.outcome == policy.Retry:
+		lm.retry.Inc()
+	default:
+		lm.dead.Inc()
+	}
 	if res.status >= 200 && res.status < 500 {
 		// The endpoint answered: a success for the retry budget, 4xx too.
 		d.budget.Success()
@@ -524,6 +540,7 @@ func (l *lane) deadLetter(j *job, res result, reason string, now time.Time) erro
 		l.scheduled.Add(-1)
 	}
 	l.deadLettered.Add(1)
+	l.d.m.deadLetters.WithLabelValues(l.id, reason).Inc()
 	l.d.log.Warn("dead-lettered", "subscription", l.id, "event", ev.ID, "reason", reason, "attempts", j.attempt, "status", res.status, "error", res.errKind)
 	return nil
 }
@@ -571,6 +588,8 @@ func (l *lane) enforceQuota(now time.Time) {
 		}
 		l.deadLettered.Add(1)
 		l.quotaRejections.Add(1)
+		d.m.deadLetters.WithLabelValues(l.id, policy.ReasonBacklogQuota).Inc()
+		d.m.rejections.WithLabelValues(l.id, policy.ReasonBacklogQuota).Inc()
 		excess--
 	}
 	l.updateCursor()

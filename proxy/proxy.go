@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/policy"
@@ -72,6 +73,9 @@ type Options struct {
 	Logger        *slog.Logger
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
+	// Registry receives the Prometheus metrics and is served at /metrics;
+	// a private registry if nil.
+	Registry *prometheus.Registry
 }
 
 // Server is a running sidecar: ingest, lanes and admin API.
@@ -114,6 +118,9 @@ func New(opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
 	return &Server{opts: opts, log: opts.Logger, done: make(chan struct{})}
 }
 
@@ -152,6 +159,7 @@ func (s *Server) Open() (err error) {
 	}
 	d = newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval, s.opts.RetryBudget)
 	s.d = d
+	d.m = newMetrics(s.opts.Registry, d)
 	if err := d.start(subs); err != nil {
 		d.stop(context.Background())
 		s.q.Close()

@@ -19,6 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/signing"
@@ -193,10 +196,19 @@ func serverOptions(cfg *Config, subs []*proxy.Subscription, log *slog.Logger) pr
 		MaxBodyBytes:    cfg.MaxBodyBytes,
 		MaxInFlight:     cfg.MaxInFlight,
 		MaxConnsPerHost: cfg.MaxConnsPerHost,
+		Registry:        newRegistry(),
 		RetryBudget:     policy.BudgetConfig{Ratio: cfg.RetryBudget.Ratio, MinPerSecond: cfg.RetryBudget.MinPerSecond, Window: cfg.RetryBudget.Window},
 		Subscriptions:   subs,
 		Logger:          log,
 	}
+}
+
+// newRegistry holds sluice's metrics plus the Go runtime and process
+// collectors, served at the admin /metrics.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // subscriptions converts validated config into the proxy's subscriptions.

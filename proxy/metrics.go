@@ -1,0 +1,144 @@
+package proxy
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// metrics are the Prometheus series of DESIGN.md §4. The label
+// "subscription" is the configured id, never a URL. Per-lane gauges are
+// read from the lanes at scrape time, so an idle lane costs no series
+// objects between scrapes; per-lane counters and histograms are created on
+// a lane's first delivery.
+type metrics struct {
+	ingest      *prometheus.CounterVec // result: accepted, duplicate, rejected
+	ingestDur   prometheus.Histogram
+	attempts    *prometheus.CounterVec   // subscription, outcome
+	exchange    *prometheus.HistogramVec // subscription: one HTTP exchange
+	latency     *prometheus.HistogramVec // subscription: accepted → ACK
+	rejections  *prometheus.CounterVec   // subscription, reason
+	deadLetters *prometheus.CounterVec   // subscription, reason
+
+	accepted, duplicate, rejected prometheus.Counter
+}
+
+// Attempt outcomes (the outcome label of sluice_delivery_attempts_total).
+const (
+	outcomeAck          = "ack"
+	outcomeRetry        = "retry"
+	outcomeDeadLetter   = "dead_letter"
+	outcomeTimeout      = "timeout"
+	outcomeShortCircuit = "short_circuit"
+)
+
+func newMetrics(reg prometheus.Registerer, d *dispatcher) *metrics {
+	m := &metrics{
+		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_ingest_events_total", Help: "Events posted by producers, by result: accepted (202), duplicate (200), rejected (4xx/5xx).",
+		}, []string{"result"}),
+		ingestDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_ingest_duration_seconds", Help: "Time from receiving an event to answering it, including the durable append.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
+		}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_delivery_attempts_total", Help: "Delivery attempts by outcome: ack, retry, dead_letter, timeout, short_circuit (refused by an open breaker).",
+		}, []string{"subscription", "outcome"}),
+		exchange: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sluice_delivery_duration_seconds", Help: "Duration of one HTTP exchange with the endpoint.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"subscription"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sluice_delivery_latency_seconds", Help: "Time from acceptance of an event to its acknowledgement by the endpoint.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60, 300, 3600},
+		}, []string{"subscription"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_lane_rejections_total", Help: "Events a lane rejected (reason backlog_quota); always equal to the dead letters admitted for that reason.",
+		}, []string{"subscription", "reason"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_dead_letters_total", Help: "Dead letters admitted, by reason.",
+		}, []string{"subscription", "reason"}),
+	}
+	m.accepted = m.ingest.WithLabelValues("accepted")
+	m.duplicate = m.ingest.WithLabelValues("duplicate")
+	m.rejected = m.ingest.WithLabelValues("rejected")
+	if reg != nil {
+		reg.MustRegister(m.ingest, m.ingestDur, m.attempts, m.exchange, m.latency, m.rejections, m.deadLetters,
+			&laneCollector{d: d},
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "sluice_retry_budget_available_ratio",
+				Help: "Fill level of the shared retry budget, 0..1. An empty budget is the system working: it is why retries stopped.",
+			}, func() float64 { return d.budget.Available() }))
+	}
+	return m
+}
+
+// laneMetrics caches one lane's series handles so a delivery does no label
+// lookups.
+type laneMetrics struct {
+	once                               sync.Once
+	ack, retry, dead, timeout, shorted prometheus.Counter
+	exchange, latency                  prometheus.Observer
+}
+
+func (lm *laneMetrics) get(m *metrics, sub string) *laneMetrics {
+	lm.once.Do(func() {
+		lm.ack = m.attempts.WithLabelValues(sub, outcomeAck)
+		lm.retry = m.attempts.WithLabelValues(sub, outcomeRetry)
+		lm.dead = m.attempts.WithLabelValues(sub, outcomeDeadLetter)
+		lm.timeout = m.attempts.WithLabelValues(sub, outcomeTimeout)
+		lm.shorted = m.attempts.WithLabelValues(sub, outcomeShortCircuit)
+		lm.exchange = m.exchange.WithLabelValues(sub)
+		lm.latency = m.latency.WithLabelValues(sub)
+	})
+	return lm
+}
+
+// laneCollector reads the per-lane gauges at scrape time.
+type laneCollector struct{ d *dispatcher }
+
+var (
+	descInFlight = prometheus.NewDesc("sluice_lane_in_flight", "Deliveries in flight (alert above 80% of the limit for 30 s).", []string{"subscription"}, nil)
+	descLimit    = prometheus.NewDesc("sluice_lane_concurrency_limit", "The lane's concurrency cap now (static, or derived with concurrency auto).", []string{"subscription"}, nil)
+	descBacklog  = prometheus.NewDesc("sluice_lane_backlog_events", "Log entries past the lane's cursor (an upper bound for a lane filtered by type).", []string{"subscription"}, nil)
+	descOldest   = prometheus.NewDesc("sluice_lane_oldest_age_seconds", "Age of the oldest event the lane has not resolved; 0 when caught up.", []string{"subscription"}, nil)
+	descBreaker  = prometheus.NewDesc("sluice_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"subscription"}, nil)
+)
+
+func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descInFlight
+	ch <- descLimit
+	ch <- descBacklog
+	ch <- descOldest
+	ch <- descBreaker
+}
+
+func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c.d.now()
+	for _, l := range c.d.laneList() {
+		st := l.status()
+		oldest := 0.0
+		if st.Backlog > 0 || st.InFlight > 0 {
+			if ev, err := c.d.event(st.Cursor + 1); err == nil {
+				oldest = max(now.Sub(ev.AcceptedAt).Seconds(), 0)
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.InFlight), st.Subscription)
+		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(st.Cap), st.Subscription)
+		ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, float64(st.Backlog), st.Subscription)
+		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, oldest, st.Subscription)
+		ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, float64(breakerValue(st.Breaker)), st.Subscription)
+	}
+}
+
+func breakerValue(s string) policy.BreakerState {
+	switch s {
+	case policy.BreakerOpen.String():
+		return policy.BreakerOpen
+	case policy.BreakerHalfOpen.String():
+		return policy.BreakerHalfOpen
+	}
+	return policy.BreakerClosed
+}
