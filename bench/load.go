@@ -37,6 +37,11 @@ type loadSpec struct {
 	// Tick, when set, is called at the start (0) and the end (1) of the
 	// window from its own goroutine; the scenario takes its snapshots there.
 	Tick func(phase int)
+	// Stop, when closed, ends the run early: no event is sent after it,
+	// and the window ends there (Tick(1) is called then).
+	Stop <-chan struct{}
+	// Headers are set on every request (after the Idempotency-Key).
+	Headers map[string]string
 }
 
 // loadResult is what the producers saw. Win* count events whose answer came
@@ -95,17 +100,24 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 	} else {
 		total = int64(maxEventsPerSecond * (s.Warmup + s.Dur).Seconds())
 	}
+	// The tick goroutine also notes when Stop ended the window early
+	// (read after tickDone, so without a race).
+	var stopAt time.Time
 	tickDone := make(chan struct{})
 	go func() {
 		defer close(tickDone)
-		if s.Tick == nil {
+		if s.Tick == nil && s.Stop == nil {
 			return
 		}
-		if sleepUntil(ctx, winStart) {
+		if sleepUntilOr(ctx, winStart, s.Stop) && s.Tick != nil {
 			s.Tick(0)
 		}
-		sleepUntil(ctx, winEnd)
-		s.Tick(1) // always, so the scenario gets its end snapshot
+		if !sleepUntilOr(ctx, winEnd, s.Stop) && stopped(s.Stop) {
+			stopAt = time.Now()
+		}
+		if s.Tick != nil {
+			s.Tick(1) // always, so the scenario gets its end snapshot
+		}
 	}()
 
 	worker := func(w int) {
@@ -120,6 +132,9 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 			r.SetRequestURI("http://" + s.Addr + p)
 			r.Header.SetMethod(fasthttp.MethodPost)
 			r.Header.SetContentType("application/json")
+			for k, v := range s.Headers {
+				r.Header.Set(k, v)
+			}
 			r.SetBodyRaw(body)
 			reqs[i] = r
 		}
@@ -157,8 +172,13 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 					select {
 					case <-ctx.Done():
 						return
+					case <-s.Stop:
+						return
 					case <-timer.C:
 					}
+				}
+				if stopped(s.Stop) {
+					return
 				}
 				now := time.Now()
 				if now.After(winEnd.Add(s.Grace)) {
@@ -170,7 +190,7 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 				}
 			} else {
 				t0 = time.Now()
-				if !t0.Before(winEnd) || next.Add(1) > total {
+				if !t0.Before(winEnd) || next.Add(1) > total || stopped(s.Stop) {
 					return
 				}
 			}
@@ -230,7 +250,16 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 	}
 	wg.Wait()
 	<-tickDone
-	res.Seconds = s.Dur.Seconds()
+	end := winEnd
+	if !stopAt.IsZero() && stopAt.Before(winEnd) {
+		// Stopped early: the window ends at the stop, and only the events
+		// due before it were due in it.
+		end = stopAt
+		if s.Rate > 0 {
+			res.WinDue = max(0, int64(s.Rate*end.Sub(winStart).Seconds()))
+		}
+	}
+	res.Seconds = max(end.Sub(winStart), time.Millisecond).Seconds()
 	res.PerSec = float64(res.WinOK) / res.Seconds
 	res.Lat = summarize(lat)
 	if s.Rate > 0 {
@@ -238,6 +267,35 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 		res.Slip = &sl
 	}
 	return res
+}
+
+// stopped reports whether stop is closed (a nil channel never is).
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleepUntilOr waits for t or until stop is closed; false if ctx ended or
+// stop was closed first.
+func sleepUntilOr(ctx context.Context, t time.Time, stop <-chan struct{}) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-stop:
+		return false
+	case <-tm.C:
+		return true
+	}
 }
 
 // sleepUntil waits for t; false if ctx ended first.

@@ -38,7 +38,7 @@ import (
 // Scenario names, in the order they run.
 var allScenarios = []string{
 	"ingest-fsync", "ingest-async", "fanout-1", "fanout-10", "fanout-40",
-	"latency", "lanes-50k", "payload",
+	"latency", "lanes-50k", "payload", "blackhole", "outage",
 }
 
 // options are the command-line flags after defaults and -quick are applied.
@@ -291,6 +291,10 @@ func (h *harness) runScenario(ctx context.Context, name string) error {
 		return h.scenarioLanes(ctx, name)
 	case "payload":
 		return h.scenarioPayload(ctx, name)
+	case "blackhole":
+		return h.scenarioBlackhole(ctx, name)
+	case "outage":
+		return h.scenarioOutage(ctx, name)
 	}
 	return fmt.Errorf("unknown scenario %q", name)
 }

@@ -87,6 +87,15 @@ type winOpts struct {
 	// the receiver has every delivery of the events accepted so far.
 	Receipt bool
 	Drain   time.Duration
+	// ReceiptPaths, when set, records latency only for deliveries to the
+	// paths /s<i> with ReceiptPaths[i] true.
+	ReceiptPaths []bool
+	// Tick, when set, is called after the window's own snapshot at its
+	// start (0) and end (1).
+	Tick func(phase int)
+	// AfterLoad, when set, runs once the producers stopped and before the
+	// latency window closes, instead of the Drain wait.
+	AfterLoad func()
 }
 
 // sidecarWindow runs one load against a sidecar and measures it. The
@@ -98,7 +107,9 @@ func (h *harness) sidecarWindow(ctx context.Context, sc *sidecar, name string, s
 	}
 	spec.Addr, spec.Paths, spec.Status, spec.Keys = sc.ingest, []string{eventsPath}, 202, true
 	spec.KeyID = h.runID + "-" + h.nextID("k")
-	spec.Start = time.Now()
+	if spec.Start.IsZero() {
+		spec.Start = time.Now()
+	}
 	if spec.Warmup == 0 {
 		spec.Warmup = h.opts.warmup
 	}
@@ -109,7 +120,7 @@ func (h *harness) sidecarWindow(ctx context.Context, sc *sidecar, name string, s
 	var rec *latRecorder
 	if o.Receipt {
 		// Enough slots for this window's deliveries at 250k/s.
-		rec = h.recv.startRecording(winStart, int(math.Min(4e6, math.Max(1e4, spec.Dur.Seconds()*250e3))))
+		rec = h.recv.startRecording(winStart, int(math.Min(4e6, math.Max(1e4, spec.Dur.Seconds()*250e3))), o.ReceiptPaths)
 	}
 	var (
 		s0, s1  snap
@@ -127,17 +138,23 @@ func (h *harness) sidecarWindow(ctx context.Context, sc *sidecar, name string, s
 				secs := max(1, int(math.Round(spec.Dur.Seconds())))
 				profWG.Go(func() { profErr <- sc.profile(cpuPath, secs) })
 			}
-			return
+		} else {
+			s1 = h.snapshot(sc.pid, sc)
 		}
-		s1 = h.snapshot(sc.pid, sc)
+		if o.Tick != nil {
+			o.Tick(phase)
+		}
 	}
 	w.Load = runLoad(ctx, spec)
 	sc.accepted += w.Load.OK
 	if w.Load.FirstErr != "" {
 		w.Errors = append(w.Errors, "producer: "+w.Load.FirstErr)
 	}
+	if o.AfterLoad != nil {
+		o.AfterLoad()
+	}
 	if o.Receipt {
-		if o.Drain > 0 {
+		if o.Drain > 0 && o.AfterLoad == nil {
 			w.drain(ctx, h, sc, sc.accepted, o.Drain)
 		}
 		lat := h.recv.stopRecording(rec)

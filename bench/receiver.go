@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,23 +14,56 @@ import (
 // server that answers 200 at once, counts per path (/s<N>), and, while a
 // latency window is open, records publish→receipt latency from the
 // "sent_ns" the producer stamped into the body.
+//
+// Each path has a mode (setMode): it answers 200 (the default), 500, or
+// is a black hole that accepts the request and never answers, holding it
+// until the client gives up and closes the connection or the harness
+// releases it (releaseHeld, close). Only 200 answers count as deliveries
+// (total, perPath); every request, answered or not, is counted in
+// attempts and, while one is set, in the timeline.
 type receiver struct {
-	srv     *fasthttp.Server
-	ln      net.Listener
-	addr    string
-	total   atomic.Int64
-	other   atomic.Int64 // requests to paths that are not /s<N>
-	perPath []atomic.Int64
-	rec     atomic.Pointer[latRecorder]
-	done    chan struct{}
+	srv      *fasthttp.Server
+	ln       net.Listener
+	addr     string
+	total    atomic.Int64 // 200 answers
+	other    atomic.Int64 // requests to paths that are not /s<N>
+	attempts atomic.Int64 // every request
+	failed   atomic.Int64 // 500 answers
+	perPath  []atomic.Int64
+	modes    []atomic.Int32
+	rec      atomic.Pointer[latRecorder]
+	tl       atomic.Pointer[timeline]
+	track    atomic.Pointer[idTracker]
+	done     chan struct{}
+
+	// Requests held by black-hole paths.
+	heldMu    sync.Mutex
+	held      map[net.Conn]struct{}
+	holding   atomic.Int64 // held right now
+	heldTotal atomic.Int64 // ever held
+	heldFreed atomic.Int64 // ended because the client closed the connection
 }
+
+// Path modes.
+const (
+	modeOK   int32 = iota // answer 200 at once
+	mode500               // answer 500 at once
+	modeHole              // accept and never answer
+)
+
+// maxHold bounds how long a black hole holds one request, whatever the
+// client does.
+const maxHold = 2 * time.Minute
 
 func newReceiver(paths int) (*receiver, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	r := &receiver{ln: ln, addr: ln.Addr().String(), perPath: make([]atomic.Int64, paths), done: make(chan struct{})}
+	r := &receiver{
+		ln: ln, addr: ln.Addr().String(), perPath: make([]atomic.Int64, paths), modes: make([]atomic.Int32, paths),
+		held: map[net.Conn]struct{}{}, done: make(chan struct{}),
+	}
 	r.srv = &fasthttp.Server{
 		Handler:               r.handle,
 		Name:                  "bench-receiver",
@@ -48,21 +82,123 @@ func newReceiver(paths int) (*receiver, error) {
 }
 
 func (r *receiver) handle(ctx *fasthttp.RequestCtx) {
-	if i, ok := pathIndex(ctx.Path()); ok && i < len(r.perPath) {
+	r.attempts.Add(1)
+	i, ok := pathIndex(ctx.Path())
+	if !ok || i >= len(r.perPath) {
+		i = -1
+	}
+	mode := modeOK
+	if i >= 0 {
+		mode = r.modes[i].Load()
+	}
+	if tl := r.tl.Load(); tl != nil {
+		tl.add(time.Now(), isRetry(ctx.Request.Header.Peek("X-Attempt")), mode == modeOK)
+	}
+	switch mode {
+	case mode500:
+		r.failed.Add(1)
+		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
+		return
+	case modeHole:
+		r.hold(ctx)
+		return
+	}
+	if i >= 0 {
 		r.perPath[i].Add(1)
 	} else {
 		r.other.Add(1)
 	}
-	if rec := r.rec.Load(); rec != nil {
-		if sent, ok := sentNs(ctx.PostBody()); ok && sent >= rec.from {
+	rec, tr := r.rec.Load(), r.track.Load()
+	if rec != nil || tr != nil {
+		sent, ok := sentNs(ctx.PostBody())
+		if rec != nil && ok && sent >= rec.from && rec.wants(i) {
 			rec.add(time.Now().UnixNano() - sent)
+		}
+		if tr != nil {
+			tr.add(i, ctx.Request.Header.Peek("webhook-id"), sent)
 		}
 	}
 	r.total.Add(1)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 }
 
+// isRetry reports whether an X-Attempt header says this is not the first
+// attempt (sluice and the naive deliverer number attempts from 1).
+func isRetry(v []byte) bool {
+	return len(v) > 0 && !(len(v) == 1 && v[0] == '1')
+}
+
+// hold is the black hole: no answer; the connection is taken over and
+// read until the client closes it (its timeout), the harness releases it,
+// or maxHold passes. Then it is closed without a word.
+func (r *receiver) hold(ctx *fasthttp.RequestCtx) {
+	r.heldTotal.Add(1)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		r.holding.Add(1)
+		defer r.holding.Add(-1)
+		r.heldMu.Lock()
+		if r.held == nil { // closing
+			r.heldMu.Unlock()
+			return
+		}
+		r.held[c] = struct{}{}
+		r.heldMu.Unlock()
+		defer func() {
+			r.heldMu.Lock()
+			delete(r.held, c)
+			r.heldMu.Unlock()
+		}()
+		c.SetReadDeadline(time.Now().Add(maxHold))
+		buf := make([]byte, 512)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				if !isTimeout(err) {
+					r.heldFreed.Add(1)
+				}
+				return
+			}
+		}
+	})
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// releaseHeld ends every held request now (the connection is closed with
+// no answer, as a dying endpoint would).
+func (r *receiver) releaseHeld() {
+	r.heldMu.Lock()
+	for c := range r.held {
+		c.SetReadDeadline(time.Unix(1, 0))
+	}
+	r.heldMu.Unlock()
+}
+
+// setMode sets the mode of paths /s<from> .. /s<from+n-1>.
+func (r *receiver) setMode(from, n int, mode int32) {
+	for i := from; i < from+n && i < len(r.modes); i++ {
+		r.modes[i].Store(mode)
+	}
+}
+
+// resetModes makes every path answer 200 again and releases what the
+// black holes hold.
+func (r *receiver) resetModes() {
+	r.setMode(0, len(r.modes), modeOK)
+	r.releaseHeld()
+}
+
 func (r *receiver) close() {
+	r.heldMu.Lock()
+	held := r.held
+	r.held = nil
+	for c := range held {
+		c.SetReadDeadline(time.Unix(1, 0))
+	}
+	r.heldMu.Unlock()
 	r.srv.Shutdown()
 	<-r.done
 }
@@ -90,9 +226,9 @@ func (r *receiver) snapshotPaths(n int) []int64 {
 
 // startRecording opens a latency window for deliveries of events sent at or
 // after from; capacity bounds the samples kept (the rest are counted as
-// dropped).
-func (r *receiver) startRecording(from time.Time, capacity int) *latRecorder {
-	rec := &latRecorder{from: from.UnixNano(), v: make([]atomic.Int64, capacity)}
+// dropped). With only set, deliveries to /s<i> count only where only[i].
+func (r *receiver) startRecording(from time.Time, capacity int, only []bool) *latRecorder {
+	rec := &latRecorder{from: from.UnixNano(), v: make([]atomic.Int64, capacity), only: only}
 	r.rec.Store(rec)
 	return rec
 }
@@ -106,9 +242,15 @@ func (r *receiver) stopRecording(rec *latRecorder) []int64 {
 // latRecorder keeps latency samples written by concurrent handlers.
 type latRecorder struct {
 	from    int64
+	only    []bool // nil: every path
 	n       atomic.Int64
 	dropped atomic.Int64
 	v       []atomic.Int64
+}
+
+// wants reports whether deliveries to path index i (-1: not /s<N>) count.
+func (l *latRecorder) wants(i int) bool {
+	return l.only == nil || i >= 0 && i < len(l.only) && l.only[i]
 }
 
 func (l *latRecorder) add(ns int64) {
@@ -195,4 +337,111 @@ func sentNs(body []byte) (int64, bool) {
 		digits++
 	}
 	return n, digits > 0 && n > 0
+}
+
+// timeline counts the requests reaching the receiver in buckets of width
+// from start on: all of them, the retries among them (X-Attempt > 1) and
+// those answered 200. Requests outside its span are not counted.
+type timeline struct {
+	start   time.Time
+	width   time.Duration
+	total   []atomic.Int64
+	retries []atomic.Int64
+	ok      []atomic.Int64
+}
+
+func newTimeline(start time.Time, width time.Duration, n int) *timeline {
+	return &timeline{start: start, width: width, total: make([]atomic.Int64, n),
+		retries: make([]atomic.Int64, n), ok: make([]atomic.Int64, n)}
+}
+
+func (t *timeline) add(now time.Time, retry, ok bool) {
+	if now.Before(t.start) {
+		return
+	}
+	k := int(now.Sub(t.start) / t.width)
+	if k >= len(t.total) {
+		return
+	}
+	t.total[k].Add(1)
+	if retry {
+		t.retries[k].Add(1)
+	}
+	if ok {
+		t.ok[k].Add(1)
+	}
+}
+
+// series returns the first n buckets of each count.
+func (t *timeline) series(n int) (total, retries, ok []int64) {
+	n = min(n, len(t.total))
+	total, retries, ok = make([]int64, n), make([]int64, n), make([]int64, n)
+	for i := range n {
+		total[i], retries[i], ok[i] = t.total[i].Load(), t.retries[i].Load(), t.ok[i].Load()
+	}
+	return
+}
+
+// idTracker counts the 200 answers per (path, webhook-id): the first one
+// of each pair is a delivery, any further one a duplicate. Deliveries of
+// events sent (by their sent_ns) before cutoff are also counted apart.
+type idTracker struct {
+	cutoff int64 // unix ns; 0 = none
+
+	mu           sync.Mutex
+	seen         map[trackKey]int32
+	unique       int64
+	dups         int64
+	noID         int64 // 200 answers without a webhook-id header
+	uniqueBefore int64
+	last         time.Time // of the last first delivery
+}
+
+type trackKey struct {
+	path int
+	id   string
+}
+
+func newIDTracker(cutoff time.Time) *idTracker {
+	t := &idTracker{seen: map[trackKey]int32{}}
+	if !cutoff.IsZero() {
+		t.cutoff = cutoff.UnixNano()
+	}
+	return t
+}
+
+func (t *idTracker) add(path int, id []byte, sent int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(id) == 0 {
+		t.noID++
+		return
+	}
+	k := trackKey{path, string(id)}
+	n := t.seen[k]
+	t.seen[k] = n + 1
+	if n > 0 {
+		t.dups++
+		return
+	}
+	t.unique++
+	t.last = time.Now()
+	if t.cutoff != 0 && sent > 0 && sent < t.cutoff {
+		t.uniqueBefore++
+	}
+}
+
+// trackStats is a consistent reading of an idTracker.
+type trackStats struct {
+	Unique       int64     `json:"unique_deliveries"`
+	Duplicates   int64     `json:"duplicates"`
+	NoID         int64     `json:"without_webhook_id,omitempty"`
+	UniqueBefore int64     `json:"unique_deliveries_sent_before_cutoff"`
+	Last         time.Time `json:"-"`
+}
+
+func (t *idTracker) stats() trackStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return trackStats{Unique: t.unique, Duplicates: t.dups, NoID: t.noID, UniqueBefore: t.uniqueBefore, Last: t.last}
 }

@@ -26,6 +26,7 @@ type report struct {
 	Windows         []*window                  `json:"windows"`
 	Sidecars        []*sidecarRecord           `json:"sidecars"`
 	Extra           map[string]float64         `json:"extra,omitempty"`
+	Details         map[string]any             `json:"details,omitempty"` // per scenario, for blackhole and outage
 	Failures        []string                   `json:"failures,omitempty"`
 }
 
@@ -56,6 +57,7 @@ func newReport(o *options) *report {
 		ScenarioSeconds: map[string]float64{},
 		Baselines:       map[string]*baselineResult{},
 		Extra:           map[string]float64{},
+		Details:         map[string]any{},
 	}
 }
 
