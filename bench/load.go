@@ -40,8 +40,6 @@ type loadSpec struct {
 	// Stop, when closed, ends the run early: no event is sent after it,
 	// and the window ends there (Tick(1) is called then).
 	Stop <-chan struct{}
-	// Headers are set on every request (after the Idempotency-Key).
-	Headers map[string]string
 }
 
 // loadResult is what the producers saw. Win* count events whose answer came
@@ -132,9 +130,6 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 			r.SetRequestURI("http://" + s.Addr + p)
 			r.Header.SetMethod(fasthttp.MethodPost)
 			r.Header.SetContentType("application/json")
-			for k, v := range s.Headers {
-				r.Header.Set(k, v)
-			}
 			r.SetBodyRaw(body)
 			reqs[i] = r
 		}

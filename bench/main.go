@@ -7,8 +7,8 @@
 // a table of ratios against those baselines and writes every number to a
 // JSON file.
 //
-//	go run ./bench                          # every scenario, about 4-6 minutes
-//	go run ./bench -quick                   # CI smoke run, under a minute
+//	go run ./bench                          # every scenario, about 5-6 minutes
+//	go run ./bench -quick                   # CI smoke run, about 90 s
 //	go run ./bench -scenarios fanout-10 -profile prof/
 //
 // Everything listens on 127.0.0.1. Every load loop is bounded in time and in
@@ -100,7 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	scen := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run")
 	dur := fs.Duration("duration", 5*time.Second, "length of each measurement window")
 	warm := fs.Duration("warmup", 0, "unmeasured run before each window (default 1s, 300ms with -quick)")
-	quick := fs.Bool("quick", false, "short windows and 5,000 instead of 50,000 lanes (CI smoke run, under a minute)")
+	quick := fs.Bool("quick", false, "short windows, 5,000 instead of 50,000 lanes, shorter isolation phases (CI smoke run, about 90 s)")
 	jsonPath := fs.String("json", "bench-out/results.json", "where to write every number")
 	prof := fs.String("profile", "", "write the sidecar's CPU and allocation profiles of each window to this directory")
 	sluice := fs.String("sluice", "", "prebuilt sluice binary (default: go build ./cmd/sluice into a temp dir)")
