@@ -155,12 +155,26 @@ func (b *Budget) Success() {
 
 // TryRetry takes one retry from the budget and reports whether it could.
 // false means the window's allowance is spent: the caller defers the retry
-// (schedules it again later) and must not drop it.
-func (b *Budget) TryRetry() bool {
+// (tries it again later) and must not drop it.
+func (b *Budget) TryRetry() bool { return b.try(false) }
+
+// TryRetryPaced is TryRetry with a pace as well: at most 1/n of the
+// window's allowance per bucket (rounded up). Without the pace a full
+// outage spends a whole window's allowance, earned by the successes before
+// it, in its first moment: a burst several times the base rate. Paced,
+// retries add about ratio × the recent success rate, plus the floor. The
+// delivery engine uses this one.
+func (b *Budget) TryRetryPaced() bool { return b.try(true) }
+
+func (b *Budget) try(paced bool) bool {
 	now := b.now()
 	b.mu.Lock()
 	cur := b.w.advance(now)
-	ok := float64(b.w.sum.b+1) <= b.allowed()+slack
+	allowed := b.allowed()
+	ok := float64(b.w.sum.b+1) <= allowed+slack
+	if ok && paced {
+		ok = float64(cur.b+1) <= math.Ceil(allowed/float64(len(b.w.buckets))-slack)
+	}
 	if ok {
 		cur.b++
 		b.w.sum.b++
@@ -168,6 +182,10 @@ func (b *Budget) TryRetry() bool {
 	b.mu.Unlock()
 	return ok
 }
+
+// Pace is the width of one bucket: after a refusal, the allowance of the
+// next bucket opens no later than this.
+func (b *Budget) Pace() time.Duration { return b.w.width }
 
 // Available returns the budget's fill level in the current window, from
 // 1 (nothing spent) to 0 (spent): remaining retries / allowed retries.

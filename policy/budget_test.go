@@ -410,3 +410,41 @@ func ExampleBudget() {
 	// available 0.00
 	// 10s later: available 1.00, allowed 10
 }
+
+// TestBudgetPacesRetriesAcrossTheWindow: a burst gets one bucket's share
+// of the allowance, not the whole window's at once (a full outage must not
+// release a window's worth of retries in its first moment), and the window
+// total still holds.
+func TestBudgetPacesRetriesAcrossTheWindow(t *testing.T) {
+	clk := newFakeClock()
+	b := policy.NewBudget(policy.BudgetConfig{Ratio: 0.1, MinPerSecond: 10, Window: 10 * time.Second}, clk.Now)
+	successes(b, 10000) // allowance: 1000 + 100 over the window
+	paced := func() int {
+		n := 0
+		for n < 5000 && b.TryRetryPaced() {
+			n++
+		}
+		return n
+	}
+	if got := paced(); got != 110 {
+		t.Fatalf("a burst got %d retries, want one bucket's share, 110", got)
+	}
+	clk.Advance(b.Pace())
+	if got := paced(); got != 110 {
+		t.Fatalf("the next bucket gave %d, want 110", got)
+	}
+	total := 220
+	for range 8 {
+		clk.Advance(b.Pace())
+		total += paced()
+	}
+	if total != 1100 {
+		t.Fatalf("a whole window of paced retries = %d, want the allowance 1100", total)
+	}
+	if b.TryRetry() {
+		t.Fatal("the window's allowance was exceeded")
+	}
+	if a := testing.AllocsPerRun(100, func() { b.TryRetryPaced() }); a != 0 {
+		t.Fatalf("TryRetryPaced allocates %v", a)
+	}
+}

@@ -51,9 +51,8 @@ type dispatcher struct {
 	jobs        chan *job
 	freed       chan struct{} // signalled when inflight drops to zero
 
-	m            *metrics
-	budget       *policy.Budget // shared retry budget
-	budgetWindow time.Duration
+	m      *metrics
+	budget *policy.Budget // shared retry budget
 
 	cursorInterval time.Duration
 	timers         *timerHeap
@@ -84,10 +83,7 @@ func newDispatcher(q *queue.Queue, client *fasthttp.Client, log *slog.Logger, no
 	d.head.Store(q.Head())
 	d.timers = &timerHeap{wake: make(chan struct{}, 1)}
 	d.budget = policy.NewBudget(budget, now)
-	d.budgetWindow = budget.Window
-	if d.budgetWindow <= 0 {
-		d.budgetWindow = policy.DefaultBudgetWindow
-	}
+
 	return d
 }
 

@@ -274,12 +274,18 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			}
 			continue
 		}
-		if !d.budget.TryRetry() {
-			// The shared budget is spent: defer, never drop. Jitter
-			// spreads the deferred retries so they do not return as one
-			// burst when the budget refills.
-			l.deferRetry(r, now)
-			continue
+		if !d.budget.TryRetryPaced() {
+			// The shared budget is spent for now: defer, never drop. The
+			// retries stay due on disk and the lane looks again after a
+			// jittered part of the budget's pace, so lanes do not return
+			// as one burst. (Rewriting each deferred record with a new due
+			// time, as first built, cost 34,813 writes for 8,000 retries
+			// in the bench's outage scenario.)
+			l.deferred.Add(1)
+			pace := d.budget.Pace()
+			l.nextDue = now.Add(pace/2 + time.Duration(rand.Int64N(int64(pace))))
+			d.timers.add(l, l.nextDue)
+			return true
 		}
 		probe, ok := l.admit(now)
 		if !ok {
@@ -294,26 +300,6 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 	}
 	return true
 }
-
-// deferRetry moves a due retry that the budget refused to a jittered time
-// within the next budget window; its attempt count is unchanged.
-func (l *lane) deferRetry(r *queue.Retry, now time.Time) {
-	d := l.d
-	next := *r
-	next.Due = now.Add(deferMin + time.Duration(rand.Int64N(int64(d.budgetWindow))))
-	if err := d.q.ScheduleRetry(next, r); err != nil {
-		d.log.Error("defer retry", "subscription", l.id, "seq", r.Seq, "err", err)
-		next.Due = now.Add(time.Second) // the old record stands; look again later
-	}
-	l.deferred.Add(1)
-	if l.nextDue.IsZero() || next.Due.Before(l.nextDue) {
-		l.nextDue = next.Due
-	}
-	d.timers.add(l, next.Due)
-}
-
-// deferMin keeps a deferred retry from coming straight back.
-const deferMin = 100 * time.Millisecond
 
 func (l *lane) isRetrying(seq uint64) bool { _, ok := l.retrying[seq]; return ok }
 
