@@ -114,7 +114,18 @@ type Budget struct {
 
 	mu sync.Mutex
 	w  window // a = successes, b = retries
+
+	// The pace: retries taken in the current pace slot. Slots are
+	// paceWidth wide, finer than the window's buckets, so a refilled
+	// allowance is not spent in one instant either.
+	window    time.Duration
+	paceWidth time.Duration
+	paceSlot  int64
+	paceCount int64
 }
+
+// paceWidth is the finest grain of TryRetryPaced: a quarter of a second.
+const paceWidth = 250 * time.Millisecond
 
 // NewBudget returns an empty Budget: nothing spent, Available() == 1.
 // Zero, negative and NaN fields of cfg take their defaults; values beyond
@@ -134,10 +145,12 @@ func NewBudget(cfg BudgetConfig, now func() time.Time) *Budget {
 		n = int(min((cfg.Window+time.Second-1)/time.Second, maxBudgetWindow/time.Second))
 	}
 	return &Budget{
-		now:   now,
-		ratio: cfg.Ratio,
-		floor: cfg.MinPerSecond * cfg.Window.Seconds(),
-		w:     newWindow(now(), cfg.Window, n),
+		now:       now,
+		ratio:     cfg.Ratio,
+		floor:     cfg.MinPerSecond * cfg.Window.Seconds(),
+		w:         newWindow(now(), cfg.Window, n),
+		window:    cfg.Window,
+		paceWidth: min(paceWidth, cfg.Window),
 	}
 }
 
@@ -158,12 +171,12 @@ func (b *Budget) Success() {
 // (tries it again later) and must not drop it.
 func (b *Budget) TryRetry() bool { return b.try(false) }
 
-// TryRetryPaced is TryRetry with a pace as well: at most 1/n of the
-// window's allowance per bucket (rounded up). Without the pace a full
-// outage spends a whole window's allowance, earned by the successes before
-// it, in its first moment: a burst several times the base rate. Paced,
-// retries add about ratio × the recent success rate, plus the floor. The
-// delivery engine uses this one.
+// TryRetryPaced is TryRetry with a pace as well: within each 250 ms slot,
+// at most that slot's share of the window's allowance (rounded up).
+// Without the pace a full outage spends a whole window's allowance, earned
+// by the successes before it, in its first moment: a burst several times
+// the base rate. Paced, retries add about ratio × the recent success rate,
+// plus the floor. The delivery engine uses this one.
 func (b *Budget) TryRetryPaced() bool { return b.try(true) }
 
 func (b *Budget) try(paced bool) bool {
@@ -173,7 +186,14 @@ func (b *Budget) try(paced bool) bool {
 	allowed := b.allowed()
 	ok := float64(b.w.sum.b+1) <= allowed+slack
 	if ok && paced {
-		ok = float64(cur.b+1) <= math.Ceil(allowed/float64(len(b.w.buckets))-slack)
+		if slot := int64(now.Sub(b.w.origin) / b.paceWidth); slot != b.paceSlot {
+			b.paceSlot, b.paceCount = slot, 0
+		}
+		share := allowed * float64(b.paceWidth) / float64(b.window)
+		ok = float64(b.paceCount+1) <= math.Ceil(share-slack)
+		if ok {
+			b.paceCount++
+		}
 	}
 	if ok {
 		cur.b++
@@ -183,9 +203,9 @@ func (b *Budget) try(paced bool) bool {
 	return ok
 }
 
-// Pace is the width of one bucket: after a refusal, the allowance of the
-// next bucket opens no later than this.
-func (b *Budget) Pace() time.Duration { return b.w.width }
+// Pace is the width of one pace slot: after TryRetryPaced refuses, the
+// next slot's share opens no later than this.
+func (b *Budget) Pace() time.Duration { return b.paceWidth }
 
 // Available returns the budget's fill level in the current window, from
 // 1 (nothing spent) to 0 (spent): remaining retries / allowed retries.
