@@ -274,6 +274,15 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			}
 			continue
 		}
+		if d.inflight.Load() >= d.maxInFlight {
+			// No process-wide slot: take no budget token for a retry that
+			// cannot start. acquire queues the lane for the next free slot.
+			if d.acquire(l) {
+				d.giveBack()
+			}
+			l.nextDue = now
+			return false
+		}
 		if !d.budget.TryRetryPaced() {
 			// The shared budget is spent for now: defer, never drop. The
 			// retries stay due on disk and the lane looks again after a
