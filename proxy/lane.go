@@ -34,6 +34,7 @@ type lane struct {
 	mu       sync.Mutex
 	sub      *Subscription
 	match    func(typ []byte) bool
+	fromSeq  uint64 // first entitled seq (membership cutoff)
 	left     bool   // removed from the config: drains up to until, then retires
 	until    uint64 // last entitled seq when left
 	next     uint64 // next seq to look at
@@ -85,7 +86,7 @@ type job struct {
 func newLane(d *dispatcher, m queue.Membership, sub *Subscription) *lane {
 	l := &lane{
 		d: d, id: m.Subscription, sub: sub, match: d.matcherFor(sub),
-		left: m.Left, until: m.Until, next: m.Cursor + 1, cursor: m.Cursor,
+		fromSeq: m.From, left: m.Left, until: m.Until, next: m.Cursor + 1, cursor: m.Cursor,
 	}
 	l.saved.Store(m.Cursor)
 	l.leaving.Store(m.Left)
@@ -260,6 +261,13 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 	for i := range rs {
 		r := &rs[i]
 		ev, err := d.event(r.Seq)
+		if err != nil {
+			// A replayed dead letter may outlive its event in the log: its
+			// own body copy serves.
+			if dl, derr := d.q.GetDeadLetter(l.id, r.Seq); derr == nil && dl.EventID != "" {
+				ev, err = &queue.Event{Seq: r.Seq, ID: dl.EventID, Type: dl.Type, ContentType: dl.ContentType, AcceptedAt: dl.AcceptedAt, Body: dl.Body}, nil
+			}
+		}
 		if err != nil {
 			// The log lost an event a retry needed: keep the failure
 			// visible as a dead letter rather than retrying forever.
@@ -444,7 +452,12 @@ func (l *lane) finish(j *job, res result) {
 	switch res.outcome {
 	case policy.Ack:
 		if j.retry != nil {
-			if err = d.q.DropRetry(*j.retry); err == nil {
+			if j.retry.Replay {
+				err = d.q.AckReplay(*j.retry, now)
+			} else {
+				err = d.q.DropRetry(*j.retry)
+			}
+			if err == nil {
 				l.scheduled.Add(-1)
 			}
 		}
@@ -456,7 +469,8 @@ func (l *lane) finish(j *job, res result) {
 		var ok bool
 		due, reason, ok = j.sub.Retry.Next(j.attempt, j.first, now, res.retryAfter)
 		if ok {
-			r := queue.Retry{Subscription: l.id, Seq: j.ev.Seq, Due: due, Attempt: j.attempt, FirstAttempt: j.first, LastStatus: res.status, LastError: res.errKind}
+			r := queue.Retry{Subscription: l.id, Seq: j.ev.Seq, Due: due, Attempt: j.attempt, FirstAttempt: j.first, LastStatus: res.status, LastError: res.errKind,
+				Replay: j.retry != nil && j.retry.Replay}
 			if err = d.q.ScheduleRetry(r, j.retry); err == nil {
 				l.retried.Add(1)
 				if j.retry == nil {

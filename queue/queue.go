@@ -892,7 +892,7 @@ func (q *Queue) SaveCursors(cursors map[string]uint64) error {
 // ScheduleRetry records r. When prev is not nil (the record this attempt
 // came from) it is replaced in the same transaction.
 func (q *Queue) ScheduleRetry(r Retry, prev *Retry) error {
-	v, err := json.Marshal(retryRecord{V: recordVersion, Attempt: r.Attempt, FirstAttempt: r.FirstAttempt.UnixNano(), LastStatus: r.LastStatus, LastError: r.LastError})
+	v, err := json.Marshal(retryRecord{V: recordVersion, Attempt: r.Attempt, FirstAttempt: r.FirstAttempt.UnixNano(), LastStatus: r.LastStatus, LastError: r.LastError, Replay: r.Replay})
 	if err != nil {
 		return err
 	}
@@ -915,6 +915,42 @@ func (q *Queue) ScheduleRetry(r Retry, prev *Retry) error {
 		}
 		return fmt.Errorf("schedule retry %s/%d: %w", r.Subscription, r.Seq, err)
 	}
+	return nil
+}
+
+// AckReplay deletes the retry record of an acknowledged replay and records
+// the delivery on its dead letter, in one transaction.
+func (q *Queue) AckReplay(r Retry, at time.Time) error {
+	err := q.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Delete(retryKey(r.Subscription, r.Due, r.Seq)); err != nil {
+			return err
+		}
+		item, err := txn.Get(deadLetterKey(r.Subscription, r.Seq))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		d, err := decodeDeadLetter(v)
+		if err != nil {
+			return err
+		}
+		d.DeliveredAt = at
+		nv, err := appendDeadLetter(nil, d)
+		if err != nil {
+			return err
+		}
+		return txn.Set(deadLetterKey(r.Subscription, r.Seq), nv)
+	})
+	if err != nil {
+		return fmt.Errorf("ack replay %s/%d: %w", r.Subscription, r.Seq, err)
+	}
+	q.ref(r.Seq, -1)
 	return nil
 }
 
@@ -968,7 +1004,7 @@ func (q *Queue) DueRetries(sub string, now time.Time, limit int, skip func(seq u
 				return fmt.Errorf("retry %s/%d: %v: %w", sub, seq, err, ErrCorrupt)
 			}
 			out = append(out, Retry{
-				Subscription: sub, Seq: seq, Due: due, Attempt: rec.Attempt,
+				Subscription: sub, Seq: seq, Due: due, Attempt: rec.Attempt, Replay: rec.Replay,
 				FirstAttempt: time.Unix(0, rec.FirstAttempt), LastStatus: rec.LastStatus, LastError: rec.LastError,
 			})
 		}
@@ -1000,6 +1036,66 @@ func (q *Queue) RetryCounts() (map[string]int, error) {
 		return nil
 	})
 	return out, err
+}
+
+// Replay schedules a dead letter for delivery again and records the
+// replay on it, in one transaction: after a crash either both happened or
+// neither. The retry is due at `due` with attempt count 0, so the next try
+// is attempt 1 of a fresh schedule; the dead letter stays (with its body,
+// which the lane uses if the log has compacted the event).
+func (q *Queue) Replay(sub string, seq uint64, due time.Time) (*DeadLetter, error) {
+	var d *DeadLetter
+	q.ref(seq, 1)
+	err := q.db.Update(func(txn *badger.Txn) error {
+		item, err := txn.Get(deadLetterKey(sub, seq))
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		if d, err = decodeDeadLetter(v); err != nil {
+			return err
+		}
+		d.Replays++
+		d.ReplayedAt = due
+		nv, err := appendDeadLetter(nil, d)
+		if err != nil {
+			return err
+		}
+		if err := txn.Set(deadLetterKey(sub, seq), nv); err != nil {
+			return err
+		}
+		rv, err := json.Marshal(retryRecord{V: recordVersion, Attempt: 0, FirstAttempt: due.UnixNano(), Replay: true})
+		if err != nil {
+			return err
+		}
+		return txn.Set(retryKey(sub, due, seq), rv)
+	})
+	if err != nil {
+		q.ref(seq, -1)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil, fmt.Errorf("replay %s/%d: %w", sub, seq, ErrNotFound)
+		}
+		return nil, fmt.Errorf("replay %s/%d: %w", sub, seq, err)
+	}
+	return d, nil
+}
+
+// RetryOf returns the scheduled retry of sub for seq, if any (a scan of
+// sub's schedule: for the admin API, not the hot path).
+func (q *Queue) RetryOf(sub string, seq uint64) (*Retry, error) {
+	rs, err := q.Retries(sub, 1<<30)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rs {
+		if rs[i].Seq == seq {
+			return &rs[i], nil
+		}
+	}
+	return nil, nil
 }
 
 // AddDeadLetter stores d (with its body copy) and, when prev is not nil,

@@ -127,6 +127,7 @@ type Retry struct {
 	FirstAttempt time.Time
 	LastStatus   int    // 0 when the last attempt got no answer
 	LastError    string // short classification, never a payload or secret
+	Replay       bool   // a replayed dead letter: its ACK is recorded on the dead letter
 }
 
 type retryRecord struct {
@@ -135,6 +136,7 @@ type retryRecord struct {
 	FirstAttempt int64  `json:"first_attempt"`
 	LastStatus   int    `json:"last_status,omitempty"`
 	LastError    string `json:"last_error,omitempty"`
+	Replay       bool   `json:"replay,omitempty"`
 }
 
 // DeadLetter is a delivery that will not be tried again on its own. It
@@ -154,6 +156,8 @@ type DeadLetter struct {
 	Response     string    `json:"response,omitempty"` // bounded snippet of the last response body
 	DeadAt       time.Time `json:"dead_at"`
 	Replays      int       `json:"replays,omitempty"`
+	ReplayedAt   time.Time `json:"replayed_at,omitzero"`
+	DeliveredAt  time.Time `json:"delivered_at,omitzero"` // when a replay was acknowledged
 	Body         []byte    `json:"-"`
 }
 
