@@ -86,6 +86,7 @@ func (s *Server) adminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, deadLetterJSON(d, true))
 	})
 	mux.HandleFunc("POST /v1/dead-letters/replay", s.replayDeadLetters)
+	s.dashboardRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found: " + r.Method + " " + r.URL.Path})
 	})
@@ -93,12 +94,13 @@ func (s *Server) adminHandler() http.Handler {
 }
 
 // requireToken enforces the optional bearer token on every path but
-// /healthz (liveness probes carry no credentials). The comparison is
-// constant-time.
+// /healthz (liveness probes carry no credentials) and the dashboard's
+// static shell (it holds no data; every request it makes for data carries
+// the token). The comparison is constant-time.
 func (s *Server) requireToken(next http.Handler) http.Handler {
 	want := []byte(s.opts.AdminToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(want) > 0 && r.URL.Path != "/healthz" {
+		if len(want) > 0 && r.URL.Path != "/healthz" && !dashboardPublic(r) {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)

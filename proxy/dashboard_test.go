@@ -1,0 +1,279 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/testbed"
+)
+
+// getPage is a GET on the admin listener that returns the raw answer.
+func getPage(t *testing.T, s *proxy.Server, method, path, token string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.AdminURL()+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// TestDashboardHandler: the page shell and its assets are served without
+// the admin token (a browser navigation cannot carry one; the shell holds no
+// data), while the data they call and every other path still require it.
+func TestDashboardHandler(t *testing.T) {
+	tb := startTestbed(t, testbed.ModeOK)
+	s := startAdminServer(t, "", "s3cret", sub("a", tb.URL()))
+
+	code, h, body := getPage(t, s, "GET", "/", "")
+	if code != http.StatusOK || h.Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Fatalf("GET / without the token: %d %q, want 200 text/html", code, h.Get("Content-Type"))
+	}
+	if !strings.Contains(body, `<script src="assets/app.js"`) || !strings.Contains(body, `href="assets/style.css"`) {
+		t.Errorf("GET / does not load the script and style sheet:\n%s", body)
+	}
+	if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "connect-src 'self'") || !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("GET / Content-Security-Policy %q", csp)
+	}
+	if code, _, _ := getPage(t, s, "GET", "/", "s3cret"); code != http.StatusOK {
+		t.Errorf("GET / with the token: %d", code)
+	}
+
+	assets := []struct{ path, ctype, want string }{
+		{"/assets/app.js", "text/javascript; charset=utf-8", "v1/subscriptions"},
+		{"/assets/style.css", "text/css; charset=utf-8", "tr.saturated"},
+	}
+	for _, a := range assets {
+		code, h, body := getPage(t, s, "GET", a.path, "")
+		if code != http.StatusOK || h.Get("Content-Type") != a.ctype || !strings.Contains(body, a.want) {
+			t.Errorf("GET %s: %d %q, want 200 %q containing %q", a.path, code, h.Get("Content-Type"), a.ctype, a.want)
+		}
+	}
+
+	for _, p := range []string{"/assets/nope.js", "/assets/index.html", "/assets/", "/assets/x/app.js", "/assets/..%2Fdashboard.go"} {
+		if code, _, _ := getPage(t, s, "GET", p, ""); code != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", p, code)
+		}
+	}
+
+	// Everything else stays behind the token, including what the page
+	// calls and other methods on /.
+	for _, p := range []struct{ method, path string }{
+		{"GET", "/v1/subscriptions"}, {"GET", "/v1/retry-budget"}, {"GET", "/v1/dead-letters?limit=20"},
+		{"POST", "/v1/dead-letters/replay"}, {"POST", "/"}, {"GET", "/index.html"}, {"GET", "/dashboard/app.js"},
+	} {
+		if code, _, _ := getPage(t, s, p.method, p.path, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s %s without the token: %d, want 401", p.method, p.path, code)
+		}
+	}
+}
+
+// TestDashboardInChromium loads the page in headless Chromium against a
+// live sidecar with one black-hole subscription among healthy ones: the
+// black hole's row shows saturation, the healthy rows do not.
+func TestDashboardInChromium(t *testing.T) {
+	chromium := findChromium(t)
+	tb := startTestbed(t, testbed.ModeOK)
+	tb.SetMode("/hole", testbed.ModeBlackhole)
+	tb.SetMode("/fail", testbed.ModeFail)
+	hole := sub("hole", tb.URL()+"/hole")
+	hole.MaxConcurrency, hole.Timeout = 4, time.Minute // holds all 4 slots for the whole test
+	subs := []*proxy.Subscription{hole}
+	healthy := []string{"ok0", "ok1", "ok2"}
+	for _, id := range healthy {
+		subs = append(subs, sub(id, tb.URL()+"/"+id))
+	}
+	// A failing tenant, so that the page has dead letters to list.
+	fail := sub("fail", tb.URL()+"/fail")
+	fail.Retry = fastRetry(2)
+	subs = append(subs, fail)
+
+	const token = "dash-s3cret"
+	s := proxy.New(proxy.Options{
+		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: token, DataDir: t.TempDir(),
+		Subscriptions: subs, Logger: quietLogger(), CursorInterval: 10 * time.Millisecond,
+	})
+	if err := s.Open(); err != nil {
+		t.Fatalf("open server: %v", err)
+	}
+	// The black hole never answers: abandon its deliveries at once.
+	t.Cleanup(func() { closeServer(t, s, 100*time.Millisecond) })
+
+	publish(t, s, "t", "e", 50)
+	eventually(t, "the black hole fills its cap", func() bool { return lane(s, "hole").InFlight == 4 })
+	waitFor(t, tb, "every healthy tenant got every event", func(m map[string]testbed.PathStats) bool {
+		for _, id := range healthy {
+			if m["/"+id].Unique < 50 {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, "a dead letter", func() bool {
+		dls, err := s.DeadLetters("fail", 1)
+		return err == nil && len(dls) > 0
+	})
+
+	// The token goes in the fragment, which the browser never sends.
+	page := s.AdminURL() + "/#token=" + token
+	dom := string(runChromium(t, chromium, "--dump-dom", page))
+	rows := laneRows(dom)
+	if r, ok := rows["hole"]; !ok || !r.saturated || r.saturation != "1.00" {
+		t.Errorf("black-hole row %+v (found %v), want class saturated and data-saturation 1.00", r, ok)
+	}
+	for _, id := range healthy {
+		if r, ok := rows[id]; !ok || r.saturated {
+			t.Errorf("healthy row %s: %+v (found %v), want it shown and not saturated", id, r, ok)
+		}
+	}
+	if _, ok := rows["fail"]; !ok {
+		t.Error("no row for the failing subscription")
+	}
+	if !strings.Contains(dom, ">Replay</button>") || !strings.Contains(dom, `data-key="fail/`) {
+		t.Error("no dead letter of fail with a Replay button")
+	}
+	if t.Failed() {
+		t.Logf("dumped DOM:\n%s", dom)
+	}
+
+	// SLUICE_SCREENSHOT=1 refreshes the screenshot in the docs.
+	if os.Getenv("SLUICE_SCREENSHOT") == "1" {
+		out, err := filepath.Abs(filepath.Join("..", "docs", "dashboard.png"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// Keep events flowing so that the rates show something.
+		stop, done := make(chan struct{}), make(chan struct{})
+		go trickle(s, stop, done)
+		runChromium(t, chromium, "--screenshot="+out, "--window-size=1280,800", "--hide-scrollbars", page)
+		close(stop)
+		<-done
+		if fi, err := os.Stat(out); err != nil || fi.Size() == 0 {
+			t.Fatalf("screenshot %s: %v", out, err)
+		}
+		t.Logf("screenshot written to %s", out)
+	}
+}
+
+// trickle publishes an event every 5 ms until stop is closed, ignoring
+// errors (it only decorates the screenshot), then closes done.
+func trickle(s *proxy.Server, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		resp, err := httpClient.Post(s.URL()+"/v1/events/t", "application/json", strings.NewReader(`{"n":0}`))
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+}
+
+// findChromium returns the Chromium binary; without one the test is
+// skipped, unless CI is set (.ci/run installs it there).
+func findChromium(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("chromium not found at /usr/bin/chromium or on PATH (Debian package chromium)")
+	}
+	t.Skip("chromium not found; apt-get install chromium to run the browser test")
+	return ""
+}
+
+// runChromium runs headless Chromium with args (the last one the URL),
+// letting the page run for 5 s of virtual time, and returns its stdout.
+func runChromium(t *testing.T, bin string, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Not t.TempDir: a Chromium helper process still exiting could make its
+	// removal, and so the test, fail.
+	profile, err := os.MkdirTemp("", "sluice-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(profile)
+	flags := []string{
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir=" + profile, "--virtual-time-budget=5000",
+	}
+	cmd := exec.CommandContext(ctx, bin, append(flags, args...)...)
+	cmd.WaitDelay = 5 * time.Second // helpers may hold the pipes open after the browser exits
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium %s: %v (context: %v)\n%s", strings.Join(args, " "), err, ctx.Err(), lastBytes(stderr.Bytes(), 4000))
+	}
+	return stdout.Bytes()
+}
+
+func lastBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+type laneRow struct {
+	saturated  bool
+	saturation string
+}
+
+var (
+	trTag     = regexp.MustCompile(`<tr\b[^>]*>`)
+	attrValue = func(name string) *regexp.Regexp { return regexp.MustCompile(`\s` + name + `="([^"]*)"`) }
+	attrSub   = attrValue("data-subscription")
+	attrSat   = attrValue("data-saturation")
+	attrClass = attrValue("class")
+)
+
+// laneRows finds the subscription rows in a dumped DOM, by id.
+func laneRows(dom string) map[string]laneRow {
+	rows := map[string]laneRow{}
+	for _, tag := range trTag.FindAllString(dom, -1) {
+		id := attrSub.FindStringSubmatch(tag)
+		if id == nil {
+			continue
+		}
+		var r laneRow
+		if m := attrSat.FindStringSubmatch(tag); m != nil {
+			r.saturation = m[1]
+		}
+		if m := attrClass.FindStringSubmatch(tag); m != nil {
+			r.saturated = strings.Contains(" "+m[1]+" ", " saturated ")
+		}
+		rows[id[1]] = r
+	}
+	return rows
+}
