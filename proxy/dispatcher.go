@@ -665,9 +665,21 @@ func (d *dispatcher) timerLoop() {
 func (d *dispatcher) statuses() []LaneStatus {
 	lanes := d.laneList()
 	out := make([]LaneStatus, 0, len(lanes))
+	now := d.now()
 	for _, l := range lanes {
-		out = append(out, l.status())
+		out = append(out, d.withOldestAge(l.status(), now))
 	}
 	sortStatuses(out)
 	return out
+}
+
+// withOldestAge fills st.OldestAge from the entry just past the cursor (the
+// ring, or one read of the log).
+func (d *dispatcher) withOldestAge(st LaneStatus, now time.Time) LaneStatus {
+	if st.Backlog > 0 || st.InFlight > 0 {
+		if ev, err := d.event(st.Cursor + 1); err == nil {
+			st.OldestAge = max(now.Sub(ev.AcceptedAt).Seconds(), 0)
+		}
+	}
+	return st
 }

@@ -632,6 +632,9 @@ type LaneStatus struct {
 	ShortCircuit uint64 `json:"short_circuits"`         // dispatches the open breaker refused
 	RateLimited  uint64 `json:"rate_limited"`           // dispatches the rate limit held back
 	QuotaDropped uint64 `json:"backlog_quota_rejected"` // dead-lettered with reason backlog_quota
+	// OldestAge is how long the oldest unresolved log entry past the
+	// cursor has waited, in seconds; 0 when caught up.
+	OldestAge float64 `json:"oldest_age_seconds"`
 }
 
 func (l *lane) status() LaneStatus {

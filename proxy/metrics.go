@@ -118,13 +118,8 @@ func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.d.now()
 	for _, l := range c.d.laneList() {
-		st := l.status()
-		oldest := 0.0
-		if st.Backlog > 0 || st.InFlight > 0 {
-			if ev, err := c.d.event(st.Cursor + 1); err == nil {
-				oldest = max(now.Sub(ev.AcceptedAt).Seconds(), 0)
-			}
-		}
+		st := c.d.withOldestAge(l.status(), now)
+		oldest := st.OldestAge
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.InFlight), st.Subscription)
 		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(st.Cap), st.Subscription)
 		ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, float64(st.Backlog), st.Subscription)

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -40,7 +39,19 @@ Usage:
   sluice demo
   sluice testbed --listen ADDR --mode ok|fail|slow|blackhole|ratelimit|flaky [--secret whsec_...]
   sluice healthcheck [--config FILE] [--admin URL]
+  sluice status [--json]
+  sluice dlq list [--subscription S] [--reason R] [--limit N] [--cursor C] [--all] [--json]
+  sluice dlq show SUBSCRIPTION SEQ [--json]
+  sluice dlq replay (SUBSCRIPTION SEQ | [--subscription S] [--reason R] --all) [--force] [--json]
+  sluice events show ID [--json]
+  sluice pause ID [--reason TEXT]
+  sluice resume ID
+  sluice verify --secret whsec_... [--id ID --timestamp TS --signature SIG | --headers FILE] [--tolerance 5m] < BODY
   sluice version
+
+status, dlq, events, pause and resume call the admin API found like
+healthcheck finds it (--config FILE, else $SLUICE_CONFIG; --admin URL), and
+retry for a few seconds while the sidecar restarts.
 
 Run 'sluice COMMAND -h' for the flags of a command.
 `
@@ -64,6 +75,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = testbedCmd(rest, stdout, stderr)
 	case "healthcheck":
 		err = healthcheck(rest, stdout)
+	case "status":
+		err = statusCmd(rest, stdout, stderr)
+	case "dlq":
+		err = dlqCmd(rest, stdout, stderr)
+	case "events":
+		err = eventsCmd(rest, stdout, stderr)
+	case "pause", "resume":
+		err = pauseCmd(rest, stdout, stderr, cmd == "pause")
+	case "verify":
+		err = verifyCmd(rest, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "sluice %s (commit %s)\n", version, commit)
 	case "help", "-h", "--help":
@@ -285,29 +306,17 @@ func healthcheck(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := LoadConfig(*configPath, os.Environ(), nil)
+	base, client, token, err := adminClient(*configPath, *admin)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}
-	base, client := *admin, &http.Client{Timeout: 2 * time.Second}
-	if base == "" {
-		base = "http://" + cfg.Admin.Listen
-		if sock, ok := strings.CutPrefix(cfg.Admin.Listen, "unix://"); ok {
-			base = "http://sluice"
-			client.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", sock)
-			}}
-		} else if host, port, err := net.SplitHostPort(cfg.Admin.Listen); err == nil && (host == "" || host == "0.0.0.0" || host == "::") {
-			base = "http://" + net.JoinHostPort("127.0.0.1", port)
-		}
-	}
-	req, err := http.NewRequest(http.MethodGet, strings.TrimRight(base, "/")+*path, nil)
+	client.Timeout = 2 * time.Second
+	req, err := http.NewRequest(http.MethodGet, base+*path, nil)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}
-	if tok := cfg.Admin.ResolvedToken; tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
