@@ -3,6 +3,8 @@ package proxy_test
 import (
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,5 +64,37 @@ func TestMetricsPerSubscription(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(reg, "sluice_delivery_latency_seconds"); n == 0 {
 		t.Error("no delivery latency histogram")
+	}
+}
+
+// TestMetricsPassPromtoolCheck: `promtool check metrics` finds nothing to
+// complain about on a live scrape (names, units, help, types).
+func TestMetricsPassPromtoolCheck(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool not found: .ci/run installs Debian's prometheus package")
+		}
+		t.Skip("promtool not installed")
+	}
+	tb := startTestbed(t, testbed.ModeOK)
+	s := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quietLogger(),
+		Subscriptions: []*proxy.Subscription{sub("ok", tb.URL()+"/ok")}})
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeServer(t, s, time.Second) })
+	publish(t, s, "t", "e", 3)
+	waitFor(t, tb, "delivered", uniqueAt("/ok", 3))
+	resp, err := http.Get(s.AdminURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = resp.Body
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
 	}
 }
