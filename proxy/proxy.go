@@ -50,6 +50,8 @@ const (
 type Options struct {
 	// Listen is the ingest address: "host:port" or "unix:///path.sock".
 	Listen string
+	// SocketMode is the file mode of unix-socket listeners; 0660 if zero.
+	SocketMode os.FileMode
 	// AdminListen is the admin API address; "-" disables it.
 	AdminListen string
 	// AdminToken, when set, is required as a bearer token on every admin
@@ -127,7 +129,7 @@ func New(opts Options) *Server {
 // Open binds the listeners (bind errors surface here), opens the log,
 // recovers the lanes and starts serving.
 func (s *Server) Open() (err error) {
-	s.ingestLn, err = listen(s.opts.Listen)
+	s.ingestLn, err = listen(s.opts.Listen, s.opts.SocketMode)
 	if err != nil {
 		return fmt.Errorf("ingest listen %s: %w", s.opts.Listen, err)
 	}
@@ -140,7 +142,7 @@ func (s *Server) Open() (err error) {
 		}
 	}()
 	if s.opts.AdminListen != "-" {
-		if s.adminLn, err = listen(s.opts.AdminListen); err != nil {
+		if s.adminLn, err = listen(s.opts.AdminListen, s.opts.SocketMode); err != nil {
 			return fmt.Errorf("admin listen %s: %w", s.opts.AdminListen, err)
 		}
 	}
@@ -182,15 +184,27 @@ func (s *Server) Open() (err error) {
 	return nil
 }
 
-func listen(addr string) (net.Listener, error) {
-	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		// A stale socket from a killed process would make the bind fail.
-		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			os.Remove(path)
-		}
-		return net.Listen("unix", path)
+func listen(addr string, mode os.FileMode) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix://")
+	if !ok {
+		return net.Listen("tcp", addr)
 	}
-	return net.Listen("tcp", addr)
+	// A stale socket from a killed process would make the bind fail.
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if mode == 0 {
+		mode = 0o660
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("set socket mode: %w", err)
+	}
+	return ln, nil
 }
 
 // URL is the ingest base URL, e.g. "http://127.0.0.1:8700".

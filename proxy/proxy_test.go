@@ -3,11 +3,14 @@ package proxy_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -533,4 +536,29 @@ func TestGlobalInFlightLimitStarvesNoLane(t *testing.T) {
 		}
 		return true
 	})
+}
+
+func TestUnixSocketIngestWithMode(t *testing.T) {
+	tb := startTestbed(t, testbed.ModeOK)
+	sock := filepath.Join(t.TempDir(), "ingest.sock")
+	s := proxy.New(proxy.Options{Listen: "unix://" + sock, SocketMode: 0o600, AdminListen: "-", DataDir: t.TempDir(),
+		Logger: quietLogger(), Subscriptions: []*proxy.Subscription{sub("a", tb.URL()+"/a")}})
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeServer(t, s, time.Second) })
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode().Perm() != 0o600 || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("socket %v mode %v", err, fi.Mode())
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := c.Post("http://sluice/v1/events/t", "application/json", strings.NewReader(`{"via":"unix"}`))
+	if err != nil || resp.StatusCode != 202 {
+		t.Fatalf("post over the socket: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	waitFor(t, tb, "delivered", uniqueAt("/a", 1))
 }

@@ -73,6 +73,9 @@ const (
 	// DefaultLogLevel and DefaultLogFormat are log/slog's usual defaults.
 	DefaultLogLevel  = "info"
 	DefaultLogFormat = "text"
+	// DefaultSocketMode lets the sidecar's user and group use a unix socket
+	// on a volume shared with the producer's container.
+	DefaultSocketMode = "0660"
 	// DefaultRetryBudgetRatio, DefaultRetryBudgetMinPerSecond and
 	// DefaultRetryBudgetWindow are the shared retry budget of the DESIGN.md
 	// §4 example config: retries within the last 10 s may reach 10% of the
@@ -217,6 +220,9 @@ type Config struct {
 	LogLevel string `koanf:"log_level"`
 	// LogFormat is text (default) or json.
 	LogFormat string `koanf:"log_format"`
+	// SocketMode is the file mode of unix-socket listeners, in octal
+	// ("0660" by default: the owner and a group shared with the producer).
+	SocketMode string `koanf:"socket_mode"`
 	// RetryBudget bounds the retries of all subscriptions together.
 	RetryBudget RetryBudgetConfig `koanf:"retry_budget"`
 	// Subscriptions are the endpoints events are delivered to. They can be
@@ -519,6 +525,7 @@ func DefaultConfig() *Config {
 		MaxInFlight:     DefaultMaxInFlight,
 		LogLevel:        DefaultLogLevel,
 		LogFormat:       DefaultLogFormat,
+		SocketMode:      DefaultSocketMode,
 		RetryBudget: RetryBudgetConfig{
 			Ratio:        DefaultRetryBudgetRatio,
 			MinPerSecond: DefaultRetryBudgetMinPerSecond,
@@ -1265,6 +1272,9 @@ func (c *Config) applyDefaults() {
 func (c *Config) Validate() error {
 	if err := validateListen("listen", c.Listen); err != nil {
 		return err
+	}
+	if m, err := strconv.ParseUint(c.SocketMode, 8, 32); err != nil || m > 0o777 || m&0o600 != 0o600 {
+		return fieldErr("socket_mode", c.SocketMode, invalidf(`must be an octal file mode like "0660" that lets the owner read and write`))
 	}
 	if err := validateListen("admin.listen", c.Admin.Listen); err != nil {
 		return err

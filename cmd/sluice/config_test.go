@@ -65,6 +65,7 @@ func TestLoadConfigFull(t *testing.T) {
 		MaxInFlight:     512,
 		LogLevel:        "debug",
 		LogFormat:       "json",
+		SocketMode:      DefaultSocketMode,
 		RetryBudget:     RetryBudgetConfig{Ratio: 0.25, MinPerSecond: 5, Window: 30 * time.Second},
 		Subscriptions: []SubscriptionConfig{
 			{
@@ -234,6 +235,7 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "subscription_not_a_mapping", want: []string{`subscriptions[0]: expected a mapping`}},
 
 		// Durations.
+		{file: "socket_mode_bad", want: []string{`socket_mode: "0999": must be an octal file mode`}},
 		{file: "duration_bare_int", want: []string{`subscriptions[0].timeout: 10: bare number is not a duration: add a unit, like "10s"`}},
 		{file: "duration_bare_int_top", want: []string{`dedup_window: 86400: bare number is not a duration`}},
 		{file: "duration_quoted_number", want: []string{`dedup_window: "3600": duration needs a unit`}},

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -209,6 +210,7 @@ func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 func serverOptions(cfg *Config, subs []*proxy.Subscription, log *slog.Logger) proxy.Options {
 	return proxy.Options{
 		Listen:          cfg.Listen,
+		SocketMode:      socketMode(cfg.SocketMode),
 		AdminListen:     cfg.Admin.Listen,
 		AdminToken:      cfg.Admin.ResolvedToken,
 		DataDir:         cfg.DataDir,
@@ -284,6 +286,12 @@ func subscriptions(cfg *Config) ([]*proxy.Subscription, error) {
 		})
 	}
 	return out, nil
+}
+
+// socketMode parses the validated octal socket_mode.
+func socketMode(s string) os.FileMode {
+	m, _ := strconv.ParseUint(s, 8, 32)
+	return os.FileMode(m)
 }
 
 // autoCap returns the lane's Little's-law cap settings, or nil for a static cap.
