@@ -47,6 +47,7 @@ Usage:
   sluice events show ID [--json]
   sluice pause ID [--reason TEXT]
   sluice resume ID
+  sluice inject [FILE|-] [--image IMG] [--config-map NAME] [--pvc NAME] [--secret NAME] [--grace 10s] [--ingest-port 8700] [--admin-port 8701]
   sluice verify --secret whsec_... [--id ID --timestamp TS --signature SIG | --headers FILE] [--tolerance 5m] < BODY
   sluice version
 
@@ -86,6 +87,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = pauseCmd(rest, stdout, stderr, cmd == "pause")
 	case "verify":
 		err = verifyCmd(rest, stdout, stderr)
+	case "inject":
+		err = injectCmd(rest, os.Stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "sluice %s (commit %s)\n", version, commit)
 	case "help", "-h", "--help":
