@@ -20,9 +20,8 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 ARG COMMIT=none
-RUN CGO_ENABLED=0 go build -trimpath \
-      -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
-      -o /out/sluice ./cmd/sluice \
+# .ci/build is the release build; CI runs the same script, so it cannot rot.
+RUN sh .ci/build /out/sluice "${VERSION}" "${COMMIT}" \
  && mkdir -p /out/data
 
 FROM gcr.io/distroless/static-debian12:nonroot
