@@ -655,7 +655,7 @@ func LoadConfig(path string, environ []string, overrides map[string]any) (*Confi
 		}
 		m, err := yaml.Parser().Unmarshal(b)
 		if err != nil {
-			return nil, fmt.Errorf("config: parse file %q: %w", path, err)
+			return nil, fmt.Errorf("config: parse file %q: %s", path, redactYAMLError(err))
 		}
 		src := fmt.Sprintf("file %q", path)
 		// Subscriptions bypass koanf's layers: only the file (or an
@@ -2093,4 +2093,15 @@ func oneLine(m map[string]any) string {
 		return "config: " + err.Error()
 	}
 	return string(b)
+}
+
+// quotedInYAMLError matches what a YAML parser quotes from the document in
+// its messages (anchor names, scalars), which could be a secret.
+var quotedInYAMLError = regexp.MustCompile("'[^']*'|`[^`]*`|\"[^\"]*\"")
+
+// redactYAMLError keeps a parse error's position and kind but drops any
+// text it quotes from the file: the file holds secrets, and the error is
+// logged. Found by FuzzLoadConfig.
+func redactYAMLError(err error) string {
+	return quotedInYAMLError.ReplaceAllString(err.Error(), "[…]")
 }

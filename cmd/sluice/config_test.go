@@ -296,7 +296,7 @@ func TestLoadConfigBad(t *testing.T) {
 
 		// YAML itself.
 		{file: "syntax", want: []string{`testdata/syntax.bad.yaml`, `line 4`}},
-		{file: "duplicate_yaml_key", want: []string{`testdata/duplicate_yaml_key.bad.yaml`, `line 2`, `"listen" already defined`}},
+		{file: "duplicate_yaml_key", want: []string{`testdata/duplicate_yaml_key.bad.yaml`, `line 2`, `line 2: mapping key […] already defined at line 1`}},
 	}
 
 	files, err := filepath.Glob("testdata/*.bad.yaml")
