@@ -138,6 +138,12 @@ func serve(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, l := range []struct{ key, addr string }{{"listen", cfg.Listen}, {"admin.listen", cfg.Admin.Listen}} {
+		if !loopback(l.addr) && cfg.Admin.ResolvedToken == "" {
+			log.Warn("listening beyond loopback without an admin token: anyone who reaches it can post events or use the admin API; set admin.token_file",
+				"key", l.key, "address", l.addr)
+		}
+	}
 	srv := proxy.New(serverOptions(cfg, subs, log))
 	nsubs := len(subs)
 	cfg.Subscriptions, subs = nil, nil // the server owns its copies; reload re-reads the file
@@ -289,6 +295,23 @@ func subscriptions(cfg *Config) ([]*proxy.Subscription, error) {
 		})
 	}
 	return out, nil
+}
+
+// loopback reports whether a listen address is reachable only from this
+// host (or a unix socket, whose file mode guards it).
+func loopback(addr string) bool {
+	if strings.HasPrefix(addr, "unix://") {
+		return true
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // socketMode parses the validated octal socket_mode.
