@@ -33,6 +33,9 @@ import (
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -42,10 +45,10 @@ import (
 const (
 	// DefaultListen is the ingest address: loopback, because the producer is
 	// the service in the same pod (DESIGN.md §4).
-	DefaultListen = "127.0.0.1:8700"
+	DefaultListen = proxy.DefaultListen
 	// DefaultAdminListen is the admin API address: loopback, next to ingest
 	// (DESIGN.md §4).
-	DefaultAdminListen = "127.0.0.1:8701"
+	DefaultAdminListen = proxy.DefaultAdminListen
 	// DefaultDataDir holds the Badger log, relative to the working directory
 	// (DESIGN.md §4).
 	DefaultDataDir = "./sluice-data"
@@ -54,22 +57,22 @@ const (
 	DefaultDurability = DurabilityFsync
 	// DefaultMaxBodyBytes is the largest accepted event body, 1 MiB
 	// (DESIGN.md §4).
-	DefaultMaxBodyBytes = 1 << 20
+	DefaultMaxBodyBytes = proxy.DefaultMaxBodyBytes
 	// DefaultDedupWindow is how long an Idempotency-Key is remembered
 	// (DESIGN.md §4 example config).
-	DefaultDedupWindow = 24 * time.Hour
+	DefaultDedupWindow = queue.DefaultDedupWindow
 	// DefaultShutdownGrace is how long in-flight deliveries may finish after
 	// SIGTERM; it leaves room inside Kubernetes' default 30 s
 	// terminationGracePeriodSeconds for closing the queue.
-	DefaultShutdownGrace = 10 * time.Second
+	DefaultShutdownGrace = proxy.DefaultShutdownGrace
 	// DefaultMaxConnsPerHost caps connections of the one shared outbound
 	// client per endpoint host (DESIGN.md §1: one shared pool with a per-host
 	// cap, not one pool per tenant).
-	DefaultMaxConnsPerHost = 64
+	DefaultMaxConnsPerHost = proxy.DefaultMaxConnsPerHost
 	// DefaultMaxInFlight caps concurrent outbound requests of the whole
 	// process, so the sum of the subscriptions' caps cannot exhaust file
 	// descriptors (DESIGN.md §1: slots are the scarce resource).
-	DefaultMaxInFlight = 1024
+	DefaultMaxInFlight = proxy.DefaultMaxInFlight
 	// DefaultLogLevel and DefaultLogFormat are log/slog's usual defaults.
 	DefaultLogLevel  = "info"
 	DefaultLogFormat = "text"
@@ -80,9 +83,9 @@ const (
 	// DefaultRetryBudgetWindow are the shared retry budget of the DESIGN.md
 	// §4 example config: retries within the last 10 s may reach 10% of the
 	// successes in them, plus a floor of 10 retries/s (DESIGN.md §1).
-	DefaultRetryBudgetRatio        = 0.1
-	DefaultRetryBudgetMinPerSecond = 10
-	DefaultRetryBudgetWindow       = 10 * time.Second
+	DefaultRetryBudgetRatio        = policy.DefaultBudgetRatio
+	DefaultRetryBudgetMinPerSecond = policy.DefaultBudgetMinPerSecond
+	DefaultRetryBudgetWindow       = policy.DefaultBudgetWindow
 )
 
 // Defaults of a subscription, applied by LoadConfig to the fields a
@@ -91,35 +94,35 @@ const (
 	// DefaultTimeout bounds one HTTP exchange. With 10 s a black-hole
 	// endpoint at 100 events/s holds 1,000 slots, the figure DESIGN.md §1
 	// works with; the per-subscription cap stops it from holding more.
-	DefaultTimeout = 10 * time.Second
+	DefaultTimeout = proxy.DefaultTimeout
 	// DefaultConcurrency is a subscription's cap on in-flight deliveries
 	// (DESIGN.md §4 example config).
-	DefaultConcurrency = 16
+	DefaultConcurrency = proxy.DefaultMaxConcurrency
 	// DefaultAutoConcurrencyMin, DefaultAutoConcurrencyMax and
 	// DefaultAutoConcurrencyHeadroom bound the cap that concurrency: auto
 	// derives from Little's law, λ·P99 + headroom (DESIGN.md §5 item 5;
 	// values from issue 4, max and headroom as in the DESIGN.md §4 example).
-	DefaultAutoConcurrencyMin      = 1
-	DefaultAutoConcurrencyMax      = 64
-	DefaultAutoConcurrencyHeadroom = 4
+	DefaultAutoConcurrencyMin      = policy.DefaultAutoCapMin
+	DefaultAutoConcurrencyMax      = policy.DefaultAutoCapMax
+	DefaultAutoConcurrencyHeadroom = policy.DefaultAutoCapHeadroom
 	// DefaultBreaker* configure a subscription's breaker (DESIGN.md §3,
 	// "Breaker per subscription"; values from issue 4): it opens when at
 	// least half of 20 or more requests in the last 10 s failed, or after 5
 	// timeouts in a row, and stays open 5 s, doubling up to 5 min while the
 	// probes keep failing.
-	DefaultBreakerFailureRatio        = 0.5
-	DefaultBreakerMinRequests         = 20
-	DefaultBreakerWindow              = 10 * time.Second
-	DefaultBreakerConsecutiveTimeouts = 5
-	DefaultBreakerCoolDown            = 5 * time.Second
-	DefaultBreakerMaxCoolDown         = 5 * time.Minute
+	DefaultBreakerFailureRatio        = policy.DefaultBreakerFailureRatio
+	DefaultBreakerMinRequests         = policy.DefaultBreakerMinRequests
+	DefaultBreakerWindow              = policy.DefaultBreakerWindow
+	DefaultBreakerConsecutiveTimeouts = policy.DefaultBreakerConsecutiveTimeouts
+	DefaultBreakerCoolDown            = policy.DefaultBreakerCoolDown
+	DefaultBreakerMaxCoolDown         = policy.DefaultBreakerMaxCoolDown
 	// DefaultRetryMaxAttempts, DefaultRetryMaxAge, DefaultRetryBase and
 	// DefaultRetryCap are the retry schedule of the DESIGN.md §4 example
 	// config: 8 attempts within a day, full-jitter backoff from 1 s up to 1 h.
-	DefaultRetryMaxAttempts = 8
-	DefaultRetryMaxAge      = 24 * time.Hour
-	DefaultRetryBase        = time.Second
-	DefaultRetryCap         = time.Hour
+	DefaultRetryMaxAttempts = policy.DefaultMaxAttempts
+	DefaultRetryMaxAge      = policy.DefaultMaxAge
+	DefaultRetryBase        = policy.DefaultBase
+	DefaultRetryCap         = policy.DefaultCap
 )
 
 // Values of Config.Durability.
