@@ -3,6 +3,7 @@ package proxy
 import (
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,6 +180,13 @@ func (l *lane) mayPass(now time.Time) bool {
 		return false
 	}
 	return true
+}
+
+// wants reports whether the lane takes events of type typ. It scans the
+// (short) type list instead of calling match, whose []byte argument would
+// cost an allocation per event per filtered lane on the hot path.
+func (l *lane) wants(typ string) bool {
+	return l.match == nil || slices.Contains(l.sub.Types, typ)
 }
 
 func (l *lane) paused() bool { return l.sub.Paused || l.pausedBy != "" }
@@ -359,7 +367,7 @@ func (l *lane) nextFresh() *queue.Event {
 		}
 		if ev, ok := l.d.ring.get(l.next); ok {
 			l.next++
-			if l.match == nil || l.match([]byte(ev.Type)) {
+			if l.wants(ev.Type) {
 				return ev
 			}
 			continue

@@ -123,7 +123,7 @@ func (l *lane) ledger(seq uint64, ev *queue.Event) (entitled bool, d Delivery) {
 	if seq < l.fromSeq {
 		return false, d
 	}
-	if ev != nil && l.match != nil && !l.match([]byte(ev.Type)) {
+	if ev != nil && !l.wants(ev.Type) {
 		return false, d
 	}
 	if _, ok := l.retrying[seq]; ok {
