@@ -34,16 +34,14 @@ const (
 // configured.
 func newClient(maxConnsPerHost int) *fasthttp.Client {
 	return &fasthttp.Client{
-		Name:                          "sluice",
-		MaxConnsPerHost:               maxConnsPerHost,
-		MaxConnWaitTimeout:            30 * time.Second,
-		MaxIdleConnDuration:           30 * time.Second,
-		MaxResponseBodySize:           maxResponseBytes,
-		ReadBufferSize:                8 << 10,
-		DisableHeaderNamesNormalizing: false,
-		DisablePathNormalizing:        true,
-		NoDefaultUserAgentHeader:      false,
-		TLSConfig:                     &tls.Config{MinVersion: tls.VersionTLS12},
+		Name:                   "sluice",
+		MaxConnsPerHost:        maxConnsPerHost,
+		MaxConnWaitTimeout:     30 * time.Second,
+		MaxIdleConnDuration:    30 * time.Second,
+		MaxResponseBodySize:    maxResponseBytes,
+		ReadBufferSize:         8 << 10,
+		DisablePathNormalizing: true,
+		TLSConfig:              &tls.Config{MinVersion: tls.VersionTLS12},
 	}
 }
 

@@ -91,7 +91,6 @@ type Server struct {
 	admin    *http.Server
 	adminLn  net.Listener
 	draining atomic.Bool
-	done     chan struct{}
 }
 
 // New returns an unstarted Server.
@@ -123,7 +122,7 @@ func New(opts Options) *Server {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
-	return &Server{opts: opts, log: opts.Logger, done: make(chan struct{})}
+	return &Server{opts: opts, log: opts.Logger}
 }
 
 // Open binds the listeners (bind errors surface here), opens the log,
@@ -272,6 +271,5 @@ func (s *Server) Close(ctx context.Context) error {
 	if err := s.q.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close log: %w", err))
 	}
-	close(s.done)
 	return errors.Join(errs...)
 }
