@@ -222,8 +222,14 @@ func TestReplayDeliversOnceUnlessForced(t *testing.T) {
 	if code != 200 || r["replayed"].(float64) != 0 || !strings.Contains(r["results"].([]any)[0].(map[string]any)["skipped"].(string), "already replayed") {
 		t.Fatalf("second replay without force: %d %v", code, r)
 	}
-	_, d := adminCall(t, s, "GET", "/v1/dead-letters/a/"+jsonInt(seq), "", "")
-	if d["replays"].(float64) != 1 || d["delivered_at"] == nil || d["body"] != `{"n":0}` {
+	// The receiver counts before its answer reaches sluice, so the ACK of the
+	// replay is recorded a moment after delivered moves: await it.
+	var d map[string]any
+	eventually(t, "replay ACK recorded", func() bool {
+		_, d = adminCall(t, s, "GET", "/v1/dead-letters/a/"+jsonInt(seq), "", "")
+		return d["delivered_at"] != nil
+	})
+	if d["replays"].(float64) != 1 || d["body"] != `{"n":0}` {
 		t.Fatalf("dead letter after replay: %v", d)
 	}
 	// Everything matching a filter, forced: the other two and the first again.
@@ -232,10 +238,10 @@ func TestReplayDeliversOnceUnlessForced(t *testing.T) {
 		t.Fatalf("replay by filter: %d %v", code, r)
 	}
 	eventually(t, "all replayed", func() bool { return delivered.Load() == 4 })
-	st, err := s.Event("e-0")
-	if err != nil || st.Deliveries[0].State != "delivered" {
-		t.Fatalf("ledger after replay: %+v %v", st, err)
-	}
+	eventually(t, "ledger shows the replay delivered", func() bool {
+		st, err := s.Event("e-0")
+		return err == nil && st.Deliveries[0].State == "delivered"
+	})
 }
 
 func jsonInt(n int) string { b, _ := json.Marshal(n); return string(b) }
