@@ -52,6 +52,10 @@ import (
 // DefaultDedupWindow is how long an event id is remembered (DESIGN.md §4).
 const DefaultDedupWindow = 24 * time.Hour
 
+// valueLogFileSize is the size of one Badger value-log file (bodies over
+// 64 KiB); GC reclaims whole files.
+const valueLogFileSize = 64 << 20
+
 // Batch bounds for the group committer: large enough to share one sync among
 // all producers of a busy moment, small enough to stay far below Badger's
 // transaction limit.
@@ -75,6 +79,12 @@ type Options struct {
 	OnCommit func([]*Event)
 	// Logger receives Badger's warnings and errors; slog.Default() if nil.
 	Logger *slog.Logger
+	// MaxDiskBytes is the disk quota of the data dir; 0 means none. Past
+	// it Append returns ErrDiskFull.
+	MaxDiskBytes int64
+	// MinFreeBytes is the free space Append leaves on the data dir's file
+	// system (ErrDiskFull below it); DefaultMinFreeBytes if 0, none if < 0.
+	MinFreeBytes int64
 }
 
 // Queue is the durable log. Create it with Open; Close it when done.
@@ -97,6 +107,9 @@ type Queue struct {
 	refMu     sync.Mutex
 	retryRefs map[uint64]int32    // seq → retry records that still need the event
 	held      map[uint64]struct{} // events below low kept for retries
+
+	disk *diskGuard // nil when neither disk limit is set
+	gc   *valueLogGC
 }
 
 type appendReq struct {
@@ -111,7 +124,10 @@ var reqPool = sync.Pool{New: func() any { return &appendReq{done: make(chan stru
 
 // Open opens (or creates) the log in opts.Dir, recovers the head, the
 // compaction boundary and the retry references, and starts the committer.
-func Open(opts Options) (*Queue, error) {
+// It refuses a dir another process holds (ErrLocked), one that is not a
+// sluice data dir (ErrNotDataDir) and one that looks damaged (ErrCorrupt),
+// with an error that names the dir; it repairs none by deleting data.
+func Open(opts Options) (_ *Queue, err error) {
 	if opts.Dir == "" {
 		return nil, errors.New("open queue: empty data dir")
 	}
@@ -142,14 +158,31 @@ func Open(opts Options) (*Queue, error) {
 		WithIndexCacheSize(16 << 20).
 		WithValueThreshold(64 << 10).
 		WithNumCompactors(2).
-		WithValueLogFileSize(64 << 20).
+		WithValueLogFileSize(valueLogFileSize).
 		// Events live for seconds: compressing them into tables that
 		// compaction soon rewrites or drops costs CPU for nothing.
 		WithCompression(options.None).
 		WithMetricsEnabled(false)
-	db, err := badger.Open(bopts)
-	if err != nil {
-		return nil, fmt.Errorf("open queue %s: %w", opts.Dir, err)
+	// Refuse a dir Badger would wipe or crash on before it touches it
+	// (datadir.go). A panic left in the open path is damage too.
+	if err := checkDataDir(opts.Dir, bopts); err != nil {
+		return nil, err
+	}
+	var db *badger.DB
+	defer func() {
+		if r := recover(); r != nil {
+			if db != nil {
+				db.Close()
+			}
+			err = &dirError{opts.Dir, ErrCorrupt, fmt.Errorf("opening it panicked: %v", firstLine(r))}
+		}
+	}()
+	if db, err = badger.Open(bopts); err != nil {
+		return nil, openError(opts.Dir, err)
+	}
+	if err := checkOwned(db, opts.Dir); err != nil {
+		db.Close()
+		return nil, err
 	}
 	q := &Queue{
 		db:        db,
@@ -162,8 +195,19 @@ func Open(opts Options) (*Queue, error) {
 	}
 	if err := q.recover(); err != nil {
 		db.Close()
+		if errors.Is(err, ErrCorrupt) {
+			return nil, &dirError{opts.Dir, ErrCorrupt, err}
+		}
 		return nil, fmt.Errorf("open queue %s: %w", opts.Dir, err)
 	}
+	minFree := opts.MinFreeBytes
+	if minFree == 0 {
+		minFree = DefaultMinFreeBytes
+	}
+	if opts.MaxDiskBytes > 0 || minFree > 0 {
+		q.disk = newDiskGuard(opts.Dir, opts.MaxDiskBytes, max(minFree, 0), log)
+	}
+	q.startGC(gcInterval)
 	go q.committer()
 	return q, nil
 }
@@ -251,7 +295,20 @@ func (q *Queue) Close() error {
 	close(q.reqs)
 	q.closeMu.Unlock()
 	<-q.done
+	q.stopGC()
+	if q.disk != nil {
+		q.disk.close()
+	}
 	return q.db.Close()
+}
+
+// DiskUsage returns the last measurement of the data dir's disk use; the
+// zero value with Free -1 when no disk limit is set.
+func (q *Queue) DiskUsage() DiskUsage {
+	if q.disk == nil {
+		return DiskUsage{Free: -1}
+	}
+	return q.disk.usage()
 }
 
 // Head returns the last assigned sequence number (0 for an empty log).
@@ -264,6 +321,9 @@ func (q *Queue) Head() uint64 { return q.head.Load() }
 // After Append returns, ev belongs to the queue: its Body is shared with the
 // lanes and must not be modified.
 func (q *Queue) Append(ev *Event) (seq uint64, dup bool, err error) {
+	if err := q.disk.admit(len(ev.Body)); err != nil {
+		return 0, false, err
+	}
 	r := reqPool.Get().(*appendReq)
 	r.ev = ev
 	q.closeMu.RLock()
