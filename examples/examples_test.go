@@ -79,7 +79,7 @@ func startSidecar(t *testing.T, listen, dir string, subs ...*proxy.Subscription)
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	s := proxy.New(proxy.Options{
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true,
 		Listen: listen, AdminListen: "-", DataDir: dir, Sync: true, MaxBodyBytes: maxBody,
 		Subscriptions: subs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		CursorInterval: 10 * time.Millisecond,

@@ -40,7 +40,7 @@ func startAdminServer(t *testing.T, dir, token string, subs ...*proxy.Subscripti
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	s := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: token, DataDir: dir,
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: token, DataDir: dir,
 		Logger: quietLogger(), CursorInterval: 10 * time.Millisecond, Subscriptions: subs})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)

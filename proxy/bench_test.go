@@ -108,7 +108,7 @@ func BenchmarkDelivery(b *testing.B) {
 }
 
 func benchServer(b *testing.B, sync bool, subs ...*proxy.Subscription) *proxy.Server {
-	s := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "-", DataDir: b.TempDir(), Sync: sync,
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: b.TempDir(), Sync: sync,
 		Subscriptions: subs, Logger: quietLogger()})
 	if err := s.Open(); err != nil {
 		b.Fatal(err)

@@ -104,7 +104,7 @@ func TestDashboardInChromium(t *testing.T) {
 	subs = append(subs, fail)
 
 	const token = "dash-s3cret"
-	s := proxy.New(proxy.Options{
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true,
 		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: token, DataDir: t.TempDir(),
 		Subscriptions: subs, Logger: quietLogger(), CursorInterval: 10 * time.Millisecond,
 	})

@@ -31,10 +31,11 @@ const (
 // newClient returns the one outbound client all lanes share. Redirects are
 // not followed (Client.Do never does): per Standard Webhooks a 3xx is a
 // failure, and following one would send signed payloads to a place nobody
-// configured.
-func newClient(maxConnsPerHost int) *fasthttp.Client {
+// configured. Connections go through newDialer, which holds the SSRF guard.
+func newClient(maxConnsPerHost int, allowPrivate bool) *fasthttp.Client {
 	return &fasthttp.Client{
 		Name:                   "sluice",
+		DialTimeout:            newDialer(allowPrivate),
 		MaxConnsPerHost:        maxConnsPerHost,
 		MaxConnWaitTimeout:     30 * time.Second,
 		MaxIdleConnDuration:    30 * time.Second,
@@ -111,10 +112,15 @@ func errKind(err error) string {
 	var dnsErr *net.DNSError
 	var opErr *net.OpError
 	switch {
-	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded):
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded),
+		// A connect that never completes (SYNs dropped) holds a slot for the
+		// whole timeout, like any black hole: the breaker must see it so.
+		errors.Is(err, fasthttp.ErrDialTimeout):
 		return "timeout"
 	case errors.Is(err, fasthttp.ErrNoFreeConns), errors.Is(err, fasthttp.ErrConnPoolStrategyNotImpl):
 		return "no_free_connections"
+	case errors.As(err, new(*ForbiddenTargetError)):
+		return "forbidden_target"
 	case errors.As(err, &dnsErr):
 		return "dns"
 	case errors.Is(err, syscall.ECONNREFUSED):

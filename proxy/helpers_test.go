@@ -67,7 +67,7 @@ func startServer(t *testing.T, dir string, subs ...*proxy.Subscription) *proxy.S
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	s := proxy.New(proxy.Options{
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true,
 		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: dir, Sync: true,
 		Subscriptions: subs, Logger: quietLogger(), CursorInterval: 10 * time.Millisecond,
 	})

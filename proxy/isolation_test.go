@@ -24,6 +24,7 @@ func startServerWith(t *testing.T, opts proxy.Options) *proxy.Server {
 		opts.DataDir = t.TempDir()
 	}
 	opts.Listen, opts.AdminListen, opts.Logger = "127.0.0.1:0", "-", quietLogger()
+	opts.AllowPrivateTargets = true
 	if opts.CursorInterval == 0 {
 		opts.CursorInterval = 10 * time.Millisecond
 	}

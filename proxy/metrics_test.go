@@ -24,7 +24,7 @@ func TestMetricsPerSubscription(t *testing.T) {
 	hole.MaxConcurrency, hole.Timeout = 2, time.Minute
 	hole.Backlog = proxy.BacklogQuota{MaxEvents: 3}
 	reg := prometheus.NewRegistry()
-	s := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quietLogger(),
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quietLogger(),
 		Registry: reg, Subscriptions: []*proxy.Subscription{sub("ok", tb.URL()+"/ok"), hole}})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func TestMetricsPassPromtoolCheck(t *testing.T) {
 		t.Skip("promtool not installed")
 	}
 	tb := startTestbed(t, testbed.ModeOK)
-	s := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quietLogger(),
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quietLogger(),
 		Subscriptions: []*proxy.Subscription{sub("ok", tb.URL()+"/ok")}})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)

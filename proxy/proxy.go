@@ -75,6 +75,15 @@ type Options struct {
 	Logger        *slog.Logger
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
+	// MaxDiskBytes is the log's disk quota (0: none); MinFreeDiskBytes the
+	// free space it leaves on its file system (queue.DefaultMinFreeBytes if
+	// 0, none if negative). Past either, ingest answers 507.
+	MaxDiskBytes     int64
+	MinFreeDiskBytes int64
+	// AllowPrivateTargets lets subscriptions deliver to loopback, private,
+	// link-local and metadata addresses. Off by default (SSRF guard); tests,
+	// the demo and single-host setups turn it on.
+	AllowPrivateTargets bool
 	// Registry receives the Prometheus metrics and is served at /metrics;
 	// a private registry if nil.
 	Registry *prometheus.Registry
@@ -153,12 +162,13 @@ func (s *Server) Open() (err error) {
 	var d *dispatcher
 	s.q, err = queue.Open(queue.Options{
 		Dir: s.opts.DataDir, Sync: s.opts.Sync, DedupWindow: s.opts.DedupWindow, Logger: s.log,
+		MaxDiskBytes: s.opts.MaxDiskBytes, MinFreeBytes: s.opts.MinFreeDiskBytes,
 		OnCommit: func(evs []*queue.Event) { d.onCommit(evs) },
 	})
 	if err != nil {
 		return err
 	}
-	d = newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval, s.opts.RetryBudget)
+	d = newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval, s.opts.RetryBudget)
 	s.d = d
 	d.m = newMetrics(s.opts.Registry, d)
 	if err := d.start(subs); err != nil {

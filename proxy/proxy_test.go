@@ -446,7 +446,7 @@ func TestInvariant3_InFlightDeliveriesRunAgainAfterRestart(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeBlackhole)
 	hole := sub("s", tb.URL()+"/s")
 	hole.MaxConcurrency, hole.Timeout = 4, time.Minute
-	s := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "-", DataDir: dir, Sync: true,
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: dir, Sync: true,
 		Subscriptions: []*proxy.Subscription{hole}, Logger: quietLogger()})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
@@ -489,7 +489,7 @@ func TestShutdownAnswers503WhileDraining(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeBlackhole)
 	hole := sub("a", tb.URL())
 	hole.Timeout = time.Minute
-	s := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(),
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(),
 		Subscriptions: []*proxy.Subscription{hole}, Logger: quietLogger()})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
@@ -521,7 +521,7 @@ func TestGlobalInFlightLimitStarvesNoLane(t *testing.T) {
 	for i := range 5 {
 		subs = append(subs, sub(fmt.Sprintf("s%d", i), fmt.Sprintf("%s/s%d", tb.URL(), i)))
 	}
-	s := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(),
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(),
 		Subscriptions: subs, Logger: quietLogger(), MaxInFlight: 2})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
@@ -541,7 +541,7 @@ func TestGlobalInFlightLimitStarvesNoLane(t *testing.T) {
 func TestUnixSocketIngestWithMode(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeOK)
 	sock := filepath.Join(t.TempDir(), "ingest.sock")
-	s := proxy.New(proxy.Options{Listen: "unix://" + sock, SocketMode: 0o600, AdminListen: "-", DataDir: t.TempDir(),
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "unix://" + sock, SocketMode: 0o600, AdminListen: "-", DataDir: t.TempDir(),
 		Logger: quietLogger(), Subscriptions: []*proxy.Subscription{sub("a", tb.URL()+"/a")}})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)

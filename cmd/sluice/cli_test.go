@@ -50,7 +50,7 @@ func startCLISidecar(t *testing.T) *cliSidecar {
 			Retry: policy.RetryPolicy{MaxAttempts: 2, Backoff: policy.Backoff{Base: time.Millisecond, Cap: 5 * time.Millisecond}}}
 	}
 	admin := freePort(t)
-	srv := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: cliToken, DataDir: filepath.Join(dir, "data"),
+	srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: cliToken, DataDir: filepath.Join(dir, "data"),
 		Subscriptions: []*proxy.Subscription{sub("ok"), sub("failing")}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err := srv.Open(); err != nil {
 		t.Fatal(err)
@@ -344,7 +344,7 @@ func TestCLIRidesOutARestart(t *testing.T) {
 	os.WriteFile(config, []byte("admin:\n  listen: "+admin+"\n  token: "+cliToken+"\n"), 0o600)
 	started := make(chan *proxy.Server, 1)
 	late := time.AfterFunc(300*time.Millisecond, func() {
-		srv := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: cliToken, DataDir: filepath.Join(dir, "data"),
+		srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: cliToken, DataDir: filepath.Join(dir, "data"),
 			Subscriptions: []*proxy.Subscription{{ID: "late", URL: "http://127.0.0.1:1/"}},
 			Logger:        slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err := srv.Open(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"maps"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
@@ -73,6 +74,9 @@ const (
 	// process, so the sum of the subscriptions' caps cannot exhaust file
 	// descriptors (DESIGN.md §1: slots are the scarce resource).
 	DefaultMaxInFlight = proxy.DefaultMaxInFlight
+	// DefaultMinFreeDiskBytes keeps room on the data dir's file system for
+	// what the log writes besides appends (queue.DefaultMinFreeBytes).
+	DefaultMinFreeDiskBytes = queue.DefaultMinFreeBytes
 	// DefaultLogLevel and DefaultLogFormat are log/slog's usual defaults.
 	DefaultLogLevel  = "info"
 	DefaultLogFormat = "text"
@@ -138,6 +142,7 @@ const (
 // Limits checked by Validate.
 const (
 	maxMaxBodyBytes   = 64 << 20
+	minMaxDiskBytes   = 64 << 20
 	minDedupWindow    = time.Minute
 	minTimeout        = time.Millisecond
 	maxTimeout        = 5 * time.Minute
@@ -219,6 +224,18 @@ type Config struct {
 	// MaxInFlight caps concurrent outbound requests of the whole process.
 	// Default DefaultMaxInFlight.
 	MaxInFlight int `koanf:"max_in_flight"`
+	// MaxDiskBytes is the disk quota of the log in data_dir; past it ingest
+	// answers 507. 0 (default) means no quota.
+	MaxDiskBytes int64 `koanf:"max_disk_bytes"`
+	// MinFreeDiskBytes is the free space ingest leaves on data_dir's file
+	// system (507 below it). Default DefaultMinFreeDiskBytes; 0 disables
+	// the floor, which risks a crash on a full disk (see RELIABILITY.md).
+	MinFreeDiskBytes int64 `koanf:"min_free_disk_bytes"`
+	// AllowPrivateTargets lets subscriptions deliver to loopback, private,
+	// link-local (cloud metadata) and other non-public addresses. Off by
+	// default: the check runs when each connection is made, so DNS cannot
+	// route around it. Turn it on for receivers on the same host or network.
+	AllowPrivateTargets bool `koanf:"allow_private_targets"`
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string `koanf:"log_level"`
 	// LogFormat is text (default) or json.
@@ -517,18 +534,19 @@ type RetryConfig struct {
 // environment variable or flag says otherwise. It has no subscriptions.
 func DefaultConfig() *Config {
 	return &Config{
-		Listen:          DefaultListen,
-		Admin:           AdminConfig{Listen: DefaultAdminListen},
-		DataDir:         DefaultDataDir,
-		Durability:      DefaultDurability,
-		MaxBodyBytes:    DefaultMaxBodyBytes,
-		DedupWindow:     DefaultDedupWindow,
-		ShutdownGrace:   DefaultShutdownGrace,
-		MaxConnsPerHost: DefaultMaxConnsPerHost,
-		MaxInFlight:     DefaultMaxInFlight,
-		LogLevel:        DefaultLogLevel,
-		LogFormat:       DefaultLogFormat,
-		SocketMode:      DefaultSocketMode,
+		Listen:           DefaultListen,
+		Admin:            AdminConfig{Listen: DefaultAdminListen},
+		DataDir:          DefaultDataDir,
+		Durability:       DefaultDurability,
+		MaxBodyBytes:     DefaultMaxBodyBytes,
+		DedupWindow:      DefaultDedupWindow,
+		ShutdownGrace:    DefaultShutdownGrace,
+		MaxConnsPerHost:  DefaultMaxConnsPerHost,
+		MaxInFlight:      DefaultMaxInFlight,
+		MinFreeDiskBytes: DefaultMinFreeDiskBytes,
+		LogLevel:         DefaultLogLevel,
+		LogFormat:        DefaultLogFormat,
+		SocketMode:       DefaultSocketMode,
 		RetryBudget: RetryBudgetConfig{
 			Ratio:        DefaultRetryBudgetRatio,
 			MinPerSecond: DefaultRetryBudgetMinPerSecond,
@@ -1309,6 +1327,12 @@ func (c *Config) Validate() error {
 	if c.MaxInFlight < 1 {
 		return fieldErr("max_in_flight", c.MaxInFlight, invalidf("must be at least 1"))
 	}
+	if c.MaxDiskBytes != 0 && c.MaxDiskBytes < minMaxDiskBytes {
+		return fieldErr("max_disk_bytes", c.MaxDiskBytes, invalidf("must be 0 (no quota) or at least %d (64 MiB: the log's own working set)", minMaxDiskBytes))
+	}
+	if c.MinFreeDiskBytes < 0 {
+		return fieldErr("min_free_disk_bytes", c.MinFreeDiskBytes, invalidf("must not be negative (0 disables the floor)"))
+	}
 	if err := c.RetryBudget.validate(); err != nil {
 		return err
 	}
@@ -1336,6 +1360,11 @@ func (c *Config) Validate() error {
 		}
 		if j, dup := seen[s.ID]; dup {
 			return fieldErr(p+".id", s.ID, newReason(ErrDuplicate, "duplicate id: subscriptions[%d] and subscriptions[%d] both use it", j, i))
+		}
+		if !c.AllowPrivateTargets {
+			if why := privateHost(s.URL); why != "" {
+				return fieldErr(p+".url", safeURL(s.URL), invalidf("is %s; set allow_private_targets: true to deliver there", why))
+			}
 		}
 		seen[s.ID] = i
 	}
@@ -1632,6 +1661,27 @@ func validateURL(field, raw string) error {
 		return fieldErr(field, safeURL(raw), invalidf("must not contain a fragment (#...)"))
 	}
 	return nil
+}
+
+// privateHost says why a URL's host is refused by the SSRF guard when that
+// is known without DNS: an IP literal in a forbidden range, or localhost
+// (RFC 6761 reserves it and its subdomains for loopback). Names are judged
+// again, with their resolved addresses, on every connection.
+func privateHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return "localhost (a loopback address)"
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if why := policy.ForbiddenTarget(ip); why != "" {
+			return why
+		}
+	}
+	return ""
 }
 
 // safeURL hides userinfo and query values, which often carry credentials.
@@ -2004,17 +2054,20 @@ func (c *Config) toMap() map[string]any {
 		subs[i] = s.toMap()
 	}
 	return map[string]any{
-		"listen":             c.Listen,
-		"admin":              c.Admin.toMap(),
-		"data_dir":           c.DataDir,
-		"durability":         c.Durability,
-		"max_body_bytes":     c.MaxBodyBytes,
-		"dedup_window":       c.DedupWindow.String(),
-		"shutdown_grace":     c.ShutdownGrace.String(),
-		"max_conns_per_host": c.MaxConnsPerHost,
-		"max_in_flight":      c.MaxInFlight,
-		"log_level":          c.LogLevel,
-		"log_format":         c.LogFormat,
+		"listen":                c.Listen,
+		"admin":                 c.Admin.toMap(),
+		"data_dir":              c.DataDir,
+		"durability":            c.Durability,
+		"max_body_bytes":        c.MaxBodyBytes,
+		"dedup_window":          c.DedupWindow.String(),
+		"shutdown_grace":        c.ShutdownGrace.String(),
+		"max_conns_per_host":    c.MaxConnsPerHost,
+		"max_in_flight":         c.MaxInFlight,
+		"max_disk_bytes":        c.MaxDiskBytes,
+		"min_free_disk_bytes":   c.MinFreeDiskBytes,
+		"allow_private_targets": c.AllowPrivateTargets,
+		"log_level":             c.LogLevel,
+		"log_format":            c.LogFormat,
 		"retry_budget": map[string]any{
 			"ratio":          c.RetryBudget.Ratio,
 			"min_per_second": c.RetryBudget.MinPerSecond,

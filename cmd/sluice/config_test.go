@@ -54,19 +54,21 @@ func TestLoadConfigFull(t *testing.T) {
 	defaultBreaker := BreakerConfig{FailureRatio: 0.5, MinRequests: 20, Window: 10 * time.Second,
 		ConsecutiveTimeouts: 5, CoolDown: 5 * time.Second, MaxCoolDown: 5 * time.Minute}
 	want := &Config{
-		Listen:          "127.0.0.1:8700",
-		Admin:           AdminConfig{Listen: "127.0.0.1:8701", TokenFile: "testdata/admin-token", ResolvedToken: adminToken},
-		DataDir:         "./sluice-data",
-		Durability:      "fsync",
-		MaxBodyBytes:    1048576,
-		DedupWindow:     24 * time.Hour,
-		ShutdownGrace:   15 * time.Second,
-		MaxConnsPerHost: 32,
-		MaxInFlight:     512,
-		LogLevel:        "debug",
-		LogFormat:       "json",
-		SocketMode:      DefaultSocketMode,
-		RetryBudget:     RetryBudgetConfig{Ratio: 0.25, MinPerSecond: 5, Window: 30 * time.Second},
+		Listen:           "127.0.0.1:8700",
+		Admin:            AdminConfig{Listen: "127.0.0.1:8701", TokenFile: "testdata/admin-token", ResolvedToken: adminToken},
+		DataDir:          "./sluice-data",
+		Durability:       "fsync",
+		MaxBodyBytes:     1048576,
+		DedupWindow:      24 * time.Hour,
+		ShutdownGrace:    15 * time.Second,
+		MaxConnsPerHost:  32,
+		MaxInFlight:      512,
+		MaxDiskBytes:     1 << 30,
+		MinFreeDiskBytes: 32 << 20,
+		LogLevel:         "debug",
+		LogFormat:        "json",
+		SocketMode:       DefaultSocketMode,
+		RetryBudget:      RetryBudgetConfig{Ratio: 0.25, MinPerSecond: 5, Window: 30 * time.Second},
 		Subscriptions: []SubscriptionConfig{
 			{
 				ID:          "billing",
@@ -289,6 +291,15 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "header_bad_name", want: []string{`subscriptions[0].headers: "X Tenant": not a valid header name`}},
 		{file: "header_bad_value_sensitive", want: []string{`subscriptions[0].headers[Authorization]: [redacted]: header value must not contain control characters`}, notWant: []string{"sekrit-header"}},
 		{file: "header_duplicate", want: []string{`subscriptions[0].headers[x-tenant]: same header as "X-Tenant"`}, is: ErrDuplicate},
+
+		// SSRF guard: what is known to be private without DNS is refused
+		// at load time; names are judged again at every connection.
+		{file: "url_metadata_address", want: []string{`subscriptions[0].url: "http://169.254.169.254/latest/meta-data": is a link-local address (cloud metadata lives here); set allow_private_targets: true to deliver there`}, is: ErrInvalidValue},
+		{file: "url_localhost", want: []string{`subscriptions[0].url: "https://api.localhost:8443/hooks": is localhost (a loopback address); set allow_private_targets: true`}, is: ErrInvalidValue},
+
+		// Disk.
+		{file: "max_disk_bytes_too_small", want: []string{`max_disk_bytes: 1000: must be 0 (no quota) or at least 67108864`}, is: ErrInvalidValue},
+		{file: "min_free_disk_negative", want: []string{`min_free_disk_bytes: -1: must not be negative`}, is: ErrInvalidValue},
 
 		// Admin.
 		{file: "token_and_token_file", want: []string{`admin: token and token_file are both set; use one`}, is: ErrConflict},

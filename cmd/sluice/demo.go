@@ -64,7 +64,7 @@ func demo(args []string, stdout io.Writer) error {
 		s.Breaker = policy.BreakerConfig{CoolDown: 200 * time.Millisecond, MaxCoolDown: time.Second, ConsecutiveTimeouts: 2}
 	}
 	flaky.Breaker.FailureRatio = 0.9 // half of its answers fail, by design: keep delivering
-	srv := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: dir, Sync: true, Subscriptions: subs, Logger: quiet,
+	srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: dir, Sync: true, Subscriptions: subs, Logger: quiet,
 		RetryBudget: policy.BudgetConfig{MinPerSecond: 500, Window: 2 * time.Second}})
 	if err := srv.Open(); err != nil {
 		return err

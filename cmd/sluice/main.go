@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -145,6 +146,9 @@ func serve(args []string, stderr io.Writer) error {
 				"key", l.key, "address", l.addr)
 		}
 	}
+	if soft := setMemoryLimit(cgroupMemoryFiles); soft > 0 {
+		log.Info("Go memory limit set from the container's", "gomemlimit_bytes", soft)
+	}
 	srv := proxy.New(serverOptions(cfg, subs, log))
 	nsubs := len(subs)
 	cfg.Subscriptions, subs = nil, nil // the server owns its copies; reload re-reads the file
@@ -229,10 +233,15 @@ func serverOptions(cfg *Config, subs []*proxy.Subscription, log *slog.Logger) pr
 		MaxBodyBytes:    cfg.MaxBodyBytes,
 		MaxInFlight:     cfg.MaxInFlight,
 		MaxConnsPerHost: cfg.MaxConnsPerHost,
-		Registry:        newRegistry(),
-		RetryBudget:     policy.BudgetConfig{Ratio: cfg.RetryBudget.Ratio, MinPerSecond: cfg.RetryBudget.MinPerSecond, Window: cfg.RetryBudget.Window},
-		Subscriptions:   subs,
-		Logger:          log,
+		MaxDiskBytes:    cfg.MaxDiskBytes,
+		// The config says 0 to disable the floor; the queue reads 0 as its
+		// default and a negative value as none.
+		MinFreeDiskBytes:    cmp.Or(cfg.MinFreeDiskBytes, -1),
+		AllowPrivateTargets: cfg.AllowPrivateTargets,
+		Registry:            newRegistry(),
+		RetryBudget:         policy.BudgetConfig{Ratio: cfg.RetryBudget.Ratio, MinPerSecond: cfg.RetryBudget.MinPerSecond, Window: cfg.RetryBudget.Window},
+		Subscriptions:       subs,
+		Logger:              log,
 	}
 }
 

@@ -98,13 +98,7 @@ func newSidecar(t *testing.T, dir, subsYAML string) *sidecar {
 	sc := &sidecar{t: t, sock: filepath.Join(dir, "ingest.sock"), log: &syncBuffer{}}
 	sc.config = filepath.Join(dir, "sluice.yaml")
 	sc.writeConfig(dir, subsYAML)
-	sc.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sc.sock)
-		},
-		MaxIdleConnsPerHost: 64,
-	}}
+	sc.client = unixClient(sc.sock)
 	t.Cleanup(func() {
 		if sc.cmd != nil && sc.cmd.ProcessState == nil {
 			sc.cmd.Process.Kill()
@@ -117,8 +111,19 @@ func newSidecar(t *testing.T, dir, subsYAML string) *sidecar {
 	return sc
 }
 
+// unixClient is an HTTP client whose every request goes to the socket.
+func unixClient(sock string) *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+		MaxIdleConnsPerHost: 64,
+	}}
+}
+
 func (sc *sidecar) writeConfig(dir, subsYAML string) {
-	cfg := fmt.Sprintf("listen: unix://%s\nadmin:\n  listen: %s\ndata_dir: %s\nlog_level: warn\nsubscriptions:\n%s",
+	cfg := fmt.Sprintf("listen: unix://%s\nadmin:\n  listen: %s\ndata_dir: %s\nlog_level: warn\nallow_private_targets: true\nsubscriptions:\n%s",
 		sc.sock, freePort(sc.t), filepath.Join(dir, "data"), subsYAML)
 	if err := os.WriteFile(sc.config, []byte(cfg), 0o600); err != nil {
 		sc.t.Fatal(err)
@@ -341,6 +346,7 @@ func TestBadConfigStartsNothing(t *testing.T) {
 		"unknown key":  {"colour: blue\n", `unknown key "colour"`},
 		"bad url":      {"subscriptions:\n  - id: a\n    url: ftp://x\n    secret: " + e2eSecret + "\n", "subscriptions[0].url"},
 		"bad secret":   {"subscriptions:\n  - id: a\n    url: http://127.0.0.1:1/\n    secret: whsec_!!!\n", "subscriptions[0].secret"},
+		"private url":  {"subscriptions:\n  - id: a\n    url: http://10.0.0.7:8080/\n    secret: " + e2eSecret + "\n", "subscriptions[0].url"},
 		"duplicate id": {"subscriptions:\n  - id: a\n    url: http://127.0.0.1:1/\n    secret: " + e2eSecret + "\n  - id: a\n    url: http://127.0.0.1:1/\n    secret: " + e2eSecret + "\n", "duplicate"},
 	}
 	for name, c := range cases {
@@ -393,7 +399,7 @@ func TestVersion(t *testing.T) {
 func TestHealthcheckUsesConfigAndToken(t *testing.T) {
 	dir := t.TempDir()
 	admin := freePort(t)
-	srv := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: "s3cret-token", DataDir: filepath.Join(dir, "data")})
+	srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: "s3cret-token", DataDir: filepath.Join(dir, "data")})
 	if err := srv.Open(); err != nil {
 		t.Fatal(err)
 	}

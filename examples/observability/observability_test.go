@@ -30,6 +30,9 @@ var metricNames = []string{
 	"sluice_dead_letters_total",
 	"sluice_breaker_state",
 	"sluice_retry_budget_available_ratio",
+	"sluice_log_disk_used_bytes",
+	"sluice_log_disk_free_bytes",
+	"sluice_log_disk_full",
 }
 
 var metricRE = regexp.MustCompile(`sluice_[a-z_]+`)

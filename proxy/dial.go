@@ -1,0 +1,65 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// ForbiddenTargetError is a delivery refused by the SSRF guard: every
+// address the endpoint's host resolved to is loopback, private, link-local
+// or otherwise not a public target, and Options.AllowPrivateTargets is off.
+// Its text names the host, never the URL (which may carry tokens).
+type ForbiddenTargetError struct {
+	Host   string
+	Reason string // from policy.ForbiddenTarget, for the last address refused
+}
+
+func (e *ForbiddenTargetError) Error() string {
+	return "refusing to connect to " + e.Host + ": it resolves to " + e.Reason + " (set allow_private_targets: true to allow)"
+}
+
+// guardedResolver filters what the system resolver answers. The check is in
+// the resolver the dialer connects with, not in config validation, so the
+// address judged is the address dialled: a name that resolves to a public
+// address at start-up and to 169.254.169.254 a minute later (DNS rebinding)
+// is refused at that moment. When a name has public and private addresses,
+// only the public ones are dialled.
+type guardedResolver struct{}
+
+func (guardedResolver) LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error) {
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	kept := addrs[:0]
+	var why string
+	for _, a := range addrs {
+		ip, _ := netip.AddrFromSlice(a.IP)
+		if r := policy.ForbiddenTarget(ip); r != "" {
+			why = r
+			continue
+		}
+		kept = append(kept, a)
+	}
+	if len(kept) == 0 {
+		return nil, &ForbiddenTargetError{Host: host, Reason: why}
+	}
+	return kept, nil
+}
+
+// newDialer returns the dial function of the shared client. Both modes use
+// fasthttp's TCPDialer, so connection set-up and its DNS cache are the same
+// whether or not the guard is on; the cache holds filtered answers only.
+func newDialer(allowPrivate bool) fasthttp.DialFuncWithTimeout {
+	d := &fasthttp.TCPDialer{DNSCacheDuration: time.Minute}
+	if !allowPrivate {
+		d.Resolver = guardedResolver{}
+	}
+	return d.DialTimeout
+}
