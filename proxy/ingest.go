@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,33 +27,160 @@ const (
 	maxIDLen   = 200
 )
 
+// Limits that protect ingest from misbehaving producers (a slow or stuck
+// client, oversized headers, connection floods, bursts past the log's
+// capacity). They are not configurable yet; they are variables only so
+// tests can lower them, and are read once when the ingest server starts.
+var (
+	// ingestHeaderTimeout bounds how long a request's line and headers may
+	// take to arrive, from the request's first byte; a new connection that
+	// sends nothing is closed after the same time. A client trickling its
+	// headers a byte at a time (slowloris) is answered 408 and closed: the
+	// deadline does not move as bytes arrive. A local producer sends its
+	// headers in one write; 10 s is generous even for a stalled host
+	// (nginx's client_header_timeout is 60 s, over the internet).
+	ingestHeaderTimeout = 10 * time.Second
+	// ingestBodyTimeout bounds reading the body once the headers are in:
+	// 1 MiB (the default max_body_bytes) in 30 s is about 35 KB/s, far
+	// below what any live producer manages over loopback.
+	ingestBodyTimeout = 30 * time.Second
+	// ingestMaxHeaderBytes bounds the request line plus headers (fasthttp's
+	// per-connection read buffer). The contract's headers (Content-Type,
+	// Idempotency-Key up to 200 bytes, Host) take a few hundred bytes;
+	// 16 KiB leaves room for tracing and auth headers that proxies add.
+	// Past it the answer is 431 and the connection is closed.
+	ingestMaxHeaderBytes = 16 << 10
+	// ingestMaxConns caps open ingest connections, idle ones included
+	// (fasthttp's Concurrency; each costs a goroutine). Connections past it
+	// are answered 503 and closed at once. A sidecar's producer is local,
+	// often one address, so a per-IP cap would hit the real producer
+	// first; a total cap plus timeouts bounds a flood instead: a connection
+	// that never sends a byte is closed after ingestHeaderTimeout, an idle
+	// keep-alive one after ingestIdleTimeout. 10,000 is far above what one
+	// producer needs (a pool of 64..1024), and an idle connection costs
+	// about 1 KiB of heap and 8 KiB of goroutine stack
+	// (TestIngestFaultIdleConnections): a full house is about 90 MiB.
+	ingestMaxConns = 10_000
+	// ingestIdleTimeout closes keep-alive connections idle this long. It is
+	// longer than the idle timeout of common producer clients (Go's
+	// http.Transport: 90 s), so the client, not the sidecar, usually closes
+	// first and never sends on a connection the sidecar just closed.
+	ingestIdleTimeout = 2 * time.Minute
+	// ingestMaxPendingEvents and ingestMaxPendingBytes bound the appends
+	// waiting on the group committer, so a burst far above the log's
+	// capacity meets backpressure (503 with Retry-After) instead of holding
+	// a copy of every body in memory. 4096 matches the committer's request
+	// queue (4 batches of 1024): more waiters would only wait longer. 64 MiB
+	// of bodies is 4096 events of 16 KiB, or 64 of the default 1 MiB limit;
+	// a single event larger than that is still admitted when nothing else
+	// waits, so max_body_bytes above 64 MiB keeps working.
+	ingestMaxPendingEvents = 4096
+	ingestMaxPendingBytes  = 64 << 20
+)
+
 func (s *Server) newIngestServer() *fasthttp.Server {
+	gate := &ingestGate{maxEvents: int64(ingestMaxPendingEvents), maxBytes: int64(ingestMaxPendingBytes)}
+	headerTimeout, bodyTimeout, maxHeader := ingestHeaderTimeout, ingestBodyTimeout, ingestMaxHeaderBytes
 	return &fasthttp.Server{
-		Handler:               s.handleIngest,
-		Name:                  "sluice",
-		MaxRequestBodySize:    s.opts.MaxBodyBytes,
-		ReadTimeout:           30 * time.Second,
-		WriteTimeout:          30 * time.Second,
-		IdleTimeout:           2 * time.Minute,
+		Handler:            func(ctx *fasthttp.RequestCtx) { s.handleIngest(ctx, gate) },
+		Name:               "sluice",
+		MaxRequestBodySize: s.opts.MaxBodyBytes,
+		// ReadTimeout covers the request line and headers; HeaderReceived
+		// then gives the body its own deadline.
+		ReadTimeout: headerTimeout,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: bodyTimeout}
+		},
+		WriteTimeout:   30 * time.Second,
+		IdleTimeout:    ingestIdleTimeout,
+		ReadBufferSize: maxHeader,
+		Concurrency:    ingestMaxConns,
+		// Idle connections (waiting for their next request) hold no read
+		// buffer or request context: ingestMaxConns idle connections cost
+		// goroutines, not ingestMaxConns × ingestMaxHeaderBytes.
+		ReduceMemoryUsage: true,
+		// Keeps most of the request's bytes (headers may carry tokens) out
+		// of fasthttp's errors, which are logged at debug.
+		SecureErrorLogMessage: true,
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		CloseOnShutdown:       true,
 		Logger:                fasthttpLogger{s.log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			s.d.m.rejected.Inc()
-			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-				jsonError(ctx, fasthttp.StatusRequestEntityTooLarge, "body exceeds max_body_bytes ("+strconv.Itoa(s.opts.MaxBodyBytes)+" bytes)")
-				return
-			}
-			jsonError(ctx, fasthttp.StatusBadRequest, "malformed request")
+			status, msg := readErrorStatus(err, s.opts.MaxBodyBytes, maxHeader, headerTimeout, bodyTimeout)
+			s.log.Debug("ingest request rejected", "status", status, "err", err)
+			jsonError(ctx, status, msg)
 		},
 	}
 }
 
+// readErrorStatus maps an error fasthttp met while reading a request (the
+// answer goes out and the connection is closed) to a status and a message
+// naming the problem.
+func readErrorStatus(err error, maxBody, maxHeader int, headerTimeout, bodyTimeout time.Duration) (int, string) {
+	var (
+		small   *fasthttp.ErrSmallBuffer
+		broken  fasthttp.ErrBrokenChunk
+		timeout interface{ Timeout() bool }
+	)
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return fasthttp.StatusRequestEntityTooLarge, "body exceeds max_body_bytes (" + strconv.Itoa(maxBody) + " bytes)"
+	case errors.As(err, &small):
+		return fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers exceed " + strconv.Itoa(maxHeader) + " bytes"
+	case errors.As(err, &timeout) && timeout.Timeout():
+		return fasthttp.StatusRequestTimeout, "request not received in time (headers within " + headerTimeout.String() + ", body within " + bodyTimeout.String() + ")"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fasthttp.StatusBadRequest, "request incomplete: connection closed before the end of the body"
+	case errors.As(err, &broken):
+		return fasthttp.StatusBadRequest, "malformed chunked body: " + broken.Error()
+	// fasthttp parses hex only for chunk sizes, and exports no sentinel
+	// for a bad one: its message is all there is.
+	case strings.HasSuffix(err.Error(), "hex number"):
+		return fasthttp.StatusBadRequest, "malformed chunked body: invalid chunk size"
+	}
+	// What is left failed in the request line or headers. fasthttp's
+	// description quotes the offending bytes, so it goes to the debug log,
+	// not back to the client.
+	return fasthttp.StatusBadRequest, "malformed request: invalid request line or headers"
+}
+
+// ingestGate is the admission limit in front of the group committer: a
+// bounded number of appends, and bytes of body, may wait on it at once.
+// Past either bound a request is turned away at once (503) instead of
+// holding its body in memory while it waits. It counts with atomics: the
+// check is on every request's path.
+type ingestGate struct {
+	maxEvents, maxBytes int64
+	events, bytes       atomic.Int64
+}
+
+// enter admits an append of n body bytes, or reports false when the gate
+// is full. An event larger than maxBytes is admitted when it is alone.
+func (g *ingestGate) enter(n int) bool {
+	if g.events.Add(1) > g.maxEvents {
+		g.events.Add(-1)
+		return false
+	}
+	if b := g.bytes.Add(int64(n)); b > g.maxBytes && b != int64(n) {
+		g.bytes.Add(-int64(n))
+		g.events.Add(-1)
+		return false
+	}
+	return true
+}
+
+// leave releases what enter(n) admitted.
+func (g *ingestGate) leave(n int) {
+	g.bytes.Add(-int64(n))
+	g.events.Add(-1)
+}
+
 // handleIngest implements POST /v1/events/{type} (DESIGN.md §4).
-func (s *Server) handleIngest(ctx *fasthttp.RequestCtx) {
+func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 	start := time.Now()
-	s.ingestEvent(ctx)
+	s.ingestEvent(ctx, gate)
 	m := s.d.m
 	switch code := ctx.Response.StatusCode(); {
 	case code == fasthttp.StatusAccepted:
@@ -64,7 +193,7 @@ func (s *Server) handleIngest(ctx *fasthttp.RequestCtx) {
 	m.ingestDur.Observe(time.Since(start).Seconds())
 }
 
-func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx) {
+func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 	path := ctx.Path()
 	typ, ok := bytes.CutPrefix(path, eventsPath)
 	if !ok {
@@ -100,6 +229,15 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx) {
 	if len(ct) == 0 {
 		ct = []byte("application/octet-stream")
 	}
+	// fasthttp has read the body already; past the gate it would be copied
+	// and held until the committer gets to it.
+	n := len(ctx.PostBody())
+	if !gate.enter(n) {
+		ctx.Response.Header.Set("Retry-After", "1")
+		jsonError(ctx, fasthttp.StatusServiceUnavailable, "ingest is saturated; retry")
+		return
+	}
+	defer gate.leave(n)
 	ev := &queue.Event{
 		ID:          idStr,
 		Type:        string(typ),
@@ -118,8 +256,11 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx) {
 		ctx.Response.Header.Set("Retry-After", "1")
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "shutting down; retry")
 		return
-	case errors.Is(err, syscall.ENOSPC):
-		jsonError(ctx, fasthttp.StatusInsufficientStorage, "log is out of disk space; event not accepted")
+	case errors.Is(err, queue.ErrDiskFull), errors.Is(err, syscall.ENOSPC):
+		// Nothing was written: the producer keeps the event. The guard
+		// re-measures every 250 ms; a few seconds is a polite retry.
+		ctx.Response.Header.Set("Retry-After", "5")
+		jsonError(ctx, fasthttp.StatusInsufficientStorage, "event not accepted: "+err.Error())
 		return
 	case err != nil:
 		s.log.Error("append", "err", err)
