@@ -61,5 +61,22 @@ func newDialer(allowPrivate bool) fasthttp.DialFuncWithTimeout {
 	if !allowPrivate {
 		d.Resolver = guardedResolver{}
 	}
-	return d.DialTimeout
+	return func(addr string, timeout time.Duration) (net.Conn, error) {
+		c, err := d.DialTimeout(addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return handshakeBoundConn{c}, nil
+	}
 }
+
+// handshakeBoundConn gives reads the write deadline too. fasthttp runs the
+// TLS handshake inside the request's first write and sets only a write
+// deadline before it, so the handshake's reads had none: an https endpoint
+// that accepted the connection and never answered the handshake held its
+// slot until the peer closed, whatever the subscription's timeout
+// (TestEndpointBlackHoleTimesOut/https). fasthttp sets the read deadline
+// itself before reading the response, so nothing else changes.
+type handshakeBoundConn struct{ net.Conn }
+
+func (c handshakeBoundConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetDeadline(t) }
