@@ -166,6 +166,13 @@ func (a *AutoCap) Completed(latency time.Duration, timeout bool) {
 	a.lat[a.next] = uint32(us)
 	a.next = (a.next + 1) % len(a.lat)
 	a.n = min(a.n+1, len(a.lat))
+	if timeout && a.cut && now.Before(a.cutAt) {
+		// The clock stepped back: count the step as no time, as Limit
+		// does, rather than refuse every cut until the clock has caught up
+		// with the last one (an hour for an hour; injected clocks carry no
+		// monotonic reading).
+		a.cutAt = now
+	}
 	if timeout && (!a.cut || now.Sub(a.cutAt) >= a.cfg.Interval) {
 		a.limit = max(a.limit/2, a.cfg.Min)
 		a.cut, a.cutAt = true, now
@@ -181,6 +188,14 @@ func (a *AutoCap) Limit() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	elapsed := now.Sub(a.derivedAt)
+	if elapsed < 0 {
+		// The clock stepped back (or a racing caller read it a moment
+		// before the last derivation): count the step as no time and go on
+		// measuring from now, keeping what was dispatched. Otherwise the
+		// limit would stay frozen until the clock caught up again.
+		a.derivedAt = now
+		return a.limit
+	}
 	if elapsed < a.cfg.Interval {
 		return a.limit
 	}

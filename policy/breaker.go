@@ -209,11 +209,11 @@ func (b *Breaker) Allow() (ok, probe bool) {
 	case BreakerClosed:
 		return true, false
 	case BreakerOpen:
-		if now.Before(b.retryAt) {
+		if now.Before(b.clampedRetryAt(now)) {
 			return false, false
 		}
 	case BreakerHalfOpen:
-		if now.Sub(b.probeAt) < b.cfg.MaxCoolDown {
+		if now.Sub(b.clampedProbeAt(now)) < b.cfg.MaxCoolDown {
 			return false, false
 		}
 	}
@@ -292,6 +292,29 @@ func (b *Breaker) open(now time.Time) {
 	b.trips++
 }
 
+// clampedRetryAt returns the end of the open period, first pulling it in
+// to now + the cool-down if it lies further ahead than that, which only a
+// clock stepped back since the trip can do. Without the clamp a breaker
+// opened for 5s would stay open for the length of the step (for ever,
+// after a clock reset): an injected clock has no monotonic reading to
+// hide the step. b.mu is held.
+func (b *Breaker) clampedRetryAt(now time.Time) time.Time {
+	if b.retryAt.Sub(now) > b.coolDown {
+		b.retryAt = now.Add(b.coolDown)
+	}
+	return b.retryAt
+}
+
+// clampedProbeAt returns when the outstanding probe started, first moving
+// it to now if it lies in the future (the clock stepped back), so that the
+// lost-probe deadline stays at most MaxCoolDown away. b.mu is held.
+func (b *Breaker) clampedProbeAt(now time.Time) time.Time {
+	if now.Before(b.probeAt) {
+		b.probeAt = now
+	}
+	return b.probeAt
+}
+
 // State returns the current state, for the sluice_breaker_state gauge and
 // the admin API.
 func (b *Breaker) State() BreakerState {
@@ -302,16 +325,19 @@ func (b *Breaker) State() BreakerState {
 
 // RetryAt returns when the breaker will next admit a probe: the end of the
 // cool-down while open, the probe's safety deadline (its start plus
-// MaxCoolDown) while half-open, and the zero time while closed. A lane
-// that Allow turned away sets its timer to RetryAt.
+// MaxCoolDown) while half-open, and the zero time while closed. It is
+// never further ahead of the clock than the cool-down (MaxCoolDown while
+// half-open), even after the clock stepped back. A lane that Allow turned
+// away sets its timer to RetryAt.
 func (b *Breaker) RetryAt() time.Time {
+	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
 	case BreakerOpen:
-		return b.retryAt
+		return b.clampedRetryAt(now)
 	case BreakerHalfOpen:
-		return b.probeAt.Add(b.cfg.MaxCoolDown)
+		return b.clampedProbeAt(now).Add(b.cfg.MaxCoolDown)
 	}
 	return time.Time{}
 }

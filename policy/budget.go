@@ -306,10 +306,20 @@ func newWindow(origin time.Time, length time.Duration, n int) window {
 // it, and returns the current bucket. A clock that goes backwards (a wall
 // clock stepped back, or callers racing between reading the clock and
 // locking) counts into the newest bucket rather than rewriting the past.
+//
+// A step back of more than a bucket also re-anchors the window at now, so
+// the step counts as no time at all: the counts stay (nothing is freed or
+// minted) and the buckets age from now on. Without that the window would
+// stand still until the clock caught up, keeping spent retries or a
+// breaker's failures for as long as the step (an hour for an hour, for
+// ever after a clock reset). time.Now's monotonic reading hides wall-clock
+// steps from Sub, but an injected clock need not carry one.
 func (w *window) advance(now time.Time) *pair {
 	n := int64(len(w.buckets))
 	k := int64(now.Sub(w.origin) / w.width)
 	switch steps := k - w.head; {
+	case steps < -1: // a race never lags a whole bucket: the clock stepped back
+		w.origin = now.Add(-time.Duration(w.head) * w.width)
 	case steps <= 0:
 	case steps >= n:
 		w.reset()

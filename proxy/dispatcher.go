@@ -58,7 +58,7 @@ type dispatcher struct {
 	timers         *timerHeap
 	kick           chan struct{}
 	stopping       atomic.Bool
-	life           sync.RWMutex // finish holds it shared while writing outcomes
+	life           sync.RWMutex // finish holds it shared while writing outcomes and moving the cursor
 	closed         bool
 	quit           chan struct{}
 	wg             sync.WaitGroup
@@ -131,6 +131,17 @@ func (d *dispatcher) start(subs []*Subscription) error {
 	}
 	if err := d.apply(subs, known); err != nil {
 		return err
+	}
+	// apply pumps the configured lanes and the ones it removes. A lane that
+	// had left before this start (draining what it was owed when the
+	// process stopped) is in neither set: pump it too, or it waits for a
+	// wake-up nothing sends (no commit concerns it, no timer is set, and
+	// maintain only pumps lanes compactSlack behind the head), and what it
+	// owes stays undelivered (invariant 7).
+	for _, l := range d.laneList() {
+		if l.leaving.Load() {
+			l.pump()
+		}
 	}
 	d.wg.Add(3)
 	go d.kickLoop()
@@ -591,6 +602,10 @@ type timerHeap struct {
 	wake chan struct{}
 }
 
+// maxTimerSleep bounds how long the timer loop sleeps without reading the
+// clock again; an idle dispatcher wakes this often, which costs nothing.
+const maxTimerSleep = time.Second
+
 type timerEntry struct {
 	due  time.Time
 	lane *lane
@@ -632,12 +647,19 @@ func (d *dispatcher) timerLoop() {
 		var due []*lane
 		wait := time.Hour
 		t.mu.Lock()
-		for t.h.Len() > 0 && !t.h[0].due.After(now) {
+		// An entry far ahead of what its lane schedules predates a step
+		// back of the wall clock: wake the lane now (lane.farAhead).
+		for t.h.Len() > 0 && (!t.h[0].due.After(now) || t.h[0].lane.farAhead(t.h[0].due, now)) {
 			due = append(due, heap.Pop(&t.h).(timerEntry).lane)
 		}
 		if t.h.Len() > 0 {
 			wait = t.h[0].due.Sub(now)
 		}
+		// Look again at least every maxTimerSleep: the wall clock may step
+		// while we sleep, and a due time without a monotonic reading (a
+		// retry record's, or any from an injected clock) then falls due
+		// earlier, or later, than the sleep measured.
+		wait = min(wait, maxTimerSleep)
 		t.mu.Unlock()
 		for _, l := range due {
 			l.pump()

@@ -57,6 +57,7 @@ type lane struct {
 	auto    *policy.AutoCap // nil: static MaxConcurrency
 
 	metrics   laneMetrics   // series handles, created on first use
+	horizon   atomic.Int64  // a time.Duration; see farAhead
 	leaving   atomic.Bool   // mirrors left, for lock-free scans
 	saved     atomic.Uint64 // the cursor last written to the log
 	scheduled atomic.Int64  // retry records in the log
@@ -117,7 +118,53 @@ func (l *lane) setPolicies(sub *Subscription) {
 	case l.auto == nil || old.Auto == nil || *old.Auto != *sub.Auto:
 		l.auto = policy.NewAutoCap(*sub.Auto, now)
 	}
+	l.horizon.Store(int64(horizon(sub)))
 	l.sub = sub
+}
+
+// clockSlack is how far past its horizon a due time may lie before
+// farAhead blames the clock: small steps (a leap second, NTP stepping a few
+// seconds) must not pull a retry parked for the full cap forward.
+const clockSlack = time.Minute
+
+// horizon is the furthest ahead a lane with sub ever sets a due time: a
+// retry (the backoff cap, which also caps Retry-After), the breaker's
+// longest cool-down, a rate-limit wait or a 1 s back-off after an error,
+// plus clockSlack. It must never be shorter than any of them, or a lane
+// would wake itself in a loop; it saturates at neverFar instead of
+// overflowing.
+func horizon(sub *Subscription) time.Duration {
+	h := max(sub.Retry.Backoff.Cap, sub.Breaker.CoolDown, sub.Breaker.MaxCoolDown, time.Second)
+	if sub.Retry.Backoff.Cap <= 0 {
+		h = max(h, policy.DefaultCap)
+	}
+	if sub.Breaker.MaxCoolDown <= 0 {
+		h = max(h, policy.DefaultBreakerMaxCoolDown)
+	}
+	if r := sub.Rate.PerSecond; r > 0 {
+		// Compared as a float: a tiny rate must not overflow the conversion.
+		if w := float64(time.Second) / r; w < float64(neverFar) {
+			h = max(h, time.Duration(w))
+		} else {
+			h = neverFar
+		}
+	}
+	return min(h, neverFar-clockSlack) + clockSlack
+}
+
+// neverFar is a horizon no due time exceeds (146 years).
+const neverFar = time.Duration(1 << 62)
+
+// farAhead reports whether due lies further ahead of now than this lane
+// ever schedules anything: it was computed before the wall clock stepped
+// back. The lane treats such a time as due now rather than waiting out the
+// step (an hour for an hour; for ever after a clock reset). In-memory due
+// times from time.Now carry a monotonic reading and never look far ahead,
+// but the retry schedule keeps wall-clock due times, because they must
+// survive restarts, and an injected clock (Options.Now) has no monotonic
+// reading at all. Safe without l.mu.
+func (l *lane) farAhead(due, now time.Time) bool {
+	return due.Sub(now) > time.Duration(l.horizon.Load())
 }
 
 // limit is the lane's concurrency cap right now.
@@ -216,7 +263,7 @@ func (l *lane) pumpLocked() {
 		l.start(j)
 	}
 	now := d.now()
-	if l.inFlight < limit && !l.nextDue.IsZero() && !now.Before(l.nextDue) {
+	if l.inFlight < limit && !l.nextDue.IsZero() && (!now.Before(l.nextDue) || l.farAhead(l.nextDue, now)) {
 		if !l.startRetries(now, limit) {
 			l.updateCursor()
 			return
@@ -256,6 +303,14 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 		return true
 	}
 	rs, next, err := d.q.DueRetries(l.id, now, limit-l.inFlight, l.isRetrying)
+	if err == nil && len(rs) == 0 && !next.IsZero() && l.farAhead(next, now) {
+		// Nothing is due, and the earliest record is due later than this
+		// lane could have scheduled it: the wall clock stepped back since.
+		// Records are sorted by due time, so every one from there on is
+		// as suspect; take them as due now instead of waiting out the
+		// step. The budget and the breaker still pace them.
+		rs, next, err = d.q.DueRetries(l.id, farFuture, limit-l.inFlight, l.isRetrying)
+	}
 	if err != nil {
 		d.log.Error("read retry schedule", "subscription", l.id, "err", err)
 		l.nextDue = now.Add(time.Second)
@@ -325,6 +380,9 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 	}
 	return true
 }
+
+// farFuture is a due time past every retry record's.
+var farFuture = time.Unix(0, 1<<62)
 
 func (l *lane) isRetrying(seq uint64) bool { _, ok := l.retrying[seq]; return ok }
 
@@ -502,9 +560,13 @@ func (l *lane) finish(j *job, res result) {
 		// sending (the backlog waits on disk) until an operator resumes.
 		pauseErr = d.q.SetPaused(l.id, "endpoint answered 410 Gone")
 	}
-	d.life.RUnlock()
 	d.release()
 
+	// d.life stays held until the outcome is in the lane's cursor: stop
+	// waits for the slot to come back, then takes d.life and writes the
+	// cursors. Letting go before updateCursor let a graceful drain miss
+	// the ACKs of deliveries that had just finished, and send them again
+	// after the restart.
 	l.mu.Lock()
 	l.inFlight--
 	l.breaker.Record(res.outcome == policy.Retry, res.errKind == "timeout", j.probe)
@@ -539,6 +601,7 @@ func (l *lane) finish(j *job, res result) {
 		}
 		l.updateCursor()
 	}
+	d.life.RUnlock()
 	l.pumpLocked()
 	l.mu.Unlock()
 }

@@ -149,6 +149,11 @@ func serve(args []string, stderr io.Writer) error {
 	if soft := setMemoryLimit(cgroupMemoryFiles); soft > 0 {
 		log.Info("Go memory limit set from the container's", "gomemlimit_bytes", soft)
 	}
+	// Signals are caught before the server opens: a SIGTERM during start-up
+	// (Kubernetes deleting a pod that is still starting) must drain, not kill.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	srv := proxy.New(serverOptions(cfg, subs, log))
 	nsubs := len(subs)
 	cfg.Subscriptions, subs = nil, nil // the server owns its copies; reload re-reads the file
@@ -166,9 +171,6 @@ func serve(args []string, stderr io.Writer) error {
 			"and start with --config FILE, or send SIGHUP after editing it")
 	}
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	for sig := range sigs {
 		if sig == syscall.SIGHUP {
 			reload(srv, load, log)
