@@ -101,7 +101,11 @@ func (d *dispatcher) start(subs []*Subscription) error {
 	if err != nil {
 		return err
 	}
-	counts, err := d.q.RetryCounts()
+	cursors := make(map[string]uint64, len(ms))
+	for _, m := range ms {
+		cursors[m.Subscription] = m.Cursor
+	}
+	retries, err := d.q.RetrySummaries(cursors)
 	if err != nil {
 		return err
 	}
@@ -117,8 +121,9 @@ func (d *dispatcher) start(subs []*Subscription) error {
 			}
 		}
 		l := newLane(d, m, sub)
-		if n := counts[m.Subscription]; n > 0 {
-			l.scheduled.Store(int64(n))
+		if rs := retries[m.Subscription]; rs != nil {
+			l.scheduled.Store(int64(rs.Count))
+			l.ahead = rs.Ahead
 			// Some may be due from before the restart: look at once.
 			l.nextDue = time.Unix(0, 1)
 		}

@@ -42,6 +42,9 @@ type lane struct {
 	buf      []*queue.Event
 	window   []slot // fresh deliveries in flight, in seq order
 	retrying map[uint64]struct{}
+	// ahead: seqs above the cursor this process started from that already
+	// have a retry record (see queue.RetrySummary.Ahead); nil almost always.
+	ahead    map[uint64]struct{}
 	redo     []*job // attempts whose outcome could not be written yet
 	inFlight int
 	cursor   uint64
@@ -403,9 +406,29 @@ func (l *lane) limitSeq() uint64 {
 	return h
 }
 
-// nextFresh returns the next entitled event not yet dispatched, from the
-// in-memory ring when the lane keeps up, else from the log a page at a time.
+// nextFresh returns the next entitled event not yet dispatched. An event
+// whose first attempt already failed before a restart is passed over: its
+// retry record delivers it (invariant 3: in flight in one place), and the
+// cursor may move past it, since it is resolved.
 func (l *lane) nextFresh() *queue.Event {
+	for {
+		ev := l.nextInLog()
+		if ev == nil || l.ahead == nil {
+			return ev
+		}
+		if _, ok := l.ahead[ev.Seq]; !ok {
+			return ev
+		}
+		delete(l.ahead, ev.Seq)
+		if len(l.ahead) == 0 {
+			l.ahead = nil
+		}
+	}
+}
+
+// nextInLog returns the next entitled event past l.next, from the in-memory
+// ring when the lane keeps up, else from the log a page at a time.
+func (l *lane) nextInLog() *queue.Event {
 	for {
 		if len(l.buf) > 0 {
 			ev := l.buf[0]

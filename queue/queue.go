@@ -1079,10 +1079,23 @@ func (q *Queue) Retries(sub string, limit int) ([]Retry, error) {
 	return out, err
 }
 
-// RetryCounts returns how many retries each subscription has scheduled
-// (a key-only scan, for start-up).
-func (q *Queue) RetryCounts() (map[string]int, error) {
-	out := map[string]int{}
+// RetrySummary is what start-up needs of one subscription's retry schedule.
+type RetrySummary struct {
+	// Count is how many retries are scheduled.
+	Count int
+	// Ahead holds the seqs above the subscription's durable cursor that
+	// have a retry record: first attempts that failed after the cursor was
+	// last written. A lane resuming from the cursor must not send them
+	// again as first attempts, or the event would be in flight twice (the
+	// fresh copy and the retry) and, failing, start a second retry chain.
+	Ahead map[uint64]struct{}
+}
+
+// RetrySummaries summarises every subscription's retry schedule in one
+// key-only scan, for start-up. cursors holds the durable cursors
+// (Membership.Cursor); a subscription missing from it has Ahead nil.
+func (q *Queue) RetrySummaries(cursors map[string]uint64) (map[string]*RetrySummary, error) {
+	out := map[string]*RetrySummary{}
 	err := q.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefixRetry})
 		defer it.Close()
@@ -1091,7 +1104,20 @@ func (q *Queue) RetryCounts() (map[string]int, error) {
 			if len(k) < len(prefixRetry)+18 {
 				return fmt.Errorf("retry key: %w", ErrCorrupt)
 			}
-			out[string(k[len(prefixRetry):len(k)-17])]++
+			sub := k[len(prefixRetry) : len(k)-17]
+			rs := out[string(sub)]
+			if rs == nil {
+				rs = &RetrySummary{}
+				out[string(sub)] = rs
+			}
+			rs.Count++
+			seq := binary.BigEndian.Uint64(k[len(k)-8:])
+			if c, ok := cursors[string(sub)]; ok && seq > c {
+				if rs.Ahead == nil {
+					rs.Ahead = map[uint64]struct{}{}
+				}
+				rs.Ahead[seq] = struct{}{}
+			}
 		}
 		return nil
 	})
