@@ -88,10 +88,9 @@ func TestDiskQuota507KeepsEverythingAccepted(t *testing.T) {
 	if n == 0 {
 		t.Fatal("nothing was accepted before the quota")
 	}
-	// Still refused, and delivery goes on: every accepted event arrives.
-	if code := postOnce(t, s, "after-quota", 100); code != http.StatusInsufficientStorage {
-		t.Fatalf("post over quota: %d, want 507", code)
-	}
+	// Delivery goes on while ingest refuses: every accepted event arrives.
+	// (Whether the next post is refused too depends on Badger: a memtable
+	// flush deletes its write-ahead log and may bring the log back under.)
 	waitFor(t, tb, "every accepted event delivered while ingest refuses", uniqueAt("/a", int64(n)))
 	closeServer(t, s, 5*time.Second)
 

@@ -64,21 +64,21 @@ type Delivery struct {
 type EventStatus struct {
 	ID         string     `json:"id"`
 	Seq        uint64     `json:"seq"`
-	Type       string     `json:"type,omitempty"` // empty once the log compacted the event
+	Type       string     `json:"type,omitempty"` // empty only for an id indexed by format 1 and compacted since
 	AcceptedAt *time.Time `json:"accepted_at,omitempty"`
 	Deliveries []Delivery `json:"deliveries"`
 }
 
 // Event answers the ledger for an event id still in the dedup window.
 func (s *Server) Event(id string) (*EventStatus, error) {
-	seq, err := s.q.Lookup(id)
+	seq, typ, err := s.q.Lookup(id)
 	if errors.Is(err, queue.ErrNotFound) {
 		return nil, fmt.Errorf("event %q (ids are kept for dedup_window): %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
 	}
-	st := &EventStatus{ID: id, Seq: seq, Deliveries: []Delivery{}}
+	st := &EventStatus{ID: id, Seq: seq, Type: typ, Deliveries: []Delivery{}}
 	ev, evErr := s.d.event(seq)
 	if evErr == nil {
 		st.Type = ev.Type
@@ -86,7 +86,7 @@ func (s *Server) Event(id string) (*EventStatus, error) {
 		st.AcceptedAt = &at
 	}
 	for _, l := range s.d.laneList() {
-		dl, d := l.ledger(seq, ev)
+		dl, d := l.ledger(seq, st.Type)
 		if !dl {
 			continue
 		}
@@ -111,9 +111,10 @@ func (s *Server) Event(id string) (*EventStatus, error) {
 	return st, nil
 }
 
-// ledger says whether the lane is entitled to seq (ev may be nil when the
-// log compacted it) and, when it knows from memory, the state.
-func (l *lane) ledger(seq uint64, ev *queue.Event) (entitled bool, d Delivery) {
+// ledger says whether the lane is entitled to seq of type typ ("" when
+// unknown: an event compacted away whose dedup entry predates format 2)
+// and, when it knows from memory, the state.
+func (l *lane) ledger(seq uint64, typ string) (entitled bool, d Delivery) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d.Subscription = l.id
@@ -123,7 +124,7 @@ func (l *lane) ledger(seq uint64, ev *queue.Event) (entitled bool, d Delivery) {
 	if seq < l.fromSeq {
 		return false, d
 	}
-	if ev != nil && !l.wants(ev.Type) {
+	if typ != "" && !l.wants(typ) {
 		return false, d
 	}
 	if _, ok := l.retrying[seq]; ok {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/queuetest"
 	"github.com/sluicehq/sluice/testbed"
@@ -43,5 +44,38 @@ func TestRetryAboveDurableCursorIsSentOnce(t *testing.T) {
 	}
 	if l := lane(s, "a"); l.Delivered != 3 || l.DeadLettered != 0 {
 		t.Fatalf("lane after restart: %+v; want 3 delivered", l)
+	}
+}
+
+// TestLedgerKnowsTypesAfterCompaction: once the log has compacted an event,
+// the completion ledger still lists only the subscriptions whose types it
+// matched (the dedup index keeps the type), not every type-filtered one as
+// "delivered".
+func TestLedgerKnowsTypesAfterCompaction(t *testing.T) {
+	tb := startTestbed(t, testbed.ModeOK)
+	dir := t.TempDir()
+	subs := func() []*proxy.Subscription {
+		return []*proxy.Subscription{sub("all", tb.URL()+"/all"), sub("typed", tb.URL()+"/typed", "t.a")}
+	}
+	s := startServer(t, dir, subs()...)
+	publish(t, s, "t.b", "b", 1)
+	// A t.a event moves the typed lane past b-0 (a lane is woken by the
+	// types it takes), so every lane has passed b-0 and it is compacted.
+	publish(t, s, "t.a", "a", 1)
+	waitFor(t, tb, "deliveries", func(m map[string]testbed.PathStats) bool {
+		return m["/all"].Unique == 2 && m["/typed"].Unique == 1
+	})
+	// A restart empties the ring of recent events, which would otherwise
+	// still answer for b-0 after the log compacted it.
+	closeServer(t, s, 5*time.Second)
+	s = startServer(t, dir, subs()...)
+	var st *proxy.EventStatus
+	eventually(t, "the event compacted away", func() bool {
+		var err error
+		st, err = s.Event("b-0")
+		return err == nil && st.AcceptedAt == nil
+	})
+	if st.Type != "t.b" || len(st.Deliveries) != 1 || st.Deliveries[0].Subscription != "all" || st.Deliveries[0].State != "delivered" {
+		t.Fatalf("ledger after compaction: %+v; want type t.b, delivered to all only", st)
 	}
 }

@@ -103,7 +103,7 @@ func TestInvariant1_AcknowledgedAppendsSurviveSIGKILL(t *testing.T) {
 		if ev.ID != id || string(ev.Body) != id {
 			t.Fatalf("seq %d holds %s, acknowledged as %s", seq, ev.ID, id)
 		}
-		if got, err := q.Lookup(id); err != nil || got != seq {
+		if got, _, err := q.Lookup(id); err != nil || got != seq {
 			t.Fatalf("dedup entry of %s = %d, %v", id, got, err)
 		}
 	}

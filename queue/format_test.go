@@ -28,3 +28,57 @@ func TestNewerFormatIsRefused(t *testing.T) {
 		t.Fatalf("open of a newer data dir: %v, want ErrNewerFormat", err)
 	}
 }
+
+// TestFormat1DirIsUpgraded: a data dir of format 1 (dedup entries of the
+// seq alone) opens, its entries still deduplicate, new entries carry the
+// type, and m/format is rewritten so an older sluice refuses the dir.
+func TestFormat1DirIsUpgraded(t *testing.T) {
+	dir := t.TempDir()
+	q, err := Open(Options{Dir: dir, MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := q.Append(&Event{ID: "old", Type: "t.a", Body: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	// Make it what format 1 wrote.
+	err = q.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(keyFormat, u64(1)); err != nil {
+			return err
+		}
+		return txn.Set(idKey("old"), u64(1))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+
+	q, err = Open(Options{Dir: dir, MinFreeBytes: -1})
+	if err != nil {
+		t.Fatalf("open a format-1 dir: %v", err)
+	}
+	defer q.Close()
+	if seq, typ, err := q.Lookup("old"); err != nil || seq != 1 || typ != "" {
+		t.Fatalf("format-1 entry: seq %d type %q %v; want 1, unknown type", seq, typ, err)
+	}
+	if seq, dup, err := q.Append(&Event{ID: "old", Type: "t.a", Body: []byte("{}")}); err != nil || !dup || seq != 1 {
+		t.Fatalf("append of a format-1 id: seq %d dup %v %v; want the original seq 1 as a duplicate", seq, dup, err)
+	}
+	if seq, _, err := q.Append(&Event{ID: "new", Type: "t.b", Body: []byte("{}")}); err != nil || seq != 2 {
+		t.Fatalf("append: %d %v", seq, err)
+	}
+	if seq, typ, err := q.Lookup("new"); err != nil || seq != 2 || typ != "t.b" {
+		t.Fatalf("format-2 entry: seq %d type %q %v", seq, typ, err)
+	}
+	var f []byte
+	q.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(keyFormat)
+		if err == nil {
+			f, err = item.ValueCopy(nil)
+		}
+		return err
+	})
+	if len(f) != 8 || f[7] != formatVersion {
+		t.Fatalf("m/format after open = %v, want %d", f, formatVersion)
+	}
+}

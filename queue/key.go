@@ -10,7 +10,7 @@ import (
 // Badger dump and lets each record family be scanned on its own.
 var (
 	prefixEvent      = []byte("e/") // e/<seq>                      → event record
-	prefixID         = []byte("i/") // i/<event id>                 → seq (TTL = dedup window)
+	prefixID         = []byte("i/") // i/<event id>                 → seq | type (TTL = dedup window)
 	prefixMember     = []byte("s/") // s/<subscription>             → membership record
 	prefixCursor     = []byte("c/") // c/<subscription>             → cursor (8 bytes)
 	prefixRetry      = []byte("r/") // r/<subscription>/<due><seq>  → retry record
@@ -20,9 +20,19 @@ var (
 	keyFormat        = []byte("m/format")
 )
 
-// formatVersion is written once into a new data dir; a dir written by a
-// newer sluice is refused rather than misread.
-const formatVersion = 1
+// formatVersion is written into a new data dir, and over an older one on
+// open; a dir written by a newer sluice is refused rather than misread.
+const formatVersion = 2
+
+// Format history. A data dir of an older format is upgraded on open (its
+// m/format rewritten), so an older sluice then refuses it instead of
+// misreading it.
+//
+//	1  first release
+//	2  i/<id> values carry the event type after the seq (seq:8 | type), so
+//	   the completion ledger knows which type-filtered subscriptions an
+//	   event was for after the log compacted it. Format-1 entries (seq
+//	   only) stay readable until their dedup TTL ends.
 
 // recordVersion leads every value we encode so a record format can evolve.
 const recordVersion = 1

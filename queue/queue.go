@@ -26,7 +26,7 @@
 //	m/head                         last assigned sequence number
 //	m/low                          compaction boundary: no event below it but those retries hold
 //	e/<seq:8>                      event: version | id | type | content type | accepted-at | body
-//	i/<event id>                   seq:8, Badger TTL = dedup window
+//	i/<event id>                   seq:8 | type, Badger TTL = dedup window
 //	s/<subscription>               membership JSON: from, until, config snapshot
 //	c/<subscription>               cursor seq:8
 //	r/<subscription>/<due:8><seq:8> retry JSON: attempt, first attempt, last status/error
@@ -231,8 +231,14 @@ func (q *Queue) recover() error {
 			if len(v) != 8 {
 				return fmt.Errorf("format version: %w", ErrCorrupt)
 			}
-			if f := binary.BigEndian.Uint64(v); f > formatVersion {
+			switch f := binary.BigEndian.Uint64(v); {
+			case f > formatVersion:
 				return fmt.Errorf("format %d, this sluice reads up to %d: %w", f, formatVersion, ErrNewerFormat)
+			case f < formatVersion:
+				// Every older format is readable as it is (key.go).
+				if err := txn.Set(keyFormat, u64(formatVersion)); err != nil {
+					return err
+				}
 			}
 		}
 		var head uint64
@@ -473,10 +479,11 @@ func (q *Queue) write(batch []*appendReq, arena []byte, seen map[string]uint64) 
 		item, gerr := txn.Get(idKey(r.ev.ID))
 		if gerr == nil {
 			gerr = item.Value(func(v []byte) error {
-				if len(v) != 8 {
-					return fmt.Errorf("dedup entry of %q: %w", r.ev.ID, ErrCorrupt)
+				seq, _, err := decodeIDValue(v)
+				if err != nil {
+					return fmt.Errorf("dedup entry of %q: %w", r.ev.ID, err)
 				}
-				r.seq, r.dup = binary.BigEndian.Uint64(v), true
+				r.seq, r.dup = seq, true
 				return nil
 			})
 			if gerr != nil {
@@ -493,7 +500,9 @@ func (q *Queue) write(batch []*appendReq, arena []byte, seen map[string]uint64) 
 		arena = appendEvent(arena, r.ev)
 		val := arena[start:len(arena):len(arena)]
 		if err = set(badger.NewEntry(eventKey(next), val)); err == nil {
-			err = set(badger.NewEntry(idKey(r.ev.ID), u64(next)).WithTTL(q.opts.DedupWindow))
+			start = len(arena)
+			arena = appendIDValue(arena, next, r.ev.Type)
+			err = set(badger.NewEntry(idKey(r.ev.ID), arena[start:len(arena):len(arena)]).WithTTL(q.opts.DedupWindow))
 		}
 		if err != nil {
 			r.err = err
@@ -540,26 +549,26 @@ func (q *Queue) publish(w *written, syncErr error) {
 	}
 }
 
-// Lookup returns the sequence number of an event id still in the dedup window.
-func (q *Queue) Lookup(id string) (uint64, error) {
-	var seq uint64
-	err := q.db.View(func(txn *badger.Txn) error {
+// Lookup returns the sequence number of the event with this id, and its
+// type ("" for an entry written by format 1), while the id is remembered
+// (the dedup window); ErrNotFound after.
+func (q *Queue) Lookup(id string) (seq uint64, typ string, err error) {
+	err = q.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(idKey(id))
 		if err != nil {
 			return err
 		}
 		return item.Value(func(v []byte) error {
-			if len(v) != 8 {
-				return ErrCorrupt
-			}
-			seq = binary.BigEndian.Uint64(v)
-			return nil
+			var t []byte
+			seq, t, err = decodeIDValue(v)
+			typ = string(t)
+			return err
 		})
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return 0, ErrNotFound
+		return 0, "", ErrNotFound
 	}
-	return seq, err
+	return seq, typ, err
 }
 
 // Event reads one event by sequence number.

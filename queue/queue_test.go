@@ -105,7 +105,7 @@ func TestInvariant2_DuplicateEventIDAppendsOnce(t *testing.T) {
 	if err != nil || string(ev.Body) != "first" {
 		t.Fatalf("original body replaced: %v %v", ev, err)
 	}
-	if got, err := q.Lookup("burst"); err != nil || got != seqs[0] {
+	if got, _, err := q.Lookup("burst"); err != nil || got != seqs[0] {
 		t.Fatalf("lookup = %d, %v", got, err)
 	}
 }
@@ -116,7 +116,7 @@ func TestDedupWindowExpires(t *testing.T) {
 	seq, _ := queuetest.MustAppend(t, q, queuetest.Event("k", "t", "x"))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, err := q.Lookup("k"); errors.Is(err, queue.ErrNotFound) {
+		if _, _, err := q.Lookup("k"); errors.Is(err, queue.ErrNotFound) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -188,3 +188,17 @@ func decodeDeadLetter(b []byte) (*DeadLetter, error) {
 	d.Body = b[1+k+int(n):]
 	return d, nil
 }
+
+// appendIDValue encodes a dedup index entry: seq:8 | type.
+func appendIDValue(dst []byte, seq uint64, typ string) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, seq)
+	return append(dst, typ...)
+}
+
+// decodeIDValue reads an entry of either format (format 1: seq only).
+func decodeIDValue(v []byte) (seq uint64, typ []byte, err error) {
+	if len(v) < 8 {
+		return 0, nil, ErrCorrupt
+	}
+	return binary.BigEndian.Uint64(v), v[8:], nil
+}
