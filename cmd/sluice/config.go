@@ -1161,6 +1161,20 @@ func unknownKey(path string, v any, t reflect.Type) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if m, ok := v.(map[any]any); ok && (t.Kind() == reflect.Struct || t.Kind() == reflect.Map) {
+		// YAML gives map[any]any when a key is not a string (`0: x`), and
+		// mapstructure panics on it (found by FuzzLoadConfig): report the
+		// first such key as unknown instead.
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			if _, isString := k.(string); !isString {
+				keys = append(keys, fmt.Sprint(k))
+			}
+		}
+		if len(keys) > 0 {
+			return joinPath(path, slices.Min(keys))
+		}
+	}
 	switch t.Kind() {
 	case reflect.Struct:
 		m, ok := v.(map[string]any)

@@ -194,6 +194,7 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "unknown_top_key", want: []string{`config: unknown key "colour"`, `unknown_top_key.bad.yaml`}, is: ErrUnknownKey},
 		{file: "unknown_sub_key", want: []string{`config: unknown key "subscriptions[0].colour"`}, is: ErrUnknownKey},
 		{file: "unknown_nested_key", want: []string{`unknown key "subscriptions[0].retry.jitter"`}, is: ErrUnknownKey},
+		{file: "subscription_int_key", want: []string{`config: unknown key "subscriptions[0].0"`}, is: ErrUnknownKey},
 		{file: "rate_unknown_key", want: []string{`unknown key "subscriptions[0].rate.per_minute"`, `rate_unknown_key.bad.yaml`}, is: ErrUnknownKey},
 		{file: "retry_budget_unknown_key", want: []string{`unknown key "retry_budget.burst"`}, is: ErrUnknownKey},
 		{file: "key_case", want: []string{`unknown key "subscriptions[0].Timeout"`}, is: ErrUnknownKey},
