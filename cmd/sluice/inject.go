@@ -443,13 +443,15 @@ func sidecarContainer(o injectOptions, dataVolume string) container {
 		ReadinessProbe: probe{Exec: execAction{healthcheck}, PeriodSeconds: 10, TimeoutSeconds: 3, FailureThreshold: 3},
 		LivenessProbe: probe{Exec: execAction{append(healthcheck, "--path", "/healthz")},
 			PeriodSeconds: 10, TimeoutSeconds: 3, FailureThreshold: 6},
-		// Idle, sluice holds tens of MiB; under a burst its live set is
-		// bounded near 300 MiB (ingest admission, the ring of recent
-		// events, Badger's memtables and flush; RELIABILITY.md). sluice
-		// sets GOMEMLIMIT to 85% of the limit, which must leave that room.
+		// Idle, sluice holds tens of MiB. Under a sustained burst its live
+		// set is bounded but large, up to ~550 MiB measured: ingest
+		// admission and the ring of recent events (64 MiB each) and
+		// mostly Badger's table builders, whose buffers its allocator
+		// pool keeps (RELIABILITY.md). sluice sets GOMEMLIMIT to 85% of
+		// the limit, which must leave that room.
 		Resources: resources{
 			Requests: map[string]string{"cpu": "50m", "memory": "64Mi"},
-			Limits:   map[string]string{"memory": "512Mi"},
+			Limits:   map[string]string{"memory": "1Gi"},
 		},
 		SecurityContext: securityContext{
 			RunAsNonRoot: true, RunAsUser: injectImageUID, RunAsGroup: injectImageUID,
