@@ -1161,10 +1161,11 @@ func unknownKey(path string, v any, t reflect.Type) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if m, ok := v.(map[any]any); ok && (t.Kind() == reflect.Struct || t.Kind() == reflect.Map) {
+	if m, ok := v.(map[any]any); ok && t.Kind() == reflect.Struct {
 		// YAML gives map[any]any when a key is not a string (`0: x`), and
-		// mapstructure panics on it (found by FuzzLoadConfig): report the
-		// first such key as unknown instead.
+		// mapstructure panics decoding that into a struct (found by
+		// FuzzLoadConfig): report the first such key as unknown instead.
+		// Maps (classify: {409: ack}) decode such keys fine.
 		keys := make([]string, 0, len(m))
 		for k := range m {
 			if _, isString := k.(string); !isString {
