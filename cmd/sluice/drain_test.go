@@ -313,14 +313,7 @@ func TestDrainSIGTERMFinishesInFlightAndRedeliversTheRest(t *testing.T) {
 	// (d) Restart on the same data dir with a healthy endpoint.
 	rcv.setMode("ok")
 	sc.startServing(t)
-	rcv.await(t, "every accepted event delivered after the restart", 20*time.Second, func(r *drainReceiver) bool {
-		for _, id := range accepted {
-			if r.answered[id] == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	rcv.await(t, "every accepted event delivered after the restart", 20*time.Second, answeredAll(accepted))
 	_, arrived, answered = rcv.snapshot()
 	var again []string
 	for _, id := range inFlight {
@@ -369,19 +362,24 @@ func TestDrainBlackHoleExitsWithinGrace(t *testing.T) {
 
 	rcv.setMode("ok")
 	sc.startServing(t)
-	rcv.await(t, "every accepted event delivered after the restart", 20*time.Second, func(r *drainReceiver) bool {
-		for _, id := range accepted {
-			if r.answered[id] == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	rcv.await(t, "every accepted event delivered after the restart", 20*time.Second, answeredAll(accepted))
 	// Each abandoned delivery went out once more, to be answered.
 	_, arrived, answered := rcv.snapshot()
 	for _, id := range inFlight {
 		if arrived[id] != 2 || answered[id] != 1 {
 			t.Fatalf("black-holed %s: %d requests, %d answered; want 2 (the abandoned one, then after the restart) and 1", id, arrived[id], answered[id])
 		}
+	}
+}
+
+// answeredAll is an await condition: every id answered at least once.
+func answeredAll(ids []string) func(*drainReceiver) bool {
+	return func(r *drainReceiver) bool {
+		for _, id := range ids {
+			if r.answered[id] == 0 {
+				return false
+			}
+		}
+		return true
 	}
 }
