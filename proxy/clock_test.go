@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/signing"
@@ -46,7 +48,8 @@ func TestClockStepBackDoesNotStallRetries(t *testing.T) {
 	})
 	sb := sub("s", rcv.URL)
 	sb.Retry = policy.RetryPolicy{MaxAttempts: 5, MaxAge: 24 * time.Hour, Backoff: policy.Backoff{Base: time.Second, Cap: 2 * time.Second}}
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Now: clk.Now})
+	reg := prometheus.NewRegistry()
+	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Now: clk.Now, Registry: reg})
 	publish(t, s, "t", "e", 1)
 	eventually(t, "the retry scheduled", func() bool { return lane(s, "s").Scheduled == 1 })
 	clk.Step(-time.Hour)
@@ -61,6 +64,26 @@ func TestClockStepBackDoesNotStallRetries(t *testing.T) {
 	}
 	if a := lastAttempt.Load(); a != "2" {
 		t.Fatalf("second request X-Attempt %q, want 2", a)
+	}
+	// Accepted an hour "later" than it was acknowledged: the accepted→ACK
+	// latency must not go negative.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_delivery_latency_seconds" {
+			for _, m := range mf.GetMetric() {
+				found = true
+				if h := m.GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() < 0 {
+					t.Fatalf("latency histogram after the step back: %d samples, sum %v; want 1, not negative", h.GetSampleCount(), h.GetSampleSum())
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no sluice_delivery_latency_seconds series")
 	}
 }
 

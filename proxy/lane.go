@@ -525,7 +525,10 @@ func (l *lane) finish(j *job, res result) {
 	switch {
 	case res.outcome == policy.Ack:
 		lm.ack.Inc()
-		lm.latency.Observe(now.Sub(j.ev.AcceptedAt).Seconds())
+		// AcceptedAt is wall-clock (it outlives the process): after the
+		// clock steps back it can lie ahead, and a histogram must not
+		// get a negative latency.
+		lm.latency.Observe(max(now.Sub(j.ev.AcceptedAt), 0).Seconds())
 	case res.errKind == "timeout":
 		lm.timeout.Inc()
 	case res.outcome == policy.Retry:
