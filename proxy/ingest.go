@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -27,10 +28,29 @@ const (
 	maxIDLen   = 200
 )
 
-// Limits that protect ingest from misbehaving producers (a slow or stuck
-// client, oversized headers, connection floods, bursts past the log's
-// capacity). They are not configurable yet; they are variables only so
-// tests can lower them, and are read once when the ingest server starts.
+// IngestLimits protect ingest from misbehaving producers: a slow or stuck
+// client, oversized headers, connection floods. A zero field takes its
+// default (the Default* constants below, explained there).
+type IngestLimits struct {
+	HeaderTimeout  time.Duration // request line and headers, from the first byte
+	BodyTimeout    time.Duration // the body, once the headers are in
+	IdleTimeout    time.Duration // a keep-alive connection between requests
+	MaxHeaderBytes int           // request line plus headers; 431 past it
+	MaxConnections int           // open connections, idle ones included
+}
+
+// Defaults of IngestLimits.
+const (
+	DefaultIngestHeaderTimeout  = 10 * time.Second
+	DefaultIngestBodyTimeout    = 30 * time.Second
+	DefaultIngestIdleTimeout    = 2 * time.Minute
+	DefaultIngestMaxHeaderBytes = 16 << 10
+	DefaultIngestMaxConnections = 4096
+)
+
+// The limits in force when Options.Ingest leaves them zero. They are
+// variables only so tests can lower them; the server reads them once when
+// it starts.
 var (
 	// ingestHeaderTimeout bounds how long a request's line and headers may
 	// take to arrive, from the request's first byte; a new connection that
@@ -39,17 +59,17 @@ var (
 	// deadline does not move as bytes arrive. A local producer sends its
 	// headers in one write; 10 s is generous even for a stalled host
 	// (nginx's client_header_timeout is 60 s, over the internet).
-	ingestHeaderTimeout = 10 * time.Second
+	ingestHeaderTimeout = DefaultIngestHeaderTimeout
 	// ingestBodyTimeout bounds reading the body once the headers are in:
 	// 1 MiB (the default max_body_bytes) in 30 s is about 35 KB/s, far
 	// below what any live producer manages over loopback.
-	ingestBodyTimeout = 30 * time.Second
+	ingestBodyTimeout = DefaultIngestBodyTimeout
 	// ingestMaxHeaderBytes bounds the request line plus headers (fasthttp's
 	// per-connection read buffer). The contract's headers (Content-Type,
 	// Idempotency-Key up to 200 bytes, Host) take a few hundred bytes;
 	// 16 KiB leaves room for tracing and auth headers that proxies add.
 	// Past it the answer is 431 and the connection is closed.
-	ingestMaxHeaderBytes = 16 << 10
+	ingestMaxHeaderBytes = DefaultIngestMaxHeaderBytes
 	// ingestMaxConns caps open ingest connections, idle ones included
 	// (fasthttp's Concurrency; each costs a goroutine). Connections past it
 	// are answered 503 and closed at once. A sidecar's producer is local,
@@ -67,12 +87,12 @@ var (
 	// request, measured (BenchmarkIngest/async, 3 alternating runs: 38.0,
 	// 41.2, 39.1 µs against 35.1, 37.2, 36.7). The hot path wins; the cap
 	// bounds the memory.
-	ingestMaxConns = 4096
+	ingestMaxConns = DefaultIngestMaxConnections
 	// ingestIdleTimeout closes keep-alive connections idle this long. It is
 	// longer than the idle timeout of common producer clients (Go's
 	// http.Transport: 90 s), so the client, not the sidecar, usually closes
 	// first and never sends on a connection the sidecar just closed.
-	ingestIdleTimeout = 2 * time.Minute
+	ingestIdleTimeout = DefaultIngestIdleTimeout
 	// ingestMaxPendingEvents and ingestMaxPendingBytes bound the appends
 	// waiting on the group committer, so a burst far above the log's
 	// capacity meets backpressure (503 with Retry-After) instead of holding
@@ -87,7 +107,10 @@ var (
 
 func (s *Server) newIngestServer() *fasthttp.Server {
 	gate := &ingestGate{maxEvents: int64(ingestMaxPendingEvents), maxBytes: int64(ingestMaxPendingBytes)}
-	headerTimeout, bodyTimeout, maxHeader := ingestHeaderTimeout, ingestBodyTimeout, ingestMaxHeaderBytes
+	lim := s.opts.Ingest
+	headerTimeout := cmp.Or(lim.HeaderTimeout, ingestHeaderTimeout)
+	bodyTimeout := cmp.Or(lim.BodyTimeout, ingestBodyTimeout)
+	maxHeader := cmp.Or(lim.MaxHeaderBytes, ingestMaxHeaderBytes)
 	return &fasthttp.Server{
 		Handler:            func(ctx *fasthttp.RequestCtx) { s.handleIngest(ctx, gate) },
 		Name:               "sluice",
@@ -99,9 +122,9 @@ func (s *Server) newIngestServer() *fasthttp.Server {
 			return fasthttp.RequestConfig{ReadTimeout: bodyTimeout}
 		},
 		WriteTimeout:   30 * time.Second,
-		IdleTimeout:    ingestIdleTimeout,
+		IdleTimeout:    cmp.Or(lim.IdleTimeout, ingestIdleTimeout),
 		ReadBufferSize: maxHeader,
-		Concurrency:    ingestMaxConns,
+		Concurrency:    cmp.Or(lim.MaxConnections, ingestMaxConns),
 		// Keeps most of the request's bytes (headers may carry tokens) out
 		// of fasthttp's errors, which are logged at debug.
 		SecureErrorLogMessage: true,

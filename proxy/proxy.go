@@ -63,6 +63,8 @@ type Options struct {
 	Sync         bool
 	DedupWindow  time.Duration
 	MaxBodyBytes int
+	// Ingest bounds what producers may hold of the ingest listener.
+	Ingest IngestLimits
 	// MaxInFlight caps concurrent outbound requests for the whole process.
 	MaxInFlight     int
 	MaxConnsPerHost int

@@ -212,6 +212,8 @@ type Config struct {
 	// MaxBodyBytes is the largest accepted event body in bytes, 1 to 64 MiB.
 	// Default DefaultMaxBodyBytes.
 	MaxBodyBytes int `koanf:"max_body_bytes"`
+	// Ingest bounds what producers may hold of the ingest listener.
+	Ingest IngestConfig `koanf:"ingest"`
 	// DedupWindow is how long an event id is remembered for idempotent
 	// ingest; at least one minute. Default DefaultDedupWindow.
 	DedupWindow time.Duration `koanf:"dedup_window"`
@@ -296,6 +298,47 @@ type RetryBudgetConfig struct {
 	// Window is how far back successes and retries count, 1s..10m. Default
 	// DefaultRetryBudgetWindow.
 	Window time.Duration `koanf:"window"`
+}
+
+// IngestConfig protects the ingest listener from slow, stuck or flooding
+// producers (proxy.IngestLimits).
+type IngestConfig struct {
+	// HeaderTimeout: the request line and headers must arrive within it,
+	// from their first byte (a slowloris gets 408); 100ms..10m.
+	HeaderTimeout time.Duration `koanf:"header_timeout"`
+	// BodyTimeout: the body must arrive within it once the headers are in;
+	// 1s..1h.
+	BodyTimeout time.Duration `koanf:"body_timeout"`
+	// IdleTimeout closes keep-alive connections idle this long; 1s..1h.
+	IdleTimeout time.Duration `koanf:"idle_timeout"`
+	// MaxHeaderBytes bounds the request line plus headers (431 past it);
+	// 1 KiB..1 MiB. Each connection keeps a buffer this size.
+	MaxHeaderBytes int `koanf:"max_header_bytes"`
+	// MaxConnections caps open connections, idle ones included; past it a
+	// new connection is answered 503 and closed. 16..1,000,000.
+	MaxConnections int `koanf:"max_connections"`
+}
+
+func (ic IngestConfig) validate() error {
+	for _, c := range []struct {
+		key       string
+		v, lo, hi time.Duration
+	}{
+		{"ingest.header_timeout", ic.HeaderTimeout, 100 * time.Millisecond, 10 * time.Minute},
+		{"ingest.body_timeout", ic.BodyTimeout, time.Second, time.Hour},
+		{"ingest.idle_timeout", ic.IdleTimeout, time.Second, time.Hour},
+	} {
+		if c.v < c.lo || c.v > c.hi {
+			return fieldErr(c.key, c.v, invalidf("must be between %v and %v", c.lo, c.hi))
+		}
+	}
+	if ic.MaxHeaderBytes < 1<<10 || ic.MaxHeaderBytes > 1<<20 {
+		return fieldErr("ingest.max_header_bytes", ic.MaxHeaderBytes, invalidf("must be between 1024 and 1048576"))
+	}
+	if ic.MaxConnections < 16 || ic.MaxConnections > 1_000_000 {
+		return fieldErr("ingest.max_connections", ic.MaxConnections, invalidf("must be between 16 and 1000000"))
+	}
+	return nil
 }
 
 // AdminConfig configures the admin API listener.
@@ -534,11 +577,18 @@ type RetryConfig struct {
 // environment variable or flag says otherwise. It has no subscriptions.
 func DefaultConfig() *Config {
 	return &Config{
-		Listen:           DefaultListen,
-		Admin:            AdminConfig{Listen: DefaultAdminListen},
-		DataDir:          DefaultDataDir,
-		Durability:       DefaultDurability,
-		MaxBodyBytes:     DefaultMaxBodyBytes,
+		Listen:       DefaultListen,
+		Admin:        AdminConfig{Listen: DefaultAdminListen},
+		DataDir:      DefaultDataDir,
+		Durability:   DefaultDurability,
+		MaxBodyBytes: DefaultMaxBodyBytes,
+		Ingest: IngestConfig{
+			HeaderTimeout:  proxy.DefaultIngestHeaderTimeout,
+			BodyTimeout:    proxy.DefaultIngestBodyTimeout,
+			IdleTimeout:    proxy.DefaultIngestIdleTimeout,
+			MaxHeaderBytes: proxy.DefaultIngestMaxHeaderBytes,
+			MaxConnections: proxy.DefaultIngestMaxConnections,
+		},
 		DedupWindow:      DefaultDedupWindow,
 		ShutdownGrace:    DefaultShutdownGrace,
 		MaxConnsPerHost:  DefaultMaxConnsPerHost,
@@ -1330,6 +1380,9 @@ func (c *Config) Validate() error {
 	if c.MaxBodyBytes < 1 || c.MaxBodyBytes > maxMaxBodyBytes {
 		return fieldErr("max_body_bytes", c.MaxBodyBytes, invalidf("must be between 1 and %d (64 MiB)", maxMaxBodyBytes))
 	}
+	if err := c.Ingest.validate(); err != nil {
+		return err
+	}
 	if c.DedupWindow < minDedupWindow {
 		return fieldErr("dedup_window", c.DedupWindow, invalidf("must be at least %v", minDedupWindow))
 	}
@@ -2083,6 +2136,13 @@ func (c *Config) toMap() map[string]any {
 		"allow_private_targets": c.AllowPrivateTargets,
 		"log_level":             c.LogLevel,
 		"log_format":            c.LogFormat,
+		"ingest": map[string]any{
+			"header_timeout":   c.Ingest.HeaderTimeout.String(),
+			"body_timeout":     c.Ingest.BodyTimeout.String(),
+			"idle_timeout":     c.Ingest.IdleTimeout.String(),
+			"max_header_bytes": c.Ingest.MaxHeaderBytes,
+			"max_connections":  c.Ingest.MaxConnections,
+		},
 		"retry_budget": map[string]any{
 			"ratio":          c.RetryBudget.Ratio,
 			"min_per_second": c.RetryBudget.MinPerSecond,

@@ -59,6 +59,7 @@ func TestLoadConfigFull(t *testing.T) {
 		DataDir:          "./sluice-data",
 		Durability:       "fsync",
 		MaxBodyBytes:     1048576,
+		Ingest:           IngestConfig{HeaderTimeout: 5 * time.Second, BodyTimeout: 20 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 8192, MaxConnections: 2048},
 		DedupWindow:      24 * time.Hour,
 		ShutdownGrace:    15 * time.Second,
 		MaxConnsPerHost:  32,
@@ -297,6 +298,11 @@ func TestLoadConfigBad(t *testing.T) {
 		// at load time; names are judged again at every connection.
 		{file: "url_metadata_address", want: []string{`subscriptions[0].url: "http://169.254.169.254/latest/meta-data": is a link-local address (cloud metadata lives here); set allow_private_targets: true to deliver there`}, is: ErrInvalidValue},
 		{file: "url_localhost", want: []string{`subscriptions[0].url: "https://api.localhost:8443/hooks": is localhost (a loopback address); set allow_private_targets: true`}, is: ErrInvalidValue},
+
+		// Ingest limits.
+		{file: "ingest_header_timeout_zero", want: []string{`ingest.header_timeout: 0s: must be between 100ms and 10m0s`}, is: ErrInvalidValue},
+		{file: "ingest_max_connections_small", want: []string{`ingest.max_connections: 4: must be between 16 and 1000000`}, is: ErrInvalidValue},
+		{file: "ingest_unknown_key", want: []string{`unknown key "ingest.max_conns"`}, is: ErrUnknownKey},
 
 		// Disk.
 		{file: "max_disk_bytes_too_small", want: []string{`max_disk_bytes: 1000: must be 0 (no quota) or at least 67108864`}, is: ErrInvalidValue},

@@ -225,14 +225,18 @@ func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 // serverOptions copies the config onto the proxy's plain options.
 func serverOptions(cfg *Config, subs []*proxy.Subscription, log *slog.Logger) proxy.Options {
 	return proxy.Options{
-		Listen:          cfg.Listen,
-		SocketMode:      socketMode(cfg.SocketMode),
-		AdminListen:     cfg.Admin.Listen,
-		AdminToken:      cfg.Admin.ResolvedToken,
-		DataDir:         cfg.DataDir,
-		Sync:            cfg.Durability == DurabilityFsync,
-		DedupWindow:     cfg.DedupWindow,
-		MaxBodyBytes:    cfg.MaxBodyBytes,
+		Listen:       cfg.Listen,
+		SocketMode:   socketMode(cfg.SocketMode),
+		AdminListen:  cfg.Admin.Listen,
+		AdminToken:   cfg.Admin.ResolvedToken,
+		DataDir:      cfg.DataDir,
+		Sync:         cfg.Durability == DurabilityFsync,
+		DedupWindow:  cfg.DedupWindow,
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		Ingest: proxy.IngestLimits{
+			HeaderTimeout: cfg.Ingest.HeaderTimeout, BodyTimeout: cfg.Ingest.BodyTimeout, IdleTimeout: cfg.Ingest.IdleTimeout,
+			MaxHeaderBytes: cfg.Ingest.MaxHeaderBytes, MaxConnections: cfg.Ingest.MaxConnections,
+		},
 		MaxInFlight:     cfg.MaxInFlight,
 		MaxConnsPerHost: cfg.MaxConnsPerHost,
 		MaxDiskBytes:    cfg.MaxDiskBytes,
