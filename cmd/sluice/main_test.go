@@ -284,10 +284,12 @@ func TestInvariant1_CrashUnderLoadLosesNothing(t *testing.T) {
 		dups += st.Duplicates
 	}
 	total := want["/alpha"] + want["/beta"] + want["/gamma"]
-	// Redelivery after a crash is bounded by what was acknowledged since
-	// the last cursor flush (100 ms) plus what was in flight; far below
-	// one in ten here.
-	if dups*10 > total {
+	// Redelivery after a crash is bounded by what was in flight (3 lanes
+	// × their cap of 16) plus what was acknowledged since the last cursor
+	// write (20 ms; at the ~4,000 deliveries/s of a run without -race,
+	// about 100): some 150 per kill, 450 of ~4,300 for three kills. So one
+	// in five; the soak (soak_test.go) checks the bound kill by kill.
+	if dups*5 > total {
 		t.Fatalf("%d duplicates for %d deliveries across %d kills", dups, total, kills)
 	}
 	t.Logf("accepted %d events, %d deliveries, %d SIGKILLs, 0 lost, %d duplicates (%.1f per 10,000)",
