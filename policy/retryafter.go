@@ -47,6 +47,22 @@ func ParseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 	return 0, false
 }
 
+// ParseRetryAfterAt is ParseRetryAfter for a response with a Date header:
+// an HTTP-date Retry-After is taken relative to the response's own Date,
+// so that a skew between the endpoint's clock and ours neither stretches
+// nor cancels the wait (both dates come from the endpoint's clock). A
+// missing or unparseable date falls back to now.
+func ParseRetryAfterAt(v string, now time.Time, date string) (time.Duration, bool) {
+	date = strings.Trim(date, " \t")
+	for _, layout := range httpDateLayouts {
+		if t, err := time.Parse(layout, date); err == nil {
+			now = t
+			break
+		}
+	}
+	return ParseRetryAfter(v, now)
+}
+
 // parseDelaySeconds parses 1*DIGIT, saturating at the largest Duration.
 func parseDelaySeconds(v string) (time.Duration, bool) {
 	const maxSeconds = int64(math.MaxInt64 / time.Second)

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"math"
+	"net/http"
 	"testing"
 	"time"
 
@@ -82,5 +83,35 @@ func TestParseRetryAfter(t *testing.T) {
 				t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v, %v", tt.in, got, ok, tt.want, tt.wantOK)
 			}
 		})
+	}
+}
+
+// TestParseRetryAfterAtUsesTheResponseDate: an endpoint whose clock is an
+// hour behind ours asks for two minutes as an HTTP-date; read against our
+// clock the date is long past (no wait at all), read against its own Date
+// header it is two minutes.
+func TestParseRetryAfterAtUsesTheResponseDate(t *testing.T) {
+	theirs := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	ours := theirs.Add(time.Hour)
+	ra := theirs.Add(2 * time.Minute).Format(http.TimeFormat)
+	if d, ok := policy.ParseRetryAfter(ra, ours); !ok || d != 0 {
+		t.Fatalf("against our clock: %v %v (the skew cancels the wait)", d, ok)
+	}
+	cases := []struct {
+		date string
+		want time.Duration
+	}{
+		{theirs.Format(http.TimeFormat), 2 * time.Minute},
+		{"", 0},          // no Date: our clock
+		{"yesterday", 0}, // unparseable: our clock
+		{theirs.Format("Monday, 02-Jan-06 15:04:05 GMT"), 2 * time.Minute}, // RFC 850
+	}
+	for _, c := range cases {
+		if d, ok := policy.ParseRetryAfterAt(ra, ours, c.date); !ok || d != c.want {
+			t.Errorf("Date %q: %v %v, want %v", c.date, d, ok, c.want)
+		}
+	}
+	if d, ok := policy.ParseRetryAfterAt("30", ours, theirs.Format(http.TimeFormat)); !ok || d != 30*time.Second {
+		t.Errorf("delay-seconds with a Date: %v %v, want 30s", d, ok)
 	}
 }

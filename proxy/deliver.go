@@ -97,7 +97,7 @@ func (d *dispatcher) deliver(j *job, w *workerState) result {
 	res.outcome = policy.Classify(res.status, err, sub.Classify)
 	if res.outcome == policy.Retry && res.status != 0 {
 		if v := resp.Header.Peek("Retry-After"); len(v) > 0 {
-			res.retryAfter, _ = policy.ParseRetryAfter(string(v), d.now())
+			res.retryAfter, _ = policy.ParseRetryAfterAt(string(v), d.now(), string(resp.Header.Peek("Date")))
 		}
 	}
 	if res.outcome != policy.Ack && res.status != 0 {
