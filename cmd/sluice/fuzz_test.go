@@ -24,7 +24,13 @@ func FuzzLoadConfig(f *testing.F) {
 		}
 		cfg, err := LoadConfig(path, nil, nil)
 		if err != nil {
-			if strings.Contains(err.Error(), "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw") {
+			// The text is a secret only where it is written as one
+			// (whsec_..., or the value of secret:); used as a key or an
+			// id, the error rightly names it (found by this fuzzer:
+			// "{MfKQ...}" as a key).
+			const secret = "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+			onlyAsSecret := strings.Count(yaml, secret) == strings.Count(yaml, "whsec_"+secret)+strings.Count(yaml, "secret: "+secret)
+			if onlyAsSecret && strings.Contains(err.Error(), secret) {
 				t.Fatalf("error echoes a secret: %v", err)
 			}
 			return
