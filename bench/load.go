@@ -275,7 +275,7 @@ func stopped(stop <-chan struct{}) bool {
 }
 
 // sleepUntilOr waits for t or until stop is closed; false if ctx ended or
-// stop was closed first.
+// stop was closed first. A nil stop never closes.
 func sleepUntilOr(ctx context.Context, t time.Time, stop <-chan struct{}) bool {
 	d := time.Until(t)
 	if d <= 0 {
@@ -294,20 +294,7 @@ func sleepUntilOr(ctx context.Context, t time.Time, stop <-chan struct{}) bool {
 }
 
 // sleepUntil waits for t; false if ctx ended first.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-tm.C:
-		return true
-	}
-}
+func sleepUntil(ctx context.Context, t time.Time) bool { return sleepUntilOr(ctx, t, nil) }
 
 // latSummary is a latency distribution in milliseconds.
 type latSummary struct {

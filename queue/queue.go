@@ -994,18 +994,10 @@ func (q *Queue) AckReplay(r Retry, at time.Time) error {
 		if err := txn.Delete(retryKey(r.Subscription, r.Due, r.Seq)); err != nil {
 			return err
 		}
-		item, err := txn.Get(deadLetterKey(r.Subscription, r.Seq))
+		d, err := readDeadLetter(txn, r.Subscription, r.Seq)
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		}
-		if err != nil {
-			return err
-		}
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		d, err := decodeDeadLetter(v)
 		if err != nil {
 			return err
 		}
@@ -1142,15 +1134,8 @@ func (q *Queue) Replay(sub string, seq uint64, due time.Time) (*DeadLetter, erro
 	var d *DeadLetter
 	q.ref(seq, 1)
 	err := q.db.Update(func(txn *badger.Txn) error {
-		item, err := txn.Get(deadLetterKey(sub, seq))
-		if err != nil {
-			return err
-		}
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		if d, err = decodeDeadLetter(v); err != nil {
+		var err error
+		if d, err = readDeadLetter(txn, sub, seq); err != nil {
 			return err
 		}
 		d.Replays++
@@ -1248,19 +1233,27 @@ func (q *Queue) DeadLetters(sub string, afterSub string, afterSeq uint64, limit 
 	return out, err
 }
 
+// readDeadLetter reads and decodes one dead letter in txn; the error is
+// badger.ErrKeyNotFound when there is none.
+func readDeadLetter(txn *badger.Txn, sub string, seq uint64) (*DeadLetter, error) {
+	item, err := txn.Get(deadLetterKey(sub, seq))
+	if err != nil {
+		return nil, err
+	}
+	// A copy: the decoded Body aliases the value, which Badger reuses.
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return nil, err
+	}
+	return decodeDeadLetter(v)
+}
+
 // GetDeadLetter reads one dead letter.
 func (q *Queue) GetDeadLetter(sub string, seq uint64) (*DeadLetter, error) {
 	var d *DeadLetter
 	err := q.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(deadLetterKey(sub, seq))
-		if err != nil {
-			return err
-		}
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		d, err = decodeDeadLetter(v)
+		var err error
+		d, err = readDeadLetter(txn, sub, seq)
 		return err
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
