@@ -250,14 +250,7 @@ func TestDrainSIGTERMFinishesInFlightAndRedeliversTheRest(t *testing.T) {
 		slots  = 4
 		events = 20
 	)
-	t.Setenv("GORACE", "atexit_sleep_ms=0") // a -race child otherwise idles 1 s before exiting
-	dir := t.TempDir()
-	rcv := newDrainReceiver(t, "hold")
-	sc := newDrainSidecar(t, dir, grace, drainSubYAML(rcv.srv.URL+"/hook", slots))
-	sc.startServing(t)
-	accepted := sc.publishN(t, "e", events)
-	rcv.await(t, "the cap's worth of deliveries held", 20*time.Second, func(r *drainReceiver) bool { return len(r.held) == slots })
-	inFlight, _, _ := rcv.snapshot()
+	rcv, sc, accepted, inFlight := startDrainScenario(t, "hold", grace, slots, events)
 
 	var refused int
 	took := sc.terminate(t, grace+margin, func() {
@@ -344,14 +337,7 @@ func TestDrainBlackHoleExitsWithinGrace(t *testing.T) {
 		slots  = 2
 		events = 5
 	)
-	t.Setenv("GORACE", "atexit_sleep_ms=0")
-	dir := t.TempDir()
-	rcv := newDrainReceiver(t, "blackhole")
-	sc := newDrainSidecar(t, dir, grace, drainSubYAML(rcv.srv.URL+"/hook", slots))
-	sc.startServing(t)
-	accepted := sc.publishN(t, "e", events)
-	rcv.await(t, "the black hole holding the cap's worth", 20*time.Second, func(r *drainReceiver) bool { return len(r.held) == slots })
-	inFlight, _, _ := rcv.snapshot()
+	rcv, sc, accepted, inFlight := startDrainScenario(t, "blackhole", grace, slots, events)
 
 	took := sc.terminate(t, grace+margin, nil)
 	if _, _, answered := rcv.snapshot(); len(answered) != 0 {
@@ -382,4 +368,19 @@ func answeredAll(ids []string) func(*drainReceiver) bool {
 		}
 		return true
 	}
+}
+
+// startDrainScenario starts a receiver in mode and a sidecar delivering to
+// it with the cap slots, publishes events and waits until the receiver
+// holds the cap's worth of deliveries, which it returns as inFlight.
+func startDrainScenario(t *testing.T, mode string, grace time.Duration, slots, events int) (rcv *drainReceiver, sc *sidecar, accepted, inFlight []string) {
+	t.Helper()
+	t.Setenv("GORACE", "atexit_sleep_ms=0") // a -race child otherwise idles 1 s before exiting
+	rcv = newDrainReceiver(t, mode)
+	sc = newDrainSidecar(t, t.TempDir(), grace, drainSubYAML(rcv.srv.URL+"/hook", slots))
+	sc.startServing(t)
+	accepted = sc.publishN(t, "e", events)
+	rcv.await(t, "the cap's worth of deliveries held", 20*time.Second, func(r *drainReceiver) bool { return len(r.held) == slots })
+	inFlight, _, _ = rcv.snapshot()
+	return rcv, sc, accepted, inFlight
 }
