@@ -653,8 +653,8 @@ func (d *dispatcher) timerLoop() {
 		wait := time.Hour
 		t.mu.Lock()
 		// An entry far ahead of what its lane schedules predates a step
-		// back of the wall clock: wake the lane now (lane.farAhead).
-		for t.h.Len() > 0 && (!t.h[0].due.After(now) || t.h[0].lane.farAhead(t.h[0].due, now)) {
+		// back of the wall clock: wake the lane now (lane.dueBy).
+		for t.h.Len() > 0 && t.h[0].lane.dueBy(t.h[0].due, now) {
 			due = append(due, heap.Pop(&t.h).(timerEntry).lane)
 		}
 		if t.h.Len() > 0 {

@@ -170,6 +170,12 @@ func (l *lane) farAhead(due, now time.Time) bool {
 	return due.Sub(now) > time.Duration(l.horizon.Load())
 }
 
+// dueBy reports whether something this lane scheduled for due should run
+// at now: it is due, or it lies implausibly far ahead (farAhead).
+func (l *lane) dueBy(due, now time.Time) bool {
+	return !due.After(now) || l.farAhead(due, now)
+}
+
 // limit is the lane's concurrency cap right now.
 func (l *lane) limit() int {
 	if l.auto != nil {
@@ -266,7 +272,7 @@ func (l *lane) pumpLocked() {
 		l.start(j)
 	}
 	now := d.now()
-	if l.inFlight < limit && !l.nextDue.IsZero() && (!now.Before(l.nextDue) || l.farAhead(l.nextDue, now)) {
+	if l.inFlight < limit && !l.nextDue.IsZero() && l.dueBy(l.nextDue, now) {
 		if !l.startRetries(now, limit) {
 			l.updateCursor()
 			return
