@@ -701,7 +701,8 @@ func fieldErr(field string, value any, err error) *ConfigValidationError {
 // LoadConfig builds a Config from, later sources winning:
 //
 //  1. DefaultConfig;
-//  2. the YAML file at path, unless path is "";
+//  2. the file at path, unless path is "": YAML, or JSON when its name
+//     ends in .json;
 //  3. environ (pass os.Environ()): variables named SLUICE_<KEY>, lowercased,
 //     with "__" for nesting: SLUICE_DATA_DIR sets data_dir,
 //     SLUICE_ADMIN__LISTEN sets admin.listen. Subscriptions cannot be set
@@ -724,9 +725,14 @@ func LoadConfig(path string, environ []string, overrides map[string]any) (*Confi
 		if err != nil {
 			return nil, fmt.Errorf("config: read file: %w", err)
 		}
-		m, err := yaml.Parser().Unmarshal(b)
+		var m map[string]any
+		if isJSONConfig(path) {
+			m, err = parseJSONConfig(b)
+		} else if m, err = yaml.Parser().Unmarshal(b); err != nil {
+			err = errors.New(redactYAMLError(err))
+		}
 		if err != nil {
-			return nil, fmt.Errorf("config: parse file %q: %s", path, redactYAMLError(err))
+			return nil, fmt.Errorf("config: parse file %q: %w", path, err)
 		}
 		src := fmt.Sprintf("file %q", path)
 		// Subscriptions bypass koanf's layers: only the file (or an

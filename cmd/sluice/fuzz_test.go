@@ -17,26 +17,40 @@ func FuzzLoadConfig(f *testing.F) {
 	}
 	f.Add("subscriptions: [{id: a, url: 'http://x', secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw, rate: {per_second: 1e308}}]")
 	f.Add("retry_budget: {ratio: .nan}\n")
-	f.Fuzz(func(t *testing.T, yaml string) {
-		path := filepath.Join(t.TempDir(), "c.yaml")
-		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
+	f.Fuzz(func(t *testing.T, yaml string) { loadFuzzedConfig(t, "c.yaml", yaml) })
+}
+
+// FuzzLoadConfigJSON: the same for a .json file, read by parseJSONConfig.
+func FuzzLoadConfigJSON(f *testing.F) {
+	f.Add(`{"subscriptions": [{"id": "a", "url": "https://a.example/in", "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "types": ["t"], "rate": {"per_second": 1e308}}]}`)
+	f.Add(`{"listen": "127.0.0.1:1", "listen": "x"}`)
+	f.Add(`{"max_body_bytes": 12345678901234567890123, "retry_budget": {"ratio": -0}}`)
+	f.Add(`{"subscriptions": [[], {}, null, 1.5e-400]}`)
+	f.Add("{\n\"a\": [1, 2,]\n}")
+	f.Fuzz(func(t *testing.T, doc string) { loadFuzzedConfig(t, "c.json", doc) })
+}
+
+// loadFuzzedConfig writes doc to a file called name and loads it: the
+// result is a valid config or an error that echoes no secret.
+func loadFuzzedConfig(t *testing.T, name, doc string) {
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(path, nil, nil)
+	if err != nil {
+		// The text is a secret only where it is written as one
+		// (whsec_..., or the value of secret:); used as a key or an
+		// id, the error rightly names it (found by this fuzzer:
+		// "{MfKQ...}" as a key).
+		const secret = "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+		asSecret := strings.Count(doc, "whsec_"+secret) + strings.Count(doc, "secret: "+secret) + strings.Count(doc, `"secret": "`+secret)
+		if strings.Count(doc, secret) == asSecret && strings.Contains(err.Error(), secret) {
+			t.Fatalf("error echoes a secret: %v", err)
 		}
-		cfg, err := LoadConfig(path, nil, nil)
-		if err != nil {
-			// The text is a secret only where it is written as one
-			// (whsec_..., or the value of secret:); used as a key or an
-			// id, the error rightly names it (found by this fuzzer:
-			// "{MfKQ...}" as a key).
-			const secret = "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-			onlyAsSecret := strings.Count(yaml, secret) == strings.Count(yaml, "whsec_"+secret)+strings.Count(yaml, "secret: "+secret)
-			if onlyAsSecret && strings.Contains(err.Error(), secret) {
-				t.Fatalf("error echoes a secret: %v", err)
-			}
-			return
-		}
-		if err := cfg.Validate(); err != nil {
-			t.Fatalf("loaded config fails validation: %v", err)
-		}
-	})
+		return
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("loaded config fails validation: %v", err)
+	}
 }

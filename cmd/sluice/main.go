@@ -114,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 func serve(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", os.Getenv(envConfigFile), "YAML config file (default: $SLUICE_CONFIG, else built-in defaults)")
+	configPath := fs.String("config", os.Getenv(envConfigFile), "config file, YAML or (name ending in .json) JSON (default: $SLUICE_CONFIG, else built-in defaults)")
 	listen := fs.String("listen", "", "ingest address, overrides the config's listen")
 	adminListen := fs.String("admin-listen", "", "admin address, overrides admin.listen")
 	dataDir := fs.String("data-dir", "", "data directory, overrides data_dir")
