@@ -287,18 +287,21 @@ type pair struct{ a, b int64 }
 type window struct {
 	origin  time.Time
 	width   time.Duration
-	head    int64 // number of the newest bucket
-	buckets []pair
-	sum     pair // of buckets
+	head    int64  // number of the newest bucket
+	n       int    // number of buckets
+	buckets []pair // nil until the first advance
+	sum     pair   // of buckets
 }
 
 // newWindow returns an empty window of n buckets covering length from
-// origin on. Buckets are at least 1ns wide.
+// origin on. Buckets are at least 1ns wide. They are allocated on first
+// use: every lane has a breaker, and most of 50,000 idle lanes never
+// record an outcome (BENCHMARKS.md, lanes-50k: heap per idle lane).
 func newWindow(origin time.Time, length time.Duration, n int) window {
 	return window{
-		origin:  origin,
-		width:   max(length/time.Duration(n), 1),
-		buckets: make([]pair, n),
+		origin: origin,
+		width:  max(length/time.Duration(n), 1),
+		n:      n,
 	}
 }
 
@@ -315,6 +318,9 @@ func newWindow(origin time.Time, length time.Duration, n int) window {
 // ever after a clock reset). time.Now's monotonic reading hides wall-clock
 // steps from Sub, but an injected clock need not carry one.
 func (w *window) advance(now time.Time) *pair {
+	if w.buckets == nil {
+		w.buckets = make([]pair, w.n)
+	}
 	n := int64(len(w.buckets))
 	k := int64(now.Sub(w.origin) / w.width)
 	switch steps := k - w.head; {

@@ -55,15 +55,15 @@ type lane struct {
 	pausedBy string // why deliveries are paused at run time (410 Gone, an operator)
 
 	// Per-subscription policies, owned by the lane (used under mu).
-	breaker *policy.Breaker
+	breaker *policy.Breaker // nil until first used: see brk
 	limiter *rate.Limiter   // nil: unlimited
 	auto    *policy.AutoCap // nil: static MaxConcurrency
 
-	metrics   laneMetrics   // series handles, created on first use
-	horizon   atomic.Int64  // a time.Duration; see farAhead
-	leaving   atomic.Bool   // mirrors left, for lock-free scans
-	saved     atomic.Uint64 // the cursor last written to the log
-	scheduled atomic.Int64  // retry records in the log
+	metrics   atomic.Pointer[laneMetrics] // series handles, made on first use
+	horizon   atomic.Int64                // a time.Duration; see farAhead
+	leaving   atomic.Bool                 // mirrors left, for lock-free scans
+	saved     atomic.Uint64               // the cursor last written to the log
+	scheduled atomic.Int64                // retry records in the log
 
 	delivered, retried, deadLettered, attempts atomic.Uint64
 	deferred, shortCircuits, rateLimited       atomic.Uint64
@@ -106,8 +106,8 @@ func newLane(d *dispatcher, m queue.Membership, sub *Subscription) *lane {
 func (l *lane) setPolicies(sub *Subscription) {
 	old := l.sub
 	now := l.d.now
-	if l.breaker == nil || old.Breaker != sub.Breaker {
-		l.breaker = policy.NewBreaker(sub.Breaker, now)
+	if l.breaker != nil && old.Breaker != sub.Breaker {
+		l.breaker = nil // made again, with the new settings, when next used
 	}
 	if l.limiter == nil || old.Rate != sub.Rate {
 		l.limiter = nil
@@ -184,6 +184,25 @@ func (l *lane) limit() int {
 	return l.sub.MaxConcurrency
 }
 
+// brk returns the lane's breaker, made on first use: a lane that never
+// dispatches (most of 50,000 idle ones) carries none, which is 240 of the
+// bytes an idle lane would cost (BENCHMARKS.md, lanes-50k). l.mu is held.
+func (l *lane) brk() *policy.Breaker {
+	if l.breaker == nil {
+		l.breaker = policy.NewBreaker(l.sub.Breaker, l.d.now)
+	}
+	return l.breaker
+}
+
+// breakerState is the breaker's state without making one: a lane that
+// has none is closed. l.mu is held.
+func (l *lane) breakerState() policy.BreakerState {
+	if l.breaker == nil {
+		return policy.BreakerClosed
+	}
+	return l.breaker.State()
+}
+
 // admit passes one delivery through the gates, in order: the process-wide
 // slot, the rate limit (before a slot is really used), then the breaker
 // (last, because a half-open breaker admits exactly one probe). A refusal
@@ -204,14 +223,14 @@ func (l *lane) admit(now time.Time) (probe, ok bool) {
 			return false, false
 		}
 	}
-	ok, probe = l.breaker.Allow()
+	ok, probe = l.brk().Allow()
 	if !ok {
 		if res != nil {
 			res.CancelAt(now)
 		}
 		d.giveBack()
 		l.shortCircuits.Add(1)
-		l.metrics.get(d.m, l.id).shorted.Inc()
+		l.laneMetrics(d.m).shorted.Inc()
 		d.timers.add(l, l.breaker.RetryAt())
 		return false, false
 	}
@@ -222,7 +241,7 @@ func (l *lane) admit(now time.Time) (probe, ok bool) {
 // rate limit would let a delivery through now; when not, it arranges a
 // wake-up for when they may.
 func (l *lane) mayPass(now time.Time) bool {
-	switch l.breaker.State() {
+	switch l.breakerState() {
 	case policy.BreakerHalfOpen:
 		return false // a probe is out; its outcome decides
 	case policy.BreakerOpen:
@@ -526,7 +545,7 @@ func (l *lane) finish(j *job, res result) {
 	)
 	l.attempts.Add(1)
 	l.lastStatus.Store(int64(res.status))
-	lm := l.metrics.get(d.m, l.id)
+	lm := l.laneMetrics(d.m)
 	lm.exchange.Observe(now.Sub(j.started).Seconds())
 	switch {
 	case res.outcome == policy.Ack:
@@ -601,7 +620,7 @@ func (l *lane) finish(j *job, res result) {
 	// after the restart.
 	l.mu.Lock()
 	l.inFlight--
-	l.breaker.Record(res.outcome == policy.Retry, res.errKind == "timeout", j.probe)
+	l.brk().Record(res.outcome == policy.Retry, res.errKind == "timeout", j.probe)
 	if l.auto != nil {
 		l.auto.Completed(now.Sub(j.started), res.errKind == "timeout")
 	}
@@ -747,7 +766,7 @@ func (l *lane) status() LaneStatus {
 		Subscription: l.id, State: "active", InFlight: l.inFlight, Cap: l.sub.MaxConcurrency, Cursor: l.cursor,
 		Delivered: l.delivered.Load(), Retried: l.retried.Load(), DeadLettered: l.deadLettered.Load(),
 		Attempts: l.attempts.Load(), LastStatus: int(l.lastStatus.Load()), Scheduled: l.scheduled.Load(),
-		Breaker: l.breaker.State().String(), PausedBy: l.pausedBy, Deferred: l.deferred.Load(),
+		Breaker: l.breakerState().String(), PausedBy: l.pausedBy, Deferred: l.deferred.Load(),
 		ShortCircuit: l.shortCircuits.Load(), RateLimited: l.rateLimited.Load(), QuotaDropped: l.quotaRejections.Load(),
 	}
 	st.Cap = l.limit()

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/policy"
@@ -92,21 +90,32 @@ func newMetrics(reg prometheus.Registerer, d *dispatcher) *metrics {
 // laneMetrics caches one lane's series handles so a delivery does no label
 // lookups.
 type laneMetrics struct {
-	once                               sync.Once
 	ack, retry, dead, timeout, shorted prometheus.Counter
 	exchange, latency                  prometheus.Observer
 }
 
-func (lm *laneMetrics) get(m *metrics, sub string) *laneMetrics {
-	lm.once.Do(func() {
-		lm.ack = m.attempts.WithLabelValues(sub, outcomeAck)
-		lm.retry = m.attempts.WithLabelValues(sub, outcomeRetry)
-		lm.dead = m.attempts.WithLabelValues(sub, outcomeDeadLetter)
-		lm.timeout = m.attempts.WithLabelValues(sub, outcomeTimeout)
-		lm.shorted = m.attempts.WithLabelValues(sub, outcomeShortCircuit)
-		lm.exchange = m.exchange.WithLabelValues(sub)
-		lm.latency = m.latency.WithLabelValues(sub)
-	})
+// laneMetrics returns the lane's series handles, made on its first
+// delivery attempt. The lane holds only a pointer until then: most of
+// 50,000 lanes may never deliver, and the handles would be 120 of the
+// bytes each idle lane costs (BENCHMARKS.md, lanes-50k). Two first
+// attempts racing make the same series (WithLabelValues returns the
+// existing child); one set of handles wins.
+func (l *lane) laneMetrics(m *metrics) *laneMetrics {
+	if lm := l.metrics.Load(); lm != nil {
+		return lm
+	}
+	lm := &laneMetrics{
+		ack:      m.attempts.WithLabelValues(l.id, outcomeAck),
+		retry:    m.attempts.WithLabelValues(l.id, outcomeRetry),
+		dead:     m.attempts.WithLabelValues(l.id, outcomeDeadLetter),
+		timeout:  m.attempts.WithLabelValues(l.id, outcomeTimeout),
+		shorted:  m.attempts.WithLabelValues(l.id, outcomeShortCircuit),
+		exchange: m.exchange.WithLabelValues(l.id),
+		latency:  m.latency.WithLabelValues(l.id),
+	}
+	if !l.metrics.CompareAndSwap(nil, lm) {
+		return l.metrics.Load()
+	}
 	return lm
 }
 
