@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -61,14 +62,16 @@ func TestLoadConfigJSONBad(t *testing.T) {
 	const sub = `{"id": "a", "url": "https://a.example/in", "secret": "` + secretA + `"`
 	tests := []struct {
 		name, doc string
-		want      []string
+		want      []string // substrings, or regexps after "re:"
 		is        error
 	}{
 		{"duplicate key", "{\n\"listen\": \"127.0.0.1:1\",\n\"listen\": \"127.0.0.1:2\"\n}", []string{`line 3: key "listen" appears twice`}, nil},
 		{"duplicate nested key", "{\"subscriptions\": [\n" + sub + ",\n\"id\": \"b\"}]}", []string{`line 3: key "id" appears twice`}, nil},
 		{"syntax", "{\n\"listen\": \"127.0.0.1:1\",\n\"durability\" \"fsync\"\n}", []string{"line 3: invalid character", "after object key"}, nil},
-		{"trailing comma", "{\n\"listen\": \"127.0.0.1:1\",\n}", []string{"line 3: invalid character '}'"}, nil},
-		{"unterminated", "{\n\"listen\": \"127.0.0.1:1\",\n", []string{"line 3: unexpected end of file"}, nil},
+		// encoding/json's wording and the offset it blames differ between
+		// Go releases (1.27 reads v1 through json/v2): ours is the line.
+		{"trailing comma", "{\n\"listen\": \"127.0.0.1:1\",\n}", []string{`re:line [23]: invalid character`}, nil},
+		{"unterminated", "{\n\"listen\": \"127.0.0.1:1\",\n", []string{`line 3: unexpected end of`}, nil},
 		{"empty", "", []string{"line 1: unexpected end of file"}, nil},
 		{"top level array", `[{"listen": "127.0.0.1:1"}]`, []string{"the top level must be an object"}, nil},
 		{"trailing data", "{}\n{}", []string{"line 2: unexpected data after the top-level object"}, nil},
@@ -86,8 +89,12 @@ func TestLoadConfigJSONBad(t *testing.T) {
 			if err == nil {
 				t.Fatalf("loaded %+v, want an error", cfg)
 			}
-			for _, w := range append(tt.want, path) {
-				if !strings.Contains(err.Error(), w) {
+			if !strings.Contains(err.Error(), path) {
+				t.Errorf("error %q does not name the file", err)
+			}
+			for _, w := range tt.want {
+				if re, ok := strings.CutPrefix(w, "re:"); ok && !regexp.MustCompile(re).MatchString(err.Error()) ||
+					!ok && !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not contain %q", err, w)
 				}
 			}
