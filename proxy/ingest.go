@@ -3,12 +3,15 @@ package proxy
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -131,6 +134,7 @@ func (s *Server) newIngestServer() *fasthttp.Server {
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		CloseOnShutdown:       true,
+		ConnState:             s.fresh.track,
 		Logger:                fasthttpLogger{s.log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			s.d.m.rejected.Inc()
@@ -360,4 +364,67 @@ type fasthttpLogger struct{ l *slog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
 	f.l.Debug("ingest connection", "detail", fmt.Sprintf(format, args...))
+}
+
+// freshConns holds the ingest connections that have not sent a request yet.
+//
+// fasthttp's shutdown closes idle keep-alive connections at once, but a
+// connection that never sent anything counts as idle only five seconds
+// after it opened (as in net/http). HTTP clients dial spare connections
+// they may never use (Go's Transport does when a request finds no idle
+// connection at that instant), and one such connection held a drain for
+// the whole 2 s bound of the ingest shutdown, which then failed: sluice
+// exited 1 after a clean drain. Close shuts them instead. Nothing is lost:
+// while draining every request is answered 503, so a connection whose
+// first request was on its way gets a reset rather than a 503, and the
+// producer retries either way.
+type freshConns struct {
+	mu sync.Mutex
+	m  map[net.Conn]struct{}
+}
+
+// track is the ingest server's ConnState hook.
+func (f *freshConns) track(c net.Conn, st fasthttp.ConnState) {
+	if st == fasthttp.StateIdle {
+		return // only a connection that was active goes idle: not in m
+	}
+	f.mu.Lock()
+	if st == fasthttp.StateNew {
+		if f.m == nil {
+			f.m = make(map[net.Conn]struct{})
+		}
+		f.m[c] = struct{}{}
+	} else {
+		delete(f.m, c)
+	}
+	f.mu.Unlock()
+}
+
+// closeAll closes every connection that has not sent a request.
+func (f *freshConns) closeAll() {
+	f.mu.Lock()
+	for c := range f.m {
+		c.Close()
+		delete(f.m, c)
+	}
+	f.mu.Unlock()
+}
+
+// shutdownIngest stops the ingest server: fasthttp closes the listeners,
+// finishes requests in progress and closes idle connections; meanwhile
+// the connections that never sent a request are closed here, including
+// any accepted just before the listeners closed.
+func (s *Server) shutdownIngest(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- s.ingest.ShutdownWithContext(ctx) }()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s.fresh.closeAll()
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+		}
+	}
 }

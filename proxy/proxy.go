@@ -98,6 +98,7 @@ type Server struct {
 	q        *queue.Queue
 	d        *dispatcher
 	ingest   *fasthttp.Server
+	fresh    freshConns // ingest connections that have not sent a request yet
 	ingestLn net.Listener
 	admin    *http.Server
 	adminLn  net.Listener
@@ -274,7 +275,7 @@ func (s *Server) Close(ctx context.Context) error {
 	// Requests already inside Append finish before the log closes.
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := s.ingest.ShutdownWithContext(sctx); err != nil {
+	if err := s.shutdownIngest(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("ingest shutdown: %w", err))
 	}
 	if s.admin != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -531,6 +532,38 @@ func TestShutdownAnswers503WhileDraining(t *testing.T) {
 		return resp.StatusCode == 503
 	})
 	<-closed
+}
+
+// TestCloseShutsUnusedIngestConnections: a connection a producer opened and
+// never used does not hold the drain. fasthttp counts such a connection as
+// idle only 5 s after it opened, so the ingest shutdown used to wait for it
+// until its 2 s bound and Close failed ("ingest shutdown: context deadline
+// exceeded"), which made sluice exit 1 after a clean drain. Go's Transport
+// leaves such spare connections behind now and then.
+func TestCloseShutsUnusedIngestConnections(t *testing.T) {
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(), Logger: quietLogger()})
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(s.URL(), "http://")
+	spare, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spare.Close()
+	// One acceptor takes connections in order: once a later connection is
+	// answered, the spare one has been accepted and is open on the server.
+	publish(t, s, "t", "e", 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("close with an unused ingest connection open: %v", err)
+	}
+	spare.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := spare.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the unused connection after Close: read %d bytes, %v; want it closed", n, err)
+	}
 }
 
 // TestGlobalInFlightLimitStarvesNoLane: with a process-wide limit far below
