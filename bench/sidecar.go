@@ -152,11 +152,14 @@ func (h *harness) writeConfig(s *sidecar) (int64, error) {
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
 	if s.spec.JSON {
-		h.writeJSONConfig(w, s)
+		err = h.writeJSONConfig(w, s)
 	} else {
 		h.writeYAMLConfig(w, s)
 	}
-	if err := w.Flush(); err != nil {
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
 		f.Close()
 		return 0, err
 	}
@@ -196,27 +199,33 @@ func (h *harness) writeYAMLConfig(w *bufio.Writer, s *sidecar) {
 	}
 }
 
-func (h *harness) writeJSONConfig(w *bufio.Writer, s *sidecar) {
-	q := func(v string) string { b, _ := json.Marshal(v); return string(b) }
-	fmt.Fprintf(w, "{\n  \"listen\": %s,\n  \"admin\": {\"listen\": %s},\n  \"data_dir\": %s,\n", q(s.ingest), q(s.admin), q(s.dataDir))
-	fmt.Fprintf(w, "  \"durability\": %s,\n  \"log_level\": \"warn\",\n  \"shutdown_grace\": \"2s\",\n  \"allow_private_targets\": true,\n", q(s.spec.Durability))
-	if s.spec.MaxInFlight > 0 {
-		fmt.Fprintf(w, "  \"max_in_flight\": %d,\n", s.spec.MaxInFlight)
+func (h *harness) writeJSONConfig(w *bufio.Writer, s *sidecar) error {
+	type sub struct {
+		ID          string         `json:"id"`
+		URL         string         `json:"url"`
+		Secret      string         `json:"secret"`
+		Types       []string       `json:"types"`
+		Concurrency map[string]int `json:"concurrency"`
 	}
-	w.WriteString("  \"subscriptions\": [")
-	i := 0
+	cfg := map[string]any{
+		"listen": s.ingest, "admin": map[string]string{"listen": s.admin}, "data_dir": s.dataDir,
+		"durability": s.spec.Durability, "log_level": "warn", "shutdown_grace": "2s",
+		"allow_private_targets": true, // as in the YAML
+	}
+	if s.spec.MaxInFlight > 0 {
+		cfg["max_in_flight"] = s.spec.MaxInFlight
+	}
+	subs := make([]sub, 0, s.spec.subscriptions())
 	base := h.recv.url()
 	for _, g := range s.spec.Subs {
 		for range g.Count {
-			if i > 0 {
-				w.WriteByte(',')
-			}
-			fmt.Fprintf(w, "\n    {\"id\": \"s%d\", \"url\": %s, \"secret\": %s, \"types\": [%s], \"concurrency\": {\"max\": %d}}",
-				i, q(fmt.Sprintf("%s/s%d", base, i)), q(benchSecret), q(g.Type), laneCap)
-			i++
+			i := len(subs)
+			subs = append(subs, sub{ID: fmt.Sprintf("s%d", i), URL: fmt.Sprintf("%s/s%d", base, i), Secret: benchSecret,
+				Types: []string{g.Type}, Concurrency: map[string]int{"max": laneCap}})
 		}
 	}
-	w.WriteString("\n  ]\n}\n")
+	cfg["subscriptions"] = subs
+	return json.NewEncoder(w).Encode(cfg)
 }
 
 // stop stops the sidecar and removes its data dir. It returns the time

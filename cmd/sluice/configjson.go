@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"strings"
 )
 
@@ -25,7 +26,7 @@ import (
 // last one silently winning.
 
 func isJSONConfig(path string) bool {
-	return strings.EqualFold(path[max(0, len(path)-5):], ".json")
+	return strings.EqualFold(filepath.Ext(path), ".json")
 }
 
 // parseJSONConfig decodes a JSON config document whose top level is an
@@ -54,46 +55,12 @@ func jsonValue(dec *json.Decoder, b []byte) (any, error) {
 	}
 	switch t := tok.(type) {
 	case json.Delim:
-		switch t {
-		case '{':
-			m := map[string]any{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, jsonSyntaxError(err, dec, b)
-				}
-				k, ok := kt.(string)
-				if !ok { // the decoder reports a non-string key itself; kept as a guard
-					return nil, fmt.Errorf("line %d: an object key must be a string", lineAt(b, dec.InputOffset()))
-				}
-				if _, dup := m[k]; dup {
-					return nil, fmt.Errorf("line %d: key %q appears twice in the same object", lineAt(b, dec.InputOffset()), k)
-				}
-				if m[k], err = jsonValue(dec, b); err != nil {
-					return nil, err
-				}
-			}
-			if _, err := dec.Token(); err != nil { // '}'
-				return nil, jsonSyntaxError(err, dec, b)
-			}
-			return m, nil
-		case '[':
-			l := []any{}
-			for dec.More() {
-				v, err := jsonValue(dec, b)
-				if err != nil {
-					return nil, err
-				}
-				l = append(l, v)
-			}
-			if _, err := dec.Token(); err != nil { // ']'
-				return nil, jsonSyntaxError(err, dec, b)
-			}
-			return l, nil
+		// Only '{' or '[' can come where a value belongs: the decoder
+		// reports a closing delimiter there as a syntax error.
+		if t == '{' {
+			return jsonObject(dec, b)
 		}
-		// A closing delimiter where a value belongs: the decoder reports
-		// that itself, so this is not reached.
-		return nil, fmt.Errorf("line %d: unexpected %q", lineAt(b, dec.InputOffset()), rune(t))
+		return jsonArray(dec, b)
 	case json.Number:
 		if i, err := t.Int64(); err == nil && i >= math.MinInt && i <= math.MaxInt {
 			return int(i), nil
@@ -106,6 +73,47 @@ func jsonValue(dec *json.Decoder, b []byte) (any, error) {
 	default: // string, bool, nil
 		return t, nil
 	}
+}
+
+// jsonObject reads an object's members after its '{', and the '}'.
+func jsonObject(dec *json.Decoder, b []byte) (map[string]any, error) {
+	m := map[string]any{}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return nil, jsonSyntaxError(err, dec, b)
+		}
+		k, ok := kt.(string)
+		if !ok { // the decoder reports a non-string key itself; kept as a guard
+			return nil, fmt.Errorf("line %d: an object key must be a string", lineAt(b, dec.InputOffset()))
+		}
+		if _, dup := m[k]; dup {
+			return nil, fmt.Errorf("line %d: key %q appears twice in the same object", lineAt(b, dec.InputOffset()), k)
+		}
+		if m[k], err = jsonValue(dec, b); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, jsonSyntaxError(err, dec, b)
+	}
+	return m, nil
+}
+
+// jsonArray reads an array's elements after its '[', and the ']'.
+func jsonArray(dec *json.Decoder, b []byte) ([]any, error) {
+	l := []any{}
+	for dec.More() {
+		v, err := jsonValue(dec, b)
+		if err != nil {
+			return nil, err
+		}
+		l = append(l, v)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, jsonSyntaxError(err, dec, b)
+	}
+	return l, nil
 }
 
 // jsonSyntaxError adds the line to a decoder error. encoding/json's syntax

@@ -350,7 +350,7 @@ type soakWorld struct {
 	kills        []*soakKill
 	final        *soakKill // after the graceful stop
 	finalReplays int
-	deadLetters  map[string]map[string]soakDeadLetter // subscription → event id → dead letter
+	deadLetters  map[string]map[string]queue.DeadLetter // subscription → event id → dead letter
 	ledger       map[string]*proxy.EventStatus
 	stats        soakStats
 }
@@ -691,20 +691,9 @@ func (w *soakWorld) repost(rng *rand.Rand) {
 	w.mu.Unlock()
 }
 
-type soakDeadLetter struct {
-	Subscription string    `json:"subscription"`
-	Seq          uint64    `json:"seq"`
-	EventID      string    `json:"event_id"`
-	Reason       string    `json:"reason"`
-	Attempts     int       `json:"attempts"`
-	Replays      int       `json:"replays"`
-	DeadAt       time.Time `json:"dead_at"`
-	DeliveredAt  time.Time `json:"delivered_at"`
-}
-
 // listDeadLetters pages through GET /v1/dead-letters.
-func (w *soakWorld) listDeadLetters(sub string) ([]soakDeadLetter, error) {
-	var out []soakDeadLetter
+func (w *soakWorld) listDeadLetters(sub string) ([]queue.DeadLetter, error) {
+	var out []queue.DeadLetter
 	cursor := ""
 	for {
 		path := "/v1/dead-letters?limit=1000"
@@ -715,8 +704,8 @@ func (w *soakWorld) listDeadLetters(sub string) ([]soakDeadLetter, error) {
 			path += "&cursor=" + cursor
 		}
 		var page struct {
-			DeadLetters []soakDeadLetter `json:"dead_letters"`
-			Next        string           `json:"next"`
+			DeadLetters []queue.DeadLetter `json:"dead_letters"`
+			Next        string             `json:"next"`
 		}
 		if err := w.adminCall(http.MethodGet, path, nil, &page); err != nil {
 			return out, err
@@ -921,10 +910,10 @@ func (w *soakWorld) run(kills int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.deadLetters = map[string]map[string]soakDeadLetter{}
+	w.deadLetters = map[string]map[string]queue.DeadLetter{}
 	for _, d := range dls {
 		if w.deadLetters[d.Subscription] == nil {
-			w.deadLetters[d.Subscription] = map[string]soakDeadLetter{}
+			w.deadLetters[d.Subscription] = map[string]queue.DeadLetter{}
 		}
 		w.deadLetters[d.Subscription][d.EventID] = d
 	}
