@@ -134,6 +134,40 @@ func TestBreakerTripsProbesAndCloses(t *testing.T) {
 	}
 }
 
+// TestReloadKeepsAnOpenBreakerUnlessItsSettingsChange: a reload that leaves
+// a subscription's breaker settings alone keeps its open breaker (a SIGHUP
+// must not release a flood on a failing endpoint); new settings make a new
+// breaker, closed.
+func TestReloadKeepsAnOpenBreakerUnlessItsSettingsChange(t *testing.T) {
+	tb := startTestbed(t, testbed.ModeFail)
+	bad := sub("bad", tb.URL()+"/bad")
+	bad.Breaker = fastBreaker
+	bad.Breaker.CoolDown, bad.Breaker.MaxCoolDown = time.Hour, time.Hour // stays open for the test
+	bad.Retry = fastRetry(1000)
+	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{bad}, RetryBudget: policy.BudgetConfig{MinPerSecond: 1000}})
+	publish(t, s, "t", "e", 20)
+	eventually(t, "breaker open", func() bool { return lane(s, "bad").Breaker == "open" })
+
+	same := *bad
+	if err := s.Reload([]*proxy.Subscription{&same}); err != nil {
+		t.Fatal(err)
+	}
+	if l := lane(s, "bad"); l.Breaker != "open" {
+		t.Fatalf("after a reload with the same breaker settings: %+v, want the breaker still open", l)
+	}
+	held := tb.Stats()["/bad"].Requests // open for an hour: no more requests until the next reload
+
+	changed := *bad
+	changed.Breaker.MinRequests, changed.Breaker.ConsecutiveTimeouts = 1<<30, 1<<30 // cannot trip
+	if err := s.Reload([]*proxy.Subscription{&changed}); err != nil {
+		t.Fatal(err)
+	}
+	if l := lane(s, "bad"); l.Breaker != "closed" {
+		t.Fatalf("after a reload with new breaker settings: %+v, want a new, closed breaker", l)
+	}
+	eventually(t, "deliveries resume under the new breaker", func() bool { return tb.Stats()["/bad"].Requests > held })
+}
+
 func TestBacklogQuotaDeadLettersTheOldest(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeBlackhole)
 	hole := sub("hole", tb.URL()+"/hole")
