@@ -14,8 +14,7 @@ var forbiddenPrefixes = []struct {
 	{netip.MustParsePrefix("100.64.0.0/10"), "a shared (carrier-grade NAT) address"},
 	{netip.MustParsePrefix("192.0.0.0/24"), "an IETF protocol address"},
 	{netip.MustParsePrefix("198.18.0.0/15"), "a benchmarking address"},
-	{netip.MustParsePrefix("240.0.0.0/4"), "a reserved address"},
-	{netip.MustParsePrefix("255.255.255.255/32"), "the broadcast address"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "a reserved address"}, // holds the broadcast address too
 	{netip.MustParsePrefix("64:ff9b::/96"), "a NAT64 address"},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "a NAT64 address"},
 	{netip.MustParsePrefix("2002::/16"), "a 6to4 address"},
@@ -42,7 +41,7 @@ func ForbiddenTarget(ip netip.Addr) string {
 		return "a link-local address (cloud metadata lives here)"
 	case ip.IsUnspecified():
 		return "the unspecified address"
-	case ip.IsMulticast(), ip.IsLinkLocalMulticast(), ip.IsInterfaceLocalMulticast():
+	case ip.IsMulticast(): // link- and interface-local multicast included
 		return "a multicast address"
 	}
 	for _, f := range forbiddenPrefixes {

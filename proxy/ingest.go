@@ -379,25 +379,34 @@ func (f fasthttpLogger) Printf(format string, args ...any) {
 // first request was on its way gets a reset rather than a 503, and the
 // producer retries either way.
 type freshConns struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 	m  map[net.Conn]struct{}
 }
 
-// track is the ingest server's ConnState hook.
+// track is the ingest server's ConnState hook. fasthttp calls it with
+// StateActive on every request, not once per connection: a connection
+// that is no longer fresh costs a shared read lock, never the write lock.
 func (f *freshConns) track(c net.Conn, st fasthttp.ConnState) {
-	if st == fasthttp.StateIdle {
-		return // only a connection that was active goes idle: not in m
-	}
-	f.mu.Lock()
-	if st == fasthttp.StateNew {
+	switch st {
+	case fasthttp.StateNew:
+		f.mu.Lock()
 		if f.m == nil {
 			f.m = make(map[net.Conn]struct{})
 		}
 		f.m[c] = struct{}{}
-	} else {
-		delete(f.m, c)
+		f.mu.Unlock()
+	case fasthttp.StateIdle:
+		// Only a connection that was active goes idle: not in m.
+	default:
+		f.mu.RLock()
+		_, fresh := f.m[c]
+		f.mu.RUnlock()
+		if fresh {
+			f.mu.Lock()
+			delete(f.m, c)
+			f.mu.Unlock()
+		}
 	}
-	f.mu.Unlock()
 }
 
 // closeAll closes every connection that has not sent a request.
