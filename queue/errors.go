@@ -45,3 +45,12 @@ func (e *dirError) Error() string {
 }
 
 func (e *dirError) Unwrap() []error { return []error{e.kind, e.cause} }
+
+var (
+	// ErrReplayed is returned by Replay for a dead letter already replayed
+	// (without force): replaying twice must not deliver twice by accident.
+	ErrReplayed = errors.New("dead letter already replayed")
+	// ErrRetryScheduled is returned by Replay while the dead letter's event
+	// already has a retry scheduled for that subscription.
+	ErrRetryScheduled = errors.New("a retry is already scheduled")
+)

@@ -1,0 +1,111 @@
+package proxy
+
+import (
+	"encoding/base64"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// The admin API's answers, one type each, shared by the server (admin.go)
+// and its typed client (package client): the CLI, the tests and the bench
+// decode exactly what the server encodes. The on-disk records stay in
+// queue; these are views of them.
+
+// DeadLetterInfo is a dead letter as the admin API shows it. The body is
+// included only by GET /v1/dead-letters/{subscription}/{seq}: as text when
+// it is valid UTF-8, else as base64.
+type DeadLetterInfo struct {
+	Subscription string    `json:"subscription"`
+	Seq          uint64    `json:"seq"`
+	EventID      string    `json:"event_id"`
+	Type         string    `json:"type"`
+	AcceptedAt   time.Time `json:"accepted_at"`
+	Reason       string    `json:"reason"`
+	Attempts     int       `json:"attempts"`
+	LastStatus   int       `json:"last_status"`
+	LastError    string    `json:"last_error"`
+	Response     string    `json:"response"`
+	DeadAt       time.Time `json:"dead_at"`
+	Replays      int       `json:"replays"`
+	ReplayedAt   time.Time `json:"replayed_at,omitzero"`
+	DeliveredAt  time.Time `json:"delivered_at,omitzero"` // when a replay was acknowledged
+	BodyBytes    int       `json:"body_bytes"`
+	ContentType  string    `json:"content_type,omitempty"`
+	Body         *string   `json:"body,omitempty"`
+	BodyBase64   string    `json:"body_base64,omitempty"`
+}
+
+// NewDeadLetterInfo is the API view of d, with its body when withBody.
+func NewDeadLetterInfo(d *queue.DeadLetter, withBody bool) DeadLetterInfo {
+	v := DeadLetterInfo{
+		Subscription: d.Subscription, Seq: d.Seq, EventID: d.EventID, Type: d.Type,
+		AcceptedAt: d.AcceptedAt, Reason: d.Reason, Attempts: d.Attempts, LastStatus: d.LastStatus,
+		LastError: d.LastError, Response: d.Response, DeadAt: d.DeadAt, Replays: d.Replays,
+		ReplayedAt: d.ReplayedAt, DeliveredAt: d.DeliveredAt, BodyBytes: len(d.Body),
+	}
+	if withBody {
+		v.ContentType = d.ContentType
+		if utf8.Valid(d.Body) {
+			s := string(d.Body)
+			v.Body = &s
+		} else {
+			v.BodyBase64 = base64.StdEncoding.EncodeToString(d.Body)
+		}
+	}
+	return v
+}
+
+// DeadLetterPage answers GET /v1/dead-letters; Next, when not empty, is
+// the cursor of the next page.
+type DeadLetterPage struct {
+	DeadLetters []DeadLetterInfo `json:"dead_letters"`
+	Next        string           `json:"next"`
+}
+
+// ReplayRequest is the body of POST /v1/dead-letters/replay: one dead
+// letter (Subscription and Seq), a list (Items), or every one a filter
+// matches; Force replays letters already replayed.
+type ReplayRequest struct {
+	Subscription string        `json:"subscription,omitempty"`
+	Seq          uint64        `json:"seq,omitempty"`
+	Items        []ReplayItem  `json:"items,omitempty"`
+	Filter       *ReplayFilter `json:"filter,omitempty"`
+	Force        bool          `json:"force,omitempty"`
+}
+
+// ReplayItem names one dead letter.
+type ReplayItem struct {
+	Subscription string `json:"subscription"`
+	Seq          uint64 `json:"seq"`
+}
+
+// ReplayFilter selects dead letters by subscription and reason ("" is any).
+type ReplayFilter struct {
+	Subscription string `json:"subscription"`
+	Reason       string `json:"reason"`
+}
+
+// ReplayAnswer answers POST /v1/dead-letters/replay.
+type ReplayAnswer struct {
+	Replayed int            `json:"replayed"`
+	Results  []ReplayResult `json:"results"`
+}
+
+// SubscriptionList answers GET /v1/subscriptions.
+type SubscriptionList struct {
+	Subscriptions []LaneStatus `json:"subscriptions"`
+	Head          uint64       `json:"head"`
+}
+
+// StateAnswer answers POST /v1/subscriptions/{id}/pause and /resume.
+type StateAnswer struct {
+	Subscription string `json:"subscription"`
+	State        string `json:"state"`
+}
+
+// ErrorAnswer is the body of every admin API error.
+type ErrorAnswer struct {
+	Error string `json:"error"`
+}

@@ -1,0 +1,132 @@
+package queue
+
+import "time"
+
+// Store is what the delivery engine needs of a backend: the event log and
+// the delivery state kept beside it. Every backend (Badger today, NATS
+// JetStream for fleet mode) implements it and passes queuetest.Run, the
+// contract suite; the engine sees nothing else of it.
+//
+// Each method is safe for concurrent use. Errors wrap ErrNotFound,
+// ErrClosed, ErrCorrupt or ErrDiskFull where those apply.
+type Store interface {
+	Log
+	State
+	// Close commits what is queued and releases the backend; calling it
+	// again does nothing.
+	Close() error
+}
+
+// Log is the append-only log of accepted events.
+type Log interface {
+	// Append makes ev durable and returns its sequence number; a repeated
+	// id within the dedup window returns the original seq with dup true
+	// and writes nothing. ev.ID and ev.AcceptedAt must be set; after
+	// Append returns, ev.Body belongs to the log and must not change.
+	Append(ev *Event) (seq uint64, dup bool, err error)
+	// Head is the last sequence number durable and published (0: empty).
+	Head() uint64
+	// Lookup returns the seq and type of the event with this id while the
+	// id is remembered (the dedup window); ErrNotFound after.
+	Lookup(id string) (seq uint64, typ string, err error)
+	// Event reads one event; ErrNotFound once compacted.
+	Event(seq uint64) (*Event, error)
+	// Events returns up to limit events with from <= seq <= to whose type
+	// satisfies match (nil: all), and the seq to continue from. Fewer than
+	// limit with next <= to means the scan stopped at its bound.
+	Events(from, to uint64, limit int, match func(typ []byte) bool) (evs []*Event, next uint64, err error)
+	// CountEvents counts events with from <= seq <= to whose type
+	// satisfies match, stopping once the count passes limit.
+	CountEvents(from, to uint64, match func(typ []byte) bool, limit int) (int, error)
+	// Compact deletes the events below `below` that no retry still needs.
+	Compact(below uint64) (int, error)
+	// DiskUsage is the last measurement of the log's storage.
+	DiskUsage() DiskUsage
+}
+
+// State is the delivery state of every subscription: memberships (who is
+// owed which events, invariant 7), cursors, the retry schedule and the
+// dead letters.
+type State interface {
+	// Memberships returns every subscription the store knows, with its
+	// durable cursor.
+	Memberships() ([]Membership, error)
+	// JoinAll makes each requested subscription a member: a new one is
+	// entitled to the events appended from now on (From = head+1), a known
+	// one takes the new snapshot, one that was leaving becomes active again.
+	JoinAll(reqs []JoinRequest) ([]Membership, error)
+	// Leave ends sub's entitlement at the current head (Until = head).
+	Leave(sub string) (Membership, error)
+	// SetPaused records why sub's deliveries are paused ("" resumes).
+	SetPaused(sub, reason string) error
+	// Retire forgets a subscription that has drained; its dead letters stay.
+	Retire(sub string) error
+	// SaveCursors writes the given cursors together.
+	SaveCursors(cursors map[string]uint64) error
+
+	// Record writes the outcome of one delivery attempt in one
+	// transaction: after a crash either all of it happened or none.
+	Record(o Outcome) error
+	// DueRetries returns up to limit of sub's retries due at or before now,
+	// earliest first, skipping those skip (may be nil) reports, and the due
+	// time of the first one left for later (zero if none is known).
+	DueRetries(sub string, now time.Time, limit int, skip func(seq uint64) bool) ([]Retry, time.Time, error)
+	// Retries returns sub's scheduled retries, earliest first, at most limit.
+	Retries(sub string, limit int) ([]Retry, error)
+	// RetryOf returns sub's scheduled retry of seq; nil when there is none.
+	// It is a point lookup, not a scan of the schedule.
+	RetryOf(sub string, seq uint64) (*Retry, error)
+	// RetrySummaries summarises every subscription's retry schedule, for
+	// start-up; cursors holds the durable cursors.
+	RetrySummaries(cursors map[string]uint64) (map[string]*RetrySummary, error)
+
+	// DeadLetter reads one dead letter; ErrNotFound when there is none.
+	DeadLetter(sub string, seq uint64) (*DeadLetter, error)
+	// DeadLetters lists dead letters of sub ("" for all) in key order,
+	// after the given position, at most limit.
+	DeadLetters(sub, afterSub string, afterSeq uint64, limit int) ([]*DeadLetter, error)
+	// Replay schedules a dead letter for delivery again, due at `due`, and
+	// records the replay on it. The check and the write are one atomic
+	// step, so concurrent replays of one letter schedule it once: a letter
+	// already replayed answers ErrReplayed unless force, and one with a
+	// retry scheduled answers ErrRetryScheduled whatever force says.
+	Replay(sub string, seq uint64, due time.Time, force bool) (*DeadLetter, error)
+}
+
+// OutcomeKind is how one delivery attempt was resolved.
+type OutcomeKind uint8
+
+const (
+	// Acked: the endpoint acknowledged; a retry record the attempt came
+	// from is deleted (a replay's delivery is recorded on its dead letter).
+	Acked OutcomeKind = iota + 1
+	// RetryScheduled: a retry record is written (replacing the one the
+	// attempt came from).
+	RetryScheduled
+	// DeadLettered: a dead letter is written (with its body copy) and the
+	// retry record the attempt came from is deleted. A letter already
+	// kept for this seq keeps its replay history (Replays, ReplayedAt),
+	// which is what makes replay once-only.
+	DeadLettered
+)
+
+// Outcome is the durable resolution of one delivery attempt: what Record
+// writes, in one transaction.
+type Outcome struct {
+	Kind OutcomeKind
+	// Subscription and Seq name the delivery.
+	Subscription string
+	Seq          uint64
+	// From is the retry record this attempt came from; nil for a first
+	// attempt (then Acked writes nothing at all).
+	From *Retry
+	// At is when the outcome was decided (a replay's delivery time).
+	At time.Time
+	// Retry is the record to schedule, for RetryScheduled.
+	Retry *Retry
+	// DeadLetter is the letter to keep, for DeadLettered.
+	DeadLetter *DeadLetter
+	// Pause, when not empty, also records the subscription as paused with
+	// this reason (a 410 Gone), in the same transaction.
+	Pause string
+}
