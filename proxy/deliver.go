@@ -90,25 +90,26 @@ func (d *dispatcher) deliver(j *job, w *workerState) result {
 		err = nil
 	}
 	if err != nil {
-		res.errKind = errKind(err)
+		res.Failure = failureOf(err)
 	} else {
-		res.status = resp.StatusCode()
+		res.Status = resp.StatusCode()
 	}
-	res.outcome = policy.Classify(res.status, err, sub.Classify)
-	if res.outcome == policy.Retry && res.status != 0 {
+	res.Outcome = policy.Classify(res.Status, err, sub.Classify)
+	if res.Outcome == policy.Retry && res.Status != 0 {
 		if v := resp.Header.Peek("Retry-After"); len(v) > 0 {
-			res.retryAfter, _ = policy.ParseRetryAfterAt(string(v), d.now(), string(resp.Header.Peek("Date")))
+			res.RetryAfter, _ = policy.ParseRetryAfterAt(string(v), d.now(), string(resp.Header.Peek("Date")))
 		}
 	}
-	if res.outcome != policy.Ack && res.status != 0 {
+	if res.Outcome != policy.Ack && res.Status != 0 {
 		res.snippet = snippet(resp.Body())
 	}
 	return res
 }
 
-// errKind names a transport failure in a word: it goes into dead letters,
-// retry records and logs, which must never carry URLs or payloads.
-func errKind(err error) string {
+// failureOf classifies a transport error once, at the HTTP boundary; its
+// word goes into dead letters, retry records and logs, which must never
+// carry URLs or payloads.
+func failureOf(err error) policy.Failure {
 	var dnsErr *net.DNSError
 	var opErr *net.OpError
 	switch {
@@ -116,23 +117,23 @@ func errKind(err error) string {
 		// A connect that never completes (SYNs dropped) holds a slot for the
 		// whole timeout, like any black hole: the breaker must see it so.
 		errors.Is(err, fasthttp.ErrDialTimeout):
-		return "timeout"
+		return policy.FailTimeout
 	case errors.Is(err, fasthttp.ErrNoFreeConns), errors.Is(err, fasthttp.ErrConnPoolStrategyNotImpl):
-		return "no_free_connections"
+		return policy.FailNoFreeConns
 	case errors.As(err, new(*ForbiddenTargetError)):
-		return "forbidden_target"
+		return policy.FailForbiddenTarget
 	case errors.As(err, &dnsErr):
-		return "dns"
+		return policy.FailDNS
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection_refused"
+		return policy.FailConnRefused
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, fasthttp.ErrConnectionClosed):
-		return "connection_reset"
+		return policy.FailConnReset
 	case errors.As(err, new(*tls.CertificateVerificationError)), strings.Contains(err.Error(), "tls:"):
-		return "tls"
+		return policy.FailTLS
 	case errors.As(err, &opErr) && opErr.Op == "dial":
-		return "connect"
+		return policy.FailConnect
 	}
-	return "transport"
+	return policy.FailTransport
 }
 
 func snippet(b []byte) string {

@@ -183,6 +183,7 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 		l.mu.Lock()
 		l.setPolicies(s)
 		l.match, l.left, l.until = d.matcherFor(s), false, 0
+		l.backlogTo, l.backlogN = 0, 0 // the filter may have changed: count afresh
 		l.leaving.Store(false)
 		l.mu.Unlock()
 		l.pump()
@@ -599,8 +600,13 @@ wait:
 }
 
 // timerHeap wakes lanes when their earliest retry (or a backed-off write)
-// is due. Entries are not removed when a lane's due time changes: a wake-up
-// that finds nothing to do is cheap.
+// is due. It holds at most one live entry per lane, the earliest asked
+// for (lane.timerAt): a later wake-up is not needed, because a pump at the
+// earlier one re-arms whatever the lane still waits for (pumpLocked ends
+// by arming nextDue; a refused gate arms its own wake-up again). An entry
+// replaced by an earlier one stays in the heap, stale, and is dropped
+// when it comes up, so the heap grows with the lanes, not with the
+// wake-ups asked for (it had one entry per request, never removed).
 type timerHeap struct {
 	mu   sync.Mutex
 	h    timerEntries
@@ -630,7 +636,13 @@ func (h *timerEntries) Pop() any {
 }
 
 func (t *timerHeap) add(l *lane, due time.Time) {
+	at := due.UnixNano()
 	t.mu.Lock()
+	if l.timerAt != 0 && l.timerAt <= at {
+		t.mu.Unlock()
+		return
+	}
+	l.timerAt = at
 	heap.Push(&t.h, timerEntry{due: due, lane: l})
 	first := t.h[0].lane == l && t.h[0].due.Equal(due)
 	t.mu.Unlock()
@@ -640,6 +652,13 @@ func (t *timerHeap) add(l *lane, due time.Time) {
 		default:
 		}
 	}
+}
+
+// len is how many entries the heap holds, stale ones included.
+func (t *timerHeap) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.h.Len()
 }
 
 func (d *dispatcher) timerLoop() {
@@ -655,7 +674,12 @@ func (d *dispatcher) timerLoop() {
 		// An entry far ahead of what its lane schedules predates a step
 		// back of the wall clock: wake the lane now (lane.dueBy).
 		for t.h.Len() > 0 && t.h[0].lane.dueBy(t.h[0].due, now) {
-			due = append(due, heap.Pop(&t.h).(timerEntry).lane)
+			e := heap.Pop(&t.h).(timerEntry)
+			if e.lane.timerAt != e.due.UnixNano() {
+				continue // replaced by an earlier wake-up, which has run
+			}
+			e.lane.timerAt = 0
+			due = append(due, e.lane)
 		}
 		if t.h.Len() > 0 {
 			wait = t.h[0].due.Sub(now)
@@ -694,19 +718,33 @@ func (d *dispatcher) statuses() []LaneStatus {
 	out := make([]LaneStatus, 0, len(lanes))
 	now := d.now()
 	for _, l := range lanes {
-		out = append(out, d.withOldestAge(l.status(), now))
+		out = append(out, l.withOldestAge(l.status(), now))
 	}
 	sortStatuses(out)
 	return out
 }
 
-// withOldestAge fills st.OldestAge from the entry just past the cursor (the
-// ring, or one read of the log).
-func (d *dispatcher) withOldestAge(st LaneStatus, now time.Time) LaneStatus {
-	if st.Backlog > 0 || st.InFlight > 0 {
-		if ev, err := d.event(st.Cursor + 1); err == nil {
-			st.OldestAge = max(now.Sub(ev.AcceptedAt).Seconds(), 0)
-		}
+// withOldestAge fills st.OldestAge from the entry just past the cursor:
+// remembered from the last time it was asked while the cursor has not
+// moved, else from the ring or one read of the log.
+func (l *lane) withOldestAge(st LaneStatus, now time.Time) LaneStatus {
+	if st.Backlog == 0 && st.InFlight == 0 {
+		return st
 	}
+	seq := st.Cursor + 1
+	l.mu.Lock()
+	at, known := l.oldestAt, l.oldestSeq == seq
+	l.mu.Unlock()
+	if !known {
+		ev, err := l.d.event(seq)
+		if err != nil {
+			return st
+		}
+		at = ev.AcceptedAt.UnixNano()
+		l.mu.Lock()
+		l.oldestSeq, l.oldestAt = seq, at
+		l.mu.Unlock()
+	}
+	st.OldestAge = max(now.Sub(time.Unix(0, at)).Seconds(), 0)
 	return st
 }

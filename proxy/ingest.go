@@ -137,7 +137,7 @@ func (s *Server) newIngestServer() *fasthttp.Server {
 		ConnState:             s.fresh.track,
 		Logger:                fasthttpLogger{s.log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			s.d.m.rejected.Inc()
+			s.im.rejected.Inc()
 			status, msg := readErrorStatus(err, s.opts.MaxBodyBytes, maxHeader, headerTimeout, bodyTimeout)
 			s.log.Debug("ingest request rejected", "status", status, "err", err)
 			jsonError(ctx, status, msg)
@@ -211,7 +211,7 @@ func (g *ingestGate) leave(n int) {
 func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 	start := time.Now()
 	s.ingestEvent(ctx, gate)
-	m := s.d.m
+	m := s.im
 	switch code := ctx.Response.StatusCode(); {
 	case code == fasthttp.StatusAccepted:
 		m.accepted.Inc()
@@ -220,7 +220,7 @@ func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 	default:
 		m.rejected.Inc()
 	}
-	m.ingestDur.Observe(time.Since(start).Seconds())
+	m.duration.Observe(time.Since(start).Seconds())
 }
 
 func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate) {

@@ -1,8 +1,8 @@
 package proxy
 
 import (
+	"math"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -45,12 +45,27 @@ type lane struct {
 	// ahead: seqs above the cursor this process started from that already
 	// have a retry record (see queue.RetrySummary.Ahead); nil almost always.
 	ahead    map[uint64]struct{}
-	redo     []*job // attempts whose outcome could not be written yet
+	// unrecorded holds attempts whose outcome could not be written yet;
+	// nil almost always.
+	unrecorded []unrecorded
 	inFlight int
 	cursor   uint64
 	dirty    bool
 	hungry   bool
 	nextDue  time.Time // earliest known scheduled retry; zero when none is known
+	// timerAt is the unix nanos of the lane's live timer entry (0: none);
+	// guarded by the timer heap's mu, not by l.mu.
+	timerAt int64
+	// backlogTo and backlogN: of the events in [next, backlogTo], backlogN
+	// match a filtered lane's types. The backlog quota counts only what
+	// was appended since, not the whole backlog every second.
+	backlogTo uint64
+	backlogN  int64
+	// oldestSeq and oldestAt remember when the event just past the cursor
+	// was accepted, so a scrape reads the log only for lanes whose cursor
+	// moved since the last one.
+	oldestSeq uint64
+	oldestAt  int64
 	retired  bool
 	pausedBy string // why deliveries are paused at run time (410 Gone, an operator)
 
@@ -278,22 +293,23 @@ func (l *lane) pump() {
 func (l *lane) pumpLocked() {
 	d := l.d
 	l.hungry = false
-	if l.retired || l.paused() || d.stopping.Load() {
+	if l.retired {
+		return
+	}
+	now := d.now()
+	if len(l.unrecorded) > 0 && !l.recordPending(now) {
+		// The store refuses writes: sending more would only pile up
+		// outcomes it cannot take.
+		return
+	}
+	if l.paused() || d.stopping.Load() {
 		return
 	}
 	limit := l.limit()
-	for len(l.redo) > 0 && l.inFlight < limit {
-		if !d.acquire(l) {
-			return
-		}
-		j := l.redo[0]
-		l.redo = l.redo[1:]
-		l.start(j)
-	}
-	now := d.now()
 	if l.inFlight < limit && !l.nextDue.IsZero() && l.dueBy(l.nextDue, now) {
 		if !l.startRetries(now, limit) {
 			l.updateCursor()
+			l.armNextDue(now)
 			return
 		}
 	}
@@ -320,6 +336,16 @@ func (l *lane) pumpLocked() {
 		l.start(&job{lane: l, sub: l.sub, ev: ev, attempt: 1, first: now, started: now, probe: probe})
 	}
 	l.updateCursor()
+	l.armNextDue(now)
+}
+
+// armNextDue makes sure a wake-up is armed for the lane's next retry: the
+// timer heap keeps only each lane's earliest wake-up, so a pump that ran
+// early must arm the later one again. l.mu is held.
+func (l *lane) armNextDue(now time.Time) {
+	if !l.nextDue.IsZero() && l.nextDue.After(now) {
+		l.d.timers.add(l, l.nextDue)
+	}
 }
 
 // startRetries starts due retries; false means the global limit stopped it.
@@ -355,7 +381,7 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 		if err != nil {
 			// A replayed dead letter may outlive its event in the log: its
 			// own body copy serves.
-			if dl, derr := d.q.GetDeadLetter(l.id, r.Seq); derr == nil && dl.EventID != "" {
+			if dl, derr := d.q.DeadLetter(l.id, r.Seq); derr == nil && dl.EventID != "" {
 				ev, err = &queue.Event{Seq: r.Seq, ID: dl.EventID, Type: dl.Type, ContentType: dl.ContentType, AcceptedAt: dl.AcceptedAt, Body: dl.Body}, nil
 			}
 		}
@@ -363,13 +389,14 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			// The log lost an event a retry needed: keep the failure
 			// visible as a dead letter rather than retrying forever.
 			d.log.Error("event for retry missing", "subscription", l.id, "seq", r.Seq, "err", err)
-			dl := &queue.DeadLetter{Subscription: l.id, Seq: r.Seq, Reason: "event_missing", Attempts: r.Attempt, LastStatus: r.LastStatus, LastError: r.LastError, DeadAt: now}
-			if err := d.q.AddDeadLetter(dl, r); err != nil {
+			o := queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: r.Seq, From: r, At: now,
+				DeadLetter: newDeadLetter(l.id, &queue.Event{Seq: r.Seq}, reasonEventMissing, r.Attempt,
+					policy.Exchange{Status: r.LastStatus}, "", now)}
+			o.DeadLetter.LastError = r.LastError
+			if err := l.record(o); err != nil {
 				d.log.Error("dead-letter", "subscription", l.id, "seq", r.Seq, "err", err)
 			} else {
-				l.scheduled.Add(-1)
-				l.deadLettered.Add(1)
-				d.m.deadLetters.WithLabelValues(l.id, "event_missing").Inc()
+				l.resolved(nil, o)
 			}
 			continue
 		}
@@ -408,6 +435,10 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 	}
 	return true
 }
+
+// reasonEventMissing is the dead-letter reason of a retry whose event the
+// log no longer holds (and no dead letter keeps a copy of).
+const reasonEventMissing = "event_missing"
 
 // farFuture is a due time past every retry record's.
 var farFuture = time.Unix(0, 1<<62)
@@ -474,6 +505,7 @@ func (l *lane) nextInLog() *queue.Event {
 		if ev, ok := l.d.ring.get(l.next); ok {
 			l.next++
 			if l.wants(ev.Type) {
+				l.took(ev.Seq)
 				return ev
 			}
 			continue
@@ -485,11 +517,46 @@ func (l *lane) nextInLog() *queue.Event {
 			return nil
 		}
 		l.next = max(next, l.next)
+		for _, ev := range evs {
+			l.took(ev.Seq)
+		}
 		l.buf = evs
 		if len(evs) == 0 && l.next > limit {
 			return nil
 		}
 	}
+}
+
+// took notes that a matching event left the part of the log past next
+// (backlogN counts only that part). l.mu is held.
+func (l *lane) took(seq uint64) {
+	if seq <= l.backlogTo && l.backlogN > 0 {
+		l.backlogN--
+	}
+}
+
+// waiting counts the entitled events past next, up to limit: arithmetic
+// for a lane of all types; for a filtered one, backlogN brought up to date
+// by counting only the events appended since it was last brought up to
+// date. l.mu is held.
+func (l *lane) waiting(limit uint64) (int64, error) {
+	if limit < l.next {
+		return 0, nil
+	}
+	if l.match == nil {
+		return int64(limit - l.next + 1), nil
+	}
+	if l.backlogTo+1 < l.next {
+		l.backlogTo, l.backlogN = l.next-1, 0 // nothing counted is past next
+	}
+	if limit > l.backlogTo {
+		n, err := l.d.q.CountEvents(l.backlogTo+1, limit, l.match, math.MaxInt-1)
+		if err != nil {
+			return 0, err
+		}
+		l.backlogTo, l.backlogN = limit, l.backlogN+int64(n)
+	}
+	return l.backlogN, nil
 }
 
 // updateCursor moves the cursor over resolved deliveries.
@@ -517,17 +584,25 @@ func (l *lane) updateCursor() {
 	}
 }
 
-// result is what one HTTP exchange came to.
+// result is what one HTTP exchange came to: the exchange as policy judges
+// it, and a bounded snippet of the response for a dead letter.
 type result struct {
-	outcome    policy.Outcome
-	status     int           // 0 when no answer
-	retryAfter time.Duration // 0 when none
-	errKind    string        // short classification of a transport error
-	snippet    string        // bounded response body, for dead letters
+	policy.Exchange
+	snippet string
 }
 
-// finish records the outcome of an attempt durably, then frees its slot.
-// The cursor moves past a first attempt only after that write.
+// unrecorded is an attempt whose outcome was decided but could not be
+// written yet. Redoing it writes the same outcome again; it never sends
+// the request again, so the breaker, the rate limit and the budget see
+// each exchange exactly once.
+type unrecorded struct {
+	j *job
+	o queue.Outcome
+}
+
+// finish settles one attempt: decide (policy.Resolve), record (one
+// Store.Record, one transaction), update (memory, metrics, cursor). The
+// cursor moves past a first attempt only after its outcome is durable.
 func (l *lane) finish(j *job, res result) {
 	d := l.d
 	d.life.RLock()
@@ -539,77 +614,11 @@ func (l *lane) finish(j *job, res result) {
 		return
 	}
 	now := d.now()
-	var (
-		err error
-		due time.Time
-	)
-	l.attempts.Add(1)
-	l.lastStatus.Store(int64(res.status))
-	lm := l.laneMetrics(d.m)
-	lm.exchange.Observe(now.Sub(j.started).Seconds())
-	switch {
-	case res.outcome == policy.Ack:
-		lm.ack.Inc()
-		// AcceptedAt is wall-clock (it outlives the process): after the
-		// clock steps back it can lie ahead, and a histogram must not
-		// get a negative latency.
-		lm.latency.Observe(max(now.Sub(j.ev.AcceptedAt), 0).Seconds())
-	case res.errKind == "timeout":
-		lm.timeout.Inc()
-	case res.outcome == policy.Retry:
-		lm.retry.Inc()
-	default:
-		lm.dead.Inc()
-	}
-	if res.status >= 200 && res.status < 500 {
-		// The endpoint answered: a success for the retry budget, 4xx too.
-		d.budget.Success()
-	}
-	gone := res.status == http.StatusGone && res.outcome == policy.DeadLetter
-	switch res.outcome {
-	case policy.Ack:
-		if j.retry != nil {
-			if j.retry.Replay {
-				err = d.q.AckReplay(*j.retry, now)
-			} else {
-				err = d.q.DropRetry(*j.retry)
-			}
-			if err == nil {
-				l.scheduled.Add(-1)
-			}
-		}
-		if err == nil {
-			l.delivered.Add(1)
-		}
-	case policy.Retry:
-		var reason string
-		var ok bool
-		due, reason, ok = j.sub.Retry.Next(j.attempt, j.first, now, res.retryAfter)
-		if ok {
-			r := queue.Retry{Subscription: l.id, Seq: j.ev.Seq, Due: due, Attempt: j.attempt, FirstAttempt: j.first, LastStatus: res.status, LastError: res.errKind,
-				Replay: j.retry != nil && j.retry.Replay}
-			if err = d.q.ScheduleRetry(r, j.retry); err == nil {
-				l.retried.Add(1)
-				if j.retry == nil {
-					l.scheduled.Add(1)
-				}
-			}
-		} else {
-			due = time.Time{}
-			err = l.deadLetter(j, res, reason, now)
-		}
-	default:
-		reason := policy.ReasonRejected
-		if gone {
-			reason = policy.ReasonGone
-		}
-		err = l.deadLetter(j, res, reason, now)
-	}
-	var pauseErr error
-	if gone {
-		// Standard Webhooks: 410 means the endpoint is gone for good. Stop
-		// sending (the backlog waits on disk) until an operator resumes.
-		pauseErr = d.q.SetPaused(l.id, "endpoint answered 410 Gone")
+	l.observe(j, res, now)
+	o := l.outcome(j, res, policy.Resolve(res.Exchange, j.sub.Retry, j.attempt, j.first, now), now)
+	var err error
+	if o.Pause == "" {
+		err = l.record(o)
 	}
 	d.release()
 
@@ -619,61 +628,161 @@ func (l *lane) finish(j *job, res result) {
 	// the ACKs of deliveries that had just finished, and send them again
 	// after the restart.
 	l.mu.Lock()
-	l.inFlight--
-	l.brk().Record(res.outcome == policy.Retry, res.errKind == "timeout", j.probe)
-	if l.auto != nil {
-		l.auto.Completed(now.Sub(j.started), res.errKind == "timeout")
+	if o.Pause != "" {
+		// A pause is written and applied under l.mu, as Pause and Resume
+		// do: a resume between the write and the in-memory flag would
+		// leave memory paused and the log resumed.
+		err = l.record(o)
 	}
-	if gone && l.pausedBy == "" {
-		l.pausedBy = "endpoint answered 410 Gone"
-		d.log.Warn("subscription paused: endpoint answered 410 Gone", "subscription", l.id)
-		if pauseErr != nil {
-			d.log.Error("record pause", "subscription", l.id, "err", pauseErr)
-		}
+	l.inFlight--
+	l.brk().Record(res.Outcome == policy.Retry, res.Timeout(), j.probe)
+	if l.auto != nil {
+		l.auto.Completed(now.Sub(j.started), res.Timeout())
 	}
 	if err != nil {
 		d.log.Error("record delivery outcome", "subscription", l.id, "seq", j.ev.Seq, "err", err)
-		l.redo = append(l.redo, j)
+		l.unrecorded = append(l.unrecorded, unrecorded{j, o})
 		d.timers.add(l, now.Add(time.Second))
 	} else {
-		if j.retry != nil {
-			delete(l.retrying, j.ev.Seq)
-		} else {
-			for i := range l.window {
-				if l.window[i].seq == j.ev.Seq {
-					l.window[i].done = true
-					break
-				}
-			}
-		}
-		if !due.IsZero() && (l.nextDue.IsZero() || due.Before(l.nextDue)) {
-			l.nextDue = due
-			d.timers.add(l, due)
-		}
-		l.updateCursor()
+		l.resolved(j, o)
 	}
 	d.life.RUnlock()
 	l.pumpLocked()
 	l.mu.Unlock()
 }
 
-func (l *lane) deadLetter(j *job, res result, reason string, now time.Time) error {
-	ev := j.ev
-	dl := &queue.DeadLetter{
-		Subscription: l.id, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
-		AcceptedAt: ev.AcceptedAt, Reason: reason, Attempts: j.attempt, LastStatus: res.status,
-		LastError: res.errKind, Response: res.snippet, DeadAt: now, Body: ev.Body,
+// observe counts one exchange: it happened, whatever becomes of its record.
+func (l *lane) observe(j *job, res result, now time.Time) {
+	d := l.d
+	l.attempts.Add(1)
+	l.lastStatus.Store(int64(res.Status))
+	lm := l.laneMetrics(d.m)
+	lm.exchange.Observe(now.Sub(j.started).Seconds())
+	switch {
+	case res.Outcome == policy.Ack:
+		lm.ack.Inc()
+		// AcceptedAt is wall-clock (it outlives the process): after the
+		// clock steps back it can lie ahead, and a histogram must not
+		// get a negative latency.
+		lm.latency.Observe(max(now.Sub(j.ev.AcceptedAt), 0).Seconds())
+	case res.Timeout():
+		lm.timeout.Inc()
+	case res.Outcome == policy.Retry:
+		lm.retry.Inc()
+	default:
+		lm.dead.Inc()
 	}
-	if err := l.d.q.AddDeadLetter(dl, j.retry); err != nil {
-		return err
+	if res.Answered() {
+		d.budget.Success()
 	}
-	if j.retry != nil {
+}
+
+// outcome turns a resolution into the record the store writes.
+func (l *lane) outcome(j *job, res result, rs policy.Resolution, now time.Time) queue.Outcome {
+	o := queue.Outcome{Subscription: l.id, Seq: j.ev.Seq, From: j.retry, At: now, Pause: rs.Pause}
+	switch rs.Outcome {
+	case policy.Ack:
+		o.Kind = queue.Acked
+	case policy.Retry:
+		o.Kind = queue.RetryScheduled
+		o.Retry = &queue.Retry{Subscription: l.id, Seq: j.ev.Seq, Due: rs.Due, Attempt: j.attempt, FirstAttempt: j.first,
+			LastStatus: res.Status, LastError: res.Failure.String(), Replay: j.retry != nil && j.retry.Replay}
+	default:
+		o.Kind = queue.DeadLettered
+		o.DeadLetter = newDeadLetter(l.id, j.ev, rs.Reason, j.attempt, res.Exchange, res.snippet, now)
+	}
+	return o
+}
+
+// newDeadLetter is the one place a dead letter is made: from a failed
+// attempt, a retry whose event is gone, or the backlog quota.
+func newDeadLetter(sub string, ev *queue.Event, reason string, attempts int, x policy.Exchange, response string, now time.Time) *queue.DeadLetter {
+	return &queue.DeadLetter{
+		Subscription: sub, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
+		AcceptedAt: ev.AcceptedAt, Reason: reason, Attempts: attempts, LastStatus: x.Status,
+		LastError: x.Failure.String(), Response: response, DeadAt: now, Body: ev.Body,
+	}
+}
+
+// record writes o; a first attempt's ACK has nothing to write.
+func (l *lane) record(o queue.Outcome) error {
+	if o.Kind == queue.Acked && o.From == nil && o.Pause == "" {
+		return nil
+	}
+	return l.d.q.Record(o)
+}
+
+// resolved updates the lane once o is durable. l.mu is held.
+func (l *lane) resolved(j *job, o queue.Outcome) {
+	d := l.d
+	switch o.Kind {
+	case queue.Acked:
+		l.delivered.Add(1)
+	case queue.RetryScheduled:
+		l.retried.Add(1)
+		if o.From == nil {
+			l.scheduled.Add(1)
+		}
+		if due := o.Retry.Due; l.nextDue.IsZero() || due.Before(l.nextDue) {
+			l.nextDue = due
+			d.timers.add(l, due)
+		}
+	case queue.DeadLettered:
+		l.noteDeadLetter(o.DeadLetter)
+	}
+	if o.From != nil && o.Kind != queue.RetryScheduled {
 		l.scheduled.Add(-1)
 	}
+	if o.Pause != "" && l.pausedBy != o.Pause {
+		l.pausedBy = o.Pause
+		d.log.Warn("subscription paused: "+o.Pause, "subscription", l.id)
+	}
+	if j == nil {
+		return
+	}
+	if j.retry != nil {
+		delete(l.retrying, j.ev.Seq)
+	} else {
+		for i := range l.window {
+			if l.window[i].seq == j.ev.Seq {
+				l.window[i].done = true
+				break
+			}
+		}
+	}
+	l.updateCursor()
+}
+
+// noteDeadLetter counts and logs a dead letter that is durable. Backlog
+// quota letters are not logged one by one: a black hole over its quota
+// makes thousands a second, and the metric counts them.
+func (l *lane) noteDeadLetter(dl *queue.DeadLetter) {
 	l.deadLettered.Add(1)
-	l.d.m.deadLetters.WithLabelValues(l.id, reason).Inc()
-	l.d.log.Warn("dead-lettered", "subscription", l.id, "event", ev.ID, "reason", reason, "attempts", j.attempt, "status", res.status, "error", res.errKind)
-	return nil
+	l.d.m.deadLetters.WithLabelValues(l.id, dl.Reason).Inc()
+	if dl.Reason == policy.ReasonBacklogQuota {
+		return
+	}
+	l.d.log.Warn("dead-lettered", "subscription", l.id, "event", dl.EventID, "reason", dl.Reason,
+		"attempts", dl.Attempts, "status", dl.LastStatus, "error", dl.LastError)
+}
+
+// recordPending writes the outcomes that could not be written before, in
+// order; false means the store still fails and a wake-up is armed.
+// l.mu is held.
+func (l *lane) recordPending(now time.Time) bool {
+	for len(l.unrecorded) > 0 {
+		u := l.unrecorded[0]
+		if err := l.record(u.o); err != nil {
+			l.d.log.Error("record delivery outcome", "subscription", l.id, "seq", u.o.Seq, "err", err)
+			l.d.timers.add(l, now.Add(time.Second))
+			return false
+		}
+		l.unrecorded[0] = unrecorded{}
+		l.unrecorded = l.unrecorded[1:]
+		l.resolved(u.j, u.o)
+	}
+	l.unrecorded = nil
+	return true
 }
 
 // enforceQuota dead-letters the oldest waiting events past the backlog
@@ -690,13 +799,12 @@ func (l *lane) enforceQuota(now time.Time) {
 	defer l.mu.Unlock()
 	var excess int64
 	if q.MaxEvents > 0 {
-		limit := l.limitSeq()
-		n, err := d.q.CountEvents(l.next, limit, l.match, int(q.MaxEvents)+pageSize*16)
+		n, err := l.waiting(l.limitSeq())
 		if err != nil {
 			d.log.Error("count backlog", "subscription", l.id, "err", err)
 			return
 		}
-		excess = int64(n+len(l.buf)) - q.MaxEvents
+		excess = n + int64(len(l.buf)) - q.MaxEvents
 	}
 	for {
 		ev := l.nextFresh()
@@ -708,18 +816,15 @@ func (l *lane) enforceQuota(now time.Time) {
 			l.buf = append([]*queue.Event{ev}, l.buf...)
 			break
 		}
-		dl := &queue.DeadLetter{
-			Subscription: l.id, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
-			AcceptedAt: ev.AcceptedAt, Reason: policy.ReasonBacklogQuota, DeadAt: now, Body: ev.Body,
-		}
-		if err := d.q.AddDeadLetter(dl, nil); err != nil {
+		o := queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: ev.Seq, At: now,
+			DeadLetter: newDeadLetter(l.id, ev, policy.ReasonBacklogQuota, 0, policy.Exchange{}, "", now)}
+		if err := l.record(o); err != nil {
 			d.log.Error("dead-letter over quota", "subscription", l.id, "seq", ev.Seq, "err", err)
 			l.buf = append([]*queue.Event{ev}, l.buf...)
 			break
 		}
-		l.deadLettered.Add(1)
+		l.resolved(nil, o)
 		l.quotaRejections.Add(1)
-		d.m.deadLetters.WithLabelValues(l.id, policy.ReasonBacklogQuota).Inc()
 		d.m.rejections.WithLabelValues(l.id, policy.ReasonBacklogQuota).Inc()
 		excess--
 	}
@@ -729,7 +834,7 @@ func (l *lane) enforceQuota(now time.Time) {
 // drained reports whether a lane that left has resolved everything it was
 // entitled to, retries included.
 func (l *lane) drainedLocked() bool {
-	return l.left && l.cursor >= l.until && l.inFlight == 0 && len(l.retrying) == 0 && len(l.redo) == 0 && l.nextDue.IsZero()
+	return l.left && l.cursor >= l.until && l.inFlight == 0 && len(l.retrying) == 0 && len(l.unrecorded) == 0 && l.nextDue.IsZero()
 }
 
 // LaneStatus is a snapshot of one lane for the admin API and the demo.

@@ -8,41 +8,40 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// ErrNotFound is returned for an unknown subscription, event or dead letter.
-var ErrNotFound = errors.New("not found")
+// ErrNotFound is returned for an unknown subscription, event or dead
+// letter. It is queue.ErrNotFound itself, so one errors.Is serves whether
+// the engine or the store found nothing.
+var ErrNotFound = queue.ErrNotFound
 
 // Pause stops a subscription's deliveries (its events wait on disk) and
 // records why; the pause survives restarts until Resume.
 func (s *Server) Pause(id, reason string) error {
-	l := s.d.lane(id)
-	if l == nil {
-		return fmt.Errorf("subscription %q: %w", id, ErrNotFound)
-	}
 	if reason == "" {
 		reason = "paused by an operator"
 	}
-	if err := s.q.SetPaused(id, reason); err != nil {
-		return err
-	}
-	l.mu.Lock()
-	l.pausedBy = reason
-	l.mu.Unlock()
-	return nil
+	return s.setPaused(id, reason)
 }
 
 // Resume lifts a run-time pause (an operator's, or a 410 Gone's).
-func (s *Server) Resume(id string) error {
+func (s *Server) Resume(id string) error { return s.setPaused(id, "") }
+
+// setPaused writes the pause and applies it under the lane's lock, as a
+// 410 Gone's pause is (lane.finish): whichever comes last wins on disk and
+// in memory alike.
+func (s *Server) setPaused(id, reason string) error {
 	l := s.d.lane(id)
 	if l == nil {
 		return fmt.Errorf("subscription %q: %w", id, ErrNotFound)
 	}
-	if err := s.q.SetPaused(id, ""); err != nil {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := s.q.SetPaused(id, reason); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	l.pausedBy = ""
-	l.mu.Unlock()
-	l.pump()
+	l.pausedBy = reason
+	if reason == "" {
+		l.pumpLocked()
+	}
 	return nil
 }
 
@@ -93,22 +92,42 @@ func (s *Server) Event(id string) (*EventStatus, error) {
 		if d.State == "" {
 			// Resolved (at or below the cursor), and neither retrying nor
 			// dead: acknowledged, or not of this lane's types.
-			if r, _ := s.q.RetryOf(l.id, seq); r != nil {
-				due := r.Due
-				d.State, d.Attempt, d.DueAt, d.LastStatus = "retry_scheduled", r.Attempt, &due, r.LastStatus
-			} else if dead, err := s.q.GetDeadLetter(l.id, seq); err == nil && !dead.DeliveredAt.IsZero() {
-				at := dead.DeliveredAt
-				d.State, d.Reason, d.At = "delivered", "replayed dead letter", &at
-			} else if err == nil {
-				at := dead.DeadAt
-				d.State, d.Reason, d.Attempt, d.LastStatus, d.At = "dead_lettered", dead.Reason, dead.Attempts, dead.LastStatus, &at
-			} else {
-				d.State = "delivered"
+			if err := s.resolvedState(l.id, seq, &d); err != nil {
+				return nil, fmt.Errorf("event %q, subscription %s: %w", id, l.id, err)
 			}
 		}
 		st.Deliveries = append(st.Deliveries, d)
 	}
 	return st, nil
+}
+
+// resolvedState fills d for a delivery at or below its lane's cursor,
+// from the retry schedule and the dead letters. A read that fails is an
+// error, never reported as "delivered".
+func (s *Server) resolvedState(sub string, seq uint64, d *Delivery) error {
+	r, err := s.q.RetryOf(sub, seq)
+	if err != nil {
+		return err
+	}
+	if r != nil {
+		due := r.Due
+		d.State, d.Attempt, d.DueAt, d.LastStatus = "retry_scheduled", r.Attempt, &due, r.LastStatus
+		return nil
+	}
+	dead, err := s.q.DeadLetter(sub, seq)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		d.State = "delivered"
+	case err != nil:
+		return err
+	case !dead.DeliveredAt.IsZero():
+		at := dead.DeliveredAt
+		d.State, d.Reason, d.At = "delivered", "replayed dead letter", &at
+	default:
+		at := dead.DeadAt
+		d.State, d.Reason, d.Attempt, d.LastStatus, d.At = "dead_lettered", dead.Reason, dead.Attempts, dead.LastStatus, &at
+	}
+	return nil
 }
 
 // ledger says whether the lane is entitled to seq of type typ ("" when
@@ -154,43 +173,42 @@ type ReplayResult struct {
 
 // Replay schedules one dead letter for delivery again. A dead letter
 // already replayed is skipped unless force: replaying twice must not
-// deliver twice by accident. The replay and its record on the dead letter
-// are one transaction, and the retry record survives a crash.
+// deliver twice by accident. The check and the replay are one atomic step
+// of the store (queue.State.Replay), so concurrent replays of one letter
+// schedule it once, and the retry record survives a crash.
 func (s *Server) Replay(sub string, seq uint64, force bool) (ReplayResult, error) {
 	res := ReplayResult{Subscription: sub, Seq: seq}
 	l := s.d.lane(sub)
 	if l == nil {
 		return res, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
 	}
-	dl, err := s.q.GetDeadLetter(sub, seq)
-	if errors.Is(err, queue.ErrNotFound) {
-		return res, fmt.Errorf("dead letter %s/%d: %w", sub, seq, ErrNotFound)
-	}
-	if err != nil {
+	now := s.opts.Now()
+	dl, err := s.q.Replay(sub, seq, now, force)
+	switch {
+	case errors.Is(err, queue.ErrReplayed):
+		res.Skipped = "already replayed; set force to replay again"
+		if dl, derr := s.q.DeadLetter(sub, seq); derr == nil {
+			res.EventID = dl.EventID
+			res.Skipped = "already replayed at " + dl.ReplayedAt.UTC().Format(time.RFC3339) + "; set force to replay again"
+		}
+		return res, nil
+	case errors.Is(err, queue.ErrRetryScheduled):
+		res.Skipped = "a retry is already scheduled"
+		if dl, derr := s.q.DeadLetter(sub, seq); derr == nil {
+			res.EventID = dl.EventID
+		}
+		return res, nil
+	case err != nil:
 		return res, err
 	}
 	res.EventID = dl.EventID
-	if dl.Replays > 0 && !force {
-		res.Skipped = "already replayed at " + dl.ReplayedAt.UTC().Format(time.RFC3339) + "; set force to replay again"
-		return res, nil
-	}
-	if r, err := s.q.RetryOf(sub, seq); err != nil {
-		return res, err
-	} else if r != nil {
-		res.Skipped = "a retry is already scheduled"
-		return res, nil
-	}
-	now := s.opts.Now()
-	if _, err := s.q.Replay(sub, seq, now); err != nil {
-		return res, err
-	}
 	l.scheduled.Add(1)
 	l.mu.Lock()
 	if l.nextDue.IsZero() || now.Before(l.nextDue) {
 		l.nextDue = now
 	}
+	l.pumpLocked()
 	l.mu.Unlock()
-	l.pump()
 	res.Replayed = true
 	return res, nil
 }

@@ -6,21 +6,44 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// metrics are the Prometheus series of DESIGN.md §4. The label
-// "subscription" is the configured id, never a URL. Per-lane gauges are
-// read from the lanes at scrape time, so an idle lane costs no series
+// ingestMetrics are the ingest server's series; the Server owns them, so
+// ingest needs nothing of the dispatcher.
+type ingestMetrics struct {
+	events                        *prometheus.CounterVec // result: accepted, duplicate, rejected
+	duration                      prometheus.Histogram
+	accepted, duplicate, rejected prometheus.Counter
+}
+
+func newIngestMetrics(reg prometheus.Registerer) *ingestMetrics {
+	m := &ingestMetrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_ingest_events_total", Help: "Events posted by producers, by result: accepted (202), duplicate (200), rejected (4xx/5xx).",
+		}, []string{"result"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_ingest_duration_seconds", Help: "Time from receiving an event to answering it, including the durable append.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
+		}),
+	}
+	m.accepted = m.events.WithLabelValues("accepted")
+	m.duplicate = m.events.WithLabelValues("duplicate")
+	m.rejected = m.events.WithLabelValues("rejected")
+	if reg != nil {
+		reg.MustRegister(m.events, m.duration)
+	}
+	return m
+}
+
+// metrics are the delivery engine's Prometheus series (DESIGN.md §4). The
+// label "subscription" is the configured id, never a URL. Per-lane gauges
+// are read from the lanes at scrape time, so an idle lane costs no series
 // objects between scrapes; per-lane counters and histograms are created on
 // a lane's first delivery.
 type metrics struct {
-	ingest      *prometheus.CounterVec // result: accepted, duplicate, rejected
-	ingestDur   prometheus.Histogram
 	attempts    *prometheus.CounterVec   // subscription, outcome
 	exchange    *prometheus.HistogramVec // subscription: one HTTP exchange
 	latency     *prometheus.HistogramVec // subscription: accepted → ACK
 	rejections  *prometheus.CounterVec   // subscription, reason
 	deadLetters *prometheus.CounterVec   // subscription, reason
-
-	accepted, duplicate, rejected prometheus.Counter
 }
 
 // Attempt outcomes (the outcome label of sluice_delivery_attempts_total).
@@ -34,13 +57,6 @@ const (
 
 func newMetrics(reg prometheus.Registerer, d *dispatcher) *metrics {
 	m := &metrics{
-		ingest: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_ingest_events_total", Help: "Events posted by producers, by result: accepted (202), duplicate (200), rejected (4xx/5xx).",
-		}, []string{"result"}),
-		ingestDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_ingest_duration_seconds", Help: "Time from receiving an event to answering it, including the durable append.",
-			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
-		}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_delivery_attempts_total", Help: "Delivery attempts by outcome: ack, retry, dead_letter, timeout, short_circuit (refused by an open breaker).",
 		}, []string{"subscription", "outcome"}),
@@ -59,11 +75,8 @@ func newMetrics(reg prometheus.Registerer, d *dispatcher) *metrics {
 			Name: "sluice_dead_letters_total", Help: "Dead letters admitted, by reason.",
 		}, []string{"subscription", "reason"}),
 	}
-	m.accepted = m.ingest.WithLabelValues("accepted")
-	m.duplicate = m.ingest.WithLabelValues("duplicate")
-	m.rejected = m.ingest.WithLabelValues("rejected")
 	if reg != nil {
-		reg.MustRegister(m.ingest, m.ingestDur, m.attempts, m.exchange, m.latency, m.rejections, m.deadLetters,
+		reg.MustRegister(m.attempts, m.exchange, m.latency, m.rejections, m.deadLetters,
 			&laneCollector{d: d},
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "sluice_retry_budget_available_ratio",
@@ -141,7 +154,7 @@ func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.d.now()
 	for _, l := range c.d.laneList() {
-		st := c.d.withOldestAge(l.status(), now)
+		st := l.withOldestAge(l.status(), now)
 		oldest := st.OldestAge
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.InFlight), st.Subscription)
 		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(st.Cap), st.Subscription)

@@ -103,6 +103,7 @@ type Server struct {
 	admin    *http.Server
 	adminLn  net.Listener
 	draining atomic.Bool
+	im       *ingestMetrics
 }
 
 // New returns an unstarted Server.
@@ -163,7 +164,9 @@ func (s *Server) Open() (err error) {
 		sub.withDefaults()
 	}
 	var d *dispatcher
-	s.q, err = queue.Open(queue.Options{
+	// A local first: a failed open must leave s.q nil (an interface
+	// holding a nil pointer would not be), so Close skips it.
+	q, err := queue.Open(queue.Options{
 		Dir: s.opts.DataDir, Sync: s.opts.Sync, DedupWindow: s.opts.DedupWindow, Logger: s.log,
 		MaxDiskBytes: s.opts.MaxDiskBytes, MinFreeBytes: s.opts.MinFreeDiskBytes,
 		OnCommit: func(evs []*queue.Event) { d.onCommit(evs) },
@@ -171,14 +174,17 @@ func (s *Server) Open() (err error) {
 	if err != nil {
 		return err
 	}
+	s.q = q
 	d = newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval, s.opts.RetryBudget)
 	s.d = d
 	d.m = newMetrics(s.opts.Registry, d)
 	if err := d.start(subs); err != nil {
 		d.stop(context.Background())
 		s.q.Close()
+		s.q, s.d = nil, nil // Close closes only what is open
 		return err
 	}
+	s.im = newIngestMetrics(s.opts.Registry)
 	s.ingest = s.newIngestServer()
 	go func() {
 		if err := s.ingest.Serve(s.ingestLn); err != nil {
@@ -261,28 +267,42 @@ func (s *Server) DeadLetters(sub string, limit int) ([]*queue.DeadLetter, error)
 
 // Close drains: ingest answers 503 with Retry-After while deliveries in
 // flight get until ctx ends to finish; then cursors are written and the log
-// is closed. What did not finish is delivered again after a restart.
-// Calling Close again does nothing.
+// is closed. What did not finish is delivered again after a restart. It
+// closes only what Open opened (nothing after a failed Open) and returns
+// the first error, each naming its part. Calling Close again does nothing.
 func (s *Server) Close(ctx context.Context) error {
 	if s.draining.Swap(true) {
 		return nil
 	}
-	var errs []error
-	if n := s.d.stop(ctx); n > 0 {
-		s.log.Warn("deliveries abandoned at shutdown; they run again after restart", "count", n)
+	var first error
+	keep := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	if s.d != nil {
+		if n := s.d.stop(ctx); n > 0 {
+			s.log.Warn("deliveries abandoned at shutdown; they run again after restart", "count", n)
+		}
 	}
 	// Producers saw 503 during the drain; now stop taking connections.
 	// Requests already inside Append finish before the log closes.
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := s.shutdownIngest(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("ingest shutdown: %w", err))
+	if s.ingest != nil {
+		if err := s.shutdownIngest(sctx); err != nil {
+			keep(fmt.Errorf("ingest shutdown: %w", err))
+		}
 	}
 	if s.admin != nil {
-		s.admin.Shutdown(sctx)
+		if err := s.admin.Shutdown(sctx); err != nil {
+			keep(fmt.Errorf("admin shutdown: %w", err))
+		}
 	}
-	if err := s.q.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close log: %w", err))
+	if s.q != nil {
+		if err := s.q.Close(); err != nil {
+			keep(fmt.Errorf("close log: %w", err))
+		}
 	}
-	return errors.Join(errs...)
+	return first
 }
