@@ -170,18 +170,17 @@ func (s *Server) Replay(sub string, seq uint64, force bool) (ReplayResult, error
 		return res, err
 	}
 	res.EventID = dl.EventID
-	if dl.Replays > 0 && !force {
-		res.Skipped = "already replayed at " + dl.ReplayedAt.UTC().Format(time.RFC3339) + "; set force to replay again"
+	// The queue checks and replays in one step: two replays that race
+	// schedule one retry.
+	now := s.opts.Now()
+	switch cur, err := s.q.Replay(sub, seq, now, force); {
+	case errors.Is(err, queue.ErrReplayed):
+		res.Skipped = "already replayed at " + cur.ReplayedAt.UTC().Format(time.RFC3339) + "; set force to replay again"
 		return res, nil
-	}
-	if r, err := s.q.RetryOf(sub, seq); err != nil {
-		return res, err
-	} else if r != nil {
+	case errors.Is(err, queue.ErrRetryScheduled):
 		res.Skipped = "a retry is already scheduled"
 		return res, nil
-	}
-	now := s.opts.Now()
-	if _, err := s.q.Replay(sub, seq, now); err != nil {
+	case err != nil:
 		return res, err
 	}
 	l.scheduled.Add(1)
