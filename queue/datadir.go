@@ -299,7 +299,7 @@ func checkOwned(db *badger.DB, dir string) error {
 }
 
 func ownKey(k []byte) bool {
-	for _, p := range [][]byte{prefixEvent, prefixID, prefixMember, prefixCursor, prefixRetry, prefixDeadLetter, []byte("m/")} {
+	for _, p := range [][]byte{prefixEvent, prefixID, prefixMember, prefixCursor, prefixRetry, prefixRetryIndex, prefixDeadLetter, []byte("m/")} {
 		if len(k) >= len(p) && string(k[:len(p)]) == string(p) {
 			return true
 		}

@@ -15,6 +15,7 @@ var (
 	prefixCursor     = []byte("c/") // c/<subscription>             → cursor (8 bytes)
 	prefixRetry      = []byte("r/") // r/<subscription>/<due><seq>  → retry record
 	prefixDeadLetter = []byte("d/") // d/<subscription>/<seq>       → dead-letter record
+	prefixRetryIndex = []byte("q/") // q/<subscription>/<seq>       → due of its retry record (8 bytes)
 	keyHead          = []byte("m/head")
 	keyLow           = []byte("m/low")
 	keyFormat        = []byte("m/format")
@@ -22,7 +23,7 @@ var (
 
 // formatVersion is written into a new data dir, and over an older one on
 // open; a dir written by a newer sluice is refused rather than misread.
-const formatVersion = 2
+const formatVersion = 3
 
 // Format history. A data dir of an older format is upgraded on open (its
 // m/format rewritten), so an older sluice then refuses it instead of
@@ -33,6 +34,9 @@ const formatVersion = 2
 //	   the completion ledger knows which type-filtered subscriptions an
 //	   event was for after the log compacted it. Format-1 entries (seq
 //	   only) stay readable until their dedup TTL ends.
+//	3  q/<sub>/<seq> indexes each retry record by (subscription, seq), so
+//	   RetryOf is a point lookup rather than a scan of the schedule. Open
+//	   builds the index of an older dir from its r/ keys.
 
 // recordVersion leads every value we encode so a record format can evolve.
 const recordVersion = 1
@@ -66,8 +70,26 @@ func retryPrefix(sub string) []byte {
 }
 
 func retryKey(sub string, due time.Time, seq uint64) []byte {
+	return retryKeyAt(sub, dueNanos(due), seq)
+}
+
+// dueNanos is a due time as retry keys order it: unix nanos, never negative.
+func dueNanos(due time.Time) uint64 { return uint64(max(due.UnixNano(), 0)) }
+
+func retryKeyAt(sub string, due, seq uint64) []byte {
 	k := retryPrefix(sub)
-	k = binary.BigEndian.AppendUint64(k, uint64(max(due.UnixNano(), 0)))
+	k = binary.BigEndian.AppendUint64(k, due)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// retryIndexKey is q/<sub>/<seq>; its value is the due (dueNanos) of the
+// retry record r/<sub>/<due><seq>. A lane has at most one retry of a seq
+// in the schedule, so the pair names it.
+func retryIndexKey(sub string, seq uint64) []byte {
+	k := make([]byte, 0, 2+len(sub)+1+8)
+	k = append(k, prefixRetryIndex...)
+	k = append(k, sub...)
+	k = append(k, '/')
 	return binary.BigEndian.AppendUint64(k, seq)
 }
 

@@ -40,7 +40,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,10 +106,23 @@ type Queue struct {
 	refMu     sync.Mutex
 	retryRefs map[uint64]int32    // seq → retry records that still need the event
 	held      map[uint64]struct{} // events below low kept for retries
+	released  []uint64            // events below low no retry needs any more, not yet deleted
+
+	// stateMu serialises the read-modify-write transactions of retry
+	// records and dead letters (Record, Replay): Badger runs without
+	// conflict detection, so two of them could otherwise both read a
+	// letter as it was and both write (two replays of one letter, or a
+	// replay's history lost to a dead-lettering). Membership writes take
+	// seqMu instead; whoever takes both takes seqMu first.
+	stateMu sync.Mutex
+	// compactMu keeps Compact calls one at a time.
+	compactMu sync.Mutex
 
 	disk *diskGuard // nil when neither disk limit is set
 	gc   *valueLogGC
 }
+
+var _ Store = (*Queue)(nil)
 
 type appendReq struct {
 	ev   *Event
@@ -212,35 +224,44 @@ func Open(opts Options) (_ *Queue, err error) {
 	return q, nil
 }
 
-// recover checks the format version and rebuilds in-memory state.
+// recover checks the format version, upgrades a dir of an older format,
+// and rebuilds the in-memory state: head, compaction boundary, retry
+// references, and the events below the boundary still on disk.
 func (q *Queue) recover() error {
-	return q.db.Update(func(txn *badger.Txn) error {
+	var format uint64 // 0: no format key yet (a new dir)
+	err := q.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(keyFormat)
-		switch {
-		case errors.Is(err, badger.ErrKeyNotFound):
-			if err := txn.Set(keyFormat, u64(formatVersion)); err != nil {
-				return err
-			}
-		case err != nil:
-			return err
-		default:
-			v, err := item.ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			if len(v) != 8 {
-				return fmt.Errorf("format version: %w", ErrCorrupt)
-			}
-			switch f := binary.BigEndian.Uint64(v); {
-			case f > formatVersion:
-				return fmt.Errorf("format %d, this sluice reads up to %d: %w", f, formatVersion, ErrNewerFormat)
-			case f < formatVersion:
-				// Every older format is readable as it is (key.go).
-				if err := txn.Set(keyFormat, u64(formatVersion)); err != nil {
-					return err
-				}
-			}
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
 		}
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		if len(v) != 8 {
+			return fmt.Errorf("format version: %w", ErrCorrupt)
+		}
+		format = binary.BigEndian.Uint64(v)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if format > formatVersion {
+		return fmt.Errorf("format %d, this sluice reads up to %d: %w", format, formatVersion, ErrNewerFormat)
+	}
+	// Format 3 added the retry index (key.go); an older dir gets it built
+	// from its retry records before m/format says 3, so a crash during the
+	// upgrade leaves an older format that is upgraded again.
+	var index *badger.WriteBatch
+	if format < 3 {
+		index = q.db.NewWriteBatch()
+		defer index.Cancel()
+	}
+	err = q.db.View(func(txn *badger.Txn) error {
 		var head uint64
 		if item, err := txn.Get(keyHead); err == nil {
 			v, err := item.ValueCopy(nil)
@@ -275,18 +296,52 @@ func (q *Queue) recover() error {
 		defer retries.Close()
 		for retries.Rewind(); retries.Valid(); retries.Next() {
 			k := retries.Item().Key()
-			if len(k) < 16 {
+			if len(k) < len(prefixRetry)+18 {
 				return fmt.Errorf("retry key: %w", ErrCorrupt)
 			}
-			q.retryRefs[binary.BigEndian.Uint64(k[len(k)-8:])]++
+			seq := binary.BigEndian.Uint64(k[len(k)-8:])
+			q.retryRefs[seq]++
+			if index != nil {
+				sub := string(k[len(prefixRetry) : len(k)-17])
+				if err := index.Set(retryIndexKey(sub, seq), bytes.Clone(k[len(k)-16:len(k)-8])); err != nil {
+					return fmt.Errorf("index retries: %w", err)
+				}
+			}
 		}
-		for seq := range q.retryRefs {
-			if seq < low {
+		// Events below the boundary are those retries hold, and those a
+		// Compact freed but had not deleted when the process stopped: the
+		// next Compact deletes the latter.
+		eit := txn.NewIterator(badger.IteratorOptions{Prefix: prefixEvent})
+		defer eit.Close()
+		for eit.Rewind(); eit.Valid(); eit.Next() {
+			seq := seqFromEventKey(eit.Item().Key())
+			if seq >= low {
+				break
+			}
+			if q.retryRefs[seq] > 0 {
 				q.held[seq] = struct{}{}
+			} else {
+				q.released = append(q.released, seq)
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if index != nil {
+		if err := index.Flush(); err != nil {
+			return fmt.Errorf("index retries: %w", err)
+		}
+	}
+	if format < formatVersion {
+		// Every older format is readable as it is (key.go); rewriting
+		// m/format makes an older sluice refuse the dir rather than misread it.
+		if err := q.db.Update(func(txn *badger.Txn) error { return txn.Set(keyFormat, u64(formatVersion)) }); err != nil {
+			return fmt.Errorf("write format version: %w", err)
+		}
+	}
+	return nil
 }
 
 // Close stops accepting appends, commits those already queued, and closes
@@ -446,13 +501,25 @@ func (q *Queue) write(batch []*appendReq, arena []byte, seen map[string]uint64) 
 	var err error
 	pending := 0 // events set in txn but not yet committed
 	flush := func() error {
-		txn.Set(keyHead, u64(next-1))
+		// The head goes with its events. Only when they fill the
+		// transaction to its last bytes does it take one of its own: Open
+		// would find the head from the last event key, but not once
+		// compaction has deleted every event.
+		headErr := txn.Set(keyHead, u64(next-1))
+		if headErr != nil && !errors.Is(headErr, badger.ErrTxnTooBig) {
+			return fmt.Errorf("set head: %w", headErr)
+		}
 		if err := txn.Commit(); err != nil {
 			return err
 		}
 		w.committed = next - 1
 		pending = 0
 		txn = q.db.NewTransaction(true)
+		if headErr != nil {
+			if err := q.db.Update(func(txn *badger.Txn) error { return txn.Set(keyHead, u64(next-1)) }); err != nil {
+				return fmt.Errorf("set head: %w", err)
+			}
+		}
 		return nil
 	}
 	// set adds one entry; on ErrTxnTooBig it commits what it has and retries
@@ -958,81 +1025,251 @@ func (q *Queue) SaveCursors(cursors map[string]uint64) error {
 	return nil
 }
 
-// ScheduleRetry records r. When prev is not nil (the record this attempt
-// came from) it is replaced in the same transaction.
-func (q *Queue) ScheduleRetry(r Retry, prev *Retry) error {
-	v, err := json.Marshal(retryRecord{V: recordVersion, Attempt: r.Attempt, FirstAttempt: r.FirstAttempt.UnixNano(), LastStatus: r.LastStatus, LastError: r.LastError, Replay: r.Replay})
-	if err != nil {
-		return err
+// Record writes the outcome of one delivery attempt in one transaction:
+// after a crash either all of it happened or none.
+//
+//   - Acked deletes the retry record the attempt came from (o.From), if
+//     any, and for a replay sets DeliveredAt = o.At on its dead letter.
+//   - RetryScheduled writes o.Retry in place of o.From.
+//   - DeadLettered writes o.DeadLetter in place of o.From. A letter already
+//     kept for the seq keeps its replay history (Replays, ReplayedAt):
+//     without it a replayed letter that failed again could be replayed
+//     again without force.
+//   - o.Pause, when set, records the subscription as paused too.
+//
+// An Acked outcome of a first attempt without Pause writes nothing.
+func (q *Queue) Record(o Outcome) error {
+	var rv []byte
+	switch o.Kind {
+	case Acked:
+		if o.From == nil && o.Pause == "" {
+			return nil
+		}
+	case RetryScheduled:
+		if o.Retry == nil || o.Retry.Subscription != o.Subscription || o.Retry.Seq != o.Seq {
+			return fmt.Errorf("record %s/%d: a scheduled retry needs its record, for the same delivery", o.Subscription, o.Seq)
+		}
+		var err error
+		if rv, err = encodeRetry(*o.Retry); err != nil {
+			return fmt.Errorf("record %s/%d: %w", o.Subscription, o.Seq, err)
+		}
+	case DeadLettered:
+		if o.DeadLetter == nil || o.DeadLetter.Subscription != o.Subscription || o.DeadLetter.Seq != o.Seq {
+			return fmt.Errorf("record %s/%d: a dead-lettering needs its letter, for the same delivery", o.Subscription, o.Seq)
+		}
+	default:
+		return fmt.Errorf("record %s/%d: unknown outcome kind %d", o.Subscription, o.Seq, o.Kind)
 	}
-	if prev == nil {
-		// Count the reference first, so compaction cannot delete the event
-		// between the write and the count.
-		q.ref(r.Seq, 1)
+	if o.From != nil && (o.From.Subscription != o.Subscription || o.From.Seq != o.Seq) {
+		return fmt.Errorf("record %s/%d: the retry it came from is %s/%d", o.Subscription, o.Seq, o.From.Subscription, o.From.Seq)
 	}
-	err = q.db.Update(func(txn *badger.Txn) error {
-		if prev != nil {
-			if err := txn.Delete(retryKey(prev.Subscription, prev.Due, prev.Seq)); err != nil {
+	if o.Pause != "" {
+		q.seqMu.Lock() // memberships are written under seqMu (JoinAll, Leave)
+		defer q.seqMu.Unlock()
+	}
+	q.stateMu.Lock()
+	defer q.stateMu.Unlock()
+	if o.Kind == RetryScheduled {
+		// Count the reference before the write, so compaction cannot
+		// delete the event between the write and the count.
+		q.ref(o.Seq, 1)
+	}
+	var fromFound bool
+	err := q.db.Update(func(txn *badger.Txn) error {
+		var err error
+		if o.From != nil {
+			if fromFound, err = deleteRetry(txn, o.Subscription, dueNanos(o.From.Due), o.Seq); err != nil {
 				return err
 			}
 		}
-		return txn.Set(retryKey(r.Subscription, r.Due, r.Seq), v)
+		switch o.Kind {
+		case Acked:
+			if o.From != nil && o.From.Replay {
+				d, err := readDeadLetter(txn, o.Subscription, o.Seq)
+				if errors.Is(err, badger.ErrKeyNotFound) {
+					break // retired with its letters purged: nothing to note
+				}
+				if err != nil {
+					return err
+				}
+				d.DeliveredAt = o.At
+				if err := writeDeadLetter(txn, d); err != nil {
+					return err
+				}
+			}
+		case RetryScheduled:
+			if err := putRetry(txn, o.Subscription, dueNanos(o.Retry.Due), o.Seq, rv); err != nil {
+				return err
+			}
+		case DeadLettered:
+			d := *o.DeadLetter
+			old, err := readDeadLetter(txn, o.Subscription, o.Seq)
+			switch {
+			case err == nil:
+				d.Replays, d.ReplayedAt = old.Replays, old.ReplayedAt
+				if d.EventID == "" {
+					// A letter written without the event (event_missing)
+					// keeps the copy the old one has.
+					d.EventID, d.Type, d.ContentType, d.AcceptedAt, d.Body = old.EventID, old.Type, old.ContentType, old.AcceptedAt, old.Body
+				}
+			case !errors.Is(err, badger.ErrKeyNotFound):
+				return err
+			}
+			if err := writeDeadLetter(txn, &d); err != nil {
+				return err
+			}
+		}
+		if o.Pause != "" {
+			m, err := readMembership(txn, o.Subscription)
+			if err != nil {
+				return err
+			}
+			m.Paused = o.Pause
+			return writeMembership(txn, m)
+		}
+		return nil
 	})
 	if err != nil {
-		if prev == nil {
-			q.ref(r.Seq, -1)
+		if o.Kind == RetryScheduled {
+			q.ref(o.Seq, -1)
 		}
-		return fmt.Errorf("schedule retry %s/%d: %w", r.Subscription, r.Seq, err)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			err = ErrNotFound // the membership Pause names
+		}
+		return fmt.Errorf("record %s/%d: %w", o.Subscription, o.Seq, err)
+	}
+	if fromFound {
+		q.ref(o.Seq, -1)
 	}
 	return nil
+}
+
+func encodeRetry(r Retry) ([]byte, error) {
+	return json.Marshal(retryRecord{V: recordVersion, Attempt: r.Attempt, FirstAttempt: r.FirstAttempt.UnixNano(), LastStatus: r.LastStatus, LastError: r.LastError, Replay: r.Replay})
+}
+
+func decodeRetry(sub string, seq uint64, due time.Time, v []byte) (Retry, error) {
+	var rec retryRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return Retry{}, fmt.Errorf("retry %s/%d: %v: %w", sub, seq, err, ErrCorrupt)
+	}
+	return Retry{
+		Subscription: sub, Seq: seq, Due: due, Attempt: rec.Attempt, Replay: rec.Replay,
+		FirstAttempt: time.Unix(0, rec.FirstAttempt), LastStatus: rec.LastStatus, LastError: rec.LastError,
+	}, nil
+}
+
+// putRetry writes a retry record and its index entry.
+func putRetry(txn *badger.Txn, sub string, due, seq uint64, v []byte) error {
+	if err := txn.Set(retryKeyAt(sub, due, seq), v); err != nil {
+		return err
+	}
+	return txn.Set(retryIndexKey(sub, seq), u64(due))
+}
+
+// deleteRetry deletes a retry record and its index entry, and reports
+// whether the record was there (for the reference count).
+func deleteRetry(txn *badger.Txn, sub string, due, seq uint64) (found bool, err error) {
+	k := retryKeyAt(sub, due, seq)
+	switch _, err := txn.Get(k); {
+	case errors.Is(err, badger.ErrKeyNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	if err := txn.Delete(k); err != nil {
+		return false, err
+	}
+	// The index names this record unless a second record of the seq was
+	// written after it (only ever by the replay race this index closes,
+	// in a dir of an older format); then it names that one and stays.
+	ik := retryIndexKey(sub, seq)
+	item, err := txn.Get(ik)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var same bool
+	if err := item.Value(func(v []byte) error {
+		same = len(v) == 8 && binary.BigEndian.Uint64(v) == due
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	if same {
+		return true, txn.Delete(ik)
+	}
+	return true, nil
+}
+
+// retryDue returns the due of sub's retry of seq, from the index; ok is
+// false when there is none.
+func retryDue(txn *badger.Txn, sub string, seq uint64) (due uint64, ok bool, err error) {
+	item, err := txn.Get(retryIndexKey(sub, seq))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	err = item.Value(func(v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("retry index %s/%d: %w", sub, seq, ErrCorrupt)
+		}
+		due = binary.BigEndian.Uint64(v)
+		return nil
+	})
+	return due, err == nil, err
+}
+
+// ScheduleRetry records r. When prev is not nil (the record this attempt
+// came from) it is replaced in the same transaction.
+//
+// Deprecated: use Record with RetryScheduled.
+func (q *Queue) ScheduleRetry(r Retry, prev *Retry) error {
+	return q.Record(Outcome{Kind: RetryScheduled, Subscription: r.Subscription, Seq: r.Seq, From: prev, Retry: &r})
 }
 
 // AckReplay deletes the retry record of an acknowledged replay and records
 // the delivery on its dead letter, in one transaction.
+//
+// Deprecated: use Record with Acked.
 func (q *Queue) AckReplay(r Retry, at time.Time) error {
-	err := q.db.Update(func(txn *badger.Txn) error {
-		if err := txn.Delete(retryKey(r.Subscription, r.Due, r.Seq)); err != nil {
-			return err
-		}
-		d, err := readDeadLetter(txn, r.Subscription, r.Seq)
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		d.DeliveredAt = at
-		nv, err := appendDeadLetter(nil, d)
-		if err != nil {
-			return err
-		}
-		return txn.Set(deadLetterKey(r.Subscription, r.Seq), nv)
-	})
-	if err != nil {
-		return fmt.Errorf("ack replay %s/%d: %w", r.Subscription, r.Seq, err)
-	}
-	q.ref(r.Seq, -1)
-	return nil
+	r.Replay = true
+	return q.Record(Outcome{Kind: Acked, Subscription: r.Subscription, Seq: r.Seq, From: &r, At: at})
 }
 
 // DropRetry deletes a retry record whose delivery has been acknowledged.
+//
+// Deprecated: use Record with Acked.
 func (q *Queue) DropRetry(r Retry) error {
-	err := q.db.Update(func(txn *badger.Txn) error {
-		return txn.Delete(retryKey(r.Subscription, r.Due, r.Seq))
-	})
-	if err != nil {
-		return fmt.Errorf("drop retry %s/%d: %w", r.Subscription, r.Seq, err)
-	}
-	q.ref(r.Seq, -1)
-	return nil
+	r.Replay = false
+	return q.Record(Outcome{Kind: Acked, Subscription: r.Subscription, Seq: r.Seq, From: &r})
 }
 
+// AddDeadLetter stores d (with its body copy) and, when prev is not nil,
+// deletes the retry record the failed attempt came from, in one transaction.
+//
+// Deprecated: use Record with DeadLettered.
+func (q *Queue) AddDeadLetter(d *DeadLetter, prev *Retry) error {
+	return q.Record(Outcome{Kind: DeadLettered, Subscription: d.Subscription, Seq: d.Seq, From: prev, DeadLetter: d})
+}
+
+// ref counts d more (or fewer) retry records of seq. A seq below the
+// compaction boundary whose last reference goes is released: the next
+// Compact deletes its event.
 func (q *Queue) ref(seq uint64, d int32) {
 	q.refMu.Lock()
 	if n := q.retryRefs[seq] + d; n > 0 {
 		q.retryRefs[seq] = n
 	} else {
 		delete(q.retryRefs, seq)
+		if _, ok := q.held[seq]; ok {
+			delete(q.held, seq)
+			q.released = append(q.released, seq)
+		}
 	}
 	q.refMu.Unlock()
 }
@@ -1060,14 +1297,15 @@ func (q *Queue) DueRetries(sub string, now time.Time, limit int, skip func(seq u
 			if skip != nil && skip(seq) {
 				continue
 			}
-			var rec retryRecord
-			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &rec) }); err != nil {
-				return fmt.Errorf("retry %s/%d: %v: %w", sub, seq, err, ErrCorrupt)
+			var r Retry
+			if err := it.Item().Value(func(v []byte) error {
+				var err error
+				r, err = decodeRetry(sub, seq, due, v)
+				return err
+			}); err != nil {
+				return err
 			}
-			out = append(out, Retry{
-				Subscription: sub, Seq: seq, Due: due, Attempt: rec.Attempt, Replay: rec.Replay,
-				FirstAttempt: time.Unix(0, rec.FirstAttempt), LastStatus: rec.LastStatus, LastError: rec.LastError,
-			})
+			out = append(out, r)
 		}
 		return nil
 	})
@@ -1078,6 +1316,35 @@ func (q *Queue) DueRetries(sub string, now time.Time, limit int, skip func(seq u
 func (q *Queue) Retries(sub string, limit int) ([]Retry, error) {
 	out, _, err := q.DueRetries(sub, time.Unix(0, 1<<62), limit, nil)
 	return out, err
+}
+
+// RetryOf returns sub's scheduled retry of seq; nil when there is none.
+// Two point lookups (the index, then the record): the completion ledger
+// calls it for every lane an event was for.
+func (q *Queue) RetryOf(sub string, seq uint64) (*Retry, error) {
+	var r *Retry
+	err := q.db.View(func(txn *badger.Txn) error {
+		due, ok, err := retryDue(txn, sub, seq)
+		if !ok || err != nil {
+			return err
+		}
+		item, err := txn.Get(retryKeyAt(sub, due, seq))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return fmt.Errorf("retry index %s/%d names no record: %w", sub, seq, ErrCorrupt)
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			rr, err := decodeRetry(sub, seq, time.Unix(0, int64(due)), v)
+			r = &rr
+			return err
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("retry of %s/%d: %w", sub, seq, err)
+	}
+	return r, nil
 }
 
 // RetrySummary is what start-up needs of one subscription's retry schedule.
@@ -1130,76 +1397,60 @@ func (q *Queue) RetrySummaries(cursors map[string]uint64) (map[string]*RetrySumm
 // neither. The retry is due at `due` with attempt count 0, so the next try
 // is attempt 1 of a fresh schedule; the dead letter stays (with its body,
 // which the lane uses if the log has compacted the event).
-func (q *Queue) Replay(sub string, seq uint64, due time.Time) (*DeadLetter, error) {
-	var d *DeadLetter
+//
+// The check and the write are one step under stateMu: replays of one
+// letter that race schedule it once. A letter already replayed answers
+// ErrReplayed unless force; one whose seq has a retry scheduled (a replay
+// not yet resolved, or a retry of its own) answers ErrRetryScheduled
+// whatever force says. Both refusals return the letter as it is.
+func (q *Queue) Replay(sub string, seq uint64, due time.Time, force bool) (*DeadLetter, error) {
+	rv, err := encodeRetry(Retry{FirstAttempt: due, Replay: true})
+	if err != nil {
+		return nil, fmt.Errorf("replay %s/%d: %w", sub, seq, err)
+	}
+	q.stateMu.Lock()
+	defer q.stateMu.Unlock()
 	q.ref(seq, 1)
-	err := q.db.Update(func(txn *badger.Txn) error {
+	var (
+		d       *DeadLetter
+		refused error
+	)
+	err = q.db.Update(func(txn *badger.Txn) error {
 		var err error
 		if d, err = readDeadLetter(txn, sub, seq); err != nil {
 			return err
 		}
-		d.Replays++
-		d.ReplayedAt = due
-		nv, err := appendDeadLetter(nil, d)
-		if err != nil {
+		if d.Replays > 0 && !force {
+			refused = ErrReplayed
+			return nil
+		}
+		if _, ok, err := retryDue(txn, sub, seq); err != nil {
+			return err
+		} else if ok {
+			refused = ErrRetryScheduled
+			return nil
+		}
+		r := *d
+		r.Replays++
+		r.ReplayedAt = due
+		if err := writeDeadLetter(txn, &r); err != nil {
 			return err
 		}
-		if err := txn.Set(deadLetterKey(sub, seq), nv); err != nil {
-			return err
-		}
-		rv, err := json.Marshal(retryRecord{V: recordVersion, Attempt: 0, FirstAttempt: due.UnixNano(), Replay: true})
-		if err != nil {
-			return err
-		}
-		return txn.Set(retryKey(sub, due, seq), rv)
+		d = &r
+		return putRetry(txn, sub, dueNanos(due), seq, rv)
 	})
-	if err != nil {
+	if err != nil || refused != nil {
 		q.ref(seq, -1)
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil, fmt.Errorf("replay %s/%d: %w", sub, seq, ErrNotFound)
-		}
+	}
+	switch {
+	case errors.Is(err, badger.ErrKeyNotFound):
+		return nil, fmt.Errorf("replay %s/%d: %w", sub, seq, ErrNotFound)
+	case err != nil:
 		return nil, fmt.Errorf("replay %s/%d: %w", sub, seq, err)
+	case refused != nil:
+		return d, fmt.Errorf("replay %s/%d: %w", sub, seq, refused)
 	}
 	return d, nil
-}
-
-// RetryOf returns the scheduled retry of sub for seq, if any (a scan of
-// sub's schedule: for the admin API, not the hot path).
-func (q *Queue) RetryOf(sub string, seq uint64) (*Retry, error) {
-	rs, err := q.Retries(sub, 1<<30)
-	if err != nil {
-		return nil, err
-	}
-	for i := range rs {
-		if rs[i].Seq == seq {
-			return &rs[i], nil
-		}
-	}
-	return nil, nil
-}
-
-// AddDeadLetter stores d (with its body copy) and, when prev is not nil,
-// deletes the retry record the failed attempt came from, in one transaction.
-func (q *Queue) AddDeadLetter(d *DeadLetter, prev *Retry) error {
-	v, err := appendDeadLetter(nil, d)
-	if err != nil {
-		return err
-	}
-	err = q.db.Update(func(txn *badger.Txn) error {
-		if prev != nil {
-			if err := txn.Delete(retryKey(prev.Subscription, prev.Due, prev.Seq)); err != nil {
-				return err
-			}
-		}
-		return txn.Set(deadLetterKey(d.Subscription, d.Seq), v)
-	})
-	if err != nil {
-		return fmt.Errorf("dead-letter %s/%d: %w", d.Subscription, d.Seq, err)
-	}
-	if prev != nil {
-		q.ref(prev.Seq, -1)
-	}
-	return nil
 }
 
 // DeadLetters lists dead letters of sub ("" for all subscriptions) in key
@@ -1248,8 +1499,16 @@ func readDeadLetter(txn *badger.Txn, sub string, seq uint64) (*DeadLetter, error
 	return decodeDeadLetter(v)
 }
 
-// GetDeadLetter reads one dead letter.
-func (q *Queue) GetDeadLetter(sub string, seq uint64) (*DeadLetter, error) {
+func writeDeadLetter(txn *badger.Txn, d *DeadLetter) error {
+	v, err := appendDeadLetter(nil, d)
+	if err != nil {
+		return err
+	}
+	return txn.Set(deadLetterKey(d.Subscription, d.Seq), v)
+}
+
+// DeadLetter reads one dead letter; ErrNotFound when there is none.
+func (q *Queue) DeadLetter(sub string, seq uint64) (*DeadLetter, error) {
 	var d *DeadLetter
 	err := q.db.View(func(txn *badger.Txn) error {
 		var err error
@@ -1259,64 +1518,91 @@ func (q *Queue) GetDeadLetter(sub string, seq uint64) (*DeadLetter, error) {
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, fmt.Errorf("dead letter %s/%d: %w", sub, seq, ErrNotFound)
 	}
-	return d, err
+	if err != nil {
+		return nil, fmt.Errorf("dead letter %s/%d: %w", sub, seq, err)
+	}
+	return d, nil
+}
+
+// GetDeadLetter reads one dead letter.
+//
+// Deprecated: use DeadLetter.
+func (q *Queue) GetDeadLetter(sub string, seq uint64) (*DeadLetter, error) {
+	return q.DeadLetter(sub, seq)
 }
 
 // Compact deletes the events below seq `below` that no retry still needs.
 // The caller passes the smallest durable cursor+1 over every entitled lane.
 // Events a retry holds stay until their last retry is resolved; a later
 // Compact deletes them.
+//
+// The work goes in chunks of compactChunk seqs, each decided under refMu
+// and deleted in a transaction of its own: every retry write takes refMu,
+// and a range of 100,000 seqs decided at once held it for as long as the
+// whole range took.
 func (q *Queue) Compact(below uint64) (int, error) {
+	q.compactMu.Lock()
+	defer q.compactMu.Unlock()
 	below = min(below, q.head.Load()+1)
 	low := q.low.Load()
-	n := 0
 	q.refMu.Lock()
-	var freed []uint64
-	for seq := range q.held {
-		if q.retryRefs[seq] == 0 {
-			freed = append(freed, seq)
-		}
-	}
-	for seq := low; seq < below; seq++ {
-		if q.retryRefs[seq] > 0 {
-			q.held[seq] = struct{}{}
-		} else {
-			freed = append(freed, seq)
-		}
-	}
+	released := q.released
+	q.released = nil
 	q.refMu.Unlock()
-	if len(freed) == 0 && below <= low {
-		return 0, nil
-	}
+	n := 0
 	// Deletes go in small transactions: Badger writes one request at a
 	// time, and one request of thousands of deletes would hold appends
 	// behind it for milliseconds.
-	for chunk := range slices.Chunk(freed, compactChunk) {
-		err := q.db.Update(func(txn *badger.Txn) error {
-			for _, seq := range chunk {
-				if err := txn.Delete(eventKey(seq)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
+	for i := 0; i < len(released); i += compactChunk {
+		chunk := released[i:min(i+compactChunk, len(released))]
+		if err := q.deleteEvents(chunk); err != nil {
+			q.refMu.Lock()
+			q.released = append(q.released, released[i:]...)
+			q.refMu.Unlock()
 			return n, fmt.Errorf("compact: %w", err)
 		}
 		n += len(chunk)
 	}
-	if below > low {
-		if err := q.db.Update(func(txn *badger.Txn) error { return txn.Set(keyLow, u64(below)) }); err != nil {
+	if below <= low {
+		return n, nil
+	}
+	freed := make([]uint64, 0, compactChunk)
+	for from := low; from < below; from += compactChunk {
+		to := min(from+compactChunk, below)
+		freed = freed[:0]
+		q.refMu.Lock()
+		for seq := from; seq < to; seq++ {
+			if q.retryRefs[seq] > 0 {
+				q.held[seq] = struct{}{}
+			} else {
+				freed = append(freed, seq)
+			}
+		}
+		q.refMu.Unlock()
+		if err := q.deleteEvents(freed); err != nil {
 			return n, fmt.Errorf("compact: %w", err)
 		}
+		n += len(freed)
 	}
-	q.refMu.Lock()
-	for _, seq := range freed {
-		delete(q.held, seq)
+	if err := q.db.Update(func(txn *badger.Txn) error { return txn.Set(keyLow, u64(below)) }); err != nil {
+		return n, fmt.Errorf("compact: %w", err)
 	}
-	q.refMu.Unlock()
-	q.low.Store(max(low, below))
+	q.low.Store(below)
 	return n, nil
+}
+
+func (q *Queue) deleteEvents(seqs []uint64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	return q.db.Update(func(txn *badger.Txn) error {
+		for _, seq := range seqs {
+			if err := txn.Delete(eventKey(seq)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // compactChunk is how many deletes one compaction transaction carries.

@@ -89,7 +89,9 @@ type State interface {
 	// records the replay on it. The check and the write are one atomic
 	// step, so concurrent replays of one letter schedule it once: a letter
 	// already replayed answers ErrReplayed unless force, and one with a
-	// retry scheduled answers ErrRetryScheduled whatever force says.
+	// retry scheduled answers ErrRetryScheduled whatever force says; both
+	// refusals return the letter as it is (for its ReplayedAt), and a
+	// missing letter answers ErrNotFound.
 	Replay(sub string, seq uint64, due time.Time, force bool) (*DeadLetter, error)
 }
 

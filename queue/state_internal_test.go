@@ -1,0 +1,144 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func refs(q *Queue, seq uint64) int32 {
+	q.refMu.Lock()
+	defer q.refMu.Unlock()
+	return q.retryRefs[seq]
+}
+
+// TestRetryRefsExact: the count that keeps an event from compaction
+// follows the retry records exactly: a replaced record is not counted
+// twice, a From that is not there is not subtracted, a failed Record
+// leaves the count as it was.
+func TestRetryRefsExact(t *testing.T) {
+	q, err := Open(Options{Dir: t.TempDir(), MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if _, err := q.Join("s", nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if _, _, err := q.Append(&Event{ID: fmt.Sprint(i), Type: "t", Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	r1 := Retry{Subscription: "s", Seq: 1, Due: t0, Attempt: 1}
+	r2 := Retry{Subscription: "s", Seq: 1, Due: t0.Add(time.Second), Attempt: 2}
+	steps := []struct {
+		what string
+		o    Outcome
+		fail bool
+		want int32
+	}{
+		{"first retry", Outcome{Kind: RetryScheduled, Subscription: "s", Seq: 1, Retry: &r1}, false, 1},
+		{"replaced", Outcome{Kind: RetryScheduled, Subscription: "s", Seq: 1, From: &r1, Retry: &r2}, false, 1},
+		{"acked from a record that is gone", Outcome{Kind: Acked, Subscription: "s", Seq: 1, From: &r1}, false, 1},
+		{"failed: pause of an unknown subscription", Outcome{Kind: RetryScheduled, Subscription: "t", Seq: 1,
+			Retry: &Retry{Subscription: "t", Seq: 1, Due: t0}, Pause: "x"}, true, 1},
+		{"dead-lettered", Outcome{Kind: DeadLettered, Subscription: "s", Seq: 1, From: &r2, DeadLetter: &DeadLetter{Subscription: "s", Seq: 1}}, false, 0},
+		{"dead-lettered again from the gone record", Outcome{Kind: DeadLettered, Subscription: "s", Seq: 1, From: &r2, DeadLetter: &DeadLetter{Subscription: "s", Seq: 1}}, false, 0},
+		{"retry replacing a record that is gone", Outcome{Kind: RetryScheduled, Subscription: "s", Seq: 1, From: &r1, Retry: &r2}, false, 1},
+		{"mismatched retry", Outcome{Kind: RetryScheduled, Subscription: "s", Seq: 1, Retry: &Retry{Subscription: "s", Seq: 2}}, true, 1},
+	}
+	for _, s := range steps {
+		err := q.Record(s.o)
+		if (err != nil) != s.fail {
+			t.Fatalf("%s: %v, want failure %v", s.what, err, s.fail)
+		}
+		if got := refs(q, 1); got != s.want {
+			t.Fatalf("%s: refs of seq 1 = %d, want %d", s.what, got, s.want)
+		}
+	}
+	if _, err := q.Replay("s", 1, t0, false); !errors.Is(err, ErrRetryScheduled) {
+		t.Fatalf("replay with a retry scheduled: %v", err)
+	}
+	if got := refs(q, 1); got != 1 {
+		t.Fatalf("a refused replay left refs %d, want 1", got)
+	}
+}
+
+// TestCompactAfterRestartDeletesReleasedEvents: an event held below the
+// compaction boundary for a retry, whose retry was resolved before a
+// restart, is deleted by the first Compact after it (it used to stay on
+// disk for good: recovery only knew events that retries held).
+func TestCompactAfterRestartDeletesReleasedEvents(t *testing.T) {
+	dir := t.TempDir()
+	q, err := Open(Options{Dir: dir, MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, _, err := q.Append(&Event{ID: fmt.Sprint(i), Type: "t", Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := Retry{Subscription: "s", Seq: 2, Due: time.Now(), Attempt: 1}
+	if err := q.ScheduleRetry(r, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.Compact(6); err != nil || n != 4 {
+		t.Fatalf("compact: %d %v, want 4", n, err)
+	}
+	if err := q.DropRetry(r); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	q, err = Open(Options{Dir: dir, MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if _, err := q.Event(2); err != nil {
+		t.Fatalf("event 2 before the first Compact after restart: %v", err)
+	}
+	if n, err := q.Compact(6); err != nil || n != 1 {
+		t.Fatalf("compact after restart: %d %v, want 1 (the released event)", n, err)
+	}
+	if _, err := q.Event(2); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("event 2 after compaction: %v, want ErrNotFound", err)
+	}
+}
+
+// TestCompactLargeRangeInChunks: a range far larger than a chunk is
+// deleted whole, retries' events kept, whatever the chunking.
+func TestCompactLargeRangeInChunks(t *testing.T) {
+	q, err := Open(Options{Dir: t.TempDir(), MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	const n = 3*compactChunk + 17
+	for i := range n {
+		if _, _, err := q.Append(&Event{ID: fmt.Sprint(i), Type: "t", Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep := []uint64{1, compactChunk, compactChunk + 1, n}
+	for _, seq := range keep {
+		if err := q.ScheduleRetry(Retry{Subscription: "s", Seq: seq, Due: time.Now()}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := q.Compact(n + 1)
+	if err != nil || got != n-len(keep) {
+		t.Fatalf("compact: %d %v, want %d", got, err, n-len(keep))
+	}
+	for _, seq := range keep {
+		if _, err := q.Event(seq); err != nil {
+			t.Fatalf("event %d, held by a retry: %v", seq, err)
+		}
+	}
+	if _, err := q.Event(2); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("event 2: %v", err)
+	}
+}
