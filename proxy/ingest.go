@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -389,23 +390,43 @@ type freshConns struct {
 func (f *freshConns) track(c net.Conn, st fasthttp.ConnState) {
 	switch st {
 	case fasthttp.StateNew:
-		f.mu.Lock()
-		if f.m == nil {
-			f.m = make(map[net.Conn]struct{})
-		}
-		f.m[c] = struct{}{}
-		f.mu.Unlock()
+		f.opened(c)
 	case fasthttp.StateIdle:
 		// Only a connection that was active goes idle: not in m.
 	default:
-		f.mu.RLock()
-		_, fresh := f.m[c]
-		f.mu.RUnlock()
-		if fresh {
-			f.mu.Lock()
-			delete(f.m, c)
-			f.mu.Unlock()
-		}
+		f.used(c)
+	}
+}
+
+// trackHTTP is the same hook for the admin API's net/http server, whose
+// Shutdown also waits (5 s) for connections that never sent a request.
+func (f *freshConns) trackHTTP(c net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		f.opened(c)
+	case http.StateIdle:
+	default:
+		f.used(c)
+	}
+}
+
+func (f *freshConns) opened(c net.Conn) {
+	f.mu.Lock()
+	if f.m == nil {
+		f.m = make(map[net.Conn]struct{})
+	}
+	f.m[c] = struct{}{}
+	f.mu.Unlock()
+}
+
+func (f *freshConns) used(c net.Conn) {
+	f.mu.RLock()
+	_, fresh := f.m[c]
+	f.mu.RUnlock()
+	if fresh {
+		f.mu.Lock()
+		delete(f.m, c)
+		f.mu.Unlock()
 	}
 }
 
@@ -419,17 +440,18 @@ func (f *freshConns) closeAll() {
 	f.mu.Unlock()
 }
 
-// shutdownIngest stops the ingest server: fasthttp closes the listeners,
-// finishes requests in progress and closes idle connections; meanwhile
-// the connections that never sent a request are closed here, including
-// any accepted just before the listeners closed.
-func (s *Server) shutdownIngest(ctx context.Context) error {
+// shutdownClosingFresh runs a server's graceful shutdown (it closes the
+// listeners, finishes requests in progress and closes idle connections);
+// meanwhile the connections that never sent a request are closed here,
+// including any accepted just before the listeners closed. A client's
+// spare connection must not hold up a drain.
+func shutdownClosingFresh(ctx context.Context, shutdown func(context.Context) error, fresh *freshConns) error {
 	done := make(chan error, 1)
-	go func() { done <- s.ingest.ShutdownWithContext(ctx) }()
+	go func() { done <- shutdown(ctx) }()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		s.fresh.closeAll()
+		fresh.closeAll()
 		select {
 		case err := <-done:
 			return err

@@ -44,15 +44,15 @@ type lane struct {
 	retrying map[uint64]struct{}
 	// ahead: seqs above the cursor this process started from that already
 	// have a retry record (see queue.RetrySummary.Ahead); nil almost always.
-	ahead    map[uint64]struct{}
+	ahead map[uint64]struct{}
 	// unrecorded holds attempts whose outcome could not be written yet;
 	// nil almost always.
 	unrecorded []unrecorded
-	inFlight int
-	cursor   uint64
-	dirty    bool
-	hungry   bool
-	nextDue  time.Time // earliest known scheduled retry; zero when none is known
+	inFlight   int
+	cursor     uint64
+	dirty      bool
+	hungry     bool
+	nextDue    time.Time // earliest known scheduled retry; zero when none is known
 	// timerAt is the unix nanos of the lane's live timer entry (0: none);
 	// guarded by the timer heap's mu, not by l.mu.
 	timerAt int64
@@ -66,8 +66,8 @@ type lane struct {
 	// moved since the last one.
 	oldestSeq uint64
 	oldestAt  int64
-	retired  bool
-	pausedBy string // why deliveries are paused at run time (410 Gone, an operator)
+	retired   bool
+	pausedBy  string // why deliveries are paused at run time (410 Gone, an operator)
 
 	// Per-subscription policies, owned by the lane (used under mu).
 	breaker *policy.Breaker // nil until first used: see brk

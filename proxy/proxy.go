@@ -93,17 +93,23 @@ type Options struct {
 
 // Server is a running sidecar: ingest, lanes and admin API.
 type Server struct {
-	opts     Options
-	log      *slog.Logger
-	q        *queue.Queue
-	d        *dispatcher
-	ingest   *fasthttp.Server
-	fresh    freshConns // ingest connections that have not sent a request yet
-	ingestLn net.Listener
-	admin    *http.Server
-	adminLn  net.Listener
-	draining atomic.Bool
-	im       *ingestMetrics
+	opts   Options
+	log    *slog.Logger
+	q      queue.Store
+	d      *dispatcher
+	ingest *fasthttp.Server
+	fresh  freshConns // ingest connections that have not sent a request yet
+	// adminFresh: the same for the admin API.
+	adminFresh freshConns
+	ingestLn   net.Listener
+	admin      *http.Server
+	adminLn    net.Listener
+	draining   atomic.Bool
+	im         *ingestMetrics
+	// wrapStore, when set (by tests in this package only), wraps the
+	// store the engine drives, to inject faults the real one cannot be
+	// made to have on demand.
+	wrapStore func(queue.Store) queue.Store
 }
 
 // New returns an unstarted Server.
@@ -175,6 +181,9 @@ func (s *Server) Open() (err error) {
 		return err
 	}
 	s.q = q
+	if s.wrapStore != nil {
+		s.q = s.wrapStore(q)
+	}
 	d = newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval, s.opts.RetryBudget)
 	s.d = d
 	d.m = newMetrics(s.opts.Registry, d)
@@ -192,7 +201,7 @@ func (s *Server) Open() (err error) {
 		}
 	}()
 	if s.adminLn != nil {
-		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second, ConnState: s.adminFresh.trackHTTP}
 		go func() {
 			if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("admin server", "err", err)
@@ -290,12 +299,12 @@ func (s *Server) Close(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if s.ingest != nil {
-		if err := s.shutdownIngest(sctx); err != nil {
+		if err := shutdownClosingFresh(sctx, s.ingest.ShutdownWithContext, &s.fresh); err != nil {
 			keep(fmt.Errorf("ingest shutdown: %w", err))
 		}
 	}
 	if s.admin != nil {
-		if err := s.admin.Shutdown(sctx); err != nil {
+		if err := shutdownClosingFresh(sctx, s.admin.Shutdown, &s.adminFresh); err != nil {
 			keep(fmt.Errorf("admin shutdown: %w", err))
 		}
 	}
