@@ -51,12 +51,18 @@ func (f *faultStore) DeadLetter(sub string, seq uint64) (*queue.DeadLetter, erro
 
 func startWrapped(t *testing.T, f *faultStore, subs ...*Subscription) *Server {
 	t.Helper()
+	return startWith(t, func(st queue.Store) queue.Store { f.Store = st; return f }, subs...)
+}
+
+// startWith opens a sidecar whose engine drives wrap(the real store).
+func startWith(t *testing.T, wrap func(queue.Store) queue.Store, subs ...*Subscription) *Server {
+	t.Helper()
 	s := New(Options{
 		Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(), Sync: true,
 		Subscriptions: subs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		CursorInterval: 10 * time.Millisecond, AllowPrivateTargets: true,
 	})
-	s.wrapStore = func(st queue.Store) queue.Store { f.Store = st; return f }
+	s.wrapStore = wrap
 	if err := s.Open(); err != nil {
 		t.Fatalf("open server: %v", err)
 	}
