@@ -38,7 +38,7 @@ func (s *Server) adminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, s.RetryBudget())
 	})
 	mux.HandleFunc("GET /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"subscriptions": s.Lanes(), "head": s.d.head.Load()})
+		writeJSON(w, http.StatusOK, map[string]any{"subscriptions": s.Lanes(), "head": s.d.feed.head.Load()})
 	})
 	// Profiles and runtime counters, for explaining a regression on a live
 	// sidecar (bench -profile uses them). Behind the admin token like

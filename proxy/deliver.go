@@ -55,7 +55,7 @@ type workerState struct {
 
 // deliver makes one HTTP exchange. The body is the stored slice itself,
 // shared by every lane: it is set raw, never copied or re-encoded.
-func (d *dispatcher) deliver(j *job, w *workerState) result {
+func (e *engine) deliver(j *job, w *workerState) result {
 	sub, ev := j.sub, j.ev
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
@@ -64,7 +64,7 @@ func (d *dispatcher) deliver(j *job, w *workerState) result {
 
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(sub.URL)
-	ts := d.now().Unix()
+	ts := e.now().Unix()
 	w.sig = signing.AppendSignature(w.sig[:0], sub.Secrets, ev.ID, ts, ev.Body)
 	w.num = strconv.AppendInt(w.num[:0], ts, 10)
 	h := &req.Header
@@ -83,7 +83,7 @@ func (d *dispatcher) deliver(j *job, w *workerState) result {
 	}
 	req.SetBodyRaw(ev.Body)
 
-	err := d.client.DoTimeout(req, resp, sub.Timeout)
+	err := e.client.DoTimeout(req, resp, sub.Timeout)
 	var res result
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		// The status line arrived; an oversized answer does not change it.
@@ -97,7 +97,7 @@ func (d *dispatcher) deliver(j *job, w *workerState) result {
 	res.Outcome = policy.Classify(res.Status, err, sub.Classify)
 	if res.Outcome == policy.Retry && res.Status != 0 {
 		if v := resp.Header.Peek("Retry-After"); len(v) > 0 {
-			res.RetryAfter, _ = policy.ParseRetryAfterAt(string(v), d.now(), string(resp.Header.Peek("Date")))
+			res.RetryAfter, _ = policy.ParseRetryAfterAt(string(v), e.now(), string(resp.Header.Peek("Date")))
 		}
 	}
 	if res.Outcome != policy.Ack && res.Status != 0 {

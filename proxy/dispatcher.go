@@ -4,10 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -16,88 +13,36 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// dispatcher owns the lanes and the machinery they share: the ring of recent
-// events, the pool of delivery workers, the global in-flight limit, the
-// retry timer, and the cursor flusher.
+// dispatcher owns the lanes: it recovers them from the store, reconciles
+// them with the configured subscriptions, and runs the loops that serve
+// them all (the kick loop that wakes lanes on commits, the retry timer,
+// the cursor flusher with retirement and compaction). What the lanes share
+// while they deliver is the embedded engine; a lane sees only that.
 //
 // Lock order: a lane's mu may be held while taking d.mu, never the reverse.
 type dispatcher struct {
-	q      queue.Store
-	log    *slog.Logger
-	now    func() time.Time
-	client *fasthttp.Client
-	ring   *ring
-	head   atomic.Uint64 // last seq in the ring (or the log's head at start)
+	*engine
 
 	mu        sync.Mutex
 	lanes     map[string]*lane
-	laneSlice []*lane            // cache of the lanes; nil when stale
-	hungry    map[*lane]struct{} // lanes for all types with free slots, waiting for new events
-	// hungryType holds filtered lanes waiting for an event of one of their
-	// types; pendingTypes the types committed since the kick loop last ran.
-	hungryType   map[string]map[*lane]struct{}
-	pendingTypes map[string]struct{}
-	committed    bool // something was committed since the kick loop last ran
-
-	typeMu   sync.RWMutex
-	typeSeq  map[string]*atomic.Uint64        // last committed seq of each filtered-on type
-	matchers map[string]func(typ []byte) bool // one filter per distinct type list, shared by lanes
-	dirty    map[*lane]struct{}               // lanes whose cursor moved since the last flush
-	starved  map[*lane]struct{}               // lanes that found the global limit full
-
-	maxInFlight int64
-	inflight    atomic.Int64
-	workers     atomic.Int64
-	jobs        chan *job
-	freed       chan struct{} // signalled when inflight drops to zero
-
-	m      *metrics
-	budget *policy.Budget // shared retry budget
+	laneSlice []*lane // cache of the lanes; nil when stale
 
 	cursorInterval time.Duration
-	timers         *timerHeap
-	kick           chan struct{}
-	stopping       atomic.Bool
-	life           sync.RWMutex // finish holds it shared while writing outcomes and moving the cursor
-	closed         bool
-	quit           chan struct{}
 	wg             sync.WaitGroup
 }
 
 func newDispatcher(q queue.Store, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, cursorInterval time.Duration, budget policy.BudgetConfig) *dispatcher {
-	d := &dispatcher{
-		q: q, log: log, now: now, client: client,
-		ring:   newRing(ringSlots, ringBytes, q.Head()),
-		lanes:  map[string]*lane{},
-		hungry: map[*lane]struct{}{}, dirty: map[*lane]struct{}{}, starved: map[*lane]struct{}{},
-		hungryType: map[string]map[*lane]struct{}{}, pendingTypes: map[string]struct{}{},
-		typeSeq:        map[string]*atomic.Uint64{},
-		matchers:       map[string]func(typ []byte) bool{},
-		maxInFlight:    int64(maxInFlight),
-		jobs:           make(chan *job, maxInFlight),
-		freed:          make(chan struct{}, 1),
+	return &dispatcher{
+		engine:         newEngine(q, client, log, now, maxInFlight, budget),
+		lanes:          map[string]*lane{},
 		cursorInterval: cursorInterval,
-		kick:           make(chan struct{}, 1),
-		quit:           make(chan struct{}),
 	}
-	d.head.Store(q.Head())
-	d.timers = &timerHeap{wake: make(chan struct{}, 1)}
-	d.budget = policy.NewBudget(budget, now)
-
-	return d
 }
-
-// Ring bounds: enough to cover a few hundred milliseconds of a busy stream,
-// so lanes that keep up never touch the disk.
-const (
-	ringSlots = 16384
-	ringBytes = 64 << 20
-)
 
 // start recovers the lanes from the log, reconciles them with the config
 // and starts the loops.
 func (d *dispatcher) start(subs []*Subscription) error {
-	ms, err := d.q.Memberships()
+	ms, err := d.store.Memberships()
 	if err != nil {
 		return err
 	}
@@ -105,7 +50,7 @@ func (d *dispatcher) start(subs []*Subscription) error {
 	for _, m := range ms {
 		cursors[m.Subscription] = m.Cursor
 	}
-	retries, err := d.q.RetrySummaries(cursors)
+	retries, err := d.store.RetrySummaries(cursors)
 	if err != nil {
 		return err
 	}
@@ -120,7 +65,7 @@ func (d *dispatcher) start(subs []*Subscription) error {
 				return err
 			}
 		}
-		l := newLane(d, m, sub)
+		l := newLane(d.engine, m, sub)
 		if rs := retries[m.Subscription]; rs != nil {
 			l.scheduled.Store(int64(rs.Count))
 			l.ahead = rs.Ahead
@@ -128,7 +73,7 @@ func (d *dispatcher) start(subs []*Subscription) error {
 			l.nextDue = time.Unix(0, 1)
 		}
 		d.lanes[m.Subscription] = l
-		d.watchTypes(sub)
+		d.feed.watchTypes(sub)
 	}
 	known := make(map[string]*queue.Membership, len(ms))
 	for i := range ms {
@@ -166,23 +111,23 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 		keep[s.ID] = true
 		reqs[i] = queue.JoinRequest{Subscription: s.ID, Snapshot: encodeSnapshot(s), Known: known[s.ID]}
 	}
-	ms, err := d.q.JoinAll(reqs)
+	ms, err := d.store.JoinAll(reqs)
 	if err != nil {
 		return err
 	}
 	for i, s := range subs {
-		d.watchTypes(s)
+		d.feed.watchTypes(s)
 		d.mu.Lock()
 		l := d.lanes[s.ID]
 		if l == nil {
-			l = newLane(d, ms[i], s)
+			l = newLane(d.engine, ms[i], s)
 			d.lanes[s.ID] = l
 			d.laneSlice = nil
 		}
 		d.mu.Unlock()
 		l.mu.Lock()
 		l.setPolicies(s)
-		l.match, l.left, l.until = d.matcherFor(s), false, 0
+		l.match, l.left, l.until = d.feed.matcherFor(s), false, 0
 		l.backlogTo, l.backlogN = 0, 0 // the filter may have changed: count afresh
 		l.leaving.Store(false)
 		l.mu.Unlock()
@@ -195,7 +140,7 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 		if !leaving {
 			continue
 		}
-		m, err := d.q.Leave(l.id)
+		m, err := d.store.Leave(l.id)
 		if err != nil {
 			return err
 		}
@@ -207,50 +152,6 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 		l.pump()
 	}
 	return nil
-}
-
-// watchTypes starts tracking the last seq of each type sub filters on. A
-// type starts at the head: events of it may already be in the log.
-func (d *dispatcher) watchTypes(sub *Subscription) {
-	if slices.Contains(sub.Types, "*") {
-		return
-	}
-	d.typeMu.Lock()
-	defer d.typeMu.Unlock()
-	for _, t := range sub.Types {
-		if d.typeSeq[t] == nil {
-			v := new(atomic.Uint64)
-			v.Store(d.head.Load())
-			d.typeSeq[t] = v
-		}
-	}
-}
-
-// matcherFor returns the type filter of sub, shared with every other lane
-// that filters on the same list.
-func (d *dispatcher) matcherFor(sub *Subscription) func(typ []byte) bool {
-	key := strings.Join(sub.Types, "\x00")
-	d.typeMu.Lock()
-	defer d.typeMu.Unlock()
-	m, ok := d.matchers[key]
-	if !ok {
-		m = sub.matcher()
-		d.matchers[key] = m
-	}
-	return m
-}
-
-// seenSince reports whether an event of one of types may have been
-// committed at or after seq.
-func (d *dispatcher) seenSince(types []string, seq uint64) bool {
-	d.typeMu.RLock()
-	defer d.typeMu.RUnlock()
-	for _, t := range types {
-		if v := d.typeSeq[t]; v == nil || v.Load() >= seq {
-			return true
-		}
-	}
-	return false
 }
 
 // laneList returns every lane. The slice is shared and rebuilt only when
@@ -274,189 +175,17 @@ func (d *dispatcher) lane(id string) *lane {
 	return d.lanes[id]
 }
 
-// onCommit runs on the queue's committer goroutine: it must not block.
-// Order matters: ring, then type seqs, then head, then the kick, so that a
-// lane that reads the head also sees everything below it.
-func (d *dispatcher) onCommit(evs []*queue.Event) {
-	d.ring.put(evs)
-	d.typeMu.RLock()
-	for _, ev := range evs {
-		if v := d.typeSeq[ev.Type]; v != nil {
-			v.Store(ev.Seq)
-		}
-	}
-	d.typeMu.RUnlock()
-	d.head.Store(evs[len(evs)-1].Seq)
-	d.mu.Lock()
-	d.committed = true
-	for _, ev := range evs {
-		if _, ok := d.hungryType[ev.Type]; ok {
-			d.pendingTypes[ev.Type] = struct{}{}
-		}
-	}
-	d.mu.Unlock()
-	select {
-	case d.kick <- struct{}{}:
-	default:
-	}
-}
-
-// event returns one event, from memory if the ring still holds it.
-func (d *dispatcher) event(seq uint64) (*queue.Event, error) {
-	if ev, ok := d.ring.get(seq); ok {
-		return ev, nil
-	}
-	return d.q.Event(seq)
-}
-
-// markHungry parks a lane that has free slots and nothing to send: a lane
-// for all types wakes on any commit, a filtered one only on a commit of one
-// of its types, so 50,000 idle lanes cost nothing per event.
-func (d *dispatcher) markHungry(l *lane) {
-	d.mu.Lock()
-	if l.match == nil {
-		d.hungry[l] = struct{}{}
-	} else {
-		for _, t := range l.sub.Types {
-			set := d.hungryType[t]
-			if set == nil {
-				set = map[*lane]struct{}{}
-				d.hungryType[t] = set
-			}
-			set[l] = struct{}{}
-		}
-	}
-	d.mu.Unlock()
-}
-
-func (d *dispatcher) markDirty(l *lane) {
-	d.mu.Lock()
-	d.dirty[l] = struct{}{}
-	d.mu.Unlock()
-}
-
-// acquire takes one slot of the process-wide in-flight limit. When none is
-// free the lane is remembered, to be pumped when a slot frees up.
-func (d *dispatcher) acquire(l *lane) bool {
-	for {
-		n := d.inflight.Load()
-		if n >= d.maxInFlight {
-			d.mu.Lock()
-			d.starved[l] = struct{}{}
-			d.mu.Unlock()
-			return false
-		}
-		if d.inflight.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
-
-// giveBack returns a slot from inside a pump (a lane's mu held): starved
-// lanes are handed to the kick loop rather than pumped here, which could
-// be this very lane.
-func (d *dispatcher) giveBack() {
-	d.slotFreed()
-	d.mu.Lock()
-	wake := len(d.starved) > 0
-	for l := range d.starved {
-		d.hungry[l] = struct{}{}
-	}
-	clear(d.starved)
-	if wake {
-		d.committed = true // not a commit, but the kick loop must pump them
-	}
-	d.mu.Unlock()
-	if wake {
-		select {
-		case d.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// release returns the slot of a finished delivery (no lane lock held) and
-// pumps one lane that was waiting for a slot.
-func (d *dispatcher) release() {
-	d.slotFreed()
-	var next *lane
-	d.mu.Lock()
-	for l := range d.starved {
-		next = l
-		delete(d.starved, l)
-		break
-	}
-	d.mu.Unlock()
-	if next != nil {
-		next.pump()
-	}
-}
-
-func (d *dispatcher) slotFreed() {
-	if d.inflight.Add(-1) == 0 {
-		select {
-		case d.freed <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// submit hands a job to a worker. Workers are started on demand up to the
-// in-flight limit and then kept: a delivery never spawns a goroutine of its
-// own, and the channel never blocks because jobs never outnumber slots.
-func (d *dispatcher) submit(j *job) {
-	for {
-		w := d.workers.Load()
-		if w >= d.inflight.Load() {
-			break
-		}
-		if d.workers.CompareAndSwap(w, w+1) {
-			go d.worker()
-			break
-		}
-	}
-	d.jobs <- j
-}
-
-func (d *dispatcher) worker() {
-	var w workerState
-	for {
-		select {
-		case j := <-d.jobs:
-			res := d.deliver(j, &w)
-			j.lane.finish(j, res)
-		case <-d.quit:
-			return
-		}
-	}
-}
-
 // kickLoop pumps the lanes that wait for what was just committed.
 func (d *dispatcher) kickLoop() {
 	defer d.wg.Done()
 	var wake []*lane
 	for {
 		select {
-		case <-d.kick:
+		case <-d.feed.kick:
 		case <-d.quit:
 			return
 		}
-		d.mu.Lock()
-		if d.committed || len(d.pendingTypes) > 0 {
-			for l := range d.hungry {
-				wake = append(wake, l)
-			}
-			clear(d.hungry)
-		}
-		for t := range d.pendingTypes {
-			for l := range d.hungryType[t] {
-				wake = append(wake, l)
-			}
-			delete(d.hungryType, t)
-		}
-		clear(d.pendingTypes)
-		d.committed = false
-		d.mu.Unlock()
+		wake = d.feed.woken(wake)
 		for i, l := range wake {
 			l.pump()
 			wake[i] = nil
@@ -499,10 +228,7 @@ const maintainInterval = time.Second
 
 // flush writes every dirty cursor in one transaction.
 func (d *dispatcher) flush() error {
-	d.mu.Lock()
-	dirty := d.dirty
-	d.dirty = make(map[*lane]struct{}, len(dirty))
-	d.mu.Unlock()
+	dirty := d.dirty.take()
 	if len(dirty) == 0 {
 		return nil
 	}
@@ -513,12 +239,12 @@ func (d *dispatcher) flush() error {
 		l.dirty = false
 		l.mu.Unlock()
 	}
-	if err := d.q.SaveCursors(cursors); err != nil {
+	if err := d.store.SaveCursors(cursors); err != nil {
 		for l := range dirty {
 			l.mu.Lock()
 			if !l.dirty {
 				l.dirty = true
-				d.markDirty(l)
+				d.dirty.mark(l)
 			}
 			l.mu.Unlock()
 		}
@@ -533,7 +259,7 @@ func (d *dispatcher) flush() error {
 // maintain retires lanes that left and drained, then compacts the log below
 // the smallest durable cursor.
 func (d *dispatcher) maintain() {
-	head := d.head.Load()
+	head := d.feed.head.Load()
 	below := head + 1
 	now := d.now()
 	for _, l := range d.laneList() {
@@ -551,8 +277,8 @@ func (d *dispatcher) maintain() {
 			l.mu.Unlock()
 		}
 		if drained {
-			if rs, err := d.q.Retries(l.id, 1); err == nil && len(rs) == 0 {
-				if err := d.q.Retire(l.id); err != nil {
+			if rs, err := d.store.Retries(l.id, 1); err == nil && len(rs) == 0 {
+				if err := d.store.Retire(l.id); err != nil {
 					d.log.Error("retire", "subscription", l.id, "err", err)
 				} else {
 					l.mu.Lock()
@@ -569,7 +295,7 @@ func (d *dispatcher) maintain() {
 		}
 		below = min(below, l.saved.Load()+1)
 	}
-	if _, err := d.q.Compact(below); err != nil {
+	if _, err := d.store.Compact(below); err != nil {
 		d.log.Error("compact", "err", err)
 	}
 }
@@ -580,16 +306,16 @@ func (d *dispatcher) maintain() {
 func (d *dispatcher) stop(ctx context.Context) int {
 	d.stopping.Store(true)
 wait:
-	for d.inflight.Load() > 0 {
+	for d.slots.inflight.Load() > 0 {
 		select {
-		case <-d.freed:
+		case <-d.slots.freed:
 		case <-ctx.Done():
 			break wait
 		}
 	}
 	d.life.Lock()
 	d.closed = true
-	abandoned := int(d.inflight.Load())
+	abandoned := int(d.slots.inflight.Load())
 	d.life.Unlock()
 	close(d.quit)
 	d.wg.Wait()
@@ -736,7 +462,7 @@ func (l *lane) withOldestAge(st LaneStatus, now time.Time) LaneStatus {
 	at, known := l.oldestAt, l.oldestSeq == seq
 	l.mu.Unlock()
 	if !known {
-		ev, err := l.d.event(seq)
+		ev, err := l.e.feed.event(seq)
 		if err != nil {
 			return st
 		}

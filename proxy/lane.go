@@ -29,7 +29,7 @@ const pageSize = 64
 // scheduled for retry, or dead-lettered, durably written). The cursor is
 // the lowest unresolved seq - 1; it moves only forward.
 type lane struct {
-	d  *dispatcher
+	e  *engine
 	id string
 
 	mu       sync.Mutex
@@ -103,9 +103,9 @@ type job struct {
 	probe   bool         // the breaker's half-open probe
 }
 
-func newLane(d *dispatcher, m queue.Membership, sub *Subscription) *lane {
+func newLane(e *engine, m queue.Membership, sub *Subscription) *lane {
 	l := &lane{
-		d: d, id: m.Subscription, sub: sub, match: d.matcherFor(sub),
+		e: e, id: m.Subscription, sub: sub, match: e.feed.matcherFor(sub),
 		fromSeq: m.From, left: m.Left, until: m.Until, next: m.Cursor + 1, cursor: m.Cursor,
 	}
 	l.saved.Store(m.Cursor)
@@ -120,7 +120,7 @@ func newLane(d *dispatcher, m queue.Membership, sub *Subscription) *lane {
 // close an open breaker).
 func (l *lane) setPolicies(sub *Subscription) {
 	old := l.sub
-	now := l.d.now
+	now := l.e.now
 	if l.breaker != nil && old.Breaker != sub.Breaker {
 		l.breaker = nil // made again, with the new settings, when next used
 	}
@@ -204,7 +204,7 @@ func (l *lane) limit() int {
 // bytes an idle lane would cost (BENCHMARKS.md, lanes-50k). l.mu is held.
 func (l *lane) brk() *policy.Breaker {
 	if l.breaker == nil {
-		l.breaker = policy.NewBreaker(l.sub.Breaker, l.d.now)
+		l.breaker = policy.NewBreaker(l.sub.Breaker, l.e.now)
 	}
 	return l.breaker
 }
@@ -223,8 +223,8 @@ func (l *lane) breakerState() policy.BreakerState {
 // (last, because a half-open breaker admits exactly one probe). A refusal
 // undoes what earlier gates took and wakes the lane when it may pass.
 func (l *lane) admit(now time.Time) (probe, ok bool) {
-	d := l.d
-	if !d.acquire(l) {
+	e := l.e
+	if !e.slots.acquire(l) {
 		return false, false
 	}
 	var res *rate.Reservation
@@ -232,9 +232,9 @@ func (l *lane) admit(now time.Time) (probe, ok bool) {
 		res = l.limiter.ReserveN(now, 1)
 		if wait := res.DelayFrom(now); !res.OK() || wait > 0 {
 			res.CancelAt(now)
-			d.giveBack()
+			e.slots.giveBack()
 			l.rateLimited.Add(1)
-			d.timers.add(l, now.Add(max(wait, time.Millisecond)))
+			e.timers.add(l, now.Add(max(wait, time.Millisecond)))
 			return false, false
 		}
 	}
@@ -243,10 +243,10 @@ func (l *lane) admit(now time.Time) (probe, ok bool) {
 		if res != nil {
 			res.CancelAt(now)
 		}
-		d.giveBack()
+		e.slots.giveBack()
 		l.shortCircuits.Add(1)
-		l.laneMetrics(d.m).shorted.Inc()
-		d.timers.add(l, l.breaker.RetryAt())
+		l.laneMetrics(e.m).shorted.Inc()
+		e.timers.add(l, l.breaker.RetryAt())
 		return false, false
 	}
 	return probe, true
@@ -261,12 +261,12 @@ func (l *lane) mayPass(now time.Time) bool {
 		return false // a probe is out; its outcome decides
 	case policy.BreakerOpen:
 		if at := l.breaker.RetryAt(); now.Before(at) {
-			l.d.timers.add(l, at)
+			l.e.timers.add(l, at)
 			return false
 		}
 	}
 	if l.limiter != nil && l.limiter.TokensAt(now) < 1 {
-		l.d.timers.add(l, now.Add(time.Duration(float64(time.Second)/float64(l.limiter.Limit()))))
+		l.e.timers.add(l, now.Add(time.Duration(float64(time.Second)/float64(l.limiter.Limit()))))
 		return false
 	}
 	return true
@@ -291,18 +291,18 @@ func (l *lane) pump() {
 // rate, breaker) and the available work allow: writes that failed first,
 // then due retries, then new events in order.
 func (l *lane) pumpLocked() {
-	d := l.d
+	e := l.e
 	l.hungry = false
 	if l.retired {
 		return
 	}
-	now := d.now()
+	now := e.now()
 	if len(l.unrecorded) > 0 && !l.recordPending(now) {
 		// The store refuses writes: sending more would only pile up
 		// outcomes it cannot take.
 		return
 	}
-	if l.paused() || d.stopping.Load() {
+	if l.paused() || e.stopping.Load() {
 		return
 	}
 	limit := l.limit()
@@ -318,7 +318,7 @@ func (l *lane) pumpLocked() {
 		ev := l.nextFresh()
 		if ev == nil {
 			l.hungry = true
-			d.markHungry(l)
+			e.feed.markHungry(l)
 			// A commit between nextFresh and markHungry would find this
 			// lane not yet hungry: look once more now that it is.
 			if !rechecked && len(l.buf) == 0 && l.next <= l.limitSeq() {
@@ -344,72 +344,72 @@ func (l *lane) pumpLocked() {
 // early must arm the later one again. l.mu is held.
 func (l *lane) armNextDue(now time.Time) {
 	if !l.nextDue.IsZero() && l.nextDue.After(now) {
-		l.d.timers.add(l, l.nextDue)
+		l.e.timers.add(l, l.nextDue)
 	}
 }
 
 // startRetries starts due retries; false means the global limit stopped it.
 func (l *lane) startRetries(now time.Time, limit int) bool {
-	d := l.d
+	e := l.e
 	if !l.mayPass(now) {
 		// Do not spend the shared budget on retries this lane cannot send:
 		// an open breaker would otherwise drain it for every other tenant.
 		return true
 	}
-	rs, next, err := d.q.DueRetries(l.id, now, limit-l.inFlight, l.isRetrying)
+	rs, next, err := e.store.DueRetries(l.id, now, limit-l.inFlight, l.isRetrying)
 	if err == nil && len(rs) == 0 && !next.IsZero() && l.farAhead(next, now) {
 		// Nothing is due, and the earliest record is due later than this
 		// lane could have scheduled it: the wall clock stepped back since.
 		// Records are sorted by due time, so every one from there on is
 		// as suspect; take them as due now instead of waiting out the
 		// step. The budget and the breaker still pace them.
-		rs, next, err = d.q.DueRetries(l.id, farFuture, limit-l.inFlight, l.isRetrying)
+		rs, next, err = e.store.DueRetries(l.id, farFuture, limit-l.inFlight, l.isRetrying)
 	}
 	if err != nil {
-		d.log.Error("read retry schedule", "subscription", l.id, "err", err)
+		e.log.Error("read retry schedule", "subscription", l.id, "err", err)
 		l.nextDue = now.Add(time.Second)
-		d.timers.add(l, l.nextDue)
+		e.timers.add(l, l.nextDue)
 		return true
 	}
 	l.nextDue = next
 	if !next.IsZero() {
-		d.timers.add(l, next)
+		e.timers.add(l, next)
 	}
 	for i := range rs {
 		r := &rs[i]
-		ev, err := d.event(r.Seq)
+		ev, err := e.feed.event(r.Seq)
 		if err != nil {
 			// A replayed dead letter may outlive its event in the log: its
 			// own body copy serves.
-			if dl, derr := d.q.DeadLetter(l.id, r.Seq); derr == nil && dl.EventID != "" {
+			if dl, derr := e.store.DeadLetter(l.id, r.Seq); derr == nil && dl.EventID != "" {
 				ev, err = &queue.Event{Seq: r.Seq, ID: dl.EventID, Type: dl.Type, ContentType: dl.ContentType, AcceptedAt: dl.AcceptedAt, Body: dl.Body}, nil
 			}
 		}
 		if err != nil {
 			// The log lost an event a retry needed: keep the failure
 			// visible as a dead letter rather than retrying forever.
-			d.log.Error("event for retry missing", "subscription", l.id, "seq", r.Seq, "err", err)
+			e.log.Error("event for retry missing", "subscription", l.id, "seq", r.Seq, "err", err)
 			o := queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: r.Seq, From: r, At: now,
 				DeadLetter: newDeadLetter(l.id, &queue.Event{Seq: r.Seq}, reasonEventMissing, r.Attempt,
 					policy.Exchange{Status: r.LastStatus}, "", now)}
 			o.DeadLetter.LastError = r.LastError
 			if err := l.record(o); err != nil {
-				d.log.Error("dead-letter", "subscription", l.id, "seq", r.Seq, "err", err)
+				e.log.Error("dead-letter", "subscription", l.id, "seq", r.Seq, "err", err)
 			} else {
 				l.resolved(nil, o)
 			}
 			continue
 		}
-		if d.inflight.Load() >= d.maxInFlight {
+		if e.slots.full() {
 			// No process-wide slot: take no budget token for a retry that
 			// cannot start. acquire queues the lane for the next free slot.
-			if d.acquire(l) {
-				d.giveBack()
+			if e.slots.acquire(l) {
+				e.slots.giveBack()
 			}
 			l.nextDue = now
 			return false
 		}
-		if !d.budget.TryRetryPaced() {
+		if !e.budget.TryRetryPaced() {
 			// The shared budget is spent for now: defer, never drop. The
 			// retries stay due on disk and the lane looks again after a
 			// jittered part of the budget's pace, so lanes do not return
@@ -417,9 +417,9 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			// time, as first built, cost 34,813 writes for 8,000 retries
 			// in the bench's outage scenario.)
 			l.deferred.Add(1)
-			pace := d.budget.Pace()
+			pace := e.budget.Pace()
 			l.nextDue = now.Add(pace/2 + time.Duration(rand.Int64N(int64(pace))))
-			d.timers.add(l, l.nextDue)
+			e.timers.add(l, l.nextDue)
 			return true
 		}
 		probe, ok := l.admit(now)
@@ -450,12 +450,12 @@ func (l *lane) start(j *job) {
 	if l.auto != nil {
 		l.auto.Dispatched()
 	}
-	l.d.submit(j)
+	l.e.slots.submit(j)
 }
 
 // limitSeq is the last seq this lane may consume now.
 func (l *lane) limitSeq() uint64 {
-	h := l.d.head.Load()
+	h := l.e.feed.head.Load()
 	if l.left {
 		return min(h, l.until)
 	}
@@ -496,13 +496,13 @@ func (l *lane) nextInLog() *queue.Event {
 		if l.next > limit {
 			return nil
 		}
-		if l.match != nil && !l.d.seenSince(l.sub.Types, l.next) {
+		if l.match != nil && !l.e.feed.seenSince(l.sub.Types, l.next) {
 			// None of this lane's types was committed since it last
 			// looked: skip to the head without reading a thing.
 			l.next = limit + 1
 			return nil
 		}
-		if ev, ok := l.d.ring.get(l.next); ok {
+		if ev, ok := l.e.feed.ring.get(l.next); ok {
 			l.next++
 			if l.wants(ev.Type) {
 				l.took(ev.Seq)
@@ -510,10 +510,10 @@ func (l *lane) nextInLog() *queue.Event {
 			}
 			continue
 		}
-		evs, next, err := l.d.q.Events(l.next, limit, pageSize, l.match)
+		evs, next, err := l.e.store.Events(l.next, limit, pageSize, l.match)
 		if err != nil {
-			l.d.log.Error("read log", "subscription", l.id, "seq", l.next, "err", err)
-			l.d.timers.add(l, l.d.now().Add(time.Second))
+			l.e.log.Error("read log", "subscription", l.id, "seq", l.next, "err", err)
+			l.e.timers.add(l, l.e.now().Add(time.Second))
 			return nil
 		}
 		l.next = max(next, l.next)
@@ -550,7 +550,7 @@ func (l *lane) waiting(limit uint64) (int64, error) {
 		l.backlogTo, l.backlogN = l.next-1, 0 // nothing counted is past next
 	}
 	if limit > l.backlogTo {
-		n, err := l.d.q.CountEvents(l.backlogTo+1, limit, l.match, math.MaxInt-1)
+		n, err := l.e.store.CountEvents(l.backlogTo+1, limit, l.match, math.MaxInt-1)
 		if err != nil {
 			return 0, err
 		}
@@ -579,210 +579,9 @@ func (l *lane) updateCursor() {
 		l.cursor = c
 		if !l.dirty {
 			l.dirty = true
-			l.d.markDirty(l)
+			l.e.dirty.mark(l)
 		}
 	}
-}
-
-// result is what one HTTP exchange came to: the exchange as policy judges
-// it, and a bounded snippet of the response for a dead letter.
-type result struct {
-	policy.Exchange
-	snippet string
-}
-
-// unrecorded is an attempt whose outcome was decided but could not be
-// written yet. Redoing it writes the same outcome again; it never sends
-// the request again, so the breaker, the rate limit and the budget see
-// each exchange exactly once.
-type unrecorded struct {
-	j *job
-	o queue.Outcome
-}
-
-// finish settles one attempt: decide (policy.Resolve), record (one
-// Store.Record, one transaction), update (memory, metrics, cursor). The
-// cursor moves past a first attempt only after its outcome is durable.
-func (l *lane) finish(j *job, res result) {
-	d := l.d
-	d.life.RLock()
-	if d.closed {
-		// Abandoned at shutdown: nothing written, so the delivery is
-		// still unresolved in the log and runs again after restart.
-		d.life.RUnlock()
-		d.release()
-		return
-	}
-	now := d.now()
-	l.observe(j, res, now)
-	o := l.outcome(j, res, policy.Resolve(res.Exchange, j.sub.Retry, j.attempt, j.first, now), now)
-	var err error
-	if o.Pause == "" {
-		err = l.record(o)
-	}
-	d.release()
-
-	// d.life stays held until the outcome is in the lane's cursor: stop
-	// waits for the slot to come back, then takes d.life and writes the
-	// cursors. Letting go before updateCursor let a graceful drain miss
-	// the ACKs of deliveries that had just finished, and send them again
-	// after the restart.
-	l.mu.Lock()
-	if o.Pause != "" {
-		// A pause is written and applied under l.mu, as Pause and Resume
-		// do: a resume between the write and the in-memory flag would
-		// leave memory paused and the log resumed.
-		err = l.record(o)
-	}
-	l.inFlight--
-	l.brk().Record(res.Outcome == policy.Retry, res.Timeout(), j.probe)
-	if l.auto != nil {
-		l.auto.Completed(now.Sub(j.started), res.Timeout())
-	}
-	if err != nil {
-		d.log.Error("record delivery outcome", "subscription", l.id, "seq", j.ev.Seq, "err", err)
-		l.unrecorded = append(l.unrecorded, unrecorded{j, o})
-		d.timers.add(l, now.Add(time.Second))
-	} else {
-		l.resolved(j, o)
-	}
-	d.life.RUnlock()
-	l.pumpLocked()
-	l.mu.Unlock()
-}
-
-// observe counts one exchange: it happened, whatever becomes of its record.
-func (l *lane) observe(j *job, res result, now time.Time) {
-	d := l.d
-	l.attempts.Add(1)
-	l.lastStatus.Store(int64(res.Status))
-	lm := l.laneMetrics(d.m)
-	lm.exchange.Observe(now.Sub(j.started).Seconds())
-	switch {
-	case res.Outcome == policy.Ack:
-		lm.ack.Inc()
-		// AcceptedAt is wall-clock (it outlives the process): after the
-		// clock steps back it can lie ahead, and a histogram must not
-		// get a negative latency.
-		lm.latency.Observe(max(now.Sub(j.ev.AcceptedAt), 0).Seconds())
-	case res.Timeout():
-		lm.timeout.Inc()
-	case res.Outcome == policy.Retry:
-		lm.retry.Inc()
-	default:
-		lm.dead.Inc()
-	}
-	if res.Answered() {
-		d.budget.Success()
-	}
-}
-
-// outcome turns a resolution into the record the store writes.
-func (l *lane) outcome(j *job, res result, rs policy.Resolution, now time.Time) queue.Outcome {
-	o := queue.Outcome{Subscription: l.id, Seq: j.ev.Seq, From: j.retry, At: now, Pause: rs.Pause}
-	switch rs.Outcome {
-	case policy.Ack:
-		o.Kind = queue.Acked
-	case policy.Retry:
-		o.Kind = queue.RetryScheduled
-		o.Retry = &queue.Retry{Subscription: l.id, Seq: j.ev.Seq, Due: rs.Due, Attempt: j.attempt, FirstAttempt: j.first,
-			LastStatus: res.Status, LastError: res.Failure.String(), Replay: j.retry != nil && j.retry.Replay}
-	default:
-		o.Kind = queue.DeadLettered
-		o.DeadLetter = newDeadLetter(l.id, j.ev, rs.Reason, j.attempt, res.Exchange, res.snippet, now)
-	}
-	return o
-}
-
-// newDeadLetter is the one place a dead letter is made: from a failed
-// attempt, a retry whose event is gone, or the backlog quota.
-func newDeadLetter(sub string, ev *queue.Event, reason string, attempts int, x policy.Exchange, response string, now time.Time) *queue.DeadLetter {
-	return &queue.DeadLetter{
-		Subscription: sub, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
-		AcceptedAt: ev.AcceptedAt, Reason: reason, Attempts: attempts, LastStatus: x.Status,
-		LastError: x.Failure.String(), Response: response, DeadAt: now, Body: ev.Body,
-	}
-}
-
-// record writes o; a first attempt's ACK has nothing to write.
-func (l *lane) record(o queue.Outcome) error {
-	if o.Kind == queue.Acked && o.From == nil && o.Pause == "" {
-		return nil
-	}
-	return l.d.q.Record(o)
-}
-
-// resolved updates the lane once o is durable. l.mu is held.
-func (l *lane) resolved(j *job, o queue.Outcome) {
-	d := l.d
-	switch o.Kind {
-	case queue.Acked:
-		l.delivered.Add(1)
-	case queue.RetryScheduled:
-		l.retried.Add(1)
-		if o.From == nil {
-			l.scheduled.Add(1)
-		}
-		if due := o.Retry.Due; l.nextDue.IsZero() || due.Before(l.nextDue) {
-			l.nextDue = due
-			d.timers.add(l, due)
-		}
-	case queue.DeadLettered:
-		l.noteDeadLetter(o.DeadLetter)
-	}
-	if o.From != nil && o.Kind != queue.RetryScheduled {
-		l.scheduled.Add(-1)
-	}
-	if o.Pause != "" && l.pausedBy != o.Pause {
-		l.pausedBy = o.Pause
-		d.log.Warn("subscription paused: "+o.Pause, "subscription", l.id)
-	}
-	if j == nil {
-		return
-	}
-	if j.retry != nil {
-		delete(l.retrying, j.ev.Seq)
-	} else {
-		for i := range l.window {
-			if l.window[i].seq == j.ev.Seq {
-				l.window[i].done = true
-				break
-			}
-		}
-	}
-	l.updateCursor()
-}
-
-// noteDeadLetter counts and logs a dead letter that is durable. Backlog
-// quota letters are not logged one by one: a black hole over its quota
-// makes thousands a second, and the metric counts them.
-func (l *lane) noteDeadLetter(dl *queue.DeadLetter) {
-	l.deadLettered.Add(1)
-	l.d.m.deadLetters.WithLabelValues(l.id, dl.Reason).Inc()
-	if dl.Reason == policy.ReasonBacklogQuota {
-		return
-	}
-	l.d.log.Warn("dead-lettered", "subscription", l.id, "event", dl.EventID, "reason", dl.Reason,
-		"attempts", dl.Attempts, "status", dl.LastStatus, "error", dl.LastError)
-}
-
-// recordPending writes the outcomes that could not be written before, in
-// order; false means the store still fails and a wake-up is armed.
-// l.mu is held.
-func (l *lane) recordPending(now time.Time) bool {
-	for len(l.unrecorded) > 0 {
-		u := l.unrecorded[0]
-		if err := l.record(u.o); err != nil {
-			l.d.log.Error("record delivery outcome", "subscription", l.id, "seq", u.o.Seq, "err", err)
-			l.d.timers.add(l, now.Add(time.Second))
-			return false
-		}
-		l.unrecorded[0] = unrecorded{}
-		l.unrecorded = l.unrecorded[1:]
-		l.resolved(u.j, u.o)
-	}
-	l.unrecorded = nil
-	return true
 }
 
 // enforceQuota dead-letters the oldest waiting events past the backlog
@@ -794,14 +593,14 @@ func (l *lane) enforceQuota(now time.Time) {
 	if q.MaxEvents <= 0 && q.MaxAge <= 0 {
 		return
 	}
-	d := l.d
+	e := l.e
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var excess int64
 	if q.MaxEvents > 0 {
 		n, err := l.waiting(l.limitSeq())
 		if err != nil {
-			d.log.Error("count backlog", "subscription", l.id, "err", err)
+			e.log.Error("count backlog", "subscription", l.id, "err", err)
 			return
 		}
 		excess = n + int64(len(l.buf)) - q.MaxEvents
@@ -819,13 +618,13 @@ func (l *lane) enforceQuota(now time.Time) {
 		o := queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: ev.Seq, At: now,
 			DeadLetter: newDeadLetter(l.id, ev, policy.ReasonBacklogQuota, 0, policy.Exchange{}, "", now)}
 		if err := l.record(o); err != nil {
-			d.log.Error("dead-letter over quota", "subscription", l.id, "seq", ev.Seq, "err", err)
+			e.log.Error("dead-letter over quota", "subscription", l.id, "seq", ev.Seq, "err", err)
 			l.buf = append([]*queue.Event{ev}, l.buf...)
 			break
 		}
 		l.resolved(nil, o)
 		l.quotaRejections.Add(1)
-		d.m.rejections.WithLabelValues(l.id, policy.ReasonBacklogQuota).Inc()
+		e.m.rejections.WithLabelValues(l.id, policy.ReasonBacklogQuota).Inc()
 		excess--
 	}
 	l.updateCursor()
@@ -879,7 +678,7 @@ func (l *lane) status() LaneStatus {
 		st.Backlog = lim - l.cursor
 		// A filtered lane parked until one of its types arrives has a
 		// stale cursor but nothing to send.
-		if l.match != nil && l.inFlight == 0 && len(l.buf) == 0 && !l.d.seenSince(l.sub.Types, l.next) {
+		if l.match != nil && l.inFlight == 0 && len(l.buf) == 0 && !l.e.feed.seenSince(l.sub.Types, l.next) {
 			st.Backlog = 0
 		}
 	}

@@ -78,7 +78,7 @@ func (s *Server) Event(id string) (*EventStatus, error) {
 		return nil, err
 	}
 	st := &EventStatus{ID: id, Seq: seq, Type: typ, Deliveries: []Delivery{}}
-	ev, evErr := s.d.event(seq)
+	ev, evErr := s.d.feed.event(seq)
 	if evErr == nil {
 		st.Type = ev.Type
 		at := ev.AcceptedAt

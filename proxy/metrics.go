@@ -84,14 +84,14 @@ func newMetrics(reg prometheus.Registerer, d *dispatcher) *metrics {
 			}, func() float64 { return d.budget.Available() }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "sluice_log_disk_used_bytes", Help: "Bytes allocated by the data dir (the log), measured every 250 ms.",
-			}, func() float64 { return float64(d.q.DiskUsage().Used) }),
+			}, func() float64 { return float64(d.store.DiskUsage().Used) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "sluice_log_disk_free_bytes", Help: "Bytes free on the data dir's file system; -1 if unknown.",
-			}, func() float64 { return float64(d.q.DiskUsage().Free) }),
+			}, func() float64 { return float64(d.store.DiskUsage().Free) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "sluice_log_disk_full", Help: "1 while ingest answers 507: the log is over max_disk_bytes or its file system below min_free_disk_bytes.",
 			}, func() float64 {
-				if d.q.DiskUsage().Full {
+				if d.store.DiskUsage().Full {
 					return 1
 				}
 				return 0

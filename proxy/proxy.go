@@ -14,6 +14,16 @@
 //   - A subscription never has more than its concurrency cap in flight; the
 //     rest waits in the log, not in memory.
 //
+// Where things are: ingest.go (the producer's POST), lane.go (one
+// subscription's consumption: gates, cursor, backlog quota), outcome.go
+// (decide, record, update: one attempt's resolution), dispatcher.go (the
+// lane set, reconciliation with the config, flushing, retirement,
+// compaction), engine.go with feed.go and slots.go (what the lanes share:
+// commits, in-flight slots and workers, the retry timer), deliver.go and
+// dial.go (the outbound client and its SSRF guard), ledger.go (pause,
+// replay, the completion ledger), admin.go and api.go (the admin API and
+// its wire types), metrics.go.
+//
 // A Server is created with New, started with Open and stopped with Close.
 package proxy
 
@@ -175,7 +185,7 @@ func (s *Server) Open() (err error) {
 	q, err := queue.Open(queue.Options{
 		Dir: s.opts.DataDir, Sync: s.opts.Sync, DedupWindow: s.opts.DedupWindow, Logger: s.log,
 		MaxDiskBytes: s.opts.MaxDiskBytes, MinFreeBytes: s.opts.MinFreeDiskBytes,
-		OnCommit: func(evs []*queue.Event) { d.onCommit(evs) },
+		OnCommit: func(evs []*queue.Event) { d.feed.onCommit(evs) },
 	})
 	if err != nil {
 		return err
@@ -196,7 +206,7 @@ func (s *Server) Open() (err error) {
 	s.im = newIngestMetrics(s.opts.Registry)
 	s.ingest = s.newIngestServer()
 	go func() {
-		if err := s.ingest.Serve(s.ingestLn); err != nil {
+		if err := s.ingest.Serve(s.ingestLn); err != nil && !s.draining.Load() {
 			s.log.Error("ingest server", "err", err)
 		}
 	}()
@@ -302,6 +312,10 @@ func (s *Server) Close(ctx context.Context) error {
 		if err := shutdownClosingFresh(sctx, s.ingest.ShutdownWithContext, &s.fresh); err != nil {
 			keep(fmt.Errorf("ingest shutdown: %w", err))
 		}
+		// fasthttp closes only the listeners its Serve has registered: a
+		// Close right after Open can come first, and Serve would then
+		// accept for ever (goleak found it). Closing it again is harmless.
+		s.ingestLn.Close()
 	}
 	if s.admin != nil {
 		if err := shutdownClosingFresh(sctx, s.admin.Shutdown, &s.adminFresh); err != nil {

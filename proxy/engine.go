@@ -1,0 +1,74 @@
+package proxy
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/queue"
+)
+
+// engine is what every lane shares with the others, as named parts with
+// small method sets: the store, the feed of commits, the in-flight slots
+// and their workers, the retry timer, the set of moved cursors, the shared
+// retry budget, the metrics and the clock. A lane holds the engine and
+// nothing else of the dispatcher: the lane set, reconciliation with the
+// config, the cursor flusher and maintenance are the dispatcher's alone.
+type engine struct {
+	store  queue.Store
+	feed   *feed
+	slots  *slots
+	timers *timerHeap
+	dirty  *dirtySet
+	budget *policy.Budget
+	m      *metrics
+	log    *slog.Logger
+	now    func() time.Time
+	client *fasthttp.Client
+	quit   chan struct{} // closed at stop
+
+	stopping atomic.Bool  // no new deliveries
+	life     sync.RWMutex // finish holds it shared while writing outcomes and moving the cursor
+	closed   bool         // under life: outcomes are no longer written
+}
+
+func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, budget policy.BudgetConfig) *engine {
+	e := &engine{
+		store: store, client: client, log: log, now: now,
+		feed:   newFeed(store),
+		timers: &timerHeap{wake: make(chan struct{}, 1)},
+		dirty:  &dirtySet{m: map[*lane]struct{}{}},
+		budget: policy.NewBudget(budget, now),
+		quit:   make(chan struct{}),
+	}
+	e.slots = newSlots(maxInFlight, e.feed, e.quit, func(j *job, w *workerState) {
+		res := e.deliver(j, w)
+		j.lane.finish(j, res)
+	})
+	return e
+}
+
+// dirtySet holds the lanes whose cursor moved since the last flush.
+type dirtySet struct {
+	mu sync.Mutex
+	m  map[*lane]struct{}
+}
+
+func (s *dirtySet) mark(l *lane) {
+	s.mu.Lock()
+	s.m[l] = struct{}{}
+	s.mu.Unlock()
+}
+
+// take returns the lanes marked since the last take and forgets them.
+func (s *dirtySet) take() map[*lane]struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.m
+	s.m = make(map[*lane]struct{}, len(m))
+	return m
+}

@@ -1,0 +1,198 @@
+package proxy
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// Ring bounds: enough to cover a few hundred milliseconds of a busy stream,
+// so lanes that keep up never touch the disk.
+const (
+	ringSlots = 16384
+	ringBytes = 64 << 20
+)
+
+// feed is the one path from the log's committer to the lanes: the ring of
+// recent events (the same body slices for every lane), the head, the last
+// seq of each type a lane filters on, and the lanes parked until a commit
+// (or a freed slot) wakes them. A lane for all types wakes on any commit,
+// a filtered one only on a commit of one of its types, so 50,000 idle
+// lanes cost nothing per event.
+//
+// Lock order: a lane's mu may be held while taking mu or typeMu, never the
+// reverse.
+type feed struct {
+	store queue.Store
+	ring  *ring
+	head  atomic.Uint64 // last seq in the ring (or the log's head at start)
+
+	mu     sync.Mutex
+	hungry map[*lane]struct{} // lanes for all types with free slots, waiting for new events
+	// hungryType holds filtered lanes waiting for an event of one of their
+	// types; pendingTypes the types committed since the kick loop last ran.
+	hungryType   map[string]map[*lane]struct{}
+	pendingTypes map[string]struct{}
+	committed    bool          // something was committed since the kick loop last ran
+	kick         chan struct{} // wakes the kick loop
+
+	typeMu   sync.RWMutex
+	typeSeq  map[string]*atomic.Uint64        // last committed seq of each filtered-on type
+	matchers map[string]func(typ []byte) bool // one filter per distinct type list, shared by lanes
+}
+
+func newFeed(store queue.Store) *feed {
+	f := &feed{
+		store:  store,
+		ring:   newRing(ringSlots, ringBytes, store.Head()),
+		hungry: map[*lane]struct{}{}, hungryType: map[string]map[*lane]struct{}{},
+		pendingTypes: map[string]struct{}{},
+		kick:         make(chan struct{}, 1),
+		typeSeq:      map[string]*atomic.Uint64{},
+		matchers:     map[string]func(typ []byte) bool{},
+	}
+	f.head.Store(store.Head())
+	return f
+}
+
+// onCommit runs on the log's committer goroutine: it must not block.
+// Order matters: ring, then type seqs, then head, then the kick, so that a
+// lane that reads the head also sees everything below it.
+func (f *feed) onCommit(evs []*queue.Event) {
+	f.ring.put(evs)
+	f.typeMu.RLock()
+	for _, ev := range evs {
+		if v := f.typeSeq[ev.Type]; v != nil {
+			v.Store(ev.Seq)
+		}
+	}
+	f.typeMu.RUnlock()
+	f.head.Store(evs[len(evs)-1].Seq)
+	f.mu.Lock()
+	f.committed = true
+	for _, ev := range evs {
+		if _, ok := f.hungryType[ev.Type]; ok {
+			f.pendingTypes[ev.Type] = struct{}{}
+		}
+	}
+	f.mu.Unlock()
+	f.signal()
+}
+
+func (f *feed) signal() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// event returns one event, from memory if the ring still holds it.
+func (f *feed) event(seq uint64) (*queue.Event, error) {
+	if ev, ok := f.ring.get(seq); ok {
+		return ev, nil
+	}
+	return f.store.Event(seq)
+}
+
+// markHungry parks a lane that has free slots and nothing to send until a
+// commit of something it takes.
+func (f *feed) markHungry(l *lane) {
+	f.mu.Lock()
+	if l.match == nil {
+		f.hungry[l] = struct{}{}
+	} else {
+		for _, t := range l.sub.Types {
+			set := f.hungryType[t]
+			if set == nil {
+				set = map[*lane]struct{}{}
+				f.hungryType[t] = set
+			}
+			set[l] = struct{}{}
+		}
+	}
+	f.mu.Unlock()
+}
+
+// wake has the kick loop pump ls soon, from outside any of their locks.
+func (f *feed) wake(ls []*lane) {
+	if len(ls) == 0 {
+		return
+	}
+	f.mu.Lock()
+	for _, l := range ls {
+		f.hungry[l] = struct{}{}
+	}
+	f.committed = true // not a commit, but the kick loop must pump them
+	f.mu.Unlock()
+	f.signal()
+}
+
+// woken appends to buf the lanes the commits since the last call concern,
+// and forgets them: each is pumped once and parks again if it still has
+// nothing to send.
+func (f *feed) woken(buf []*lane) []*lane {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.committed || len(f.pendingTypes) > 0 {
+		for l := range f.hungry {
+			buf = append(buf, l)
+		}
+		clear(f.hungry)
+	}
+	for t := range f.pendingTypes {
+		for l := range f.hungryType[t] {
+			buf = append(buf, l)
+		}
+		delete(f.hungryType, t)
+	}
+	clear(f.pendingTypes)
+	f.committed = false
+	return buf
+}
+
+// watchTypes starts tracking the last seq of each type sub filters on. A
+// type starts at the head: events of it may already be in the log.
+func (f *feed) watchTypes(sub *Subscription) {
+	if slices.Contains(sub.Types, "*") {
+		return
+	}
+	f.typeMu.Lock()
+	defer f.typeMu.Unlock()
+	for _, t := range sub.Types {
+		if f.typeSeq[t] == nil {
+			v := new(atomic.Uint64)
+			v.Store(f.head.Load())
+			f.typeSeq[t] = v
+		}
+	}
+}
+
+// matcherFor returns the type filter of sub, shared with every other lane
+// that filters on the same list.
+func (f *feed) matcherFor(sub *Subscription) func(typ []byte) bool {
+	key := strings.Join(sub.Types, "\x00")
+	f.typeMu.Lock()
+	defer f.typeMu.Unlock()
+	m, ok := f.matchers[key]
+	if !ok {
+		m = sub.matcher()
+		f.matchers[key] = m
+	}
+	return m
+}
+
+// seenSince reports whether an event of one of types may have been
+// committed at or after seq.
+func (f *feed) seenSince(types []string, seq uint64) bool {
+	f.typeMu.RLock()
+	defer f.typeMu.RUnlock()
+	for _, t := range types {
+		if v := f.typeSeq[t]; v == nil || v.Load() >= seq {
+			return true
+		}
+	}
+	return false
+}
