@@ -5,14 +5,21 @@ package proxy
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/queuetest"
 )
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // countStore records the ranges CountEvents is asked for.
 type countStore struct {
@@ -107,5 +114,48 @@ func TestTimerHeapOneLiveEntryPerLane(t *testing.T) {
 	th.add(other, t0)
 	if n := th.len(); n != 3 {
 		t.Fatalf("a second lane: %d entries; want 3", n)
+	}
+}
+
+// eventCountStore counts the events read from the log.
+type eventCountStore struct {
+	queue.Store
+	reads atomic.Int64
+}
+
+func (c *eventCountStore) Event(seq uint64) (*queue.Event, error) {
+	c.reads.Add(1)
+	return c.Store.Event(seq)
+}
+
+// TestScrapeReadsTheLogOnlyWhenTheCursorMoved: the oldest-age gauge of a
+// lane with a backlog is read from the log once per position of its
+// cursor, not once per scrape (each scrape read the log once per lane
+// with a backlog).
+func TestScrapeReadsTheLogOnlyWhenTheCursorMoved(t *testing.T) {
+	st := queuetest.MustOpen(t, "", queue.Options{})
+	for i := range 3 {
+		queuetest.MustAppend(t, st, queuetest.Event(fmt.Sprintf("e-%d", i), "t", `{}`))
+	}
+	c := &eventCountStore{Store: st}
+	// An engine made after the appends: its ring is empty, so every read
+	// of an event goes to the log.
+	e := newEngine(c, nil, discardLogger(), time.Now, 4, policy.BudgetConfig{})
+	l := newLane(e, queue.Membership{Subscription: "a", From: 1}, testSub("a", "http://127.0.0.1:1"))
+	now := time.Now()
+	for range 5 {
+		if got := l.withOldestAge(LaneStatus{Cursor: 0, Backlog: 3}, now); got.OldestAge < 0 {
+			t.Fatalf("oldest age %v", got.OldestAge)
+		}
+	}
+	if n := c.reads.Load(); n != 1 {
+		t.Fatalf("5 scrapes at one cursor read the log %d times; want 1", n)
+	}
+	l.withOldestAge(LaneStatus{Cursor: 1, Backlog: 2}, now)
+	if n := c.reads.Load(); n != 2 {
+		t.Fatalf("after the cursor moved: %d reads; want 2", n)
+	}
+	if got := l.withOldestAge(LaneStatus{Cursor: 3}, now); got.OldestAge != 0 || c.reads.Load() != 2 {
+		t.Fatalf("caught up: age %v, %d reads; want 0 and no read", got.OldestAge, c.reads.Load())
 	}
 }
