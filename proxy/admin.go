@@ -75,7 +75,7 @@ func (s *Server) adminHandler() http.Handler {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "seq: not a sequence number: " + strconv.Quote(r.PathValue("seq"))})
 			return
 		}
-		d, err := s.q.GetDeadLetter(r.PathValue("subscription"), seq)
+		d, err := s.q.DeadLetter(r.PathValue("subscription"), seq)
 		if errors.Is(err, queue.ErrNotFound) {
 			err = fmt.Errorf("dead letter %s/%d: %w", r.PathValue("subscription"), seq, ErrNotFound)
 		}

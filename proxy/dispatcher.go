@@ -22,7 +22,7 @@ import (
 //
 // Lock order: a lane's mu may be held while taking d.mu, never the reverse.
 type dispatcher struct {
-	q      *queue.Queue
+	q      queue.Store
 	log    *slog.Logger
 	now    func() time.Time
 	client *fasthttp.Client
@@ -64,7 +64,7 @@ type dispatcher struct {
 	wg             sync.WaitGroup
 }
 
-func newDispatcher(q *queue.Queue, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, cursorInterval time.Duration, budget policy.BudgetConfig) *dispatcher {
+func newDispatcher(q queue.Store, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, cursorInterval time.Duration, budget policy.BudgetConfig) *dispatcher {
 	d := &dispatcher{
 		q: q, log: log, now: now, client: client,
 		ring:   newRing(ringSlots, ringBytes, q.Head()),

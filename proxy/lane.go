@@ -355,7 +355,7 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 		if err != nil {
 			// A replayed dead letter may outlive its event in the log: its
 			// own body copy serves.
-			if dl, derr := d.q.GetDeadLetter(l.id, r.Seq); derr == nil && dl.EventID != "" {
+			if dl, derr := d.q.DeadLetter(l.id, r.Seq); derr == nil && dl.EventID != "" {
 				ev, err = &queue.Event{Seq: r.Seq, ID: dl.EventID, Type: dl.Type, ContentType: dl.ContentType, AcceptedAt: dl.AcceptedAt, Body: dl.Body}, nil
 			}
 		}
@@ -364,7 +364,7 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			// visible as a dead letter rather than retrying forever.
 			d.log.Error("event for retry missing", "subscription", l.id, "seq", r.Seq, "err", err)
 			dl := &queue.DeadLetter{Subscription: l.id, Seq: r.Seq, Reason: "event_missing", Attempts: r.Attempt, LastStatus: r.LastStatus, LastError: r.LastError, DeadAt: now}
-			if err := d.q.AddDeadLetter(dl, r); err != nil {
+			if err := d.q.Record(queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: r.Seq, From: r, DeadLetter: dl}); err != nil {
 				d.log.Error("dead-letter", "subscription", l.id, "seq", r.Seq, "err", err)
 			} else {
 				l.scheduled.Add(-1)
@@ -569,11 +569,8 @@ func (l *lane) finish(j *job, res result) {
 	switch res.outcome {
 	case policy.Ack:
 		if j.retry != nil {
-			if j.retry.Replay {
-				err = d.q.AckReplay(*j.retry, now)
-			} else {
-				err = d.q.DropRetry(*j.retry)
-			}
+			// A replay's ACK is noted on its dead letter too.
+			err = d.q.Record(queue.Outcome{Kind: queue.Acked, Subscription: l.id, Seq: j.ev.Seq, From: j.retry, At: now})
 			if err == nil {
 				l.scheduled.Add(-1)
 			}
@@ -588,7 +585,7 @@ func (l *lane) finish(j *job, res result) {
 		if ok {
 			r := queue.Retry{Subscription: l.id, Seq: j.ev.Seq, Due: due, Attempt: j.attempt, FirstAttempt: j.first, LastStatus: res.status, LastError: res.errKind,
 				Replay: j.retry != nil && j.retry.Replay}
-			if err = d.q.ScheduleRetry(r, j.retry); err == nil {
+			if err = d.q.Record(queue.Outcome{Kind: queue.RetryScheduled, Subscription: l.id, Seq: r.Seq, From: j.retry, Retry: &r}); err == nil {
 				l.retried.Add(1)
 				if j.retry == nil {
 					l.scheduled.Add(1)
@@ -664,7 +661,7 @@ func (l *lane) deadLetter(j *job, res result, reason string, now time.Time) erro
 		AcceptedAt: ev.AcceptedAt, Reason: reason, Attempts: j.attempt, LastStatus: res.status,
 		LastError: res.errKind, Response: res.snippet, DeadAt: now, Body: ev.Body,
 	}
-	if err := l.d.q.AddDeadLetter(dl, j.retry); err != nil {
+	if err := l.d.q.Record(queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: ev.Seq, From: j.retry, DeadLetter: dl}); err != nil {
 		return err
 	}
 	if j.retry != nil {
@@ -712,7 +709,7 @@ func (l *lane) enforceQuota(now time.Time) {
 			Subscription: l.id, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
 			AcceptedAt: ev.AcceptedAt, Reason: policy.ReasonBacklogQuota, DeadAt: now, Body: ev.Body,
 		}
-		if err := d.q.AddDeadLetter(dl, nil); err != nil {
+		if err := d.q.Record(queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: ev.Seq, DeadLetter: dl}); err != nil {
 			d.log.Error("dead-letter over quota", "subscription", l.id, "seq", ev.Seq, "err", err)
 			l.buf = append([]*queue.Event{ev}, l.buf...)
 			break

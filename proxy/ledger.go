@@ -96,7 +96,7 @@ func (s *Server) Event(id string) (*EventStatus, error) {
 			if r, _ := s.q.RetryOf(l.id, seq); r != nil {
 				due := r.Due
 				d.State, d.Attempt, d.DueAt, d.LastStatus = "retry_scheduled", r.Attempt, &due, r.LastStatus
-			} else if dead, err := s.q.GetDeadLetter(l.id, seq); err == nil && !dead.DeliveredAt.IsZero() {
+			} else if dead, err := s.q.DeadLetter(l.id, seq); err == nil && !dead.DeliveredAt.IsZero() {
 				at := dead.DeliveredAt
 				d.State, d.Reason, d.At = "delivered", "replayed dead letter", &at
 			} else if err == nil {
@@ -162,7 +162,7 @@ func (s *Server) Replay(sub string, seq uint64, force bool) (ReplayResult, error
 	if l == nil {
 		return res, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
 	}
-	dl, err := s.q.GetDeadLetter(sub, seq)
+	dl, err := s.q.DeadLetter(sub, seq)
 	if errors.Is(err, queue.ErrNotFound) {
 		return res, fmt.Errorf("dead letter %s/%d: %w", sub, seq, ErrNotFound)
 	}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
 )
 
 // Defaults (DESIGN.md §4).
@@ -95,7 +96,7 @@ type Options struct {
 type Server struct {
 	opts     Options
 	log      *slog.Logger
-	q        *queue.Queue
+	q        queue.Store
 	d        *dispatcher
 	ingest   *fasthttp.Server
 	fresh    freshConns // ingest connections that have not sent a request yet
@@ -163,7 +164,7 @@ func (s *Server) Open() (err error) {
 		sub.withDefaults()
 	}
 	var d *dispatcher
-	s.q, err = queue.Open(queue.Options{
+	s.q, err = badger.Open(badger.Options{
 		Dir: s.opts.DataDir, Sync: s.opts.Sync, DedupWindow: s.opts.DedupWindow, Logger: s.log,
 		MaxDiskBytes: s.opts.MaxDiskBytes, MinFreeBytes: s.opts.MinFreeDiskBytes,
 		OnCommit: func(evs []*queue.Event) { d.onCommit(evs) },

@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
 )
 
-// MustOpen opens a queue in dir (t.TempDir() when empty) and closes it when
-// the test ends.
-func MustOpen(tb testing.TB, dir string, opts queue.Options) *queue.Queue {
+// MustOpen opens a Badger log in dir (t.TempDir() when empty) and closes
+// it when the test ends.
+func MustOpen(tb testing.TB, dir string, opts badger.Options) *badger.Log {
 	tb.Helper()
 	if dir == "" {
 		dir = tb.TempDir()
 	}
 	opts.Dir = dir
-	q, err := queue.Open(opts)
+	q, err := badger.Open(opts)
 	if err != nil {
 		tb.Fatalf("open queue: %v", err)
 	}
@@ -31,7 +32,7 @@ func Event(id, typ, body string) *queue.Event {
 }
 
 // MustAppend appends and fails the test on error.
-func MustAppend(tb testing.TB, q *queue.Queue, ev *queue.Event) (seq uint64, dup bool) {
+func MustAppend(tb testing.TB, q queue.Log, ev *queue.Event) (seq uint64, dup bool) {
 	tb.Helper()
 	seq, dup, err := q.Append(ev)
 	if err != nil {

@@ -1,4 +1,4 @@
-package queue_test
+package badger_test
 
 import (
 	"bufio"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/queue/queuetest"
 )
 
@@ -25,7 +26,7 @@ func crashChild() bool {
 	if dir == "" {
 		return false
 	}
-	q, err := queue.Open(queue.Options{Dir: dir, Sync: true})
+	q, err := badger.Open(badger.Options{Dir: dir, Sync: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		os.Exit(2)
@@ -94,7 +95,7 @@ func TestInvariant1_AcknowledgedAppendsSurviveSIGKILL(t *testing.T) {
 		}
 		cmd.Wait()
 	}
-	q := queuetest.MustOpen(t, dir, queue.Options{})
+	q := queuetest.MustOpen(t, dir, badger.Options{})
 	for id, seq := range acked {
 		ev, err := q.Event(seq)
 		if err != nil {

@@ -1,4 +1,4 @@
-package queue_test
+package badger_test
 
 import (
 	"bytes"
@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/queue/queuetest"
 )
 
 // deadLettered appends one event, joins sub and dead-letters the event for
 // it, as a lane does after a permanent failure.
-func deadLettered(t *testing.T, q *queue.Queue, sub string) (uint64, *queue.DeadLetter) {
+func deadLettered(t *testing.T, q *badger.Log, sub string) (uint64, *queue.DeadLetter) {
 	t.Helper()
 	if _, err := q.Join(sub, nil); err != nil {
 		t.Fatal(err)
@@ -31,7 +32,7 @@ func deadLettered(t *testing.T, q *queue.Queue, sub string) (uint64, *queue.Dead
 // TestRecordEachKind: every outcome writes what it says in one call, and
 // Pause goes with it.
 func TestRecordEachKind(t *testing.T) {
-	q := queuetest.MustOpen(t, "", queue.Options{})
+	q := queuetest.MustOpen(t, "", badger.Options{})
 	if _, err := q.Join("s", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestRecordEachKind(t *testing.T) {
 // force replays it again once the retry is resolved, and never while it
 // is scheduled.
 func TestReplayOnce(t *testing.T) {
-	q := queuetest.MustOpen(t, "", queue.Options{})
+	q := queuetest.MustOpen(t, "", badger.Options{})
 	seq, _ := deadLettered(t, q, "s")
 	due := time.Unix(1_700_000_000, 0)
 	var (
@@ -193,7 +194,7 @@ func TestReplayOnce(t *testing.T) {
 // writes its dead letter over the replayed one; the replay count and time
 // stay, and with them the once-only guard.
 func TestReplayHistoryKeptWhenDeadLetteredAgain(t *testing.T) {
-	q := queuetest.MustOpen(t, "", queue.Options{})
+	q := queuetest.MustOpen(t, "", badger.Options{})
 	seq, dl := deadLettered(t, q, "s")
 	due := time.Unix(1_700_000_000, 0)
 	if _, err := q.Replay("s", seq, due, false); err != nil {

@@ -1,4 +1,4 @@
-package queue_test
+package badger_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/queue/queuetest"
 )
 
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 
 func TestAppendReopenKeepsEventsInOrder(t *testing.T) {
 	dir := t.TempDir()
-	q := queuetest.MustOpen(t, dir, queue.Options{Sync: true})
+	q := queuetest.MustOpen(t, dir, badger.Options{Sync: true})
 	for i := range 10 {
 		seq, dup := queuetest.MustAppend(t, q, queuetest.Event(fmt.Sprintf("ev-%d", i), "t.created", fmt.Sprintf(`{"n":%d}`, i)))
 		if seq != uint64(i+1) || dup {
@@ -38,7 +39,7 @@ func TestAppendReopenKeepsEventsInOrder(t *testing.T) {
 	}
 	q.Close()
 
-	q = queuetest.MustOpen(t, dir, queue.Options{})
+	q = queuetest.MustOpen(t, dir, badger.Options{})
 	if h := q.Head(); h != 10 {
 		t.Fatalf("head after reopen = %d, want 10", h)
 	}
@@ -57,7 +58,7 @@ func TestAppendReopenKeepsEventsInOrder(t *testing.T) {
 }
 
 func TestEventsFiltersByType(t *testing.T) {
-	q := queuetest.MustOpen(t, "", queue.Options{})
+	q := queuetest.MustOpen(t, "", badger.Options{})
 	for i := range 20 {
 		typ := "a"
 		if i%4 == 0 {
@@ -80,7 +81,7 @@ func TestEventsFiltersByType(t *testing.T) {
 }
 
 func TestInvariant2_DuplicateEventIDAppendsOnce(t *testing.T) {
-	q := queuetest.MustOpen(t, "", queue.Options{Sync: true})
+	q := queuetest.MustOpen(t, "", badger.Options{Sync: true})
 	seq, _ := queuetest.MustAppend(t, q, queuetest.Event("same", "t", "first"))
 	seq2, dup := queuetest.MustAppend(t, q, queuetest.Event("same", "t", "second"))
 	if !dup || seq2 != seq {
@@ -112,7 +113,7 @@ func TestInvariant2_DuplicateEventIDAppendsOnce(t *testing.T) {
 
 func TestDedupWindowExpires(t *testing.T) {
 	// Badger TTLs have one-second resolution.
-	q := queuetest.MustOpen(t, "", queue.Options{DedupWindow: time.Second})
+	q := queuetest.MustOpen(t, "", badger.Options{DedupWindow: time.Second})
 	seq, _ := queuetest.MustAppend(t, q, queuetest.Event("k", "t", "x"))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -131,7 +132,7 @@ func TestDedupWindowExpires(t *testing.T) {
 }
 
 func TestGroupCommitConcurrentAppendsGetContiguousSeqs(t *testing.T) {
-	q := queuetest.MustOpen(t, "", queue.Options{Sync: true})
+	q := queuetest.MustOpen(t, "", badger.Options{Sync: true})
 	const writers, each = 32, 40
 	var mu sync.Mutex
 	got := map[uint64]string{}
@@ -166,7 +167,7 @@ func TestGroupCommitConcurrentAppendsGetContiguousSeqs(t *testing.T) {
 func TestOnCommitSeesEventsInOrderBeforeAppendReturns(t *testing.T) {
 	var mu sync.Mutex
 	var seen []uint64
-	q := queuetest.MustOpen(t, "", queue.Options{OnCommit: func(evs []*queue.Event) {
+	q := queuetest.MustOpen(t, "", badger.Options{OnCommit: func(evs []*queue.Event) {
 		mu.Lock()
 		for _, e := range evs {
 			seen = append(seen, e.Seq)
@@ -190,7 +191,7 @@ func TestOnCommitSeesEventsInOrderBeforeAppendReturns(t *testing.T) {
 
 func TestInvariant7_MembershipCutoff(t *testing.T) {
 	dir := t.TempDir()
-	q := queuetest.MustOpen(t, dir, queue.Options{Sync: true})
+	q := queuetest.MustOpen(t, dir, badger.Options{Sync: true})
 	for i := range 3 {
 		queuetest.MustAppend(t, q, queuetest.Event(fmt.Sprint(i), "t", "x"))
 	}
@@ -214,7 +215,7 @@ func TestInvariant7_MembershipCutoff(t *testing.T) {
 	q.Close()
 
 	// The record of who was entitled survives a restart.
-	q = queuetest.MustOpen(t, dir, queue.Options{})
+	q = queuetest.MustOpen(t, dir, badger.Options{})
 	ms, err := q.Memberships()
 	if err != nil || len(ms) != 1 {
 		t.Fatalf("memberships = %v, %v", ms, err)
@@ -237,14 +238,14 @@ func TestInvariant7_MembershipCutoff(t *testing.T) {
 
 func TestCursorsSurviveReopen(t *testing.T) {
 	dir := t.TempDir()
-	q := queuetest.MustOpen(t, dir, queue.Options{Sync: true})
+	q := queuetest.MustOpen(t, dir, badger.Options{Sync: true})
 	q.Join("a", nil)
 	q.Join("b", nil)
 	if err := q.SaveCursors(map[string]uint64{"a": 7, "b": 3}); err != nil {
 		t.Fatal(err)
 	}
 	q.Close()
-	q = queuetest.MustOpen(t, dir, queue.Options{})
+	q = queuetest.MustOpen(t, dir, badger.Options{})
 	ms, _ := q.Memberships()
 	got := map[string]uint64{}
 	for _, m := range ms {
@@ -256,7 +257,7 @@ func TestCursorsSurviveReopen(t *testing.T) {
 }
 
 func TestRetryScheduleOrderSkipAndReplace(t *testing.T) {
-	q := queuetest.MustOpen(t, "", queue.Options{})
+	q := queuetest.MustOpen(t, "", badger.Options{})
 	t0 := time.Unix(1_700_000_000, 0)
 	for i, due := range []time.Duration{3 * time.Second, time.Second, 2 * time.Second, time.Hour} {
 		r := queue.Retry{Subscription: "s", Seq: uint64(i + 1), Due: t0.Add(due), Attempt: 1, FirstAttempt: t0, LastStatus: 503}
@@ -301,7 +302,7 @@ func TestRetryScheduleOrderSkipAndReplace(t *testing.T) {
 
 func TestCompactionKeepsEventsARetryNeeds(t *testing.T) {
 	dir := t.TempDir()
-	q := queuetest.MustOpen(t, dir, queue.Options{})
+	q := queuetest.MustOpen(t, dir, badger.Options{})
 	for i := range 10 {
 		queuetest.MustAppend(t, q, queuetest.Event(fmt.Sprint(i), "t", fmt.Sprint(i)))
 	}
@@ -323,7 +324,7 @@ func TestCompactionKeepsEventsARetryNeeds(t *testing.T) {
 	}
 	q.Close()
 	// After a restart the retry still protects its event, and the head is kept.
-	q = queuetest.MustOpen(t, dir, queue.Options{})
+	q = queuetest.MustOpen(t, dir, badger.Options{})
 	q.Compact(11)
 	if _, err := q.Event(4); err != nil {
 		t.Fatalf("event 4 compacted after restart: %v", err)
@@ -343,7 +344,7 @@ func TestCompactionKeepsEventsARetryNeeds(t *testing.T) {
 }
 
 func TestInvariant5_DeadLetterKeepsEverything(t *testing.T) {
-	q := queuetest.MustOpen(t, "", queue.Options{})
+	q := queuetest.MustOpen(t, "", badger.Options{})
 	ev := queuetest.Event("ev-1", "card.shipped", `{"card":1}`)
 	seq, _ := queuetest.MustAppend(t, q, ev)
 	prev := queue.Retry{Subscription: "partner", Seq: seq, Due: time.Now(), Attempt: 3, FirstAttempt: time.Now()}
@@ -371,7 +372,7 @@ func TestInvariant5_DeadLetterKeepsEverything(t *testing.T) {
 }
 
 func TestAppendAfterCloseFails(t *testing.T) {
-	q := queuetest.MustOpen(t, "", queue.Options{})
+	q := queuetest.MustOpen(t, "", badger.Options{})
 	q.Close()
 	if _, _, err := q.Append(queuetest.Event("x", "t", "x")); !errors.Is(err, queue.ErrClosed) {
 		t.Fatalf("append after close: %v", err)
@@ -384,7 +385,7 @@ func BenchmarkAppend(b *testing.B) {
 		sync bool
 	}{{"fsync", true}, {"async", false}} {
 		b.Run(mode.name, func(b *testing.B) {
-			q := queuetest.MustOpen(b, "", queue.Options{Sync: mode.sync})
+			q := queuetest.MustOpen(b, "", badger.Options{Sync: mode.sync})
 			body := bytes.Repeat([]byte("x"), 512)
 			var n sync.Mutex
 			i := 0
