@@ -167,7 +167,7 @@ func (s *Server) Open() (err error) {
 	s.q, err = badger.Open(badger.Options{
 		Dir: s.opts.DataDir, Sync: s.opts.Sync, DedupWindow: s.opts.DedupWindow, Logger: s.log,
 		MaxDiskBytes: s.opts.MaxDiskBytes, MinFreeBytes: s.opts.MinFreeDiskBytes,
-		OnCommit: func(evs []*queue.Event) { d.onCommit(evs) },
+		OnCommit: func(evs []*queue.Event) { d.onCommit(evs) }, Registerer: s.opts.Registry,
 	})
 	if err != nil {
 		return err

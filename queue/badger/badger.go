@@ -54,6 +54,7 @@ import (
 
 	badgerdb "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/queue"
 )
@@ -93,6 +94,9 @@ type Options struct {
 	// system (queue.ErrDiskFull below it); queue.DefaultMinFreeBytes if 0,
 	// none if < 0.
 	MinFreeBytes int64
+	// Registerer receives the log's metrics (metrics.go) until Close; nil
+	// registers none.
+	Registerer prometheus.Registerer
 }
 
 // Log is the durable log and delivery state in one data dir. Create it
@@ -129,6 +133,7 @@ type Log struct {
 	compactMu sync.Mutex
 
 	disk *diskGuard // nil when neither disk limit is set
+	m    *metrics
 	gc   *valueLogGC
 }
 
@@ -196,7 +201,7 @@ func Open(opts Options) (_ *Log, err error) {
 		db.Close()
 		return nil, err
 	}
-	q := &Log{
+	l := &Log{
 		db:        db,
 		opts:      opts,
 		log:       log,
@@ -205,7 +210,8 @@ func Open(opts Options) (_ *Log, err error) {
 		retryRefs: map[uint64]int32{},
 		held:      map[uint64]struct{}{},
 	}
-	if err := q.recover(); err != nil {
+	l.m = newMetrics(opts.Registerer, l)
+	if err := l.recover(); err != nil {
 		db.Close()
 		if errors.Is(err, queue.ErrCorrupt) {
 			return nil, &dirError{opts.Dir, queue.ErrCorrupt, err}
@@ -217,11 +223,16 @@ func Open(opts Options) (_ *Log, err error) {
 		minFree = queue.DefaultMinFreeBytes
 	}
 	if opts.MaxDiskBytes > 0 || minFree > 0 {
-		q.disk = newDiskGuard(opts.Dir, opts.MaxDiskBytes, max(minFree, 0), log)
+		l.disk = newDiskGuard(opts.Dir, opts.MaxDiskBytes, max(minFree, 0), log)
 	}
-	q.startGC(gcInterval)
-	go q.committer()
-	return q, nil
+	l.startGC(gcInterval)
+	go l.committer()
+	// Last, so that a scrape never sees a half-made log.
+	if err := l.m.register(); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("open queue %s: %w", opts.Dir, err)
+	}
+	return l, nil
 }
 
 // Close stops accepting appends, commits those already queued, and closes
@@ -240,6 +251,7 @@ func (l *Log) Close() error {
 	if l.disk != nil {
 		l.disk.close()
 	}
+	l.m.unregister()
 	return l.db.Close()
 }
 

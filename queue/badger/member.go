@@ -165,7 +165,7 @@ func (l *Log) JoinAll(reqs []queue.JoinRequest) ([]queue.Membership, error) {
 		return nil, fmt.Errorf("join: %w", err)
 	}
 	if l.opts.Sync {
-		if err := l.db.Sync(); err != nil {
+		if err := l.sync(); err != nil {
 			return nil, fmt.Errorf("join: sync: %w", err)
 		}
 	}
@@ -260,7 +260,7 @@ func (l *Log) SaveCursors(cursors map[string]uint64) error {
 		return fmt.Errorf("save cursors: %w", err)
 	}
 	if l.opts.Sync && time.Since(time.Unix(0, l.lastSync.Load())) > cursorSyncInterval {
-		if err := l.db.Sync(); err != nil {
+		if err := l.sync(); err != nil {
 			return fmt.Errorf("save cursors: sync: %w", err)
 		}
 		l.lastSync.Store(time.Now().UnixNano())
