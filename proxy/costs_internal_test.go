@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/queue/queuetest"
 )
 
@@ -133,7 +134,7 @@ func (c *eventCountStore) Event(seq uint64) (*queue.Event, error) {
 // cursor, not once per scrape (each scrape read the log once per lane
 // with a backlog).
 func TestScrapeReadsTheLogOnlyWhenTheCursorMoved(t *testing.T) {
-	st := queuetest.MustOpen(t, "", queue.Options{})
+	st := queuetest.MustOpen(t, "", badger.Options{})
 	for i := range 3 {
 		queuetest.MustAppend(t, st, queuetest.Event(fmt.Sprintf("e-%d", i), "t", `{}`))
 	}

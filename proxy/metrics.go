@@ -81,21 +81,7 @@ func newMetrics(reg prometheus.Registerer, d *dispatcher) *metrics {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "sluice_retry_budget_available_ratio",
 				Help: "Fill level of the shared retry budget, 0..1. An empty budget is the system working: it is why retries stopped.",
-			}, func() float64 { return d.budget.Available() }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "sluice_log_disk_used_bytes", Help: "Bytes allocated by the data dir (the log), measured every 250 ms.",
-			}, func() float64 { return float64(d.store.DiskUsage().Used) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "sluice_log_disk_free_bytes", Help: "Bytes free on the data dir's file system; -1 if unknown.",
-			}, func() float64 { return float64(d.store.DiskUsage().Free) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "sluice_log_disk_full", Help: "1 while ingest answers 507: the log is over max_disk_bytes or its file system below min_free_disk_bytes.",
-			}, func() float64 {
-				if d.store.DiskUsage().Full {
-					return 1
-				}
-				return 0
-			}))
+			}, func() float64 { return d.budget.Available() }))
 	}
 	return m
 }

@@ -44,6 +44,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
 )
 
 // Defaults (DESIGN.md §4).
@@ -182,10 +183,10 @@ func (s *Server) Open() (err error) {
 	var d *dispatcher
 	// A local first: a failed open must leave s.q nil (an interface
 	// holding a nil pointer would not be), so Close skips it.
-	q, err := queue.Open(queue.Options{
+	q, err := badger.Open(badger.Options{
 		Dir: s.opts.DataDir, Sync: s.opts.Sync, DedupWindow: s.opts.DedupWindow, Logger: s.log,
 		MaxDiskBytes: s.opts.MaxDiskBytes, MinFreeBytes: s.opts.MinFreeDiskBytes,
-		OnCommit: func(evs []*queue.Event) { d.feed.onCommit(evs) },
+		OnCommit: func(evs []*queue.Event) { d.feed.onCommit(evs) }, Registerer: s.opts.Registry,
 	})
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/queue/queuetest"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -19,7 +20,7 @@ import (
 // once, as the retry, and its neighbours once each.
 func TestRetryAboveDurableCursorIsSentOnce(t *testing.T) {
 	dir := t.TempDir()
-	q := queuetest.MustOpen(t, dir, queue.Options{Sync: true})
+	q := queuetest.MustOpen(t, dir, badger.Options{Sync: true})
 	if _, err := q.Join("a", nil); err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,6 @@
 package queue
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
 
 var (
 	// ErrClosed is returned by operations on a closed (or closing) queue.
@@ -23,29 +20,6 @@ var (
 	ErrNotDataDir = errors.New("not a sluice data dir")
 )
 
-// dirError is an Open failure about the data dir as a whole. Its message
-// names the dir and tells the operator what to do; errors.Is matches its
-// kind (ErrLocked, ErrCorrupt, ErrNotDataDir) and its cause.
-type dirError struct {
-	dir   string
-	kind  error
-	cause error
-}
-
-func (e *dirError) Error() string {
-	switch e.kind {
-	case ErrLocked:
-		return fmt.Sprintf("data dir %s is in use by another process (is another sluice running?)", e.dir)
-	case ErrNotDataDir:
-		return fmt.Sprintf("data dir %s is not a sluice data dir: %v; point data_dir at an empty or new directory", e.dir, e.cause)
-	default:
-		return fmt.Sprintf("data dir %s looks damaged: %v; restore it from a backup, or move it aside "+
-			"and start with an empty data dir", e.dir, e.cause)
-	}
-}
-
-func (e *dirError) Unwrap() []error { return []error{e.kind, e.cause} }
-
 var (
 	// ErrReplayed is returned by Replay for a dead letter already replayed
 	// (without force): replaying twice must not deliver twice by accident.
@@ -54,3 +28,10 @@ var (
 	// already has a retry scheduled for that subscription.
 	ErrRetryScheduled = errors.New("a retry is already scheduled")
 )
+
+// ErrDiskFull is returned by Append while the log is over its disk quota
+// or the file system under it is below its free-space floor (Badger:
+// Options.MaxDiskBytes, Options.MinFreeBytes). Nothing of the refused event is written; the
+// producer keeps it and tries again later. Appends resume by themselves
+// once usage is back under the limits.
+var ErrDiskFull = errors.New("disk full")

@@ -1,11 +1,6 @@
 package queue
 
-import (
-	"encoding/binary"
-	"encoding/json"
-	"fmt"
-	"time"
-)
+import "time"
 
 // Event is one accepted event. Body is shared by every lane that delivers
 // it and must never be modified after Append.
@@ -20,77 +15,6 @@ type Event struct {
 
 // Size is an estimate of the memory the event holds, for byte budgets.
 func (e *Event) Size() int { return len(e.Body) + len(e.ID) + len(e.Type) + len(e.ContentType) + 64 }
-
-// appendEvent encodes an event record:
-//
-//	version(1) | uvarint len + id | uvarint len + type | uvarint len + content type |
-//	accepted-at unix nanos (8, big endian) | body (rest)
-func appendEvent(dst []byte, e *Event) []byte {
-	dst = append(dst, recordVersion)
-	dst = appendString(dst, e.ID)
-	dst = appendString(dst, e.Type)
-	dst = appendString(dst, e.ContentType)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(e.AcceptedAt.UnixNano()))
-	return append(dst, e.Body...)
-}
-
-func appendString(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
-}
-
-// decodeEvent decodes an event record. Body aliases b: pass a buffer the
-// caller owns (Badger's ValueCopy), never one Badger may reuse.
-func decodeEvent(seq uint64, b []byte) (*Event, error) {
-	e := &Event{Seq: seq}
-	if len(b) == 0 || b[0] != recordVersion {
-		return nil, fmt.Errorf("event %d: record version: %w", seq, ErrCorrupt)
-	}
-	b = b[1:]
-	var err error
-	if e.ID, b, err = readString(b); err != nil {
-		return nil, fmt.Errorf("event %d: id: %w", seq, err)
-	}
-	if e.Type, b, err = readString(b); err != nil {
-		return nil, fmt.Errorf("event %d: type: %w", seq, err)
-	}
-	if e.ContentType, b, err = readString(b); err != nil {
-		return nil, fmt.Errorf("event %d: content type: %w", seq, err)
-	}
-	if len(b) < 8 {
-		return nil, fmt.Errorf("event %d: accepted-at: %w", seq, ErrCorrupt)
-	}
-	e.AcceptedAt = time.Unix(0, int64(binary.BigEndian.Uint64(b)))
-	e.Body = b[8:]
-	return e, nil
-}
-
-// eventType reads only the type of an event record, without allocating the
-// rest, so a lane can skip events of other types cheaply.
-func eventType(b []byte) ([]byte, error) {
-	if len(b) == 0 || b[0] != recordVersion {
-		return nil, ErrCorrupt
-	}
-	b = b[1:]
-	n, k := binary.Uvarint(b)
-	if k <= 0 || uint64(len(b)-k) < n {
-		return nil, ErrCorrupt
-	}
-	b = b[k+int(n):]
-	n, k = binary.Uvarint(b)
-	if k <= 0 || uint64(len(b)-k) < n {
-		return nil, ErrCorrupt
-	}
-	return b[k : k+int(n)], nil
-}
-
-func readString(b []byte) (string, []byte, error) {
-	n, k := binary.Uvarint(b)
-	if k <= 0 || uint64(len(b)-k) < n {
-		return "", nil, ErrCorrupt
-	}
-	return string(b[k : k+int(n)]), b[k+int(n):], nil
-}
 
 // Membership records which events a subscription is entitled to
 // (invariant 7): those with From <= seq, and seq <= Until once it has Left.
@@ -109,13 +33,14 @@ type Membership struct {
 // Active reports whether the subscription still receives new events.
 func (m Membership) Active() bool { return !m.Left }
 
-type memberRecord struct {
-	V        int             `json:"v"`
-	From     uint64          `json:"from"`
-	Left     bool            `json:"left,omitempty"`
-	Until    uint64          `json:"until,omitempty"`
-	Paused   string          `json:"paused,omitempty"`
-	Snapshot json.RawMessage `json:"snapshot,omitempty"`
+// JoinRequest asks for one subscription to be a member, with its config
+// snapshot.
+type JoinRequest struct {
+	Subscription string
+	Snapshot     []byte
+	// Known, when set, is the membership as Memberships returned it, which
+	// saves reading it again (the caller must be its only writer).
+	Known *Membership
 }
 
 // Retry is a scheduled redelivery of one event to one subscription.
@@ -130,13 +55,16 @@ type Retry struct {
 	Replay       bool   // a replayed dead letter: its ACK is recorded on the dead letter
 }
 
-type retryRecord struct {
-	V            int    `json:"v"`
-	Attempt      int    `json:"attempt"`
-	FirstAttempt int64  `json:"first_attempt"`
-	LastStatus   int    `json:"last_status,omitempty"`
-	LastError    string `json:"last_error,omitempty"`
-	Replay       bool   `json:"replay,omitempty"`
+// RetrySummary is what start-up needs of one subscription's retry schedule.
+type RetrySummary struct {
+	// Count is how many retries are scheduled.
+	Count int
+	// Ahead holds the seqs above the subscription's durable cursor that
+	// have a retry record: first attempts that failed after the cursor was
+	// last written. A lane resuming from the cursor must not send them
+	// again as first attempts, or the event would be in flight twice (the
+	// fresh copy and the retry) and, failing, start a second retry chain.
+	Ahead map[uint64]struct{}
 }
 
 // DeadLetter is a delivery that will not be tried again on its own. It
@@ -161,44 +89,11 @@ type DeadLetter struct {
 	Body         []byte    `json:"-"`
 }
 
-// appendDeadLetter encodes version(1) | uvarint len + JSON header | body.
-func appendDeadLetter(dst []byte, d *DeadLetter) ([]byte, error) {
-	h, err := json.Marshal(d)
-	if err != nil {
-		return nil, err
-	}
-	dst = append(dst, recordVersion)
-	dst = binary.AppendUvarint(dst, uint64(len(h)))
-	dst = append(dst, h...)
-	return append(dst, d.Body...), nil
-}
-
-func decodeDeadLetter(b []byte) (*DeadLetter, error) {
-	if len(b) == 0 || b[0] != recordVersion {
-		return nil, fmt.Errorf("dead letter: record version: %w", ErrCorrupt)
-	}
-	n, k := binary.Uvarint(b[1:])
-	if k <= 0 || uint64(len(b)-1-k) < n {
-		return nil, fmt.Errorf("dead letter: header length: %w", ErrCorrupt)
-	}
-	d := &DeadLetter{}
-	if err := json.Unmarshal(b[1+k:1+k+int(n)], d); err != nil {
-		return nil, fmt.Errorf("dead letter: %v: %w", err, ErrCorrupt)
-	}
-	d.Body = b[1+k+int(n):]
-	return d, nil
-}
-
-// appendIDValue encodes a dedup index entry: seq:8 | type.
-func appendIDValue(dst []byte, seq uint64, typ string) []byte {
-	dst = binary.BigEndian.AppendUint64(dst, seq)
-	return append(dst, typ...)
-}
-
-// decodeIDValue reads an entry of either format (format 1: seq only).
-func decodeIDValue(v []byte) (seq uint64, typ []byte, err error) {
-	if len(v) < 8 {
-		return 0, nil, ErrCorrupt
-	}
-	return binary.BigEndian.Uint64(v), v[8:], nil
+// DiskUsage is the last measurement of the log's disk use.
+type DiskUsage struct {
+	Used int64 // bytes allocated by the files of the data dir
+	Free int64 // bytes available on its file system; -1 if unknown
+	Full bool  // appends are refused
+	// Reason says which limit is reached, when Full.
+	Reason string
 }

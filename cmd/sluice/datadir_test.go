@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
+	badgerdb "github.com/dgraph-io/badger/v4"
 
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
 )
 
 // serveOnce runs `sluice serve` on dataDir (ports of its own) and returns
@@ -68,7 +69,7 @@ func assertRefused(t *testing.T, code int, out string, want ...string) {
 func dataDirWithEvents(t *testing.T, n int) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "data")
-	q, err := queue.Open(queue.Options{Dir: dir, Sync: true})
+	q, err := badger.Open(badger.Options{Dir: dir, Sync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestDataDirLockedSecondServeFails(t *testing.T) {
 	}
 	// Both events are in the log, read by the next sluice on the dir.
 	sc.kill()
-	q, err := queue.Open(queue.Options{Dir: data})
+	q, err := badger.Open(badger.Options{Dir: data})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,12 +180,12 @@ func TestDataDirCorruptServeFails(t *testing.T) {
 // refused, not read or rewritten.
 func TestDataDirNewerFormatServeFails(t *testing.T) {
 	data := dataDirWithEvents(t, 10)
-	db, err := badger.Open(badger.DefaultOptions(data).WithLogger(nil))
+	db, err := badgerdb.Open(badgerdb.DefaultOptions(data).WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// m/format is the queue's format version key (queue/key.go).
-	err = db.Update(func(txn *badger.Txn) error { return txn.Set([]byte("m/format"), []byte{0, 0, 0, 0, 0, 0, 0, 99}) })
+	// m/format is the queue's format version key (queue/badger/key.go).
+	err = db.Update(func(txn *badgerdb.Txn) error { return txn.Set([]byte("m/format"), []byte{0, 0, 0, 0, 0, 0, 0, 99}) })
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
@@ -203,12 +204,12 @@ func TestDataDirNewerFormatServeFails(t *testing.T) {
 			t.Errorf("%s changed: %s, was %s", p, after[p], h)
 		}
 	}
-	db, err = badger.Open(badger.DefaultOptions(data).WithLogger(nil))
+	db, err = badgerdb.Open(badgerdb.DefaultOptions(data).WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	err = db.View(func(txn *badger.Txn) error {
+	err = db.View(func(txn *badgerdb.Txn) error {
 		item, err := txn.Get([]byte("m/format"))
 		if err != nil {
 			return err

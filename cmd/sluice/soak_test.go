@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -547,7 +548,7 @@ func (w *soakWorld) kill() time.Time {
 // memberships, cursors and retry records.
 func (w *soakWorld) readLog(at time.Time) *soakKill {
 	w.t.Helper()
-	q, err := queue.Open(queue.Options{Dir: w.dataDir, Logger: slog.New(slog.DiscardHandler), MinFreeBytes: -1})
+	q, err := badger.Open(badger.Options{Dir: w.dataDir, Logger: slog.New(slog.DiscardHandler), MinFreeBytes: -1})
 	if err != nil {
 		w.t.Fatalf("open the data dir after kill: %v", err)
 	}

@@ -14,8 +14,8 @@ import (
 	"testing"
 )
 
-// metricNames are the series proxy/metrics.go defines. Histograms are
-// listed by their base name.
+// metricNames are the series proxy/metrics.go and queue/badger/metrics.go
+// define. Histograms are listed by their base name.
 var metricNames = []string{
 	"sluice_ingest_events_total",
 	"sluice_ingest_duration_seconds",
@@ -33,6 +33,8 @@ var metricNames = []string{
 	"sluice_log_disk_used_bytes",
 	"sluice_log_disk_free_bytes",
 	"sluice_log_disk_full",
+	"sluice_queue_append_duration_seconds",
+	"sluice_queue_sync_duration_seconds",
 }
 
 var metricRE = regexp.MustCompile(`sluice_[a-z_]+`)
@@ -51,22 +53,25 @@ func baseName(s string) string {
 	return s
 }
 
-// The list above is the one proxy/metrics.go registers: a metric renamed
-// or added there fails here until the list (and the dashboard) follow.
+// The list above is the one proxy/metrics.go and queue/badger/metrics.go
+// register: a metric renamed or added there fails here until the list
+// (and the dashboard) follow.
 func TestMetricListMatchesProxy(t *testing.T) {
-	src, err := os.ReadFile("../../proxy/metrics.go")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var defined []string
-	for _, m := range regexp.MustCompile(`"(sluice_[a-z_]+)"`).FindAllStringSubmatch(string(src), -1) {
-		defined = append(defined, m[1])
+	for _, file := range []string{"../../proxy/metrics.go", "../../queue/badger/metrics.go"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`"(sluice_[a-z_]+)"`).FindAllStringSubmatch(string(src), -1) {
+			defined = append(defined, m[1])
+		}
 	}
 	sort.Strings(defined)
 	defined = slices.Compact(defined)
 	want := slices.Sorted(slices.Values(metricNames))
 	if !slices.Equal(defined, want) {
-		t.Errorf("proxy/metrics.go defines\n  %v\nthis test lists\n  %v", defined, want)
+		t.Errorf("proxy/metrics.go and queue/badger/metrics.go define\n  %v\nthis test lists\n  %v", defined, want)
 	}
 }
 

@@ -1,5 +1,12 @@
-// Package queuetest holds helpers for tests that need a real queue in a
-// temporary directory.
+// Package queuetest holds the contract suite every queue.Store backend
+// runs (Run, Crash) and helpers for tests that need a real log in a
+// temporary directory (MustOpen, Event, MustAppend), as net/http/httptest
+// does for servers.
+//
+// A backend's test package runs the suite against real parts, no mocks:
+//
+//	func TestContract(t *testing.T) { queuetest.Run(t, backend) }
+//	func TestCrash(t *testing.T)    { queuetest.Crash(t, backend) }
 package queuetest
 
 import (
@@ -7,17 +14,45 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
 )
 
-// MustOpen opens a queue in dir (t.TempDir() when empty) and closes it when
-// the test ends.
-func MustOpen(tb testing.TB, dir string, opts queue.Options) *queue.Queue {
+// Backend is what the suite needs of one queue.Store implementation.
+type Backend struct {
+	// NewPlace returns a place no other test uses: where a store lives (a
+	// data dir for Badger, a stream name for JetStream). The suite passes
+	// it to Open again to reopen the same store.
+	NewPlace func(tb testing.TB) string
+	// Open opens the store at place, creating it if it is new, and closes
+	// it when the test ends (tb.Cleanup). It fails tb if it cannot. The
+	// suite closes the store itself before it reopens one place, and may
+	// call Close twice.
+	Open func(tb testing.TB, place string, opts Options) queue.Store
+}
+
+// Options are the few settings the suite varies.
+type Options struct {
+	// Sync: an acknowledged append survives power loss, not only a crash
+	// of the process (durability: fsync).
+	Sync bool
+	// DedupWindow is how long an event id is remembered; the backend's
+	// default (queue.DefaultDedupWindow) if 0.
+	DedupWindow time.Duration
+	// OnCommit, when set, is called with each group of new events, in seq
+	// order, once they are durable and before their appends return; the
+	// proxy hands them to caught-up lanes from there.
+	OnCommit func([]*queue.Event)
+}
+
+// MustOpen opens a Badger log in dir (t.TempDir() when empty) and closes
+// it when the test ends.
+func MustOpen(tb testing.TB, dir string, opts badger.Options) *badger.Log {
 	tb.Helper()
 	if dir == "" {
 		dir = tb.TempDir()
 	}
 	opts.Dir = dir
-	q, err := queue.Open(opts)
+	q, err := badger.Open(opts)
 	if err != nil {
 		tb.Fatalf("open queue: %v", err)
 	}
@@ -31,7 +66,7 @@ func Event(id, typ, body string) *queue.Event {
 }
 
 // MustAppend appends and fails the test on error.
-func MustAppend(tb testing.TB, q *queue.Queue, ev *queue.Event) (seq uint64, dup bool) {
+func MustAppend(tb testing.TB, q queue.Log, ev *queue.Event) (seq uint64, dup bool) {
 	tb.Helper()
 	seq, dup, err := q.Append(ev)
 	if err != nil {

@@ -1,4 +1,4 @@
-package queue_test
+package badger_test
 
 import (
 	"bufio"
@@ -16,10 +16,11 @@ import (
 	"testing"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
+	badgerdb "github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/queue/queuetest"
 )
 
@@ -38,7 +39,7 @@ func fixtureEvent(i int) *queue.Event {
 
 func largeEvent(seq uint64) bool { return (seq-1)%50 == 7 }
 
-func appendFixture(tb testing.TB, q *queue.Queue) {
+func appendFixture(tb testing.TB, q *badger.Log) {
 	tb.Helper()
 	for i := range fixtureEvents {
 		if seq, _ := queuetest.MustAppend(tb, q, fixtureEvent(i)); seq != uint64(i+1) {
@@ -51,7 +52,7 @@ func appendFixture(tb testing.TB, q *queue.Queue) {
 // table (*.sst) and the large bodies in the value log.
 func closedFixture(t *testing.T) string {
 	dir := t.TempDir()
-	q := queuetest.MustOpen(t, dir, queue.Options{Sync: true})
+	q := queuetest.MustOpen(t, dir, badger.Options{Sync: true})
 	appendFixture(t, q)
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
@@ -69,7 +70,7 @@ func init() {
 	if dir == "" {
 		return
 	}
-	q, err := queue.Open(queue.Options{Dir: dir, Sync: true})
+	q, err := badger.Open(badger.Options{Dir: dir, Sync: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		os.Exit(2)
@@ -430,7 +431,7 @@ func TestCorruptDataDir(t *testing.T) {
 			dir := copyDir(t, fixtures[c.fixture])
 			c.corrupt(t, filepath.Join(dir, c.file))
 			before := dirState(t, dir)
-			q, err := queue.Open(queue.Options{Dir: dir})
+			q, err := badger.Open(badger.Options{Dir: dir})
 			if c.want == refused {
 				if err == nil {
 					q.Close()
@@ -461,7 +462,7 @@ func TestCorruptDataDir(t *testing.T) {
 }
 
 // checkEvents asserts what a successful open of a damaged dir kept.
-func checkEvents(t *testing.T, q *queue.Queue, want outcome) {
+func checkEvents(t *testing.T, q *badger.Log, want outcome) {
 	t.Helper()
 	var kept, gone, cut []uint64
 	for i := range fixtureEvents {
@@ -515,10 +516,10 @@ func checkEvents(t *testing.T, q *queue.Queue, want outcome) {
 // and the first goes on appending and reading.
 func TestLockedDataDir(t *testing.T) {
 	dir := t.TempDir()
-	q := queuetest.MustOpen(t, dir, queue.Options{Sync: true})
+	q := queuetest.MustOpen(t, dir, badger.Options{Sync: true})
 	queuetest.MustAppend(t, q, fixtureEvent(0))
 	before := dirState(t, dir)
-	q2, err := queue.Open(queue.Options{Dir: dir})
+	q2, err := badger.Open(badger.Options{Dir: dir})
 	if err == nil {
 		q2.Close()
 		t.Fatal("second open of a dir in use succeeded")
@@ -539,7 +540,7 @@ func TestLockedDataDir(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	q = queuetest.MustOpen(t, dir, queue.Options{})
+	q = queuetest.MustOpen(t, dir, badger.Options{})
 	if q.Head() != 2 {
 		t.Fatalf("head %d after reopen, want 2", q.Head())
 	}
@@ -551,7 +552,7 @@ func TestLockedByAnotherProcess(t *testing.T) {
 	dir := t.TempDir()
 	h := startHolder(t, dir)
 	before := dirState(t, dir)
-	if q, err := queue.Open(queue.Options{Dir: dir}); !errors.Is(err, queue.ErrLocked) {
+	if q, err := badger.Open(badger.Options{Dir: dir}); !errors.Is(err, queue.ErrLocked) {
 		if q != nil {
 			q.Close()
 		}
@@ -559,7 +560,7 @@ func TestLockedByAnotherProcess(t *testing.T) {
 	}
 	assertUnchanged(t, dir, before)
 	h.kill()
-	q := queuetest.MustOpen(t, dir, queue.Options{})
+	q := queuetest.MustOpen(t, dir, badger.Options{})
 	checkEvents(t, q, intact)
 }
 
@@ -572,7 +573,7 @@ func TestForeignDataDir(t *testing.T) {
 		if err := os.WriteFile(path, []byte("listen: 127.0.0.1:8700\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := queue.Open(queue.Options{Dir: path})
+		_, err := badger.Open(badger.Options{Dir: path})
 		assertForeign(t, err, path, "it is not a directory")
 		if b, _ := os.ReadFile(path); string(b) != "listen: 127.0.0.1:8700\n" {
 			t.Fatalf("file now holds %q", b)
@@ -584,30 +585,30 @@ func TestForeignDataDir(t *testing.T) {
 		os.Mkdir(filepath.Join(dir, "photos"), 0o700)
 		os.WriteFile(filepath.Join(dir, "photos", "a.jpg"), []byte{0xff, 0xd8}, 0o600)
 		before := dirState(t, dir)
-		_, err := queue.Open(queue.Options{Dir: dir})
+		_, err := badger.Open(badger.Options{Dir: dir})
 		assertForeign(t, err, dir, `it holds "notes.txt", "photos" and no Badger database`)
 		assertUnchanged(t, dir, before)
 	})
 	t.Run("another application's Badger database", func(t *testing.T) {
 		dir := t.TempDir()
-		db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+		db, err := badgerdb.Open(badgerdb.DefaultOptions(dir).WithLogger(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Update(func(txn *badger.Txn) error { return txn.Set([]byte("user/1"), []byte("ada")) }); err != nil {
+		if err := db.Update(func(txn *badgerdb.Txn) error { return txn.Set([]byte("user/1"), []byte("ada")) }); err != nil {
 			t.Fatal(err)
 		}
 		db.Close()
-		_, err = queue.Open(queue.Options{Dir: dir})
+		_, err = badger.Open(badger.Options{Dir: dir})
 		assertForeign(t, err, dir, `another application ("user/1")`)
 		// Badger ran its own recovery, but nothing of sluice was written.
-		db, err = badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+		db, err = badgerdb.Open(badgerdb.DefaultOptions(dir).WithLogger(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		err = db.View(func(txn *badger.Txn) error {
-			if _, err := txn.Get([]byte("m/format")); !errors.Is(err, badger.ErrKeyNotFound) {
+		err = db.View(func(txn *badgerdb.Txn) error {
+			if _, err := txn.Get([]byte("m/format")); !errors.Is(err, badgerdb.ErrKeyNotFound) {
 				return fmt.Errorf("m/format: %v, want not found", err)
 			}
 			item, err := txn.Get([]byte("user/1"))
@@ -633,7 +634,7 @@ func TestForeignDataDir(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := setup(t.TempDir())
-			q := queuetest.MustOpen(t, dir, queue.Options{})
+			q := queuetest.MustOpen(t, dir, badger.Options{})
 			if seq, _ := queuetest.MustAppend(t, q, fixtureEvent(0)); seq != 1 {
 				t.Fatalf("first append: seq %d", seq)
 			}

@@ -1,7 +1,6 @@
-package queue
+package badger
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -9,25 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/queue"
 )
-
-// ErrDiskFull is returned by Append while the log is over its disk quota
-// (Options.MaxDiskBytes) or the file system under it has less than
-// Options.MinFreeBytes free. Nothing of the refused event is written; the
-// producer keeps it and tries again later. Appends resume by themselves
-// once usage is back under the limits.
-var ErrDiskFull = errors.New("disk full")
-
-// DefaultMinFreeBytes is the free space below which appends are refused.
-//
-// Why a floor and not ENOSPC: Badger writes its write-ahead log and value
-// log through mmap, and a write to a mapped page the file system cannot
-// back is SIGBUS, not an error (measured on a full tmpfs: the process dies
-// in memTable.Put). Appends therefore stop while there is room left for
-// everything that still writes without an append: the memtables being
-// flushed (three of 16 MiB, each also a 16 MiB table), cursors, retry
-// records and dead letters.
-const DefaultMinFreeBytes = 64 << 20
 
 // diskCheckInterval is how often usage and free space are measured. Bytes
 // appended in between are counted as they are admitted, so a burst cannot
@@ -37,15 +20,6 @@ const diskCheckInterval = 250 * time.Millisecond
 // appendOverhead is what an event costs on disk beyond its body: keys, the
 // record header, the dedup index entry.
 const appendOverhead = 160
-
-// DiskUsage is the last measurement of the log's disk use.
-type DiskUsage struct {
-	Used int64 // bytes allocated by the files of the data dir
-	Free int64 // bytes available on its file system; -1 if unknown
-	Full bool  // appends are refused
-	// Reason says which limit is reached, when Full.
-	Reason string
-}
 
 // diskGuard measures the data dir and admits appends against the limits.
 type diskGuard struct {
@@ -131,16 +105,16 @@ func (g *diskGuard) admit(n int) error {
 	p := g.pending.Add(c)
 	if r := g.over(g.used.Load(), g.free.Load(), p); r != "" {
 		g.pending.Add(-c)
-		return fmt.Errorf("%w: %s", ErrDiskFull, r)
+		return fmt.Errorf("%w: %s", queue.ErrDiskFull, r)
 	}
 	return nil
 }
 
-func (g *diskGuard) usage() DiskUsage {
+func (g *diskGuard) usage() queue.DiskUsage {
 	g.mu.Lock()
 	r := g.reason
 	g.mu.Unlock()
-	return DiskUsage{Used: g.used.Load(), Free: g.free.Load(), Full: r != "", Reason: r}
+	return queue.DiskUsage{Used: g.used.Load(), Free: g.free.Load(), Full: r != "", Reason: r}
 }
 
 // dirUsage sums the bytes allocated to the files under dir. Allocated, not

@@ -1,8 +1,9 @@
-package queue
+package badger
 
 import (
 	"bytes"
 	"fmt"
+	"github.com/sluicehq/sluice/queue"
 	"testing"
 	"time"
 )
@@ -23,14 +24,14 @@ func TestValueLogGCReclaimsLargeEvents(t *testing.T) {
 	defer q.Close()
 	body := bytes.Repeat([]byte("v"), 1<<20)
 	for i := range 200 {
-		ev := &Event{ID: fmt.Sprintf("big-%d", i), Type: "t", AcceptedAt: time.Now(), Body: body}
+		ev := &queue.Event{ID: fmt.Sprintf("big-%d", i), Type: "t", AcceptedAt: time.Now(), Body: body}
 		if _, _, err := q.Append(ev); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// 40 more that stay live: GC must move them, not lose them.
 	for i := range 40 {
-		ev := &Event{ID: fmt.Sprintf("live-%d", i), Type: "t", AcceptedAt: time.Now(), Body: append([]byte(fmt.Sprint(i)), body...)}
+		ev := &queue.Event{ID: fmt.Sprintf("live-%d", i), Type: "t", AcceptedAt: time.Now(), Body: append([]byte(fmt.Sprint(i)), body...)}
 		if _, _, err := q.Append(ev); err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,8 @@
-package queue
+package badger
 
 import (
 	"bytes"
+	"github.com/sluicehq/sluice/queue"
 	"testing"
 	"time"
 )
@@ -13,7 +14,7 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Add([]byte(""), []byte(""), []byte(""), []byte(""))
 	f.Add(bytes.Repeat([]byte{0xff}, 20), []byte{0}, []byte{1}, []byte{2, 3})
 	f.Fuzz(func(t *testing.T, id, typ, ct, body []byte) {
-		ev := &Event{ID: string(id), Type: string(typ), ContentType: string(ct), AcceptedAt: time.Unix(0, 42), Body: body}
+		ev := &queue.Event{ID: string(id), Type: string(typ), ContentType: string(ct), AcceptedAt: time.Unix(0, 42), Body: body}
 		b := appendEvent(nil, ev)
 		got, err := decodeEvent(7, b)
 		if err != nil {
@@ -37,7 +38,7 @@ func FuzzDecodeEvent(f *testing.F) {
 
 // FuzzDecodeDeadLetter: arbitrary bytes never panic the dead-letter decoder.
 func FuzzDecodeDeadLetter(f *testing.F) {
-	good, _ := appendDeadLetter(nil, &DeadLetter{Subscription: "s", Seq: 1, EventID: "e", Reason: "rejected", Body: []byte("x")})
+	good, _ := appendDeadLetter(nil, &queue.DeadLetter{Subscription: "s", Seq: 1, EventID: "e", Reason: "rejected", Body: []byte("x")})
 	f.Add(good)
 	f.Add([]byte{recordVersion, 0x80})
 	f.Fuzz(func(t *testing.T, b []byte) {

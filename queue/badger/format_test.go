@@ -1,12 +1,13 @@
-package queue
+package badger
 
 import (
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/queue"
 	"testing"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
+	badgerdb "github.com/dgraph-io/badger/v4"
 )
 
 // TestNewerFormatIsRefused: a data dir written by a newer sluice is refused
@@ -18,15 +19,15 @@ func TestNewerFormatIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	q.Close()
-	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	db, err := badgerdb.Open(badgerdb.DefaultOptions(dir).WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(txn *badger.Txn) error { return txn.Set(keyFormat, u64(formatVersion+1)) }); err != nil {
+	if err := db.Update(func(txn *badgerdb.Txn) error { return txn.Set(keyFormat, u64(formatVersion+1)) }); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
-	if _, err := Open(Options{Dir: dir}); !errors.Is(err, ErrNewerFormat) {
+	if _, err := Open(Options{Dir: dir}); !errors.Is(err, queue.ErrNewerFormat) {
 		t.Fatalf("open of a newer data dir: %v, want ErrNewerFormat", err)
 	}
 }
@@ -40,11 +41,11 @@ func TestFormat1DirIsUpgraded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := q.Append(&Event{ID: "old", Type: "t.a", Body: []byte("{}")}); err != nil {
+	if _, _, err := q.Append(&queue.Event{ID: "old", Type: "t.a", Body: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
 	// Make it what format 1 wrote.
-	err = q.db.Update(func(txn *badger.Txn) error {
+	err = q.db.Update(func(txn *badgerdb.Txn) error {
 		if err := txn.Set(keyFormat, u64(1)); err != nil {
 			return err
 		}
@@ -63,17 +64,17 @@ func TestFormat1DirIsUpgraded(t *testing.T) {
 	if seq, typ, err := q.Lookup("old"); err != nil || seq != 1 || typ != "" {
 		t.Fatalf("format-1 entry: seq %d type %q %v; want 1, unknown type", seq, typ, err)
 	}
-	if seq, dup, err := q.Append(&Event{ID: "old", Type: "t.a", Body: []byte("{}")}); err != nil || !dup || seq != 1 {
+	if seq, dup, err := q.Append(&queue.Event{ID: "old", Type: "t.a", Body: []byte("{}")}); err != nil || !dup || seq != 1 {
 		t.Fatalf("append of a format-1 id: seq %d dup %v %v; want the original seq 1 as a duplicate", seq, dup, err)
 	}
-	if seq, _, err := q.Append(&Event{ID: "new", Type: "t.b", Body: []byte("{}")}); err != nil || seq != 2 {
+	if seq, _, err := q.Append(&queue.Event{ID: "new", Type: "t.b", Body: []byte("{}")}); err != nil || seq != 2 {
 		t.Fatalf("append: %d %v", seq, err)
 	}
 	if seq, typ, err := q.Lookup("new"); err != nil || seq != 2 || typ != "t.b" {
 		t.Fatalf("format-2 entry: seq %d type %q %v", seq, typ, err)
 	}
 	var f []byte
-	q.db.View(func(txn *badger.Txn) error {
+	q.db.View(func(txn *badgerdb.Txn) error {
 		item, err := txn.Get(keyFormat)
 		if err == nil {
 			f, err = item.ValueCopy(nil)
@@ -96,19 +97,19 @@ func TestFormat2DirGetsRetryIndex(t *testing.T) {
 	}
 	t0 := time.Unix(1_700_000_000, 0)
 	for seq := uint64(1); seq <= 3; seq++ {
-		if _, _, err := q.Append(&Event{ID: fmt.Sprint(seq), Type: "t", AcceptedAt: t0, Body: []byte("{}")}); err != nil {
+		if _, _, err := q.Append(&queue.Event{ID: fmt.Sprint(seq), Type: "t", AcceptedAt: t0, Body: []byte("{}")}); err != nil {
 			t.Fatal(err)
 		}
 		for _, sub := range []string{"a", "b"} {
-			r := Retry{Subscription: sub, Seq: seq, Due: t0.Add(time.Duration(seq) * time.Second), Attempt: int(seq), FirstAttempt: t0}
+			r := queue.Retry{Subscription: sub, Seq: seq, Due: t0.Add(time.Duration(seq) * time.Second), Attempt: int(seq), FirstAttempt: t0}
 			if err := q.ScheduleRetry(r, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	// Make it what format 2 wrote: no index.
-	err = q.db.Update(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefixRetryIndex})
+	err = q.db.Update(func(txn *badgerdb.Txn) error {
+		it := txn.NewIterator(badgerdb.IteratorOptions{Prefix: prefixRetryIndex})
 		var keys [][]byte
 		for it.Rewind(); it.Valid(); it.Next() {
 			keys = append(keys, it.Item().KeyCopy(nil))
@@ -146,7 +147,7 @@ func TestFormat2DirGetsRetryIndex(t *testing.T) {
 		t.Fatalf("RetryOf a seq without retry = %+v, %v", r, err)
 	}
 	r, _ := q.RetryOf("a", 2)
-	if err := q.Record(Outcome{Kind: Acked, Subscription: "a", Seq: 2, From: r}); err != nil {
+	if err := q.Record(queue.Outcome{Kind: queue.Acked, Subscription: "a", Seq: 2, From: r}); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := q.RetryOf("a", 2); r != nil || err != nil {
@@ -156,7 +157,7 @@ func TestFormat2DirGetsRetryIndex(t *testing.T) {
 		t.Fatal("another subscription's retry of the seq lost from the index")
 	}
 	var f []byte
-	q.db.View(func(txn *badger.Txn) error {
+	q.db.View(func(txn *badgerdb.Txn) error {
 		item, err := txn.Get(keyFormat)
 		if err == nil {
 			f, err = item.ValueCopy(nil)

@@ -1,13 +1,14 @@
-package queue
+package badger
 
 import (
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/queue"
 	"testing"
 	"time"
 )
 
-func refs(q *Queue, seq uint64) int32 {
+func refs(q *Log, seq uint64) int32 {
 	q.refMu.Lock()
 	defer q.refMu.Unlock()
 	return q.retryRefs[seq]
@@ -27,28 +28,28 @@ func TestRetryRefsExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 4 {
-		if _, _, err := q.Append(&Event{ID: fmt.Sprint(i), Type: "t", Body: []byte("x")}); err != nil {
+		if _, _, err := q.Append(&queue.Event{ID: fmt.Sprint(i), Type: "t", Body: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t0 := time.Unix(1_700_000_000, 0)
-	r1 := Retry{Subscription: "s", Seq: 1, Due: t0, Attempt: 1}
-	r2 := Retry{Subscription: "s", Seq: 1, Due: t0.Add(time.Second), Attempt: 2}
+	r1 := queue.Retry{Subscription: "s", Seq: 1, Due: t0, Attempt: 1}
+	r2 := queue.Retry{Subscription: "s", Seq: 1, Due: t0.Add(time.Second), Attempt: 2}
 	steps := []struct {
 		what string
-		o    Outcome
+		o    queue.Outcome
 		fail bool
 		want int32
 	}{
-		{"first retry", Outcome{Kind: RetryScheduled, Subscription: "s", Seq: 1, Retry: &r1}, false, 1},
-		{"replaced", Outcome{Kind: RetryScheduled, Subscription: "s", Seq: 1, From: &r1, Retry: &r2}, false, 1},
-		{"acked from a record that is gone", Outcome{Kind: Acked, Subscription: "s", Seq: 1, From: &r1}, false, 1},
-		{"failed: pause of an unknown subscription", Outcome{Kind: RetryScheduled, Subscription: "t", Seq: 1,
-			Retry: &Retry{Subscription: "t", Seq: 1, Due: t0}, Pause: "x"}, true, 1},
-		{"dead-lettered", Outcome{Kind: DeadLettered, Subscription: "s", Seq: 1, From: &r2, DeadLetter: &DeadLetter{Subscription: "s", Seq: 1}}, false, 0},
-		{"dead-lettered again from the gone record", Outcome{Kind: DeadLettered, Subscription: "s", Seq: 1, From: &r2, DeadLetter: &DeadLetter{Subscription: "s", Seq: 1}}, false, 0},
-		{"retry replacing a record that is gone", Outcome{Kind: RetryScheduled, Subscription: "s", Seq: 1, From: &r1, Retry: &r2}, false, 1},
-		{"mismatched retry", Outcome{Kind: RetryScheduled, Subscription: "s", Seq: 1, Retry: &Retry{Subscription: "s", Seq: 2}}, true, 1},
+		{"first retry", queue.Outcome{Kind: queue.RetryScheduled, Subscription: "s", Seq: 1, Retry: &r1}, false, 1},
+		{"replaced", queue.Outcome{Kind: queue.RetryScheduled, Subscription: "s", Seq: 1, From: &r1, Retry: &r2}, false, 1},
+		{"acked from a record that is gone", queue.Outcome{Kind: queue.Acked, Subscription: "s", Seq: 1, From: &r1}, false, 1},
+		{"failed: pause of an unknown subscription", queue.Outcome{Kind: queue.RetryScheduled, Subscription: "t", Seq: 1,
+			Retry: &queue.Retry{Subscription: "t", Seq: 1, Due: t0}, Pause: "x"}, true, 1},
+		{"dead-lettered", queue.Outcome{Kind: queue.DeadLettered, Subscription: "s", Seq: 1, From: &r2, DeadLetter: &queue.DeadLetter{Subscription: "s", Seq: 1}}, false, 0},
+		{"dead-lettered again from the gone record", queue.Outcome{Kind: queue.DeadLettered, Subscription: "s", Seq: 1, From: &r2, DeadLetter: &queue.DeadLetter{Subscription: "s", Seq: 1}}, false, 0},
+		{"retry replacing a record that is gone", queue.Outcome{Kind: queue.RetryScheduled, Subscription: "s", Seq: 1, From: &r1, Retry: &r2}, false, 1},
+		{"mismatched retry", queue.Outcome{Kind: queue.RetryScheduled, Subscription: "s", Seq: 1, Retry: &queue.Retry{Subscription: "s", Seq: 2}}, true, 1},
 	}
 	for _, s := range steps {
 		err := q.Record(s.o)
@@ -59,7 +60,7 @@ func TestRetryRefsExact(t *testing.T) {
 			t.Fatalf("%s: refs of seq 1 = %d, want %d", s.what, got, s.want)
 		}
 	}
-	if _, err := q.Replay("s", 1, t0, false); !errors.Is(err, ErrRetryScheduled) {
+	if _, err := q.Replay("s", 1, t0, false); !errors.Is(err, queue.ErrRetryScheduled) {
 		t.Fatalf("replay with a retry scheduled: %v", err)
 	}
 	if got := refs(q, 1); got != 1 {
@@ -78,11 +79,11 @@ func TestCompactAfterRestartDeletesReleasedEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if _, _, err := q.Append(&Event{ID: fmt.Sprint(i), Type: "t", Body: []byte("x")}); err != nil {
+		if _, _, err := q.Append(&queue.Event{ID: fmt.Sprint(i), Type: "t", Body: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r := Retry{Subscription: "s", Seq: 2, Due: time.Now(), Attempt: 1}
+	r := queue.Retry{Subscription: "s", Seq: 2, Due: time.Now(), Attempt: 1}
 	if err := q.ScheduleRetry(r, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestCompactAfterRestartDeletesReleasedEvents(t *testing.T) {
 	if n, err := q.Compact(6); err != nil || n != 1 {
 		t.Fatalf("compact after restart: %d %v, want 1 (the released event)", n, err)
 	}
-	if _, err := q.Event(2); !errors.Is(err, ErrNotFound) {
+	if _, err := q.Event(2); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("event 2 after compaction: %v, want ErrNotFound", err)
 	}
 }
@@ -119,13 +120,13 @@ func TestCompactLargeRangeInChunks(t *testing.T) {
 	defer q.Close()
 	const n = 3*compactChunk + 17
 	for i := range n {
-		if _, _, err := q.Append(&Event{ID: fmt.Sprint(i), Type: "t", Body: []byte("x")}); err != nil {
+		if _, _, err := q.Append(&queue.Event{ID: fmt.Sprint(i), Type: "t", Body: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	keep := []uint64{1, compactChunk, compactChunk + 1, n}
 	for _, seq := range keep {
-		if err := q.ScheduleRetry(Retry{Subscription: "s", Seq: seq, Due: time.Now()}, nil); err != nil {
+		if err := q.ScheduleRetry(queue.Retry{Subscription: "s", Seq: seq, Due: time.Now()}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -138,7 +139,7 @@ func TestCompactLargeRangeInChunks(t *testing.T) {
 			t.Fatalf("event %d, held by a retry: %v", seq, err)
 		}
 	}
-	if _, err := q.Event(2); !errors.Is(err, ErrNotFound) {
+	if _, err := q.Event(2); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("event 2: %v", err)
 	}
 }

@@ -1,11 +1,11 @@
-package queue
+package badger
 
 import (
 	"errors"
 	"path/filepath"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
+	badgerdb "github.com/dgraph-io/badger/v4"
 )
 
 // Value-log garbage collection. Bodies over the value threshold (64 KiB)
@@ -39,47 +39,47 @@ type valueLogGC struct {
 	done chan struct{}
 }
 
-func (q *Queue) startGC(interval time.Duration) {
-	q.gc = &valueLogGC{stop: make(chan struct{}), done: make(chan struct{})}
+func (l *Log) startGC(interval time.Duration) {
+	l.gc = &valueLogGC{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
-		defer close(q.gc.done)
+		defer close(l.gc.done)
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
-			case <-q.gc.stop:
+			case <-l.gc.stop:
 				return
 			case <-t.C:
-				q.collectValueLog(gcFlushAbove)
+				l.collectValueLog(gcFlushAbove)
 			}
 		}
 	}()
 }
 
-func (q *Queue) stopGC() {
-	close(q.gc.stop)
-	<-q.gc.done
+func (l *Log) stopGC() {
+	close(l.gc.stop)
+	<-l.gc.done
 }
 
 // collectValueLog runs rounds until Badger finds nothing worth rewriting,
 // first forcing the compactions that find garbage when the value log holds
 // more than flushAbove bytes. It returns how many files were rewritten.
-func (q *Queue) collectValueLog(flushAbove int64) int {
-	if valueLogBytes(q.opts.Dir) > flushAbove {
-		err := q.db.Update(func(txn *badger.Txn) error { return txn.Set(gcSentinel, nil) })
+func (l *Log) collectValueLog(flushAbove int64) int {
+	if valueLogBytes(l.opts.Dir) > flushAbove {
+		err := l.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(gcSentinel, nil) })
 		if err == nil {
-			err = q.db.DropPrefix(gcSentinel)
+			err = l.db.DropPrefix(gcSentinel)
 		}
 		if err != nil {
-			q.log.Warn("value log gc: forcing a flush", "err", err)
+			l.log.Warn("value log gc: forcing a flush", "err", err)
 		}
 	}
 	n := 0
 	for range gcMaxRounds {
-		err := q.db.RunValueLogGC(gcDiscardRatio)
+		err := l.db.RunValueLogGC(gcDiscardRatio)
 		if err != nil {
-			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
-				q.log.Warn("value log gc", "err", err)
+			if !errors.Is(err, badgerdb.ErrNoRewrite) && !errors.Is(err, badgerdb.ErrRejected) {
+				l.log.Warn("value log gc", "err", err)
 			}
 			break
 		}

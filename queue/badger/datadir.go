@@ -1,15 +1,16 @@
-package queue
+package badger
 
 import (
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/queue"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	badger "github.com/dgraph-io/badger/v4"
+	badgerdb "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/dgraph-io/badger/v4/table"
 	"github.com/dgraph-io/ristretto/v2/z"
@@ -37,7 +38,7 @@ import (
 // checkDataDir refuses a dir that is not a directory, is held by another
 // process, holds someone else's files, or that Badger would wipe or crash
 // on. A missing dir is fine: Badger creates it.
-func checkDataDir(dir string, bopts badger.Options) error {
+func checkDataDir(dir string, bopts badgerdb.Options) error {
 	fi, err := os.Stat(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -46,7 +47,7 @@ func checkDataDir(dir string, bopts badger.Options) error {
 		return fmt.Errorf("open queue %s: %w", dir, err)
 	}
 	if !fi.IsDir() {
-		return &dirError{dir, ErrNotDataDir, errors.New("it is not a directory")}
+		return &dirError{dir, queue.ErrNotDataDir, errors.New("it is not a directory")}
 	}
 	unlock, err := lockDir(dir)
 	if err != nil {
@@ -65,7 +66,7 @@ func checkDataDir(dir string, bopts badger.Options) error {
 	)
 	for _, e := range ents {
 		switch name := e.Name(); {
-		case name == badger.ManifestFilename:
+		case name == badgerdb.ManifestFilename:
 			manifest = true
 		case strings.HasSuffix(name, ".sst"):
 			tables = append(tables, name)
@@ -82,34 +83,34 @@ func checkDataDir(dir string, bopts badger.Options) error {
 	}
 	if !manifest && len(tables) == 0 && len(logs) == 0 {
 		if len(foreign) > 0 {
-			return &dirError{dir, ErrNotDataDir, fmt.Errorf("it holds %s and no Badger database", quoteFew(foreign))}
+			return &dirError{dir, queue.ErrNotDataDir, fmt.Errorf("it holds %s and no Badger database", quoteFew(foreign))}
 		}
 		return nil // empty: a fresh log
 	}
 	for _, e := range logs {
 		if err := checkLogHeader(filepath.Join(dir, e.Name())); err != nil {
-			return &dirError{dir, ErrCorrupt, err}
+			return &dirError{dir, queue.ErrCorrupt, err}
 		}
 	}
 	// Badger leaks goroutines when it fails on the key registry; it only
 	// reads the file here.
-	kr, err := badger.OpenKeyRegistry(badger.KeyRegistryOptions{
+	kr, err := badgerdb.OpenKeyRegistry(badgerdb.KeyRegistryOptions{
 		Dir: dir, ReadOnly: true, EncryptionKey: bopts.EncryptionKey,
 		EncryptionKeyRotationDuration: bopts.EncryptionKeyRotationDuration,
 	})
 	if err != nil {
-		return &dirError{dir, ErrCorrupt, fmt.Errorf("KEYREGISTRY: %w", err)}
+		return &dirError{dir, queue.ErrCorrupt, fmt.Errorf("KEYREGISTRY: %w", err)}
 	}
 	kr.Close()
 	if !manifest {
 		if len(tables) > 0 {
-			return &dirError{dir, ErrCorrupt, fmt.Errorf("MANIFEST is missing, and opening without it would delete %s", quoteFew(tables))}
+			return &dirError{dir, queue.ErrCorrupt, fmt.Errorf("MANIFEST is missing, and opening without it would delete %s", quoteFew(tables))}
 		}
 		return nil // a crash before the first table: Badger replays the logs
 	}
 	mf, torn, err := readManifest(dir, bopts)
 	if err != nil {
-		return &dirError{dir, ErrCorrupt, fmt.Errorf("MANIFEST: %w", err)}
+		return &dirError{dir, queue.ErrCorrupt, fmt.Errorf("MANIFEST: %w", err)}
 	}
 	if torn {
 		// A crash tears a MANIFEST record only if it is cut off while
@@ -124,11 +125,11 @@ func checkDataDir(dir string, bopts badger.Options) error {
 			}
 		}
 		if len(unlisted) > 0 {
-			return &dirError{dir, ErrCorrupt, fmt.Errorf("MANIFEST ends in a torn record, and opening would delete %s, which it does not list", quoteFew(unlisted))}
+			return &dirError{dir, queue.ErrCorrupt, fmt.Errorf("MANIFEST ends in a torn record, and opening would delete %s, which it does not list", quoteFew(unlisted))}
 		}
 	}
 	if len(mf.Tables) > 0 && !vlog {
-		return &dirError{dir, ErrCorrupt, errors.New("no value log (*.vlog) is present")}
+		return &dirError{dir, queue.ErrCorrupt, errors.New("no value log (*.vlog) is present")}
 	}
 	ids := make([]uint64, 0, len(mf.Tables))
 	for id := range mf.Tables {
@@ -137,7 +138,7 @@ func checkDataDir(dir string, bopts badger.Options) error {
 	slices.Sort(ids)
 	for _, id := range ids {
 		if err := checkTable(table.NewFilename(id, dir), mf.Tables[id], bopts); err != nil {
-			return &dirError{dir, ErrCorrupt, err}
+			return &dirError{dir, queue.ErrCorrupt, err}
 		}
 	}
 	return nil
@@ -146,26 +147,26 @@ func checkDataDir(dir string, bopts badger.Options) error {
 // badgerFiles are the names Badger uses besides tables and logs.
 var badgerFiles = []string{"KEYREGISTRY", "REWRITE-KEYREGISTRY", "MANIFEST-REWRITE", "DISCARD", "LOCK"}
 
-func listed(mf badger.Manifest, id uint64) bool {
+func listed(mf badgerdb.Manifest, id uint64) bool {
 	_, ok := mf.Tables[id]
 	return ok
 }
 
 // readManifest replays the MANIFEST read-only; torn reports a partial
 // record at its end (which Badger would cut off).
-func readManifest(dir string, bopts badger.Options) (badger.Manifest, bool, error) {
-	f, err := os.Open(filepath.Join(dir, badger.ManifestFilename))
+func readManifest(dir string, bopts badgerdb.Options) (badgerdb.Manifest, bool, error) {
+	f, err := os.Open(filepath.Join(dir, badgerdb.ManifestFilename))
 	if err != nil {
-		return badger.Manifest{}, false, err
+		return badgerdb.Manifest{}, false, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return badger.Manifest{}, false, err
+		return badgerdb.Manifest{}, false, err
 	}
-	mf, end, err := badger.ReplayManifestFile(f, bopts.ExternalMagicVersion, bopts)
+	mf, end, err := badgerdb.ReplayManifestFile(f, bopts.ExternalMagicVersion, bopts)
 	if err != nil {
-		return badger.Manifest{}, false, err
+		return badgerdb.Manifest{}, false, err
 	}
 	return mf, end < fi.Size(), nil
 }
@@ -198,7 +199,7 @@ func checkLogHeader(path string) error {
 // verifies every block's checksum. Badger opens tables in goroutines of
 // its own, where a damaged footer or block is a panic that kills the
 // process; here it is recovered and reported.
-func checkTable(path string, tm badger.TableManifest, bopts badger.Options) (err error) {
+func checkTable(path string, tm badgerdb.TableManifest, bopts badgerdb.Options) (err error) {
 	name := filepath.Base(path)
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -259,35 +260,35 @@ func firstLine(v any) string {
 	return s
 }
 
-// openError classifies an error of badger.Open. Badger formats the errors
+// openError classifies an error of badgerdb.Open. Badger formats the errors
 // it wraps into text (y.Wrap uses %+v), so only the text is left to match.
 func openError(dir string, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "Cannot acquire directory lock"):
 		// Another process took the lock after lockDir let it go.
-		return &dirError{dir, ErrLocked, err}
+		return &dirError{dir, queue.ErrLocked, err}
 	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "read-only file system"),
 		strings.Contains(msg, "no space left on device"), strings.Contains(msg, "too many open files"):
 		return fmt.Errorf("open queue %s: %w", dir, err)
 	}
-	return &dirError{dir, ErrCorrupt, err}
+	return &dirError{dir, queue.ErrCorrupt, err}
 }
 
 // checkOwned refuses a Badger database of another application: one with
 // keys but without sluice's format key. (A sluice dir gets the format key
 // in the same transaction as its first recovery, before any event.)
-func checkOwned(db *badger.DB, dir string) error {
-	err := db.View(func(txn *badger.Txn) error {
-		if _, err := txn.Get(keyFormat); !errors.Is(err, badger.ErrKeyNotFound) {
+func checkOwned(db *badgerdb.DB, dir string) error {
+	err := db.View(func(txn *badgerdb.Txn) error {
+		if _, err := txn.Get(keyFormat); !errors.Is(err, badgerdb.ErrKeyNotFound) {
 			return err
 		}
-		it := txn.NewIterator(badger.IteratorOptions{})
+		it := txn.NewIterator(badgerdb.IteratorOptions{})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			k := it.Item().Key()
 			if !ownKey(k) {
-				return &dirError{dir, ErrNotDataDir, fmt.Errorf("its Badger database holds keys of another application (%q) and no sluice format key", k[:min(len(k), 16)])}
+				return &dirError{dir, queue.ErrNotDataDir, fmt.Errorf("its Badger database holds keys of another application (%q) and no sluice format key", k[:min(len(k), 16)])}
 			}
 		}
 		return nil

@@ -1,8 +1,9 @@
-package queue
+package badger
 
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/sluicehq/sluice/queue"
 	"time"
 )
 
@@ -96,7 +97,7 @@ func retryIndexKey(sub string, seq uint64) []byte {
 func parseRetryKey(sub string, k []byte) (due time.Time, seq uint64, err error) {
 	p := len(prefixRetry) + len(sub) + 1
 	if len(k) != p+16 {
-		return time.Time{}, 0, fmt.Errorf("retry key of %d bytes: %w", len(k), ErrCorrupt)
+		return time.Time{}, 0, fmt.Errorf("retry key of %d bytes: %w", len(k), queue.ErrCorrupt)
 	}
 	return time.Unix(0, int64(binary.BigEndian.Uint64(k[p:]))), binary.BigEndian.Uint64(k[p+8:]), nil
 }

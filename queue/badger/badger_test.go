@@ -1,0 +1,69 @@
+package badger_test
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/badger"
+	"github.com/sluicehq/sluice/queue/queuetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// Badger's caches run goroutines that stop shortly after Close.
+		goleak.IgnoreAnyFunction("github.com/dgraph-io/ristretto/v2.(*defaultPolicy[...]).processItems"),
+		goleak.IgnoreAnyFunction("github.com/dgraph-io/ristretto/v2.(*Cache[...]).processItems"),
+		goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+	)
+}
+
+// backend runs the contract suite on Badger logs in temp dirs, with the
+// disk guard on as in production.
+var backend = queuetest.Backend{
+	NewPlace: func(tb testing.TB) string { return tb.TempDir() },
+	Open: func(tb testing.TB, dir string, o queuetest.Options) queue.Store {
+		return queuetest.MustOpen(tb, dir, badger.Options{Sync: o.Sync, DedupWindow: o.DedupWindow, OnCommit: o.OnCommit})
+	},
+}
+
+func TestContract(t *testing.T) { queuetest.Run(t, backend) }
+
+// TestInvariant1_AcknowledgedAppendsSurviveSIGKILL kills a real appending
+// process several times; every append it acknowledged must be in the log.
+func TestInvariant1_AcknowledgedAppendsSurviveSIGKILL(t *testing.T) { queuetest.Crash(t, backend) }
+
+func BenchmarkAppend(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		sync bool
+	}{{"fsync", true}, {"async", false}} {
+		b.Run(mode.name, func(b *testing.B) {
+			q := queuetest.MustOpen(b, "", badger.Options{Sync: mode.sync})
+			body := bytes.Repeat([]byte("x"), 512)
+			var n sync.Mutex
+			i := 0
+			b.SetParallelism(32) // many producers share each sync
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					n.Lock()
+					i++
+					id := fmt.Sprintf("b-%d", i)
+					n.Unlock()
+					if _, _, err := q.Append(&queue.Event{ID: id, Type: "bench", AcceptedAt: time.Now(), Body: body}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}

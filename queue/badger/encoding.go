@@ -1,0 +1,141 @@
+package badger
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// appendEvent encodes an event record:
+//
+//	version(1) | uvarint len + id | uvarint len + type | uvarint len + content type |
+//	accepted-at unix nanos (8, big endian) | body (rest)
+func appendEvent(dst []byte, e *queue.Event) []byte {
+	dst = append(dst, recordVersion)
+	dst = appendString(dst, e.ID)
+	dst = appendString(dst, e.Type)
+	dst = appendString(dst, e.ContentType)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(e.AcceptedAt.UnixNano()))
+	return append(dst, e.Body...)
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// decodeEvent decodes an event record. Body aliases b: pass a buffer the
+// caller owns (Badger's ValueCopy), never one Badger may reuse.
+func decodeEvent(seq uint64, b []byte) (*queue.Event, error) {
+	e := &queue.Event{Seq: seq}
+	if len(b) == 0 || b[0] != recordVersion {
+		return nil, fmt.Errorf("event %d: record version: %w", seq, queue.ErrCorrupt)
+	}
+	b = b[1:]
+	var err error
+	if e.ID, b, err = readString(b); err != nil {
+		return nil, fmt.Errorf("event %d: id: %w", seq, err)
+	}
+	if e.Type, b, err = readString(b); err != nil {
+		return nil, fmt.Errorf("event %d: type: %w", seq, err)
+	}
+	if e.ContentType, b, err = readString(b); err != nil {
+		return nil, fmt.Errorf("event %d: content type: %w", seq, err)
+	}
+	if len(b) < 8 {
+		return nil, fmt.Errorf("event %d: accepted-at: %w", seq, queue.ErrCorrupt)
+	}
+	e.AcceptedAt = time.Unix(0, int64(binary.BigEndian.Uint64(b)))
+	e.Body = b[8:]
+	return e, nil
+}
+
+// eventType reads only the type of an event record, without allocating the
+// rest, so a lane can skip events of other types cheaply.
+func eventType(b []byte) ([]byte, error) {
+	if len(b) == 0 || b[0] != recordVersion {
+		return nil, queue.ErrCorrupt
+	}
+	b = b[1:]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < n {
+		return nil, queue.ErrCorrupt
+	}
+	b = b[k+int(n):]
+	n, k = binary.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < n {
+		return nil, queue.ErrCorrupt
+	}
+	return b[k : k+int(n)], nil
+}
+
+func readString(b []byte) (string, []byte, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < n {
+		return "", nil, queue.ErrCorrupt
+	}
+	return string(b[k : k+int(n)]), b[k+int(n):], nil
+}
+
+type memberRecord struct {
+	V        int             `json:"v"`
+	From     uint64          `json:"from"`
+	Left     bool            `json:"left,omitempty"`
+	Until    uint64          `json:"until,omitempty"`
+	Paused   string          `json:"paused,omitempty"`
+	Snapshot json.RawMessage `json:"snapshot,omitempty"`
+}
+
+type retryRecord struct {
+	V            int    `json:"v"`
+	Attempt      int    `json:"attempt"`
+	FirstAttempt int64  `json:"first_attempt"`
+	LastStatus   int    `json:"last_status,omitempty"`
+	LastError    string `json:"last_error,omitempty"`
+	Replay       bool   `json:"replay,omitempty"`
+}
+
+// appendDeadLetter encodes version(1) | uvarint len + JSON header | body.
+func appendDeadLetter(dst []byte, d *queue.DeadLetter) ([]byte, error) {
+	h, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	dst = append(dst, recordVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(h)))
+	dst = append(dst, h...)
+	return append(dst, d.Body...), nil
+}
+
+func decodeDeadLetter(b []byte) (*queue.DeadLetter, error) {
+	if len(b) == 0 || b[0] != recordVersion {
+		return nil, fmt.Errorf("dead letter: record version: %w", queue.ErrCorrupt)
+	}
+	n, k := binary.Uvarint(b[1:])
+	if k <= 0 || uint64(len(b)-1-k) < n {
+		return nil, fmt.Errorf("dead letter: header length: %w", queue.ErrCorrupt)
+	}
+	d := &queue.DeadLetter{}
+	if err := json.Unmarshal(b[1+k:1+k+int(n)], d); err != nil {
+		return nil, fmt.Errorf("dead letter: %v: %w", err, queue.ErrCorrupt)
+	}
+	d.Body = b[1+k+int(n):]
+	return d, nil
+}
+
+// appendIDValue encodes a dedup index entry: seq:8 | type.
+func appendIDValue(dst []byte, seq uint64, typ string) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, seq)
+	return append(dst, typ...)
+}
+
+// decodeIDValue reads an entry of either format (format 1: seq only).
+func decodeIDValue(v []byte) (seq uint64, typ []byte, err error) {
+	if len(v) < 8 {
+		return 0, nil, queue.ErrCorrupt
+	}
+	return binary.BigEndian.Uint64(v), v[8:], nil
+}

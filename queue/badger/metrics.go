@@ -1,0 +1,90 @@
+package badger
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the log's Prometheus series: one set per Log, registered
+// with Options.Registerer (none when it is nil) and unregistered by Close,
+// so a log reopened on the same registry registers again.
+type metrics struct {
+	reg        prometheus.Registerer
+	append     prometheus.Histogram
+	sync       prometheus.Histogram
+	collectors []prometheus.Collector
+}
+
+// durationBuckets span a batch that shares a sync with others (tens of
+// microseconds) to a disk that stalls (a second).
+var durationBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+
+func newMetrics(reg prometheus.Registerer, l *Log) *metrics {
+	m := &metrics{
+		reg: reg,
+		append: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_queue_append_duration_seconds",
+			Help:    "Duration of one Append: waiting for the group committer, the write and, with durability fsync, the sync it shares.",
+			Buckets: durationBuckets,
+		}),
+		sync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_queue_sync_duration_seconds",
+			Help:    "Duration of one fsync of the log (a group of appends, or cursors and memberships).",
+			Buckets: durationBuckets,
+		}),
+	}
+	// The disk gauges keep the names and help they had in the proxy,
+	// which dashboards and alerts rely on.
+	m.collectors = []prometheus.Collector{m.append, m.sync,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_log_disk_used_bytes", Help: "Bytes allocated by the data dir (the log), measured every 250 ms.",
+		}, func() float64 { return float64(l.DiskUsage().Used) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_log_disk_free_bytes", Help: "Bytes free on the data dir's file system; -1 if unknown.",
+		}, func() float64 { return float64(l.DiskUsage().Free) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_log_disk_full", Help: "1 while ingest answers 507: the log is over max_disk_bytes or its file system below min_free_disk_bytes.",
+		}, func() float64 {
+			if l.DiskUsage().Full {
+				return 1
+			}
+			return 0
+		}),
+	}
+	return m
+}
+
+// register registers every series, or none.
+func (m *metrics) register() error {
+	if m.reg == nil {
+		return nil
+	}
+	for i, c := range m.collectors {
+		if err := m.reg.Register(c); err != nil {
+			for _, c := range m.collectors[:i] {
+				m.reg.Unregister(c)
+			}
+			return fmt.Errorf("register queue metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+func (m *metrics) unregister() {
+	if m.reg == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+}
+
+// sync fsyncs the log and times it.
+func (l *Log) sync() error {
+	start := time.Now()
+	err := l.db.Sync()
+	l.m.sync.Observe(time.Since(start).Seconds())
+	return err
+}

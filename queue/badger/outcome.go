@@ -1,0 +1,163 @@
+package badger
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	badgerdb "github.com/dgraph-io/badger/v4"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// Record writes the outcome of one delivery attempt in one transaction:
+// after a crash either all of it happened or none.
+//
+//   - Acked deletes the retry record the attempt came from (o.From), if
+//     any, and for a replay sets DeliveredAt = o.At on its dead letter.
+//   - RetryScheduled writes o.Retry in place of o.From.
+//   - DeadLettered writes o.DeadLetter in place of o.From. A letter already
+//     kept for the seq keeps its replay history (Replays, ReplayedAt):
+//     without it a replayed letter that failed again could be replayed
+//     again without force.
+//   - o.Pause, when set, records the subscription as paused too.
+//
+// An Acked outcome of a first attempt without Pause writes nothing.
+func (l *Log) Record(o queue.Outcome) error {
+	var rv []byte
+	switch o.Kind {
+	case queue.Acked:
+		if o.From == nil && o.Pause == "" {
+			return nil
+		}
+	case queue.RetryScheduled:
+		if o.Retry == nil || o.Retry.Subscription != o.Subscription || o.Retry.Seq != o.Seq {
+			return fmt.Errorf("record %s/%d: a scheduled retry needs its record, for the same delivery", o.Subscription, o.Seq)
+		}
+		var err error
+		if rv, err = encodeRetry(*o.Retry); err != nil {
+			return fmt.Errorf("record %s/%d: %w", o.Subscription, o.Seq, err)
+		}
+	case queue.DeadLettered:
+		if o.DeadLetter == nil || o.DeadLetter.Subscription != o.Subscription || o.DeadLetter.Seq != o.Seq {
+			return fmt.Errorf("record %s/%d: a dead-lettering needs its letter, for the same delivery", o.Subscription, o.Seq)
+		}
+	default:
+		return fmt.Errorf("record %s/%d: unknown outcome kind %d", o.Subscription, o.Seq, o.Kind)
+	}
+	if o.From != nil && (o.From.Subscription != o.Subscription || o.From.Seq != o.Seq) {
+		return fmt.Errorf("record %s/%d: the retry it came from is %s/%d", o.Subscription, o.Seq, o.From.Subscription, o.From.Seq)
+	}
+	if o.Pause != "" {
+		l.seqMu.Lock() // memberships are written under seqMu (JoinAll, Leave)
+		defer l.seqMu.Unlock()
+	}
+	l.stateMu.Lock()
+	defer l.stateMu.Unlock()
+	if o.Kind == queue.RetryScheduled {
+		// Count the reference before the write, so compaction cannot
+		// delete the event between the write and the count.
+		l.ref(o.Seq, 1)
+	}
+	var fromFound bool
+	err := l.db.Update(func(txn *badgerdb.Txn) error {
+		var err error
+		if o.From != nil {
+			if fromFound, err = deleteRetry(txn, o.Subscription, dueNanos(o.From.Due), o.Seq); err != nil {
+				return err
+			}
+		}
+		switch o.Kind {
+		case queue.Acked:
+			if o.From != nil && o.From.Replay {
+				d, err := readDeadLetter(txn, o.Subscription, o.Seq)
+				if errors.Is(err, badgerdb.ErrKeyNotFound) {
+					break // retired with its letters purged: nothing to note
+				}
+				if err != nil {
+					return err
+				}
+				d.DeliveredAt = o.At
+				if err := writeDeadLetter(txn, d); err != nil {
+					return err
+				}
+			}
+		case queue.RetryScheduled:
+			if err := putRetry(txn, o.Subscription, dueNanos(o.Retry.Due), o.Seq, rv); err != nil {
+				return err
+			}
+		case queue.DeadLettered:
+			d := *o.DeadLetter
+			old, err := readDeadLetter(txn, o.Subscription, o.Seq)
+			switch {
+			case err == nil:
+				d.Replays, d.ReplayedAt = old.Replays, old.ReplayedAt
+				if d.EventID == "" {
+					// A letter written without the event (event_missing)
+					// keeps the copy the old one has.
+					d.EventID, d.Type, d.ContentType, d.AcceptedAt, d.Body = old.EventID, old.Type, old.ContentType, old.AcceptedAt, old.Body
+				}
+			case !errors.Is(err, badgerdb.ErrKeyNotFound):
+				return err
+			}
+			if err := writeDeadLetter(txn, &d); err != nil {
+				return err
+			}
+		}
+		if o.Pause != "" {
+			m, err := readMembership(txn, o.Subscription)
+			if err != nil {
+				return err
+			}
+			m.Paused = o.Pause
+			return writeMembership(txn, m)
+		}
+		return nil
+	})
+	if err != nil {
+		if o.Kind == queue.RetryScheduled {
+			l.ref(o.Seq, -1)
+		}
+		if errors.Is(err, badgerdb.ErrKeyNotFound) {
+			err = queue.ErrNotFound // the membership Pause names
+		}
+		return fmt.Errorf("record %s/%d: %w", o.Subscription, o.Seq, err)
+	}
+	if fromFound {
+		l.ref(o.Seq, -1)
+	}
+	return nil
+}
+
+// ScheduleRetry records r. When prev is not nil (the record this attempt
+// came from) it is replaced in the same transaction.
+//
+// Deprecated: use Record with RetryScheduled.
+func (l *Log) ScheduleRetry(r queue.Retry, prev *queue.Retry) error {
+	return l.Record(queue.Outcome{Kind: queue.RetryScheduled, Subscription: r.Subscription, Seq: r.Seq, From: prev, Retry: &r})
+}
+
+// AckReplay deletes the retry record of an acknowledged replay and records
+// the delivery on its dead letter, in one transaction.
+//
+// Deprecated: use Record with Acked.
+func (l *Log) AckReplay(r queue.Retry, at time.Time) error {
+	r.Replay = true
+	return l.Record(queue.Outcome{Kind: queue.Acked, Subscription: r.Subscription, Seq: r.Seq, From: &r, At: at})
+}
+
+// DropRetry deletes a retry record whose delivery has been acknowledged.
+//
+// Deprecated: use Record with Acked.
+func (l *Log) DropRetry(r queue.Retry) error {
+	r.Replay = false
+	return l.Record(queue.Outcome{Kind: queue.Acked, Subscription: r.Subscription, Seq: r.Seq, From: &r})
+}
+
+// AddDeadLetter stores d (with its body copy) and, when prev is not nil,
+// deletes the retry record the failed attempt came from, in one transaction.
+//
+// Deprecated: use Record with DeadLettered.
+func (l *Log) AddDeadLetter(d *queue.DeadLetter, prev *queue.Retry) error {
+	return l.Record(queue.Outcome{Kind: queue.DeadLettered, Subscription: d.Subscription, Seq: d.Seq, From: prev, DeadLetter: d})
+}

@@ -1,0 +1,154 @@
+package badger
+
+import (
+	"errors"
+	"fmt"
+
+	badgerdb "github.com/dgraph-io/badger/v4"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// Lookup returns the sequence number of the event with this id, and its
+// type ("" for an entry written by format 1), while the id is remembered
+// (the dedup window); ErrNotFound after.
+func (l *Log) Lookup(id string) (seq uint64, typ string, err error) {
+	err = l.db.View(func(txn *badgerdb.Txn) error {
+		item, err := txn.Get(idKey(id))
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			var t []byte
+			seq, t, err = decodeIDValue(v)
+			typ = string(t)
+			return err
+		})
+	})
+	if errors.Is(err, badgerdb.ErrKeyNotFound) {
+		return 0, "", queue.ErrNotFound
+	}
+	return seq, typ, err
+}
+
+// Event reads one event by sequence number.
+func (l *Log) Event(seq uint64) (*queue.Event, error) {
+	var ev *queue.Event
+	err := l.db.View(func(txn *badgerdb.Txn) error {
+		item, err := txn.Get(eventKey(seq))
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		ev, err = decodeEvent(seq, v)
+		return err
+	})
+	if errors.Is(err, badgerdb.ErrKeyNotFound) {
+		return nil, fmt.Errorf("event %d: %w", seq, queue.ErrNotFound)
+	}
+	return ev, err
+}
+
+// maxScan bounds how many non-matching events one Events call walks past,
+// so a lane far behind on a type it rarely matches yields between pages.
+const maxScan = 8192
+
+// Events returns up to limit events with from <= seq <= to whose type
+// satisfies match (nil matches all), and the sequence number to continue
+// from. Fewer than limit events with next <= to means the scan stopped at
+// its bound, not that there is nothing left.
+func (l *Log) Events(from, to uint64, limit int, match func(typ []byte) bool) (evs []*queue.Event, next uint64, err error) {
+	from = max(from, l.low.Load())
+	next = from
+	if from > to {
+		return nil, next, nil
+	}
+	// Read the head before the snapshot: every event up to it was
+	// committed before the read began, so the snapshot holds them all. Read
+	// after, it could name events the snapshot cannot see.
+	head := l.head.Load()
+	err = l.db.View(func(txn *badgerdb.Txn) error {
+		opts := badgerdb.IteratorOptions{Prefix: prefixEvent}
+		if match == nil {
+			opts.PrefetchValues, opts.PrefetchSize = true, min(limit, 100)
+		}
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		scanned := 0
+		for it.Seek(eventKey(from)); it.Valid() && len(evs) < limit && scanned < maxScan; it.Next() {
+			item := it.Item()
+			seq := seqFromEventKey(item.Key())
+			if seq > to {
+				next = to + 1
+				return nil
+			}
+			next = seq + 1
+			scanned++
+			if match != nil {
+				var ok bool
+				if err := item.Value(func(v []byte) error {
+					typ, err := eventType(v)
+					ok = err == nil && match(typ)
+					return err
+				}); err != nil {
+					return fmt.Errorf("event %d: %w", seq, err)
+				}
+				if !ok {
+					continue
+				}
+			}
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			ev, err := decodeEvent(seq, v)
+			if err != nil {
+				return err
+			}
+			evs = append(evs, ev)
+		}
+		if !it.Valid() {
+			// Nothing more is written yet: everything up to the head seen by
+			// this read has been scanned.
+			next = max(next, min(to, head)+1)
+		}
+		return nil
+	})
+	return evs, next, err
+}
+
+// CountEvents counts the events with from <= seq <= to whose type satisfies
+// match (nil matches all), stopping once the count passes limit.
+func (l *Log) CountEvents(from, to uint64, match func(typ []byte) bool, limit int) (int, error) {
+	from = max(from, l.low.Load())
+	if from > to {
+		return 0, nil
+	}
+	if match == nil {
+		return int(min(to-from+1, uint64(limit)+1)), nil
+	}
+	n := 0
+	err := l.db.View(func(txn *badgerdb.Txn) error {
+		it := txn.NewIterator(badgerdb.IteratorOptions{Prefix: prefixEvent})
+		defer it.Close()
+		for it.Seek(eventKey(from)); it.Valid() && n <= limit; it.Next() {
+			if seqFromEventKey(it.Item().Key()) > to {
+				return nil
+			}
+			if err := it.Item().Value(func(v []byte) error {
+				typ, err := eventType(v)
+				if err == nil && match(typ) {
+					n++
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return n, err
+}
