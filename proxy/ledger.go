@@ -184,19 +184,15 @@ func (s *Server) Replay(sub string, seq uint64, force bool) (ReplayResult, error
 	}
 	now := s.opts.Now()
 	dl, err := s.q.Replay(sub, seq, now, force)
+	if dl != nil {
+		res.EventID = dl.EventID // the store answers a refusal with the letter too
+	}
 	switch {
 	case errors.Is(err, queue.ErrReplayed):
-		res.Skipped = "already replayed; set force to replay again"
-		if dl, derr := s.q.DeadLetter(sub, seq); derr == nil {
-			res.EventID = dl.EventID
-			res.Skipped = "already replayed at " + dl.ReplayedAt.UTC().Format(time.RFC3339) + "; set force to replay again"
-		}
+		res.Skipped = "already replayed at " + dl.ReplayedAt.UTC().Format(time.RFC3339) + "; set force to replay again"
 		return res, nil
 	case errors.Is(err, queue.ErrRetryScheduled):
 		res.Skipped = "a retry is already scheduled"
-		if dl, derr := s.q.DeadLetter(sub, seq); derr == nil {
-			res.EventID = dl.EventID
-		}
 		return res, nil
 	case err != nil:
 		return res, err
