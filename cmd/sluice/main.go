@@ -3,15 +3,21 @@
 // lives in config, proxy, queue, policy and signing.
 //
 // One file per subcommand (serve.go, healthcheck.go, demo.go, inject.go,
-// testbed.go, version.go; cli.go holds the admin-API clients).
+// testbed.go, version.go; cli.go holds the admin-API clients). This file is
+// the process's lifecycle: signals in, run, exit status out. main is the
+// only caller of os.Exit.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 )
 
 const usage = `sluice — a webhook delivery sidecar
@@ -89,4 +95,73 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// lifecycle turns the process's signals into the contexts of a
+// long-running command, in litestream's manner (STYLE.md §5): the first
+// SIGTERM or SIGINT cancels drain (stop gracefully), the second cancels
+// abort (stop at once), and SIGHUP asks for a reload. The cause of either
+// context is a signalError naming the signal.
+//
+// Catching the signals replaces Go's default action, which kills the
+// process without a drain; so a command calls notifySignals before it
+// opens anything, and stop when it returns.
+type lifecycle struct {
+	drain, abort context.Context
+	// reload receives once for any number of SIGHUPs since it was last
+	// read: one reload reads the latest file.
+	reload <-chan struct{}
+
+	stop func()
+}
+
+// signalError is the cause of a lifecycle context.
+type signalError struct{ sig os.Signal }
+
+func (e signalError) Error() string { return "signal " + e.sig.String() }
+
+// signalName names the signal that cancelled ctx, or "" if none did.
+func signalName(ctx context.Context) string {
+	var se signalError
+	if errors.As(context.Cause(ctx), &se) {
+		return se.sig.String()
+	}
+	return ""
+}
+
+func notifySignals() *lifecycle {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	drain, cancelDrain := context.WithCancelCause(context.Background())
+	abort, cancelAbort := context.WithCancelCause(context.Background())
+	reload := make(chan struct{}, 1)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case sig := <-sigs:
+				switch {
+				case sig == syscall.SIGHUP:
+					select {
+					case reload <- struct{}{}:
+					default: // a reload is pending already
+					}
+				case drain.Err() == nil:
+					cancelDrain(signalError{sig})
+				default:
+					cancelAbort(signalError{sig})
+				}
+			}
+		}
+	})
+	return &lifecycle{drain: drain, abort: abort, reload: reload, stop: func() {
+		signal.Stop(sigs)
+		close(done)
+		wg.Wait()
+		cancelDrain(nil)
+		cancelAbort(nil)
+	}}
 }

@@ -3,16 +3,15 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,8 +21,17 @@ import (
 	"github.com/sluicehq/sluice/signing"
 )
 
+// errAborted is serve's error when a second signal ends the drain: the
+// process exits 1 without waiting for it. Nothing accepted is lost by
+// that: every accepted event is in the log, and deliveries still in flight
+// run again after the restart (at-least-once).
+var errAborted = errors.New("second signal: stopped without finishing the drain; deliveries in flight run again after restart")
+
 // serve runs the sidecar until SIGTERM or SIGINT; SIGHUP reloads the
-// subscriptions from the config file.
+// subscriptions from the config file. The first SIGTERM drains (ingest
+// answers 503, deliveries in flight get shutdown_grace, cursors are
+// written, the log is closed) and serve returns Close's error; a second one
+// makes serve return errAborted at once, even if closing is stuck.
 func serve(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -61,9 +69,8 @@ func serve(args []string, stderr io.Writer) error {
 	}
 	// Signals are caught before the server opens: a SIGTERM during start-up
 	// (Kubernetes deleting a pod that is still starting) must drain, not kill.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
+	life := notifySignals()
+	defer life.stop()
 	srv := proxy.New(serverOptions(cfg, subs, log))
 	nsubs := len(subs)
 	cfg.Subscriptions, subs = nil, nil // the server owns its copies; reload re-reads the file
@@ -81,29 +88,32 @@ func serve(args []string, stderr io.Writer) error {
 			"and start with --config FILE, or send SIGHUP after editing it")
 	}
 
-	for sig := range sigs {
-		if sig == syscall.SIGHUP {
+wait:
+	for {
+		select {
+		case <-life.reload:
 			reload(srv, load, log)
-			continue
+		case <-life.drain.Done():
+			break wait
 		}
-		log.Info("draining", "signal", sig.String(), "grace", cfg.ShutdownGrace)
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
-		// A second signal exits at once: whatever was not finished is in
-		// the log and runs again after restart.
-		go func() {
-			for s := range sigs {
-				if s != syscall.SIGHUP {
-					log.Warn("second signal: exiting now", "signal", s.String())
-					os.Exit(1)
-				}
-			}
-		}()
-		err := srv.Close(ctx)
-		cancel()
+	}
+	log.Info("draining", "signal", signalName(life.drain), "grace", cfg.ShutdownGrace)
+	// The second signal cancels the grace early, so Close abandons what is
+	// in flight at once, and ends the wait below.
+	ctx, cancel := context.WithTimeout(life.abort, cfg.ShutdownGrace)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- srv.Close(ctx) }()
+	select {
+	case err := <-closed:
 		log.Info("stopped")
 		return err
+	case <-life.abort.Done():
+		// Closing may be stuck (a hung disk); the operator asked to stop
+		// now, and what was not finished is in the log.
+		log.Warn("second signal: exiting now", "signal", signalName(life.abort))
+		return errAborted
 	}
-	return nil
 }
 
 // reload applies the config file's subscriptions; a bad file changes nothing.
