@@ -194,8 +194,9 @@ type AdminConfig struct {
 	ResolvedToken string `koanf:"-" json:"-"`
 }
 
-// SubscriptionConfig is one endpoint and its delivery policy. Load
-// fills fields left at zero with the Default* subscription constants.
+// SubscriptionConfig is one endpoint and its delivery policy. Load fills
+// the keys a subscription leaves out with the owners' defaults (proxy's
+// timeout and cap, policy's retry, breaker and auto-cap defaults).
 type SubscriptionConfig struct {
 	// ID names the subscription in metrics, logs and the admin API; it
 	// matches ^[a-z0-9][a-z0-9._-]{0,63}$ and is unique.

@@ -38,8 +38,9 @@ var (
 // Validate checks every value and returns the first problem as a
 // *ValidationError. It does not fill in defaults. As a side effect it
 // resolves secrets into SubscriptionConfig.Resolved (reading secret files and
-// secret_env variables) and the admin token into Admin.ResolvedToken, so
-// callers never read them again.
+// secret_env variables), the admin token into Admin.ResolvedToken and the
+// classify overrides into SubscriptionConfig.ClassifyOverrides, so callers
+// never read or parse them again.
 func (c *Config) Validate() error {
 	if err := validateListen("listen", c.Listen); err != nil {
 		return err
