@@ -666,6 +666,10 @@ func TestLoadConfigFlowControl(t *testing.T) {
 		name, yaml, want string
 		is               error
 	}{
+		{"zero ratio", "retry_budget: {ratio: 0}\n", `config: retry_budget.ratio: 0: must be above 0 and at most 1 (in file `, ErrInvalidValue},
+		{"zero floor", "retry_budget: {min_per_second: 0}\n", `retry_budget.min_per_second: 0: must be above 0 and at most 1000000`, ErrInvalidValue},
+		{"zero headroom", sub + "    concurrency: {auto: true, headroom: 0}\n", `subscriptions[0].concurrency.headroom: 0: must be between 1 and 1000`, ErrInvalidValue},
+		{"zero min_requests", sub + "    breaker: {min_requests: 0}\n", `subscriptions[0].breaker.min_requests: 0: must be at least 1`, ErrInvalidValue},
 		{"NaN ratio", "retry_budget: {ratio: .nan}\n", `retry_budget.ratio: NaN: must be above 0 and at most 1`, ErrInvalidValue},
 		{"infinite floor", "retry_budget: {min_per_second: .inf}\n", `retry_budget.min_per_second: +Inf: must be above 0 and at most 1000000`, ErrInvalidValue},
 		{"floor too high", "retry_budget: {min_per_second: 1000001}\n", `retry_budget.min_per_second: 1000001: must be above 0 and at most 1000000`, ErrInvalidValue},
