@@ -23,46 +23,56 @@ const (
 // needs no sorting and no scratch memory.
 const autoCapSamples = 256
 
-// AutoCapConfig configures an AutoCap. The zero value means every default;
-// zero (or negative) fields take their defaults one by one.
+// AutoCapConfig configures an AutoCap. The zero value means every default:
+// NewAutoCap and WithDefaults give zero (or negative) fields their defaults
+// one by one.
 type AutoCapConfig struct {
 	// Min and Max bound the limit. Zero means DefaultAutoCapMin and
-	// DefaultAutoCapMax; Validate requires Min <= Max after defaults.
+	// DefaultAutoCapMax. Validate accepts 1 to MaxConcurrency, Min <= Max.
 	Min, Max int
 
 	// Headroom is added to λ·P99: the slots kept free for bursts, and the
 	// step by which a backlogged lane grows per Interval.
-	// Zero means DefaultAutoCapHeadroom.
+	// Zero means DefaultAutoCapHeadroom. Validate accepts 1 to 1000.
 	Headroom int
 
 	// Interval is the shortest time between two derivations of the limit,
 	// and between two timeout cuts. Zero means DefaultAutoCapInterval.
-	// Validate accepts 1ms to 1h.
+	// Validate accepts 1ms to 1h. It has no configuration key.
 	Interval time.Duration
 }
 
-// Validate reports the first field that is out of range, by its
-// configuration key, in an error that wraps ErrInvalidConfig. Zero fields
-// are valid: they mean the defaults.
+// Validate reports the first field out of its bounds as a *FieldError
+// whose key is in the "concurrency." block (DESIGN.md §4), such as
+// "concurrency.min" ("interval" for Interval, which has no key). It checks
+// the values as they will be used, so a zero field is an error: call
+// c.WithDefaults().Validate() when zero is meant as "the default".
+//
+// Headroom 0 is refused although λ·P99 alone is a cap: NewAutoCap would
+// read it as the default.
 func (c AutoCapConfig) Validate() error {
-	switch {
-	case c.Min < 0:
-		return invalid("min must not be negative (got %d)", c.Min)
-	case c.Max < 0:
-		return invalid("max must not be negative (got %d)", c.Max)
-	case c.Headroom < 0:
-		return invalid("headroom must not be negative (got %d)", c.Headroom)
-	}
-	if err := checkDuration("interval", c.Interval, time.Hour); err != nil {
+	if err := ValidateCap(c.Max); err != nil {
 		return err
 	}
-	if d := c.withDefaults(); d.Min > d.Max {
-		return invalid("min must be <= max (got %d > %d)", d.Min, d.Max)
+	if c.Min < 1 || c.Min > MaxConcurrency {
+		return fieldError("concurrency.min", c.Min, "must be between 1 and %d", MaxConcurrency)
+	}
+	if c.Min > c.Max {
+		return fieldError("concurrency.min", c.Min, "must not exceed concurrency.max (%d)", c.Max)
+	}
+	if c.Headroom < 1 || c.Headroom > maxHeadroom {
+		return fieldError("concurrency.headroom", c.Headroom, "must be between 1 and %d", maxHeadroom)
+	}
+	if c.Interval < minInterval || c.Interval > maxInterval {
+		return fieldError("interval", c.Interval, "must be between %v and %v", minInterval, maxInterval)
 	}
 	return nil
 }
 
-func (c AutoCapConfig) withDefaults() AutoCapConfig {
+// WithDefaults returns c with every zero or negative field replaced by its
+// default: the values NewAutoCap runs with (which also raises Max to Min
+// when below it).
+func (c AutoCapConfig) WithDefaults() AutoCapConfig {
 	if c.Min <= 0 {
 		c.Min = DefaultAutoCapMin
 	}
@@ -127,11 +137,11 @@ type AutoCap struct {
 
 // NewAutoCap returns an AutoCap whose limit starts at Min + Headroom,
 // clamped to [Min, Max]. Zero and negative fields of cfg take their
-// defaults (and Max is raised to Min if below it); call cfg.Validate first
-// to reject bad configuration instead. now is the clock; nil means
-// time.Now.
+// defaults (WithDefaults), and Max is raised to Min if below it; call
+// cfg.WithDefaults().Validate() first to reject bad configuration instead.
+// now is the clock; nil means time.Now.
 func NewAutoCap(cfg AutoCapConfig, now func() time.Time) *AutoCap {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	cfg.Max = max(cfg.Max, cfg.Min)
 	if now == nil {
 		now = time.Now

@@ -415,29 +415,62 @@ func TestAutoCapAllocs(t *testing.T) {
 }
 
 func TestAutoCapConfigValidate(t *testing.T) {
+	with := func(f func(*policy.AutoCapConfig)) policy.AutoCapConfig {
+		c := policy.AutoCapConfig{}.WithDefaults()
+		f(&c)
+		return c
+	}
 	tests := []struct {
 		name    string
 		cfg     policy.AutoCapConfig
 		wantErr string
 	}{
-		{"zero means defaults", policy.AutoCapConfig{}, ""},
-		{"design example", policy.AutoCapConfig{Min: 2, Max: 64, Headroom: 4}, ""},
-		{"min equals max", policy.AutoCapConfig{Min: 8, Max: 8}, ""},
-		{"min 64 with default max", policy.AutoCapConfig{Min: 64}, ""},
-		{"min above max", policy.AutoCapConfig{Min: 10, Max: 5}, "min must be <= max (got 10 > 5)"},
-		{"min above default max", policy.AutoCapConfig{Min: 100}, "min must be <= max (got 100 > 64)"},
-		{"max below default min", policy.AutoCapConfig{Max: 1}, ""},
-		{"min negative", policy.AutoCapConfig{Min: -1}, "min must not be negative (got -1)"},
-		{"max negative", policy.AutoCapConfig{Max: -1}, "max must not be negative"},
-		{"headroom negative", policy.AutoCapConfig{Headroom: -4}, "headroom must not be negative"},
-		{"interval negative", policy.AutoCapConfig{Interval: -time.Second}, "interval must not be negative"},
-		{"interval in nanoseconds", policy.AutoCapConfig{Interval: 1000}, "interval must be at least 1ms (got 1µs)"},
-		{"interval too long", policy.AutoCapConfig{Interval: 2 * time.Hour}, "interval must be at most"},
+		{"defaults", policy.AutoCapConfig{}.WithDefaults(), ""},
+		{"design example", policy.AutoCapConfig{Min: 2, Max: 64, Headroom: 4, Interval: time.Second}, ""},
+		{"min equals max", with(func(c *policy.AutoCapConfig) { c.Min, c.Max = 8, 8 }), ""},
+		{"min 64 with default max", policy.AutoCapConfig{Min: 64}.WithDefaults(), ""},
+		{"max below default min", policy.AutoCapConfig{Max: 1}.WithDefaults(), ""},
+		{"bounds, high", with(func(c *policy.AutoCapConfig) { c.Min, c.Max, c.Headroom = 10000, 10000, 1000 }), ""},
+		{"zero value", policy.AutoCapConfig{}, "concurrency.max: 0: must be between 1 and 10000"},
+		{"min above max", with(func(c *policy.AutoCapConfig) { c.Min, c.Max = 10, 5 }), "concurrency.min: 10: must not exceed concurrency.max (5)"},
+		{"min above default max", policy.AutoCapConfig{Min: 100}.WithDefaults(), "concurrency.min: 100: must not exceed concurrency.max (64)"},
+		{"min zero", with(func(c *policy.AutoCapConfig) { c.Min = 0 }), "concurrency.min: 0: must be between 1 and 10000"},
+		{"min negative", with(func(c *policy.AutoCapConfig) { c.Min = -1 }), "concurrency.min: -1: must be between 1 and 10000"},
+		{"max negative", with(func(c *policy.AutoCapConfig) { c.Max = -1 }), "concurrency.max: -1: must be between 1 and 10000"},
+		{"max too big", with(func(c *policy.AutoCapConfig) { c.Max = 10001 }), "concurrency.max: 10001: must be between 1 and 10000"},
+		{"headroom zero", with(func(c *policy.AutoCapConfig) { c.Headroom = 0 }), "concurrency.headroom: 0: must be between 1 and 1000"},
+		{"headroom negative", with(func(c *policy.AutoCapConfig) { c.Headroom = -4 }), "concurrency.headroom: -4: must be between 1 and 1000"},
+		{"headroom too big", with(func(c *policy.AutoCapConfig) { c.Headroom = 1001 }), "concurrency.headroom: 1001: must be between 1 and 1000"},
+		{"interval negative", with(func(c *policy.AutoCapConfig) { c.Interval = -time.Second }), "interval: -1s: must be between 1ms and 1h0m0s"},
+		{"interval in nanoseconds", with(func(c *policy.AutoCapConfig) { c.Interval = 1000 }), "interval: 1µs: must be between 1ms and 1h0m0s"},
+		{"interval too long", with(func(c *policy.AutoCapConfig) { c.Interval = 2 * time.Hour }), "interval: 2h0m0s: must be between"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkValidate(t, tt.cfg.Validate(), tt.wantErr)
 		})
+	}
+}
+
+func TestValidateCap(t *testing.T) {
+	for _, n := range []int{1, 16, policy.MaxConcurrency} {
+		checkValidate(t, policy.ValidateCap(n), "")
+	}
+	checkValidate(t, policy.ValidateCap(0), "concurrency.max: 0: must be between 1 and 10000")
+	checkValidate(t, policy.ValidateCap(-1), "concurrency.max: -1: must be between 1 and 10000")
+	checkValidate(t, policy.ValidateCap(10001), "concurrency.max: 10001: must be between 1 and 10000")
+}
+
+func TestAutoCapConfigWithDefaults(t *testing.T) {
+	want := policy.AutoCapConfig{Min: policy.DefaultAutoCapMin, Max: policy.DefaultAutoCapMax, Headroom: policy.DefaultAutoCapHeadroom, Interval: policy.DefaultAutoCapInterval}
+	for _, c := range []policy.AutoCapConfig{{}, {Min: -1, Max: -1, Headroom: -1, Interval: -1}} {
+		if got := c.WithDefaults(); got != want {
+			t.Errorf("WithDefaults() = %+v, want %+v", got, want)
+		}
+	}
+	set := policy.AutoCapConfig{Min: 3, Max: 5, Headroom: 1, Interval: time.Minute}
+	if got := set.WithDefaults(); got != set {
+		t.Errorf("WithDefaults changed set fields: %+v", got)
 	}
 }
 

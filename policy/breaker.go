@@ -53,69 +53,78 @@ func (s BreakerState) String() string {
 	return "BreakerState(" + strconv.Itoa(int(s)) + ")"
 }
 
-// BreakerConfig configures a Breaker. The zero value means every default;
-// zero (or negative) fields take their defaults one by one.
+// BreakerConfig configures a Breaker. The zero value means every default:
+// NewBreaker and WithDefaults give zero (or negative) fields their defaults
+// one by one.
 type BreakerConfig struct {
 	// Window is how far back outcomes count toward the failure ratio. It is
 	// kept as 10 buckets, so outcomes leave it a tenth at a time.
-	// Zero means DefaultBreakerWindow. Validate accepts 1ms to 1h.
+	// Zero means DefaultBreakerWindow. Validate accepts 1s to 10m.
 	Window time.Duration
 
 	// MinRequests is the number of outcomes the window must hold before
 	// the failure ratio can trip the breaker, so that two failures out of
 	// three requests do not. Zero means DefaultBreakerMinRequests.
+	// Validate accepts 1 or more.
 	MinRequests int
 
 	// FailureRatio trips the breaker when failures / outcomes in the window
 	// reaches it. Zero means DefaultBreakerFailureRatio. Validate accepts
-	// 0 to 1.
+	// above 0 to 1.
 	FailureRatio float64
 
 	// ConsecutiveTimeouts trips the breaker, whatever the ratio and volume,
 	// when this many timeouts arrive with no success in between.
-	// Zero means DefaultBreakerConsecutiveTimeouts.
+	// Zero means DefaultBreakerConsecutiveTimeouts. Validate accepts 1 or
+	// more.
 	ConsecutiveTimeouts int
 
 	// CoolDown is how long the breaker stays open after tripping from
-	// closed. Zero means DefaultBreakerCoolDown.
+	// closed. Zero means DefaultBreakerCoolDown. Validate accepts any
+	// positive duration up to MaxCoolDown.
 	CoolDown time.Duration
 
 	// MaxCoolDown caps the cool-down, which doubles each time a half-open
 	// probe fails. It also bounds how long a probe may stay unrecorded (see
-	// Breaker). Zero means DefaultBreakerMaxCoolDown; Validate requires
-	// CoolDown <= MaxCoolDown after defaults.
+	// Breaker). Zero means DefaultBreakerMaxCoolDown. Validate accepts any
+	// positive duration.
 	MaxCoolDown time.Duration
 }
 
-// Validate reports the first field that is out of range, by its
-// configuration key, in an error that wraps ErrInvalidConfig. Zero fields
-// are valid: they mean the defaults.
+// Validate reports the first field out of its bounds as a *FieldError
+// whose key is in the "breaker." block (DESIGN.md §4), such as
+// "breaker.window". It checks the values as they will be used, so a zero
+// field is an error: call c.WithDefaults().Validate() when zero is meant as
+// "the default". The comparisons are written so that NaN fails them.
 func (c BreakerConfig) Validate() error {
-	if err := checkDuration("window", c.Window, time.Hour); err != nil {
+	if !(c.FailureRatio > 0 && c.FailureRatio <= 1) {
+		return fieldError("breaker.failure_ratio", c.FailureRatio, "must be greater than 0 and at most 1")
+	}
+	if c.MinRequests < 1 {
+		return fieldError("breaker.min_requests", c.MinRequests, "must be at least 1")
+	}
+	if err := checkWindow("breaker.window", c.Window); err != nil {
 		return err
 	}
-	if c.MinRequests < 0 {
-		return invalid("min_requests must not be negative (got %d)", c.MinRequests)
+	if c.ConsecutiveTimeouts < 1 {
+		return fieldError("breaker.consecutive_timeouts", c.ConsecutiveTimeouts, "must be at least 1")
 	}
-	if !(c.FailureRatio >= 0 && c.FailureRatio <= 1) {
-		return invalid("failure_ratio must be between 0 and 1 (got %g)", c.FailureRatio)
+	if c.CoolDown <= 0 {
+		return fieldError("breaker.cool_down", c.CoolDown, "must be positive")
 	}
-	if c.ConsecutiveTimeouts < 0 {
-		return invalid("consecutive_timeouts must not be negative (got %d)", c.ConsecutiveTimeouts)
+	if c.MaxCoolDown <= 0 {
+		return fieldError("breaker.max_cool_down", c.MaxCoolDown, "must be positive")
 	}
-	if err := checkDuration("cool_down", c.CoolDown, 0); err != nil {
-		return err
-	}
-	if err := checkDuration("max_cool_down", c.MaxCoolDown, 0); err != nil {
-		return err
-	}
-	if d := c.withDefaults(); d.CoolDown > d.MaxCoolDown {
-		return invalid("cool_down must be <= max_cool_down (got %v > %v)", d.CoolDown, d.MaxCoolDown)
+	if c.CoolDown > c.MaxCoolDown {
+		return fieldError("breaker.cool_down", c.CoolDown, "must not exceed breaker.max_cool_down (%v)", c.MaxCoolDown)
 	}
 	return nil
 }
 
-func (c BreakerConfig) withDefaults() BreakerConfig {
+// WithDefaults returns c with every zero, negative or NaN field replaced
+// by its default: the values NewBreaker runs with (which also raises
+// MaxCoolDown to CoolDown when below it).
+func (c BreakerConfig) WithDefaults() BreakerConfig {
 	if c.Window <= 0 {
 		c.Window = DefaultBreakerWindow
 	}
@@ -178,11 +187,11 @@ type Breaker struct {
 }
 
 // NewBreaker returns a closed Breaker. Zero, negative and NaN fields of cfg
-// take their defaults (and MaxCoolDown is raised to CoolDown if below it);
-// call cfg.Validate first to reject bad configuration instead. now is the
-// clock; nil means time.Now.
+// take their defaults (WithDefaults), and MaxCoolDown is raised to CoolDown
+// if below it; call cfg.WithDefaults().Validate() first to reject bad
+// configuration instead. now is the clock; nil means time.Now.
 func NewBreaker(cfg BreakerConfig, now func() time.Time) *Breaker {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	cfg.MaxCoolDown = max(cfg.MaxCoolDown, cfg.CoolDown)
 	if now == nil {
 		now = time.Now

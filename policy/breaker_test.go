@@ -395,31 +395,59 @@ func TestBreakerAllocs(t *testing.T) {
 }
 
 func TestBreakerConfigValidate(t *testing.T) {
+	with := func(f func(*policy.BreakerConfig)) policy.BreakerConfig {
+		c := policy.BreakerConfig{}.WithDefaults()
+		f(&c)
+		return c
+	}
 	tests := []struct {
 		name    string
 		cfg     policy.BreakerConfig
 		wantErr string
 	}{
-		{"zero means defaults", policy.BreakerConfig{}, ""},
+		{"defaults", policy.BreakerConfig{}.WithDefaults(), ""},
 		{"all set", policy.BreakerConfig{Window: 30 * time.Second, MinRequests: 10, FailureRatio: 0.25, ConsecutiveTimeouts: 3, CoolDown: time.Second, MaxCoolDown: time.Minute}, ""},
-		{"cool-down equals max", policy.BreakerConfig{CoolDown: time.Minute, MaxCoolDown: time.Minute}, ""},
-		{"window negative", policy.BreakerConfig{Window: -1}, "window must not be negative"},
-		{"window in nanoseconds", policy.BreakerConfig{Window: 10}, "window must be at least 1ms"},
-		{"window too long", policy.BreakerConfig{Window: 2 * time.Hour}, "window must be at most"},
-		{"min requests negative", policy.BreakerConfig{MinRequests: -1}, "min_requests must not be negative (got -1)"},
-		{"ratio above 1", policy.BreakerConfig{FailureRatio: 1.01}, "failure_ratio must be between 0 and 1 (got 1.01)"},
-		{"ratio NaN", policy.BreakerConfig{FailureRatio: math.NaN()}, "failure_ratio must be between 0 and 1"},
-		{"timeouts negative", policy.BreakerConfig{ConsecutiveTimeouts: -5}, "consecutive_timeouts must not be negative"},
-		{"cool-down negative", policy.BreakerConfig{CoolDown: -time.Second}, "cool_down must not be negative"},
-		{"max cool-down in nanoseconds", policy.BreakerConfig{MaxCoolDown: 300}, "max_cool_down must be at least 1ms"},
-		{"cool-down above max", policy.BreakerConfig{CoolDown: time.Minute, MaxCoolDown: time.Second}, "cool_down must be <= max_cool_down (got 1m0s > 1s)"},
-		{"cool-down above default max", policy.BreakerConfig{CoolDown: time.Hour}, "cool_down must be <= max_cool_down (got 1h0m0s > 5m0s)"},
-		{"max below default cool-down", policy.BreakerConfig{MaxCoolDown: time.Second}, "cool_down must be <= max_cool_down (got 5s > 1s)"},
+		{"cool-down equals max", with(func(c *policy.BreakerConfig) { c.CoolDown, c.MaxCoolDown = time.Minute, time.Minute }), ""},
+		{"window bounds", with(func(c *policy.BreakerConfig) { c.Window = time.Second }), ""},
+		{"window at most 10m", with(func(c *policy.BreakerConfig) { c.Window = 10 * time.Minute }), ""},
+		{"zero value", policy.BreakerConfig{}, "breaker.failure_ratio: 0: must be greater than 0 and at most 1"},
+		{"window zero", with(func(c *policy.BreakerConfig) { c.Window = 0 }), "breaker.window: 0s: must be between 1s and 10m0s"},
+		{"window negative", with(func(c *policy.BreakerConfig) { c.Window = -1 }), "breaker.window: -1ns: must be between 1s and 10m0s"},
+		{"window too long", with(func(c *policy.BreakerConfig) { c.Window = time.Hour }), "breaker.window: 1h0m0s: must be between 1s and 10m0s"},
+		{"min requests zero", with(func(c *policy.BreakerConfig) { c.MinRequests = 0 }), "breaker.min_requests: 0: must be at least 1"},
+		{"min requests negative", with(func(c *policy.BreakerConfig) { c.MinRequests = -1 }), "breaker.min_requests: -1: must be at least 1"},
+		{"ratio zero", with(func(c *policy.BreakerConfig) { c.FailureRatio = 0 }), "breaker.failure_ratio: 0: must be greater than 0 and at most 1"},
+		{"ratio above 1", with(func(c *policy.BreakerConfig) { c.FailureRatio = 1.01 }), "breaker.failure_ratio: 1.01: must be greater than 0 and at most 1"},
+		{"ratio NaN", with(func(c *policy.BreakerConfig) { c.FailureRatio = math.NaN() }), "breaker.failure_ratio: NaN"},
+		{"timeouts zero", with(func(c *policy.BreakerConfig) { c.ConsecutiveTimeouts = 0 }), "breaker.consecutive_timeouts: 0: must be at least 1"},
+		{"timeouts negative", with(func(c *policy.BreakerConfig) { c.ConsecutiveTimeouts = -5 }), "breaker.consecutive_timeouts: -5: must be at least 1"},
+		{"cool-down zero", with(func(c *policy.BreakerConfig) { c.CoolDown = 0 }), "breaker.cool_down: 0s: must be positive"},
+		{"cool-down negative", with(func(c *policy.BreakerConfig) { c.CoolDown = -time.Second }), "breaker.cool_down: -1s: must be positive"},
+		{"max cool-down zero", with(func(c *policy.BreakerConfig) { c.MaxCoolDown = 0 }), "breaker.max_cool_down: 0s: must be positive"},
+		{"cool-down above max", with(func(c *policy.BreakerConfig) { c.CoolDown, c.MaxCoolDown = time.Minute, time.Second }), "breaker.cool_down: 1m0s: must not exceed breaker.max_cool_down (1s)"},
+		{"cool-down above default max", with(func(c *policy.BreakerConfig) { c.CoolDown = time.Hour }), "breaker.cool_down: 1h0m0s: must not exceed breaker.max_cool_down (5m0s)"},
+		{"max below default cool-down", with(func(c *policy.BreakerConfig) { c.MaxCoolDown = time.Second }), "breaker.cool_down: 5s: must not exceed breaker.max_cool_down (1s)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			checkValidate(t, tt.cfg.Validate(), tt.wantErr)
 		})
+	}
+}
+
+func TestBreakerConfigWithDefaults(t *testing.T) {
+	want := policy.BreakerConfig{Window: policy.DefaultBreakerWindow, MinRequests: policy.DefaultBreakerMinRequests,
+		FailureRatio: policy.DefaultBreakerFailureRatio, ConsecutiveTimeouts: policy.DefaultBreakerConsecutiveTimeouts,
+		CoolDown: policy.DefaultBreakerCoolDown, MaxCoolDown: policy.DefaultBreakerMaxCoolDown}
+	neg := policy.BreakerConfig{Window: -1, MinRequests: -1, FailureRatio: math.NaN(), ConsecutiveTimeouts: -1, CoolDown: -1, MaxCoolDown: -1}
+	for _, c := range []policy.BreakerConfig{{}, neg} {
+		if got := c.WithDefaults(); got != want {
+			t.Errorf("WithDefaults() = %+v, want %+v", got, want)
+		}
+	}
+	set := policy.BreakerConfig{Window: time.Minute, MinRequests: 1, FailureRatio: 1, ConsecutiveTimeouts: 2, CoolDown: time.Second, MaxCoolDown: time.Second}
+	if got := set.WithDefaults(); got != set {
+		t.Errorf("WithDefaults changed set fields: %+v", got)
 	}
 }
 

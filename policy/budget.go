@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -19,62 +18,62 @@ const (
 	DefaultBudgetWindow       = 10 * time.Second
 )
 
-// Bounds shared by the Validate methods.
-const (
-	// minConfigDuration is the shortest non-zero duration a configuration
-	// may set. Nothing here is meant to run at sub-millisecond scale, and
-	// the bound catches a bare number decoded as nanoseconds ("window: 10").
-	minConfigDuration = time.Millisecond
+// maxBudgetBuckets bounds the buckets of a Budget's window: one per second
+// up to an hour. Validate allows far less (maxWindow); this only keeps an
+// unvalidated window from costing unbounded memory.
+const maxBudgetBuckets = int(time.Hour / time.Second)
 
-	// maxBudgetWindow bounds BudgetConfig.Window, which costs one bucket
-	// per second. A retry budget over more than an hour no longer reacts
-	// to an incident.
-	maxBudgetWindow = time.Hour
+// slack absorbs float64 rounding when a count is compared with a product
+// of a configured ratio, such as 0.29 × 100 = 28.999999999999996.
+const slack = 1e-9
 
-	// maxBudgetMinPerSecond bounds BudgetConfig.MinPerSecond, far above
-	// any sensible floor, so that the allowance stays a finite count.
-	maxBudgetMinPerSecond = 1e6
-
-	// slack absorbs float64 rounding when a count is compared with a
-	// product of a configured ratio, such as 0.29 × 100 = 28.999999999999996.
-	slack = 1e-9
-)
-
-// BudgetConfig configures a Budget. The zero value means every default;
-// zero (or negative) fields take their defaults one by one.
+// BudgetConfig configures a Budget. The zero value means every default:
+// NewBudget and WithDefaults give zero (or negative) fields their defaults
+// one by one.
 type BudgetConfig struct {
 	// Ratio is how many retries each success earns: retries in the window
 	// may reach Ratio × successes in the window, plus the floor.
-	// Zero means DefaultBudgetRatio. Validate accepts 0 to 1.
+	// Zero means DefaultBudgetRatio. Validate accepts above 0 to 1.
 	Ratio float64
 
 	// MinPerSecond is the floor: retries allowed even without a single
 	// success, MinPerSecond × Window seconds per window, so that a cold or
 	// fully failing system can still probe its endpoints.
-	// Zero means DefaultBudgetMinPerSecond. Validate accepts 0 to 1e6.
+	// Zero means DefaultBudgetMinPerSecond. Validate accepts above 0 to
+	// 1,000,000.
 	MinPerSecond float64
 
 	// Window is how far back successes and retries count. It is kept as 10
 	// buckets, or one bucket per second when longer than 10s, so events
 	// leave the window one bucket at a time as the clock moves.
-	// Zero means DefaultBudgetWindow. Validate accepts 1ms to 1h.
+	// Zero means DefaultBudgetWindow. Validate accepts 1s to 10m.
 	Window time.Duration
 }
 
-// Validate reports the first field that is out of range, by its
-// configuration key, in an error that wraps ErrInvalidConfig. Zero fields
-// are valid: they mean the defaults.
+// Validate reports the first field out of its bounds as a *FieldError
+// (keys "retry_budget.ratio", "retry_budget.min_per_second",
+// "retry_budget.window"). It checks the values as they will be used, so a
+// zero field is an error: call c.WithDefaults().Validate() when zero is
+// meant as "the default". The comparisons are written so that NaN fails
+// them.
+//
+// Zero is refused rather than read as none: with a ratio or a floor of 0
+// a full outage (no successes) would defer every retry until new traffic
+// succeeds, and NewBudget would read the zero as its default anyway.
 func (c BudgetConfig) Validate() error {
-	if !(c.Ratio >= 0 && c.Ratio <= 1) {
-		return invalid("ratio must be between 0 and 1 (got %g)", c.Ratio)
+	if !(c.Ratio > 0 && c.Ratio <= 1) {
+		return fieldError("retry_budget.ratio", c.Ratio, "must be above 0 and at most 1")
 	}
-	if !(c.MinPerSecond >= 0 && c.MinPerSecond <= maxBudgetMinPerSecond) {
-		return invalid("min_per_second must be between 0 and %g (got %g)", float64(maxBudgetMinPerSecond), c.MinPerSecond)
+	if !(c.MinPerSecond > 0 && c.MinPerSecond <= maxBudgetMinPerSecond) {
+		return fieldError("retry_budget.min_per_second", c.MinPerSecond, "must be above 0 and at most %d", int(maxBudgetMinPerSecond))
 	}
-	return checkDuration("window", c.Window, maxBudgetWindow)
+	return checkWindow("retry_budget.window", c.Window)
 }
 
-func (c BudgetConfig) withDefaults() BudgetConfig {
+// WithDefaults returns c with every zero, negative or NaN field replaced
+// by its default, and MinPerSecond capped at 1,000,000: the values NewBudget
+// runs with.
+func (c BudgetConfig) WithDefaults() BudgetConfig {
 	// The negated comparisons also replace NaN.
 	if !(c.Ratio > 0) || math.IsInf(c.Ratio, 1) {
 		c.Ratio = DefaultBudgetRatio
@@ -128,13 +127,13 @@ type Budget struct {
 const paceWidth = 250 * time.Millisecond
 
 // NewBudget returns an empty Budget: nothing spent, Available() == 1.
-// Zero, negative and NaN fields of cfg take their defaults; values beyond
-// Validate's ranges are used as far as they make sense (MinPerSecond is
-// capped at 1e6, a window over an hour gets buckets wider than a second).
-// Call cfg.Validate first to reject bad configuration instead. now is the
-// clock; nil means time.Now.
+// Zero, negative and NaN fields of cfg take their defaults (WithDefaults);
+// values beyond Validate's ranges are used as far as they make sense
+// (MinPerSecond is capped at 1e6, a window over an hour gets buckets wider
+// than a second). Call cfg.WithDefaults().Validate() first to reject bad
+// configuration instead. now is the clock; nil means time.Now.
 func NewBudget(cfg BudgetConfig, now func() time.Time) *Budget {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if now == nil {
 		now = time.Now
 	}
@@ -142,7 +141,7 @@ func NewBudget(cfg BudgetConfig, now func() time.Time) *Budget {
 	if cfg.Window > 10*time.Second {
 		// One bucket per second, rounded up; more than an hour's worth
 		// (an unvalidated config) gets wider buckets instead.
-		n = int(min((cfg.Window+time.Second-1)/time.Second, maxBudgetWindow/time.Second))
+		n = min(int((cfg.Window+time.Second-1)/time.Second), maxBudgetBuckets)
 	}
 	return &Budget{
 		now:       now,
@@ -346,24 +345,4 @@ func (w *window) advance(now time.Time) *pair {
 func (w *window) reset() {
 	clear(w.buckets)
 	w.sum = pair{}
-}
-
-// invalid returns an error wrapping ErrInvalidConfig; the message names the
-// field by its configuration key and quotes the bad value.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
-}
-
-// checkDuration accepts 0 (the default) and [minConfigDuration, hi].
-// hi <= 0 means no upper bound.
-func checkDuration(field string, d, hi time.Duration) error {
-	switch {
-	case d < 0:
-		return invalid("%s must not be negative (got %v)", field, d)
-	case d > 0 && d < minConfigDuration:
-		return invalid("%s must be at least %v (got %v)", field, minConfigDuration, d)
-	case hi > 0 && d > hi:
-		return invalid("%s must be at most %v (got %v)", field, hi, d)
-	}
-	return nil
 }

@@ -307,22 +307,27 @@ func TestBudgetConfigValidate(t *testing.T) {
 	tests := []struct {
 		name    string
 		cfg     policy.BudgetConfig
-		wantErr string // substring naming the field; "" means valid
+		wantErr string // the message; "" means valid
 	}{
-		{"zero means defaults", policy.BudgetConfig{}, ""},
+		{"defaults", policy.BudgetConfig{}.WithDefaults(), ""},
 		{"design values", policy.BudgetConfig{Ratio: 0.1, MinPerSecond: 10, Window: 10 * time.Second}, ""},
-		{"ratio 1", policy.BudgetConfig{Ratio: 1}, ""},
-		{"window 1h", policy.BudgetConfig{Window: time.Hour}, ""},
-		{"window 1ms", policy.BudgetConfig{Window: time.Millisecond}, ""},
-		{"ratio above 1", policy.BudgetConfig{Ratio: 1.5}, "ratio must be between 0 and 1 (got 1.5)"},
-		{"ratio negative", policy.BudgetConfig{Ratio: -0.1}, "ratio must be between 0 and 1"},
-		{"ratio NaN", policy.BudgetConfig{Ratio: math.NaN()}, "ratio must be between 0 and 1 (got NaN)"},
-		{"floor negative", policy.BudgetConfig{MinPerSecond: -1}, "min_per_second"},
-		{"floor infinite", policy.BudgetConfig{MinPerSecond: math.Inf(1)}, "min_per_second"},
-		{"floor huge", policy.BudgetConfig{MinPerSecond: 2e6}, "min_per_second"},
-		{"window negative", policy.BudgetConfig{Window: -time.Second}, "window must not be negative"},
-		{"window in nanoseconds", policy.BudgetConfig{Window: 10}, "window must be at least 1ms (got 10ns)"},
-		{"window too long", policy.BudgetConfig{Window: 2 * time.Hour}, "window must be at most 1h0m0s"},
+		{"bounds, low", policy.BudgetConfig{Ratio: math.SmallestNonzeroFloat64, MinPerSecond: 0.001, Window: time.Second}, ""},
+		{"bounds, high", policy.BudgetConfig{Ratio: 1, MinPerSecond: 1e6, Window: 10 * time.Minute}, ""},
+		// Zero is not "the default" here: the loader refuses an explicit
+		// ratio: 0 with this message.
+		{"zero ratio", policy.BudgetConfig{MinPerSecond: 10, Window: time.Second}, "retry_budget.ratio: 0: must be above 0 and at most 1"},
+		{"zero value", policy.BudgetConfig{}, "retry_budget.ratio: 0: must be above 0 and at most 1"},
+		{"ratio above 1", withBudget(func(c *policy.BudgetConfig) { c.Ratio = 1.5 }), "retry_budget.ratio: 1.5: must be above 0 and at most 1"},
+		{"ratio negative", withBudget(func(c *policy.BudgetConfig) { c.Ratio = -0.1 }), "retry_budget.ratio: -0.1: must be above 0"},
+		{"ratio NaN", withBudget(func(c *policy.BudgetConfig) { c.Ratio = math.NaN() }), "retry_budget.ratio: NaN: must be above 0 and at most 1"},
+		{"floor zero", withBudget(func(c *policy.BudgetConfig) { c.MinPerSecond = 0 }), "retry_budget.min_per_second: 0: must be above 0 and at most 1000000"},
+		{"floor negative", withBudget(func(c *policy.BudgetConfig) { c.MinPerSecond = -1 }), "retry_budget.min_per_second: -1: must be above 0"},
+		{"floor infinite", withBudget(func(c *policy.BudgetConfig) { c.MinPerSecond = math.Inf(1) }), "retry_budget.min_per_second: +Inf"},
+		{"floor huge", withBudget(func(c *policy.BudgetConfig) { c.MinPerSecond = 2e6 }), "retry_budget.min_per_second: 2e+06: must be above 0 and at most 1000000"},
+		{"window zero", withBudget(func(c *policy.BudgetConfig) { c.Window = 0 }), "retry_budget.window: 0s: must be between 1s and 10m0s"},
+		{"window negative", withBudget(func(c *policy.BudgetConfig) { c.Window = -time.Second }), "retry_budget.window: -1s: must be between 1s and 10m0s"},
+		{"window in nanoseconds", withBudget(func(c *policy.BudgetConfig) { c.Window = 10 }), "retry_budget.window: 10ns: must be between 1s and 10m0s"},
+		{"window too long", withBudget(func(c *policy.BudgetConfig) { c.Window = 11 * time.Minute }), "retry_budget.window: 11m0s: must be between 1s and 10m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -331,8 +336,32 @@ func TestBudgetConfigValidate(t *testing.T) {
 	}
 }
 
+// withBudget returns the default BudgetConfig changed by f.
+func withBudget(f func(*policy.BudgetConfig)) policy.BudgetConfig {
+	c := policy.BudgetConfig{}.WithDefaults()
+	f(&c)
+	return c
+}
+
+func TestBudgetConfigWithDefaults(t *testing.T) {
+	want := policy.BudgetConfig{Ratio: policy.DefaultBudgetRatio, MinPerSecond: policy.DefaultBudgetMinPerSecond, Window: policy.DefaultBudgetWindow}
+	for _, c := range []policy.BudgetConfig{{}, {Ratio: -1, MinPerSecond: -1, Window: -1}, {Ratio: math.NaN(), MinPerSecond: math.NaN()}, {Ratio: math.Inf(1)}} {
+		if got := c.WithDefaults(); got != want {
+			t.Errorf("%+v.WithDefaults() = %+v, want %+v", c, got, want)
+		}
+	}
+	set := policy.BudgetConfig{Ratio: 0.5, MinPerSecond: 2, Window: time.Minute}
+	if got := set.WithDefaults(); got != set {
+		t.Errorf("WithDefaults changed set fields: %+v", got)
+	}
+	if got := (policy.BudgetConfig{MinPerSecond: 5e6}).WithDefaults().MinPerSecond; got != 1e6 {
+		t.Errorf("MinPerSecond 5e6 → %v, want capped at 1e6", got)
+	}
+}
+
 // checkValidate checks a Validate result against a wanted message
-// substring ("" = no error). Errors must wrap ErrInvalidConfig.
+// substring ("" = no error). Errors must be a *FieldError wrapping
+// ErrInvalidConfig, whose Field and Value start the message.
 func checkValidate(t *testing.T, err error, wantErr string) {
 	t.Helper()
 	if wantErr == "" {
@@ -341,8 +370,12 @@ func checkValidate(t *testing.T, err error, wantErr string) {
 		}
 		return
 	}
-	if !errors.Is(err, policy.ErrInvalidConfig) {
-		t.Fatalf("Validate() = %v, want an error wrapping ErrInvalidConfig", err)
+	var fe *policy.FieldError
+	if !errors.Is(err, policy.ErrInvalidConfig) || !errors.As(err, &fe) {
+		t.Fatalf("Validate() = %v, want a *FieldError wrapping ErrInvalidConfig", err)
+	}
+	if want := fmt.Sprintf("invalid configuration: %s: %v: %s", fe.Field, fe.Value, fe.Reason); err.Error() != want {
+		t.Errorf("Validate() = %q, want %q", err, want)
 	}
 	if !strings.Contains(err.Error(), wantErr) {
 		t.Errorf("Validate() = %q, want it to contain %q", err, wantErr)

@@ -42,18 +42,16 @@ type Backoff struct {
 	Rand func() float64
 }
 
-func (b Backoff) base() time.Duration {
+// WithDefaults returns b with a zero or negative Base or Cap replaced by
+// its default: the values Delay and RetryPolicy.Next use.
+func (b Backoff) WithDefaults() Backoff {
 	if b.Base <= 0 {
-		return DefaultBase
+		b.Base = DefaultBase
 	}
-	return b.Base
-}
-
-func (b Backoff) cap() time.Duration {
 	if b.Cap <= 0 {
-		return DefaultCap
+		b.Cap = DefaultCap
 	}
-	return b.Cap
+	return b
 }
 
 // Delay returns how long to wait after attempt attempts have been made (1
@@ -61,7 +59,8 @@ func (b Backoff) cap() time.Duration {
 // per attempt and saturates at Cap without overflowing, for any attempt.
 // Delay does not allocate.
 func (b Backoff) Delay(attempt int) time.Duration {
-	base, ceil := b.base(), b.cap()
+	b = b.WithDefaults()
+	base, ceil := b.Base, b.Cap
 	attempt = max(attempt, 1)
 	// base << shift, unless that would exceed ceil. Comparing against
 	// ceil >> shift instead of shifting base keeps this overflow-free.
@@ -108,12 +107,41 @@ type RetryPolicy struct {
 // DefaultRetryPolicy returns the policy a subscription gets when its
 // configuration says nothing: 8 attempts within 24h, backoff from 1s up
 // to 1h, math/rand/v2 jitter.
-func DefaultRetryPolicy() RetryPolicy {
-	return RetryPolicy{
-		MaxAttempts: DefaultMaxAttempts,
-		MaxAge:      DefaultMaxAge,
-		Backoff:     Backoff{Base: DefaultBase, Cap: DefaultCap},
+func DefaultRetryPolicy() RetryPolicy { return RetryPolicy{}.WithDefaults() }
+
+// WithDefaults returns p with every zero or negative field, the Backoff's
+// included, replaced by its default: the values Next uses.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = DefaultMaxAttempts
 	}
+	if p.MaxAge <= 0 {
+		p.MaxAge = DefaultMaxAge
+	}
+	p.Backoff = p.Backoff.WithDefaults()
+	return p
+}
+
+// Validate reports the first field out of its bounds as a *FieldError
+// whose key is in the "retry." block (DESIGN.md §4): "retry.max_attempts"
+// (1 to 100), "retry.max_age", "retry.base" and "retry.cap" (positive,
+// Base <= Cap). It checks the values as they will be used, so a zero field
+// is an error: call p.WithDefaults().Validate() when zero is meant as "the
+// default".
+func (p RetryPolicy) Validate() error {
+	switch b := p.Backoff; {
+	case p.MaxAttempts < 1 || p.MaxAttempts > maxRetryAttempts:
+		return fieldError("retry.max_attempts", p.MaxAttempts, "must be between 1 and %d", maxRetryAttempts)
+	case p.MaxAge <= 0:
+		return fieldError("retry.max_age", p.MaxAge, "must be positive")
+	case b.Base <= 0:
+		return fieldError("retry.base", b.Base, "must be positive")
+	case b.Cap <= 0:
+		return fieldError("retry.cap", b.Cap, "must be positive")
+	case b.Base > b.Cap:
+		return fieldError("retry.base", b.Base, "must not exceed retry.cap (%v)", b.Cap)
+	}
+	return nil
 }
 
 // Next decides what happens after attempt attempts (≥ 1) have failed with a
@@ -135,25 +163,18 @@ func DefaultRetryPolicy() RetryPolicy {
 //
 // The reason is empty when ok is true.
 func (p RetryPolicy) Next(attempt int, firstAttempt, now time.Time, retryAfter time.Duration) (due time.Time, reason string, ok bool) {
-	maxAttempts := p.MaxAttempts
-	if maxAttempts <= 0 {
-		maxAttempts = DefaultMaxAttempts
-	}
-	maxAge := p.MaxAge
-	if maxAge <= 0 {
-		maxAge = DefaultMaxAge
-	}
-	if attempt >= maxAttempts {
+	p = p.WithDefaults()
+	if attempt >= p.MaxAttempts {
 		return time.Time{}, ReasonMaxAttempts, false
 	}
 	var wait time.Duration
 	if retryAfter > 0 {
-		wait = min(retryAfter, p.Backoff.cap())
+		wait = min(retryAfter, p.Backoff.Cap)
 	} else {
 		wait = p.Backoff.Delay(attempt)
 	}
 	due = now.Add(wait)
-	if due.After(firstAttempt.Add(maxAge)) {
+	if due.After(firstAttempt.Add(p.MaxAge)) {
 		return time.Time{}, ReasonMaxAge, false
 	}
 	return due, "", true

@@ -228,3 +228,45 @@ func BenchmarkRetryPolicyNext(b *testing.B) {
 		p.Next(i%7+1, first, now, 0)
 	}
 }
+
+func TestRetryPolicyValidate(t *testing.T) {
+	with := func(f func(*policy.RetryPolicy)) policy.RetryPolicy {
+		p := policy.DefaultRetryPolicy()
+		f(&p)
+		return p
+	}
+	tests := []struct {
+		name    string
+		p       policy.RetryPolicy
+		wantErr string
+	}{
+		{"defaults", policy.DefaultRetryPolicy(), ""},
+		{"one attempt", with(func(p *policy.RetryPolicy) { p.MaxAttempts = 1 }), ""},
+		{"a hundred attempts", with(func(p *policy.RetryPolicy) { p.MaxAttempts = 100 }), ""},
+		{"base equals cap", with(func(p *policy.RetryPolicy) { p.Backoff.Base = time.Hour }), ""},
+		{"zero value", policy.RetryPolicy{}, "retry.max_attempts: 0: must be between 1 and 100"},
+		{"too many attempts", with(func(p *policy.RetryPolicy) { p.MaxAttempts = 101 }), "retry.max_attempts: 101: must be between 1 and 100"},
+		{"max age zero", with(func(p *policy.RetryPolicy) { p.MaxAge = 0 }), "retry.max_age: 0s: must be positive"},
+		{"base negative", with(func(p *policy.RetryPolicy) { p.Backoff.Base = -time.Second }), "retry.base: -1s: must be positive"},
+		{"cap zero", with(func(p *policy.RetryPolicy) { p.Backoff.Cap = 0 }), "retry.cap: 0s: must be positive"},
+		{"base above cap", with(func(p *policy.RetryPolicy) { p.Backoff.Base = 2 * time.Hour }), "retry.base: 2h0m0s: must not exceed retry.cap (1h0m0s)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkValidate(t, tt.p.Validate(), tt.wantErr)
+		})
+	}
+}
+
+func TestRetryPolicyWithDefaults(t *testing.T) {
+	rnd := fixed(0.5)
+	got := policy.RetryPolicy{MaxAttempts: -1, Backoff: policy.Backoff{Cap: -1, Rand: rnd}}.WithDefaults()
+	if got.MaxAttempts != policy.DefaultMaxAttempts || got.MaxAge != policy.DefaultMaxAge ||
+		got.Backoff.Base != policy.DefaultBase || got.Backoff.Cap != policy.DefaultCap || got.Backoff.Rand == nil {
+		t.Errorf("WithDefaults() = %+v", got)
+	}
+	set := policy.RetryPolicy{MaxAttempts: 2, MaxAge: time.Minute, Backoff: policy.Backoff{Base: time.Millisecond, Cap: time.Second}}
+	if got := set.WithDefaults(); got.MaxAttempts != 2 || got.MaxAge != time.Minute || got.Backoff.Base != time.Millisecond || got.Backoff.Cap != time.Second {
+		t.Errorf("WithDefaults changed set fields: %+v", got)
+	}
+}

@@ -58,7 +58,10 @@ type BacklogQuota struct {
 
 // withDefaults fills zero fields with the defaults, in place: a
 // Subscription belongs to the proxy once handed over, and copying 50,000 of
-// them would double their memory.
+// them would double their memory. The retry policy's defaults are
+// policy's (RetryPolicy.WithDefaults); Breaker and Auto stay as given,
+// since NewBreaker and NewAutoCap fill their zero fields when the lane
+// builds them.
 func (s *Subscription) withDefaults() *Subscription {
 	if s.Timeout <= 0 {
 		s.Timeout = DefaultTimeout
@@ -66,17 +69,11 @@ func (s *Subscription) withDefaults() *Subscription {
 	if s.MaxConcurrency <= 0 {
 		s.MaxConcurrency = DefaultMaxConcurrency
 	}
-	if s.Retry.MaxAttempts <= 0 {
-		s.Retry.MaxAttempts = policy.DefaultMaxAttempts
-	}
-	if s.Retry.MaxAge <= 0 {
-		s.Retry.MaxAge = policy.DefaultMaxAge
-	}
-	if s.Retry.Backoff.Base <= 0 {
-		s.Retry.Backoff.Base = policy.DefaultBase
-	}
-	if s.Retry.Backoff.Cap <= 0 {
-		s.Retry.Backoff.Cap = policy.DefaultCap
+	// Written only when a default is missing: a Subscription handed over
+	// again by Reload is being read by its lane meanwhile.
+	if r := s.Retry.WithDefaults(); r.MaxAttempts != s.Retry.MaxAttempts || r.MaxAge != s.Retry.MaxAge ||
+		r.Backoff.Base != s.Retry.Backoff.Base || r.Backoff.Cap != s.Retry.Backoff.Cap {
+		s.Retry = r
 	}
 	if len(s.Types) == 0 {
 		s.Types = []string{"*"}

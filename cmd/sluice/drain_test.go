@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -157,23 +159,15 @@ func newDrainSidecar(t *testing.T, dir string, grace time.Duration, subsYAML str
 	return sc
 }
 
-// startServing starts the sidecar and waits for its "sluice serving" line.
-// serve installs its SIGTERM handler just after that line, but only after
-// the ingest socket is bound (cmd/sluice/main.go): a SIGTERM sent as soon as
-// the socket answers may still meet Go's default action and kill the
-// process without a drain. What remains is the gap between one log line
-// and signal.Notify.
+// startServing starts the sidecar and waits for its "sluice serving" line,
+// which serve logs after it has caught the signals (cmd/sluice/serve.go): a
+// SIGTERM sent as soon as the socket answers could otherwise still meet
+// Go's default action and kill the process without a drain.
 func (sc *sidecar) startServing(t *testing.T) {
 	t.Helper()
 	n := strings.Count(sc.log.String(), "sluice serving")
 	sc.start()
-	deadline := time.Now().Add(20 * time.Second)
-	for strings.Count(sc.log.String(), "sluice serving") == n {
-		if time.Now().After(deadline) {
-			t.Fatalf("no \"sluice serving\" line; log:\n%s", sc.log.String())
-		}
-		time.Sleep(5 * time.Millisecond) // another process's output; nothing to await
-	}
+	sc.log.await(t, "sluice serving", n+1, 20*time.Second)
 }
 
 func drainSubYAML(url string, concurrency int) string {
@@ -383,4 +377,74 @@ func startDrainScenario(t *testing.T, mode string, grace time.Duration, slots, e
 	rcv.await(t, "the cap's worth of deliveries held", 20*time.Second, func(r *drainReceiver) bool { return len(r.held) == slots })
 	inFlight, _, _ = rcv.snapshot()
 	return rcv, sc, accepted, inFlight
+}
+
+// TestDrainSecondSignalExitsAtOnce: a second SIGTERM during a drain that
+// would last the whole grace (the endpoint is a black hole) stops the
+// process at once with exit status 1, through serve returning rather than
+// os.Exit in a goroutine; after a restart every accepted event, the
+// abandoned in-flight ones included, reaches the endpoint.
+func TestDrainSecondSignalExitsAtOnce(t *testing.T) {
+	const (
+		grace  = time.Minute // far longer than the test may take
+		limit  = 15 * time.Second
+		slots  = 2
+		events = 6
+	)
+	rcv, sc, accepted, inFlight := startDrainScenario(t, "blackhole", grace, slots, events)
+	exited := make(chan error, 1)
+	if err := sc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	go func() { exited <- sc.cmd.Wait() }()
+	// The second signal must come after serve has taken the first: two
+	// pending signals of one kind arrive as one.
+	sc.log.await(t, "draining", 1, limit)
+	// The log line comes just before Close turns ingest away, so a post
+	// may still be accepted; then it must be delivered like the others.
+	code, retryAfter, err := sc.postDraining("during-drain")
+	switch {
+	case err != nil:
+		t.Fatalf("ingest unreachable while draining: %v", err)
+	case code == http.StatusAccepted:
+		accepted = append(accepted, "during-drain")
+	case code != http.StatusServiceUnavailable || retryAfter == "":
+		t.Errorf("ingest while draining: %d (Retry-After %q), want 503 with Retry-After", code, retryAfter)
+	}
+	start := time.Now()
+	if err := sc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("exit after the second SIGTERM: %v, want status 1", err)
+		}
+		t.Logf("second SIGTERM → exit 1 in %v (grace %v)", time.Since(start), grace)
+	case <-time.After(limit):
+		sc.cmd.Process.Kill()
+		<-exited
+		t.Fatalf("still running %v after the second SIGTERM (grace %v)", limit, grace)
+	}
+	sc.client.Transport.(*http.Transport).CloseIdleConnections()
+	if log := sc.log.String(); !strings.Contains(log, "second signal: exiting now") || !strings.Contains(log, "sluice: second signal") {
+		t.Errorf("log does not say why it stopped:\n%s", log)
+	}
+	if _, _, answered := rcv.snapshot(); len(answered) != 0 {
+		t.Fatalf("the black hole answered %v", answered)
+	}
+
+	rcv.setMode("ok")
+	sc.startServing(t)
+	rcv.await(t, "every accepted event delivered after the restart", 20*time.Second, answeredAll(accepted))
+	_, arrived, _ := rcv.snapshot()
+	if code != http.StatusAccepted && arrived["during-drain"] != 0 {
+		t.Errorf("an event refused with 503 during the drain was delivered")
+	}
+	for _, id := range inFlight {
+		if arrived[id] < 2 {
+			t.Errorf("abandoned %s went out %d times, want again after the restart", id, arrived[id])
+		}
+	}
 }

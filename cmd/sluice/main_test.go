@@ -65,16 +65,45 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// syncBuffer collects a child's log for failure messages.
+// syncBuffer collects a child's log, for failure messages and for waiting
+// on what the child says.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	changed chan struct{} // closed on the next write; nil when nobody waits
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
 	return s.b.Write(p)
+}
+
+// await waits until the log holds want at least n times.
+func (s *syncBuffer) await(t *testing.T, want string, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		s.mu.Lock()
+		if strings.Count(s.b.String(), want) >= n {
+			s.mu.Unlock()
+			return
+		}
+		if s.changed == nil {
+			s.changed = make(chan struct{})
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("no %q (%d times) in %v; log:\n%s", want, n, timeout, s.String())
+		}
+	}
 }
 
 func (s *syncBuffer) String() string {

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"encoding/json"
@@ -33,11 +33,11 @@ func TestLoadConfigJSONMatchesYAML(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "full.json")
 	writeFile(t, path, string(j))
 
-	fromYAML, err := LoadConfig("testdata/full.good.yaml", goodEnviron, nil)
+	fromYAML, err := Load("testdata/full.good.yaml", goodEnviron, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromJSON, err := LoadConfig(path, goodEnviron, nil)
+	fromJSON, err := Load(path, goodEnviron, nil)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, j)
 	}
@@ -85,7 +85,7 @@ func TestLoadConfigJSONBad(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "sluice.json")
 			writeFile(t, path, tt.doc)
-			cfg, err := LoadConfig(path, nil, nil)
+			cfg, err := Load(path, nil, nil)
 			if err == nil {
 				t.Fatalf("loaded %+v, want an error", cfg)
 			}
@@ -115,12 +115,12 @@ func TestLoadConfigJSONTypes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "SLUICE.JSON") // the extension in any case
 	writeFile(t, path, `{"max_body_bytes": 2048, "log_level": null, "retry_budget": {"ratio": 0.25, "min_per_second": 3},
 		"subscriptions": [{"id": "a", "url": "https://a.example/in", "secret": "`+secretA+`", "rate": {"per_second": 2}}]}`)
-	cfg, err := LoadConfig(path, nil, nil)
+	cfg, err := Load(path, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.MaxBodyBytes != 2048 || cfg.RetryBudget.Ratio != 0.25 || cfg.RetryBudget.MinPerSecond != 3 ||
-		cfg.Subscriptions[0].Rate.PerSecond != 2 || cfg.LogLevel != DefaultConfig().LogLevel {
+		cfg.Subscriptions[0].Rate.PerSecond != 2 || cfg.LogLevel != Default().LogLevel {
 		t.Fatalf("loaded %+v", cfg)
 	}
 }

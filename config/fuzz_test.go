@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"os"
@@ -37,7 +37,7 @@ func loadFuzzedConfig(t *testing.T, name, doc string) {
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(path, nil, nil)
+	cfg, err := Load(path, nil, nil)
 	if err != nil {
 		// The text is a secret only where it is written as one
 		// (whsec_..., or the value of secret:); used as a key or an

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -35,7 +37,7 @@ const (
 var goodEnviron = []string{"AUDIT_WEBHOOK_SECRETS=" + secretB + " " + secretC}
 
 func TestLoadConfigFull(t *testing.T) {
-	cfg, err := LoadConfig("testdata/full.good.yaml", goodEnviron, nil)
+	cfg, err := Load("testdata/full.good.yaml", goodEnviron, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func TestLoadConfigFull(t *testing.T) {
 		MinFreeDiskBytes: 32 << 20,
 		LogLevel:         "debug",
 		LogFormat:        "json",
-		SocketMode:       DefaultSocketMode,
+		SocketMode:       defaultSocketMode,
 		RetryBudget:      RetryBudgetConfig{Ratio: 0.25, MinPerSecond: 5, Window: 30 * time.Second},
 		Subscriptions: []SubscriptionConfig{
 			{
@@ -128,31 +130,31 @@ func TestLoadConfigFull(t *testing.T) {
 }
 
 func TestLoadConfigMinimal(t *testing.T) {
-	cfg, err := LoadConfig("testdata/minimal.good.yaml", nil, nil)
+	cfg, err := Load("testdata/minimal.good.yaml", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := DefaultConfig()
+	want := Default()
 	want.Subscriptions = []SubscriptionConfig{{
 		ID:          "billing",
 		URL:         "https://billing.example.com/hooks",
 		Secret:      secretA,
 		Types:       []string{"*"},
-		Timeout:     DefaultTimeout,
-		Concurrency: ConcurrencyConfig{Max: DefaultConcurrency},
+		Timeout:     proxy.DefaultTimeout,
+		Concurrency: ConcurrencyConfig{Max: proxy.DefaultMaxConcurrency},
 		Retry: RetryConfig{
-			MaxAttempts: DefaultRetryMaxAttempts,
-			MaxAge:      DefaultRetryMaxAge,
-			Base:        DefaultRetryBase,
-			Cap:         DefaultRetryCap,
+			MaxAttempts: policy.DefaultMaxAttempts,
+			MaxAge:      policy.DefaultMaxAge,
+			Base:        policy.DefaultBase,
+			Cap:         policy.DefaultCap,
 		},
 		Breaker: BreakerConfig{
-			FailureRatio:        DefaultBreakerFailureRatio,
-			MinRequests:         DefaultBreakerMinRequests,
-			Window:              DefaultBreakerWindow,
-			ConsecutiveTimeouts: DefaultBreakerConsecutiveTimeouts,
-			CoolDown:            DefaultBreakerCoolDown,
-			MaxCoolDown:         DefaultBreakerMaxCoolDown,
+			FailureRatio:        policy.DefaultBreakerFailureRatio,
+			MinRequests:         policy.DefaultBreakerMinRequests,
+			Window:              policy.DefaultBreakerWindow,
+			ConsecutiveTimeouts: policy.DefaultBreakerConsecutiveTimeouts,
+			CoolDown:            policy.DefaultBreakerCoolDown,
+			MaxCoolDown:         policy.DefaultBreakerMaxCoolDown,
 		},
 	}}
 	assertConfig(t, cfg, want)
@@ -163,22 +165,22 @@ func TestLoadConfigMinimal(t *testing.T) {
 
 func TestLoadConfigDefaults(t *testing.T) {
 	for _, path := range []string{"", "testdata/empty.good.yaml"} {
-		cfg, err := LoadConfig(path, nil, nil)
+		cfg, err := Load(path, nil, nil)
 		if err != nil {
-			t.Fatalf("LoadConfig(%q): %v", path, err)
+			t.Fatalf("Load(%q): %v", path, err)
 		}
-		assertConfig(t, cfg, DefaultConfig())
+		assertConfig(t, cfg, Default())
 	}
 
 	// The documented defaults (DESIGN.md §4).
-	d := DefaultConfig()
+	d := Default()
 	if d.Listen != "127.0.0.1:8700" || d.Admin.Listen != "127.0.0.1:8701" || d.DataDir != "./sluice-data" ||
 		d.Durability != "fsync" || d.MaxBodyBytes != 1<<20 ||
 		d.RetryBudget != (RetryBudgetConfig{Ratio: 0.1, MinPerSecond: 10, Window: 10 * time.Second}) {
-		t.Errorf("DefaultConfig() = %+v, differs from DESIGN.md §4", d)
+		t.Errorf("Default() = %+v, differs from DESIGN.md §4", d)
 	}
-	if err := DefaultConfig().Validate(); err != nil {
-		t.Errorf("DefaultConfig().Validate() = %v", err)
+	if err := Default().Validate(); err != nil {
+		t.Errorf("Default().Validate() = %v", err)
 	}
 }
 
@@ -334,9 +336,9 @@ func TestLoadConfigBad(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
 			path := "testdata/" + tt.file + ".bad.yaml"
-			cfg, err := LoadConfig(path, goodEnviron, nil)
+			cfg, err := Load(path, goodEnviron, nil)
 			if err == nil {
-				t.Fatalf("LoadConfig(%s) succeeded:\n%s", path, cfg)
+				t.Fatalf("Load(%s) succeeded:\n%s", path, cfg)
 			}
 			msg := err.Error()
 			for _, w := range tt.want {
@@ -353,9 +355,9 @@ func TestLoadConfigBad(t *testing.T) {
 				t.Errorf("errors.Is(%v, %v) = false", err, tt.is)
 			}
 			if tt.file != "syntax" && tt.file != "duplicate_yaml_key" {
-				var ve *ConfigValidationError
+				var ve *ValidationError
 				if !errors.As(err, &ve) {
-					t.Errorf("error %T is not a *ConfigValidationError", err)
+					t.Errorf("error %T is not a *ValidationError", err)
 				}
 			}
 		})
@@ -364,14 +366,14 @@ func TestLoadConfigBad(t *testing.T) {
 
 func TestLoadConfigMissingFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nope.yaml")
-	_, err := LoadConfig(path, nil, nil)
+	_, err := Load(path, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), path) || !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("LoadConfig(missing) = %v, want an error naming %s that wraps fs.ErrNotExist", err, path)
+		t.Fatalf("Load(missing) = %v, want an error naming %s that wraps fs.ErrNotExist", err, path)
 	}
 }
 
 func TestValidateErrorFormat(t *testing.T) {
-	cfg, err := LoadConfig("testdata/minimal.good.yaml", nil, nil)
+	cfg, err := Load("testdata/minimal.good.yaml", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +387,7 @@ func TestValidateErrorFormat(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Fatalf("Validate() = %v, want %s", err, want)
 	}
-	var ve *ConfigValidationError
+	var ve *ValidationError
 	if !errors.As(err, &ve) || ve.Field != "subscriptions[2].url" || ve.Value != "ftp://x" || !errors.Is(err, ErrInvalidValue) {
 		t.Fatalf("Validate() = %#v", err)
 	}
@@ -403,7 +405,7 @@ func TestValidateErrorFormat(t *testing.T) {
 }
 
 func TestValidateResolvesAgain(t *testing.T) {
-	cfg, err := LoadConfig("testdata/full.good.yaml", goodEnviron, nil)
+	cfg, err := Load("testdata/full.good.yaml", goodEnviron, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +442,7 @@ func TestLoadConfigEnv(t *testing.T) {
 		"SLUICE_RETRY_BUDGET__MIN_PER_SECOND= 2.5",
 		"SLUICE_RETRY_BUDGET__WINDOW=1m",
 	}
-	cfg, err := LoadConfig("testdata/minimal.good.yaml", environ, nil)
+	cfg, err := Load("testdata/minimal.good.yaml", environ, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +461,7 @@ func TestLoadConfigEnv(t *testing.T) {
 	// One variable over a file that sets the others.
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	writeFile(t, path, "retry_budget: {ratio: 0.5, min_per_second: 1, window: 20s}\n")
-	cfg, err = LoadConfig(path, []string{"SLUICE_RETRY_BUDGET__RATIO=0.05"}, nil)
+	cfg, err = Load(path, []string{"SLUICE_RETRY_BUDGET__RATIO=0.05"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,9 +490,9 @@ func TestLoadConfigEnvErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := LoadConfig("", []string{tt.env}, nil)
+			_, err := Load("", []string{tt.env}, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("LoadConfig with %s = %v, want %q", tt.env, err, tt.want)
+				t.Fatalf("Load with %s = %v, want %q", tt.env, err, tt.want)
 			}
 			if strings.Contains(err.Error(), "bad token value") {
 				t.Fatalf("error reveals the token: %v", err)
@@ -504,11 +506,11 @@ func TestLoadConfigEnvErrors(t *testing.T) {
 // are reported, not fatal, and change nothing.
 func TestLoadConfigIgnoresForeignEnv(t *testing.T) {
 	env := []string{"SLUICE_PORT=tcp://10.0.0.1:8700", "SLUICE_SERVICE_HOST=10.0.0.1", "SLUICE_ADMIN=x", "SLUICE_ADMIN__PORT=1", "SLUICE_LISTEN=127.0.0.1:9999"}
-	cfg, err := LoadConfig("", env, nil)
+	cfg, err := Load("", env, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Listen != "127.0.0.1:9999" || cfg.Admin.Listen != DefaultAdminListen {
+	if cfg.Listen != "127.0.0.1:9999" || cfg.Admin.Listen != proxy.DefaultAdminListen {
 		t.Fatalf("config = %s", cfg)
 	}
 	want := []string{"SLUICE_ADMIN", "SLUICE_ADMIN__PORT", "SLUICE_PORT", "SLUICE_SERVICE_HOST"}
@@ -535,20 +537,20 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		admin      string
 		durability string
 	}{
-		{"defaults", "", nil, nil, DefaultListen, DefaultAdminListen, "fsync"},
+		{"defaults", "", nil, nil, proxy.DefaultListen, proxy.DefaultAdminListen, "fsync"},
 		{"file over defaults", path, nil, nil, "127.0.0.1:1001", "127.0.0.1:2001", "async"},
 		{"env over file", path, envListen, nil, "127.0.0.1:1002", "127.0.0.1:2002", "async"},
 		{"env over defaults", "", envListen, nil, "127.0.0.1:1002", "127.0.0.1:2002", "fsync"},
 		{"flags over env", path, envListen, flags, "127.0.0.1:1003", "127.0.0.1:2002", "async"},
 		{"flags over file", path, nil, flags, "127.0.0.1:1003", "127.0.0.1:2001", "async"},
-		{"flags over defaults", "", nil, flags, "127.0.0.1:1003", DefaultAdminListen, "fsync"},
+		{"flags over defaults", "", nil, flags, "127.0.0.1:1003", proxy.DefaultAdminListen, "fsync"},
 		{"dotted flag", path, envListen, map[string]any{"admin.listen": "127.0.0.1:2003", "durability": "fsync"}, "127.0.0.1:1002", "127.0.0.1:2003", "fsync"},
 		{"nested flag", path, nil, map[string]any{"admin": map[string]any{"listen": "127.0.0.1:2003"}}, "127.0.0.1:1001", "127.0.0.1:2003", "async"},
 		{"nil flag is unset", path, envListen, map[string]any{"listen": nil}, "127.0.0.1:1002", "127.0.0.1:2002", "async"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := LoadConfig(tt.path, tt.env, tt.overrides)
+			cfg, err := Load(tt.path, tt.env, tt.overrides)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -561,7 +563,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 }
 
 func TestLoadConfigOverrides(t *testing.T) {
-	cfg, err := LoadConfig("", nil, map[string]any{
+	cfg, err := Load("", nil, map[string]any{
 		"shutdown_grace": 3 * time.Second, // typed, as a flag.Duration gives it
 		"dedup_window":   "90m",
 		"max_in_flight":  "10", // string, as a flag.String gives it
@@ -577,15 +579,15 @@ func TestLoadConfigOverrides(t *testing.T) {
 		t.Errorf("overrides not applied: %+v", cfg)
 	}
 	s := cfg.Subscriptions[0]
-	if s.Timeout != 250*time.Millisecond || s.Retry.MaxAttempts != 2 || s.Retry.Cap != DefaultRetryCap || len(s.Resolved) != 1 {
+	if s.Timeout != 250*time.Millisecond || s.Retry.MaxAttempts != 2 || s.Retry.Cap != policy.DefaultCap || len(s.Resolved) != 1 {
 		t.Errorf("override subscription = %+v", s)
 	}
 
-	_, err = LoadConfig("", nil, map[string]any{"colour": "blue"})
+	_, err = Load("", nil, map[string]any{"colour": "blue"})
 	if err == nil || err.Error() != `config: unknown key "colour" (from flags)` {
 		t.Errorf("unknown override key: %v", err)
 	}
-	_, err = LoadConfig("", nil, map[string]any{"dedup_window": 90})
+	_, err = Load("", nil, map[string]any{"dedup_window": 90})
 	if err == nil || !strings.Contains(err.Error(), "bare number is not a duration") {
 		t.Errorf("integer duration override: %v", err)
 	}
@@ -600,7 +602,7 @@ func TestLoadConfigFlowControl(t *testing.T) {
 		t.Helper()
 		path := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".yaml")
 		writeFile(t, path, yaml)
-		return LoadConfig(path, nil, nil)
+		return Load(path, nil, nil)
 	}
 	defaultBreaker := BreakerConfig{FailureRatio: 0.5, MinRequests: 20, Window: 10 * time.Second,
 		ConsecutiveTimeouts: 5, CoolDown: 5 * time.Second, MaxCoolDown: 5 * time.Minute}
@@ -664,6 +666,10 @@ func TestLoadConfigFlowControl(t *testing.T) {
 		name, yaml, want string
 		is               error
 	}{
+		{"zero ratio", "retry_budget: {ratio: 0}\n", `config: retry_budget.ratio: 0: must be above 0 and at most 1 (in file `, ErrInvalidValue},
+		{"zero floor", "retry_budget: {min_per_second: 0}\n", `retry_budget.min_per_second: 0: must be above 0 and at most 1000000`, ErrInvalidValue},
+		{"zero headroom", sub + "    concurrency: {auto: true, headroom: 0}\n", `subscriptions[0].concurrency.headroom: 0: must be between 1 and 1000`, ErrInvalidValue},
+		{"zero min_requests", sub + "    breaker: {min_requests: 0}\n", `subscriptions[0].breaker.min_requests: 0: must be at least 1`, ErrInvalidValue},
 		{"NaN ratio", "retry_budget: {ratio: .nan}\n", `retry_budget.ratio: NaN: must be above 0 and at most 1`, ErrInvalidValue},
 		{"infinite floor", "retry_budget: {min_per_second: .inf}\n", `retry_budget.min_per_second: +Inf: must be above 0 and at most 1000000`, ErrInvalidValue},
 		{"floor too high", "retry_budget: {min_per_second: 1000001}\n", `retry_budget.min_per_second: 1000001: must be above 0 and at most 1000000`, ErrInvalidValue},
@@ -705,7 +711,7 @@ func TestLoadConfigOverridesFlowControl(t *testing.T) {
 	subWith := func(id, k string, v any) map[string]any {
 		return map[string]any{"id": id, "url": "https://s.example", "secret": secretA, k: v}
 	}
-	cfg, err := LoadConfig("", nil, map[string]any{
+	cfg, err := Load("", nil, map[string]any{
 		"retry_budget.ratio": "0.3", // as a flag.String gives it
 		"subscriptions": []map[string]any{
 			subWith("a", "rate", map[string]any{"per_second": 10}),
@@ -716,17 +722,17 @@ func TestLoadConfigOverridesFlowControl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.RetryBudget.Ratio != 0.3 || cfg.RetryBudget.MinPerSecond != DefaultRetryBudgetMinPerSecond {
+	if cfg.RetryBudget.Ratio != 0.3 || cfg.RetryBudget.MinPerSecond != policy.DefaultBudgetMinPerSecond {
 		t.Errorf("RetryBudget = %+v", cfg.RetryBudget)
 	}
 	s := cfg.Subscriptions
 	if s[0].Rate != (RateConfig{PerSecond: 10, Burst: 10}) ||
 		s[1].Concurrency != (ConcurrencyConfig{Auto: true, Min: 1, Max: 64, Headroom: 1}) ||
-		s[2].Breaker.FailureRatio != 0.75 || s[2].Breaker.Window != 30*time.Second || s[2].Breaker.MinRequests != DefaultBreakerMinRequests {
+		s[2].Breaker.FailureRatio != 0.75 || s[2].Breaker.Window != 30*time.Second || s[2].Breaker.MinRequests != policy.DefaultBreakerMinRequests {
 		t.Errorf("override subscriptions = %+v", s)
 	}
 
-	_, err = LoadConfig("", nil, map[string]any{"subscriptions": []any{
+	_, err = Load("", nil, map[string]any{"subscriptions": []any{
 		subWith("a", "rate", map[string]any{"per_second": 0}),
 	}})
 	const want = `config: subscriptions[0].rate.per_second: 0: must be greater than 0 and at most 1000000; omit rate for no limit (from flags)`
@@ -764,7 +770,7 @@ func TestLoadConfigManySubscriptions(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "many.yaml")
 	writeFile(t, path, gen(-1, ""))
-	cfg, err := LoadConfig(path, nil, nil)
+	cfg, err := Load(path, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -783,7 +789,7 @@ func TestLoadConfigManySubscriptions(t *testing.T) {
 		}
 		if s.ID != fmt.Sprintf("s%d", i) || s.Rate != (RateConfig{PerSecond: ps, Burst: int(ps) + 1}) ||
 			s.Concurrency != wantConc || s.Breaker.FailureRatio != wantRatio || s.Backlog != wantBacklog ||
-			s.Breaker.MinRequests != DefaultBreakerMinRequests {
+			s.Breaker.MinRequests != policy.DefaultBreakerMinRequests {
 			t.Fatalf("subscriptions[%d] = %+v", i, s)
 		}
 	}
@@ -794,7 +800,7 @@ func TestLoadConfigManySubscriptions(t *testing.T) {
 		{"    backlog: {max_age: 1h, colour: red}", `unknown key "subscriptions[4100].backlog.colour"`},
 	} {
 		writeFile(t, path, gen(4100, tt.line))
-		_, err := LoadConfig(path, nil, nil)
+		_, err := Load(path, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
 			t.Errorf("%s: err = %v, want %q in file %s", tt.line, err, tt.want, path)
 		}
@@ -804,7 +810,7 @@ func TestLoadConfigManySubscriptions(t *testing.T) {
 // TestLoadConfigStringRoundTrip: String prints the issue 4 keys in a shape
 // that loads back to the same values.
 func TestLoadConfigStringRoundTrip(t *testing.T) {
-	cfg, err := LoadConfig("testdata/full.good.yaml", goodEnviron, nil)
+	cfg, err := Load("testdata/full.good.yaml", goodEnviron, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -815,7 +821,7 @@ func TestLoadConfigStringRoundTrip(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "printed.yaml")
 	writeFile(t, path, out)
-	again, err := LoadConfig(path, goodEnviron, nil)
+	again, err := Load(path, goodEnviron, nil)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -839,7 +845,7 @@ func TestSecretFile(t *testing.T) {
 		if content != "" {
 			writeFile(t, path, content)
 		}
-		return LoadConfig("", nil, map[string]any{"subscriptions": []any{map[string]any{
+		return Load("", nil, map[string]any{"subscriptions": []any{map[string]any{
 			"id": "s", "url": "https://s.example", "secret_file": path,
 		}}})
 	}
@@ -881,7 +887,7 @@ func TestSecretFile(t *testing.T) {
 
 func TestSecretEnv(t *testing.T) {
 	load := func(environ ...string) (*Config, error) {
-		return LoadConfig("", environ, map[string]any{"subscriptions": []any{map[string]any{
+		return Load("", environ, map[string]any{"subscriptions": []any{map[string]any{
 			"id": "s", "url": "https://s.example", "secret_env": "S_WEBHOOK_SECRETS",
 		}}})
 	}
@@ -916,11 +922,11 @@ func TestSecretEnv(t *testing.T) {
 // TestRedaction prints a loaded Config every way a caller might and checks
 // that no secret, token or credential header value appears.
 func TestRedaction(t *testing.T) {
-	cfg, err := LoadConfig("testdata/full.good.yaml", goodEnviron, nil)
+	cfg, err := Load("testdata/full.good.yaml", goodEnviron, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inline, err := LoadConfig("testdata/minimal.good.yaml", []string{"SLUICE_ADMIN__TOKEN=" + adminToken}, nil)
+	inline, err := Load("testdata/minimal.good.yaml", []string{"SLUICE_ADMIN__TOKEN=" + adminToken}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -929,7 +935,7 @@ func TestRedaction(t *testing.T) {
 	var outputs []string
 	for _, c := range []*Config{cfg, inline} {
 		outputs = append(outputs,
-			c.String(), c.Redacted().String(),
+			c.String(), c.redacted().String(),
 			fmt.Sprint(c), fmt.Sprint(*c),
 			fmt.Sprintf("%v %+v %#v %s", c, c, c, c),
 			fmt.Sprintf("%v %+v %#v %s", *c, *c, *c, *c),
@@ -977,11 +983,11 @@ func TestRedaction(t *testing.T) {
 		t.Errorf("String() does not mark the admin token as redacted:\n%s", inline.String())
 	}
 
-	// Redacted does not modify the original.
-	_ = cfg.Redacted()
+	// redacted does not modify the original.
+	_ = cfg.redacted()
 	if cfg.Subscriptions[0].Secret != secretA || cfg.Subscriptions[1].Headers["Authorization"] != "Bearer "+headerSecret ||
 		len(cfg.Subscriptions[0].Resolved) != 1 {
-		t.Error("Redacted modified the original Config")
+		t.Error("redacted modified the original Config")
 	}
 }
 
@@ -993,6 +999,7 @@ func assertConfig(t *testing.T, got, want *Config) {
 	w.Subscriptions = slices.Clone(w.Subscriptions)
 	for i := range g.Subscriptions {
 		g.Subscriptions[i].Resolved = nil
+		g.Subscriptions[i].ClassifyOverrides = nil
 		g.Subscriptions[i].explicit = 0
 	}
 	for i := range w.Subscriptions {
@@ -1065,5 +1072,54 @@ func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClassifyParsedOnce: Validate keeps the parsed classify overrides for
+// the wiring, and a bad outcome is refused with policy's sentinel as the
+// cause.
+func TestClassifyParsedOnce(t *testing.T) {
+	cfg, err := Load("testdata/full.good.yaml", goodEnviron, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]policy.Outcome{409: policy.Ack, 404: policy.DeadLetter}
+	if got := cfg.Subscriptions[0].ClassifyOverrides; !reflect.DeepEqual(got, want) {
+		t.Errorf("ClassifyOverrides = %v, want %v", got, want)
+	}
+	if got := cfg.Subscriptions[2].ClassifyOverrides; got != nil {
+		t.Errorf("no classify: ClassifyOverrides = %v, want nil", got)
+	}
+	// A second Validate, after the map changed, replaces the parse.
+	cfg.Subscriptions[0].Classify = map[string]string{"500": "ack"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Subscriptions[0].ClassifyOverrides; !reflect.DeepEqual(got, map[int]policy.Outcome{500: policy.Ack}) {
+		t.Errorf("after Validate: ClassifyOverrides = %v", got)
+	}
+	_, err = Load("testdata/classify_bad_value.bad.yaml", nil, nil)
+	if !errors.Is(err, policy.ErrUnknownOutcome) || !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("bad outcome: %v, want errors.Is policy.ErrUnknownOutcome and ErrInvalidValue", err)
+	}
+}
+
+// TestPolicyOwnsTheBounds: the bounds of the retry budget, the breaker, the
+// retry schedule and the caps come from policy's Validate, reported under
+// the full key with policy's error as the cause.
+func TestPolicyOwnsTheBounds(t *testing.T) {
+	for _, tt := range []struct{ file, field string }{
+		{"retry_budget_window_zero", "retry_budget.window"},
+		{"breaker_window_too_long", "subscriptions[0].breaker.window"},
+		{"max_attempts_too_many", "subscriptions[0].retry.max_attempts"},
+		{"concurrency_auto_min_gt_max", "subscriptions[0].concurrency.min"},
+		{"concurrency_negative", "subscriptions[0].concurrency.max"},
+	} {
+		_, err := Load("testdata/"+tt.file+".bad.yaml", nil, nil)
+		var ve *ValidationError
+		var fe *policy.FieldError
+		if !errors.As(err, &ve) || ve.Field != tt.field || !errors.As(err, &fe) || !errors.Is(err, policy.ErrInvalidConfig) {
+			t.Errorf("%s: %v (%#v), want a ValidationError for %s caused by a policy.FieldError", tt.file, err, ve, tt.field)
+		}
 	}
 }

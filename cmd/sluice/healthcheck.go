@@ -1,0 +1,48 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/sluicehq/sluice/config"
+)
+
+// healthcheck exits 0 when the local sidecar answers /readyz, for images
+// without curl (Docker HEALTHCHECK, Kubernetes exec probes). It reads the
+// same config as serve (file, SLUICE_ environment) to find the admin
+// listener and its token.
+func healthcheck(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	configPath := fs.String("config", os.Getenv(config.EnvFile), "the sidecar's config file, for admin.listen and the admin token (default: $SLUICE_CONFIG)")
+	admin := fs.String("admin", "", "admin API base URL (default: from the config)")
+	path := fs.String("path", "/readyz", "path to probe (/readyz or /healthz)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	base, client, token, err := adminClient(*configPath, *admin)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	client.Timeout = 2 * time.Second
+	req, err := http.NewRequest(http.MethodGet, base+*path, nil)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: %s answered %s", *path, resp.Status)
+	}
+	fmt.Fprintln(stdout, "ok")
+	return nil
+}

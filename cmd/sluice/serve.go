@@ -1,0 +1,243 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/signing"
+)
+
+// errAborted is serve's error when a second signal ends the drain: the
+// process exits 1 without waiting for it. Nothing accepted is lost by
+// that: every accepted event is in the log, and deliveries still in flight
+// run again after the restart (at-least-once).
+var errAborted = errors.New("second signal: stopped without finishing the drain; deliveries in flight run again after restart")
+
+// serve runs the sidecar until SIGTERM or SIGINT; SIGHUP reloads the
+// subscriptions from the config file. The first SIGTERM drains (ingest
+// answers 503, deliveries in flight get shutdown_grace, cursors are
+// written, the log is closed) and serve returns Close's error; a second one
+// makes serve return errAborted at once, even if closing is stuck.
+func serve(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", os.Getenv(config.EnvFile), "config file, YAML or (name ending in .json) JSON (default: $SLUICE_CONFIG, else built-in defaults)")
+	listen := fs.String("listen", "", "ingest address, overrides the config's listen")
+	adminListen := fs.String("admin-listen", "", "admin address, overrides admin.listen")
+	dataDir := fs.String("data-dir", "", "data directory, overrides data_dir")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	overrides := map[string]any{}
+	for k, v := range map[string]string{"listen": *listen, "admin.listen": *adminListen, "data_dir": *dataDir} {
+		if v != "" {
+			overrides[k] = v
+		}
+	}
+	load := func() (*config.Config, error) { return config.Load(*configPath, os.Environ(), overrides) }
+	cfg, err := load()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	if len(cfg.IgnoredEnv) > 0 {
+		log.Warn("ignoring SLUICE_ environment variables that are no config key", "variables", strings.Join(cfg.IgnoredEnv, ","))
+	}
+	subs := subscriptions(cfg)
+	for _, l := range []struct{ key, addr string }{{"listen", cfg.Listen}, {"admin.listen", cfg.Admin.Listen}} {
+		if !loopback(l.addr) && cfg.Admin.ResolvedToken == "" {
+			log.Warn("listening beyond loopback without an admin token: anyone who reaches it can post events or use the admin API; set admin.token_file",
+				"key", l.key, "address", l.addr)
+		}
+	}
+	if soft := setMemoryLimit(cgroupMemoryFiles); soft > 0 {
+		log.Info("Go memory limit set from the container's", "gomemlimit_bytes", soft)
+	}
+	// Signals are caught before the server opens: a SIGTERM during start-up
+	// (Kubernetes deleting a pod that is still starting) must drain, not kill.
+	life := notifySignals()
+	defer life.stop()
+	srv := proxy.New(serverOptions(cfg, subs, log))
+	nsubs := len(subs)
+	cfg.Subscriptions, subs = nil, nil // the server owns its copies; reload re-reads the file
+	if err := srv.Open(); err != nil {
+		return err
+	}
+	// Parsing a large config leaves much garbage behind; hand it back now
+	// rather than carry it as resident memory.
+	debug.FreeOSMemory()
+	log.Info("sluice serving", "version", version, "ingest", srv.URL(), "admin", srv.AdminURL(),
+		"data_dir", cfg.DataDir, "durability", cfg.Durability, "subscriptions", nsubs)
+	if nsubs == 0 {
+		log.Warn("no subscriptions configured: events are accepted and kept, but go nowhere. " +
+			"Add one under 'subscriptions:' in a config file (id, url, secret: whsec_..., types) " +
+			"and start with --config FILE, or send SIGHUP after editing it")
+	}
+
+wait:
+	for {
+		select {
+		case <-life.reload:
+			reload(srv, load, log)
+		case <-life.drain.Done():
+			break wait
+		}
+	}
+	log.Info("draining", "signal", signalName(life.drain), "grace", cfg.ShutdownGrace)
+	// The second signal cancels the grace early, so Close abandons what is
+	// in flight at once, and ends the wait below.
+	ctx, cancel := context.WithTimeout(life.abort, cfg.ShutdownGrace)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- srv.Close(ctx) }()
+	select {
+	case err := <-closed:
+		log.Info("stopped")
+		return err
+	case <-life.abort.Done():
+		// Closing may be stuck (a hung disk); the operator asked to stop
+		// now, and what was not finished is in the log.
+		log.Warn("second signal: exiting now", "signal", signalName(life.abort))
+		return errAborted
+	}
+}
+
+// reload applies the config file's subscriptions; a bad file changes nothing.
+func reload(srv *proxy.Server, load func() (*config.Config, error), log *slog.Logger) {
+	cfg, err := load()
+	if err == nil {
+		subs := subscriptions(cfg)
+		if err = srv.Reload(subs); err == nil {
+			log.Info("config reloaded", "subscriptions", len(subs))
+			return
+		}
+	}
+	log.Error("config reload failed; keeping the running config", "err", err)
+}
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config.Load
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// serverOptions copies the config onto the proxy's plain options.
+func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Logger) proxy.Options {
+	return proxy.Options{
+		Listen:       cfg.Listen,
+		SocketMode:   socketMode(cfg.SocketMode),
+		AdminListen:  cfg.Admin.Listen,
+		AdminToken:   cfg.Admin.ResolvedToken,
+		DataDir:      cfg.DataDir,
+		Sync:         cfg.Durability == config.DurabilityFsync,
+		DedupWindow:  cfg.DedupWindow,
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		Ingest: proxy.IngestLimits{
+			HeaderTimeout: cfg.Ingest.HeaderTimeout, BodyTimeout: cfg.Ingest.BodyTimeout, IdleTimeout: cfg.Ingest.IdleTimeout,
+			MaxHeaderBytes: cfg.Ingest.MaxHeaderBytes, MaxConnections: cfg.Ingest.MaxConnections,
+		},
+		MaxInFlight:     cfg.MaxInFlight,
+		MaxConnsPerHost: cfg.MaxConnsPerHost,
+		MaxDiskBytes:    cfg.MaxDiskBytes,
+		// The config says 0 to disable the floor; the queue reads 0 as its
+		// default and a negative value as none.
+		MinFreeDiskBytes:    cmp.Or(cfg.MinFreeDiskBytes, -1),
+		AllowPrivateTargets: cfg.AllowPrivateTargets,
+		Registry:            newRegistry(),
+		RetryBudget:         cfg.RetryBudget.Policy(),
+		Subscriptions:       subs,
+		Logger:              log,
+	}
+}
+
+// newRegistry holds sluice's metrics plus the Go runtime and process
+// collectors, served at the admin /metrics.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// subscriptions copies validated config onto the proxy's subscriptions.
+// Identical secrets and type lists are shared between subscriptions (one
+// HMAC state, one slice), which keeps a lane small when thousands of
+// subscriptions repeat them.
+func subscriptions(cfg *config.Config) []*proxy.Subscription {
+	out := make([]*proxy.Subscription, 0, len(cfg.Subscriptions))
+	secrets := map[string]signing.Secret{}
+	typeLists := map[string][]string{}
+	for _, sc := range cfg.Subscriptions {
+		for j, k := range sc.Resolved {
+			enc := k.Encode()
+			if prev, ok := secrets[enc]; ok {
+				sc.Resolved[j] = prev
+			} else {
+				secrets[enc] = k
+			}
+		}
+		tk := strings.Join(sc.Types, "\x00")
+		if prev, ok := typeLists[tk]; ok {
+			sc.Types = prev
+		} else {
+			typeLists[tk] = sc.Types
+		}
+		out = append(out, &proxy.Subscription{
+			ID:             sc.ID,
+			URL:            sc.URL,
+			Secrets:        sc.Resolved,
+			Types:          sc.Types,
+			Timeout:        sc.Timeout,
+			MaxConcurrency: sc.Concurrency.Max,
+			Retry:          sc.Retry.Policy(),
+			Headers:        sc.Headers,
+			Classify:       sc.ClassifyOverrides,
+			Paused:         sc.Paused,
+			Rate:           proxy.RateLimit{PerSecond: sc.Rate.PerSecond, Burst: sc.Rate.Burst},
+			Auto:           sc.Concurrency.AutoCap(),
+			Backlog:        proxy.BacklogQuota{MaxEvents: sc.Backlog.MaxEvents, MaxAge: sc.Backlog.MaxAge},
+			Breaker:        sc.Breaker.Policy(),
+		})
+	}
+	return out
+}
+
+// loopback reports whether a listen address is reachable only from this
+// host (or a unix socket, whose file mode guards it).
+func loopback(addr string) bool {
+	if strings.HasPrefix(addr, "unix://") {
+		return true
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// socketMode parses the validated octal socket_mode.
+func socketMode(s string) os.FileMode {
+	m, _ := strconv.ParseUint(s, 8, 32)
+	return os.FileMode(m)
+}

@@ -1,0 +1,450 @@
+// Package config turns sluice's configuration sources into one validated
+// Config. It is the only package of sluice that imports koanf (STYLE.md §4);
+// cmd/sluice copies the result onto the components as plain fields.
+//
+// Sources, later ones winning (DESIGN.md §4):
+//
+//  1. the embedded defaults (Default);
+//  2. a YAML file, or JSON when its name ends in .json;
+//  3. the environment: SLUICE_<KEY>, lowercased, "__" for nesting
+//     (SLUICE_ADMIN__LISTEN sets admin.listen); subscriptions cannot be set
+//     there;
+//  4. overrides, usually from flags ("listen", "admin.listen").
+//
+// Guarantees of Load:
+//
+//   - Unknown keys are errors in every source (a typo is never ignored), and
+//     so are values of the wrong type; durations need a unit. Errors are
+//     *ValidationError naming the key and the source it came from. The one
+//     exception: SLUICE_* variables that name no key are listed in
+//     Config.IgnoredEnv, because Kubernetes injects SLUICE_PORT and friends.
+//   - A key left out takes its default; a key that is set is checked as
+//     written (rate: {per_second: 0} is an error, not "no limit").
+//   - The bounds of the retry budget, breakers, retry schedules and
+//     concurrency caps are policy's (policy.BreakerConfig.Validate and the
+//     like), and so are their defaults; this package adds the key's path and
+//     source.
+//   - The result has passed Validate: secrets and the admin token are read
+//     and parsed (SubscriptionConfig.Resolved, AdminConfig.ResolvedToken),
+//     and classify overrides parsed (SubscriptionConfig.ClassifyOverrides),
+//     so callers never read files or the environment again.
+//   - No secret, token or credential-like header value is ever printed: not
+//     by String, %v, %#v, log/slog or encoding/json, and not in an error.
+//
+// Load does no I/O beyond reading the file and the secret and token files
+// it names. A Config is a plain value: not safe for concurrent mutation.
+package config
+
+import (
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/signing"
+)
+
+// Values of Config.Durability.
+const (
+	// DurabilityFsync replies 202 after the append is synced: an accepted
+	// event survives power loss.
+	DurabilityFsync = "fsync"
+	// DurabilityAsync replies 202 before the sync: an accepted event survives
+	// a process crash but the last few milliseconds may be lost with power.
+	DurabilityAsync = "async"
+)
+
+// Defaults of the settings no component owns; the others are the owning
+// package's (proxy.DefaultListen, policy.DefaultBreakerWindow, ...), and
+// Default and Load take them from there.
+const (
+	// defaultDataDir holds the Badger log, relative to the working
+	// directory (DESIGN.md §4).
+	defaultDataDir = "./sluice-data"
+	// defaultLogLevel and defaultLogFormat are log/slog's usual defaults.
+	defaultLogLevel  = "info"
+	defaultLogFormat = "text"
+	// defaultSocketMode lets the sidecar's user and group use a unix socket
+	// on a volume shared with the producer's container.
+	defaultSocketMode = "0660"
+)
+
+// Config is the whole configuration of the sidecar (DESIGN.md §4). The koanf
+// tags are the YAML keys; environment variables use the same names with the
+// SLUICE_ prefix and "__" for nesting. Build one with Load; a Config
+// built by hand must start from Default and pass Validate.
+//
+// Printing a Config (String, %v, %#v, log/slog, encoding/json) never shows a
+// secret or the admin token.
+type Config struct {
+	// Listen is the ingest address: "host:port" or "unix:///abs/path.sock".
+	// Default proxy.DefaultListen.
+	Listen string `koanf:"listen"`
+	// Admin configures the admin API listener.
+	Admin AdminConfig `koanf:"admin"`
+	// DataDir holds the queue. Default "./sluice-data".
+	DataDir string `koanf:"data_dir"`
+	// Durability is DurabilityFsync (default) or DurabilityAsync.
+	Durability string `koanf:"durability"`
+	// MaxBodyBytes is the largest accepted event body in bytes, 1 to 64 MiB.
+	// Default proxy.DefaultMaxBodyBytes.
+	MaxBodyBytes int `koanf:"max_body_bytes"`
+	// Ingest bounds what producers may hold of the ingest listener.
+	Ingest IngestConfig `koanf:"ingest"`
+	// DedupWindow is how long an event id is remembered for idempotent
+	// ingest; at least one minute. Default queue.DefaultDedupWindow.
+	DedupWindow time.Duration `koanf:"dedup_window"`
+	// ShutdownGrace is how long in-flight deliveries may finish after the
+	// first SIGTERM. Default proxy.DefaultShutdownGrace.
+	ShutdownGrace time.Duration `koanf:"shutdown_grace"`
+	// MaxConnsPerHost caps outbound connections per endpoint host. Default
+	// proxy.DefaultMaxConnsPerHost.
+	MaxConnsPerHost int `koanf:"max_conns_per_host"`
+	// MaxInFlight caps concurrent outbound requests of the whole process.
+	// Default proxy.DefaultMaxInFlight.
+	MaxInFlight int `koanf:"max_in_flight"`
+	// MaxDiskBytes is the disk quota of the log in data_dir; past it ingest
+	// answers 507. 0 (default) means no quota.
+	MaxDiskBytes int64 `koanf:"max_disk_bytes"`
+	// MinFreeDiskBytes is the free space ingest leaves on data_dir's file
+	// system (507 below it). Default queue.DefaultMinFreeBytes; 0 disables
+	// the floor, which risks a crash on a full disk (see RELIABILITY.md).
+	MinFreeDiskBytes int64 `koanf:"min_free_disk_bytes"`
+	// AllowPrivateTargets lets subscriptions deliver to loopback, private,
+	// link-local (cloud metadata) and other non-public addresses. Off by
+	// default: the check runs when each connection is made, so DNS cannot
+	// route around it. Turn it on for receivers on the same host or network.
+	AllowPrivateTargets bool `koanf:"allow_private_targets"`
+	// LogLevel is debug, info (default), warn or error.
+	LogLevel string `koanf:"log_level"`
+	// LogFormat is text (default) or json.
+	LogFormat string `koanf:"log_format"`
+	// SocketMode is the file mode of unix-socket listeners, in octal
+	// ("0660" by default: the owner and a group shared with the producer).
+	SocketMode string `koanf:"socket_mode"`
+	// RetryBudget bounds the retries of all subscriptions together.
+	RetryBudget RetryBudgetConfig `koanf:"retry_budget"`
+	// Subscriptions are the endpoints events are delivered to. They can be
+	// set in the file or the overrides, not in the environment.
+	Subscriptions []SubscriptionConfig `koanf:"subscriptions"`
+
+	// IgnoredEnv names SLUICE_* variables that are no config key. They are
+	// not errors: Kubernetes injects SLUICE_PORT and friends for a Service
+	// named sluice, and a sidecar must not refuse to start over that. The
+	// caller logs them.
+	IgnoredEnv []string `koanf:"-" json:"-"`
+
+	// lookupEnv resolves secret_env references; Load points it at its
+	// environ argument, nil means os.LookupEnv.
+	lookupEnv func(string) (string, bool)
+}
+
+// RetryBudgetConfig is the retry budget shared by every subscription
+// (DESIGN.md §1): retries within the last Window may reach Ratio times the
+// successes within it (a 4xx counts: the endpoint answered), plus
+// MinPerSecond per second. A retry over budget is deferred, not dropped.
+type RetryBudgetConfig struct {
+	// Ratio is how many retries each success earns, above 0 and at most 1.
+	// Default policy.DefaultBudgetRatio.
+	Ratio float64 `koanf:"ratio"`
+	// MinPerSecond is the floor, in retries per second, above 0 and at most
+	// 1,000,000.
+	// Default policy.DefaultBudgetMinPerSecond.
+	MinPerSecond float64 `koanf:"min_per_second"`
+	// Window is how far back successes and retries count, 1s..10m. Default
+	// policy.DefaultBudgetWindow.
+	Window time.Duration `koanf:"window"`
+}
+
+// IngestConfig protects the ingest listener from slow, stuck or flooding
+// producers (proxy.IngestLimits).
+type IngestConfig struct {
+	// HeaderTimeout: the request line and headers must arrive within it,
+	// from their first byte (a slowloris gets 408); 100ms..10m.
+	HeaderTimeout time.Duration `koanf:"header_timeout"`
+	// BodyTimeout: the body must arrive within it once the headers are in;
+	// 1s..1h.
+	BodyTimeout time.Duration `koanf:"body_timeout"`
+	// IdleTimeout closes keep-alive connections idle this long; 1s..1h.
+	IdleTimeout time.Duration `koanf:"idle_timeout"`
+	// MaxHeaderBytes bounds the request line plus headers (431 past it);
+	// 1 KiB..1 MiB. Each connection keeps a buffer this size.
+	MaxHeaderBytes int `koanf:"max_header_bytes"`
+	// MaxConnections caps open connections, idle ones included; past it a
+	// new connection is answered 503 and closed. 16..1,000,000.
+	MaxConnections int `koanf:"max_connections"`
+}
+
+// AdminConfig configures the admin API listener.
+type AdminConfig struct {
+	// Listen is "host:port" or "unix:///abs/path.sock". Default
+	// proxy.DefaultAdminListen.
+	Listen string `koanf:"listen"`
+	// Token, when set, is the bearer token the admin API requires. Set
+	// Token or TokenFile, not both; neither means no authentication (the
+	// listener is on loopback by default).
+	Token string `koanf:"token" json:"-"`
+	// TokenFile names a file holding the token; surrounding whitespace is
+	// ignored.
+	TokenFile string `koanf:"token_file"`
+
+	// ResolvedToken is the token from Token or TokenFile, filled in by
+	// Validate so callers never read the file again. Empty means no token.
+	ResolvedToken string `koanf:"-" json:"-"`
+}
+
+// SubscriptionConfig is one endpoint and its delivery policy. Load fills
+// the keys a subscription leaves out with the owners' defaults (proxy's
+// timeout and cap, policy's retry, breaker and auto-cap defaults).
+type SubscriptionConfig struct {
+	// ID names the subscription in metrics, logs and the admin API; it
+	// matches ^[a-z0-9][a-z0-9._-]{0,63}$ and is unique.
+	ID string `koanf:"id"`
+	// URL is the absolute http or https endpoint; no userinfo, no fragment.
+	URL string `koanf:"url"`
+
+	// Exactly one of Secret, Secrets, SecretFile and SecretEnv must be set.
+	// Every secret is a Standard Webhooks "whsec_<base64>" key; all of them
+	// sign every delivery, which is how secrets are rotated.
+
+	// Secret is one secret.
+	Secret string `koanf:"secret" json:"-"`
+	// Secrets are several secrets, all active.
+	Secrets []string `koanf:"secrets" json:"-"`
+	// SecretFile names a file with one secret per line; blank lines and
+	// lines starting with # are ignored. Relative paths are relative to the
+	// working directory, like DataDir.
+	SecretFile string `koanf:"secret_file"`
+	// SecretEnv names an environment variable holding one or more secrets
+	// separated by whitespace.
+	SecretEnv string `koanf:"secret_env"`
+
+	// Types are the event types delivered: names matching
+	// ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$, or "*" alone for all. Default
+	// ["*"].
+	Types []string `koanf:"types"`
+	// Timeout bounds one HTTP exchange, 1ms to 5m. Default proxy.DefaultTimeout.
+	Timeout time.Duration `koanf:"timeout"`
+	// Rate limits how fast deliveries start. The zero RateConfig (rate
+	// omitted) means no limit.
+	Rate RateConfig `koanf:"rate"`
+	// Concurrency caps in-flight deliveries.
+	Concurrency ConcurrencyConfig `koanf:"concurrency"`
+	// Retry is the retry schedule.
+	Retry RetryConfig `koanf:"retry"`
+	// Backlog bounds the events waiting for this subscription; past it the
+	// oldest are dead-lettered. The zero BacklogConfig means no bound.
+	Backlog BacklogConfig `koanf:"backlog"`
+	// Breaker stops deliveries to an endpoint that keeps failing.
+	Breaker BreakerConfig `koanf:"breaker"`
+	// Headers are added to every delivery. They may not replace the headers
+	// sluice sets itself (webhook-*, Idempotency-Key, X-Event-Type,
+	// X-Attempt, Content-Type, Content-Length, Host) nor hop-by-hop headers.
+	Headers map[string]string `koanf:"headers"`
+	// Classify overrides the default response classification: status code
+	// ("100".."599") → "ack", "retry" or "dead_letter".
+	Classify map[string]string `koanf:"classify"`
+	// Paused starts the subscription paused; events are kept for it.
+	Paused bool `koanf:"paused"`
+
+	// Resolved holds the parsed secrets from whichever source is set, filled
+	// in by Validate so callers never read files or the environment again.
+	Resolved []signing.Secret `koanf:"-" json:"-"`
+	// ClassifyOverrides is Classify parsed for policy.Classify, filled in
+	// by Validate; nil when Classify is empty.
+	ClassifyOverrides map[int]policy.Outcome `koanf:"-" json:"-"`
+
+	// explicit records which keys the source spelled out where leaving a
+	// key out differs from setting it to zero; see keySet.
+	explicit keySet
+}
+
+// RateConfig is a subscription's token bucket: deliveries start at most
+// PerSecond per second on average, and up to Burst at once after a pause.
+type RateConfig struct {
+	// PerSecond is the rate, greater than 0 and at most 1,000,000. Zero,
+	// with Burst zero, means no limit; an explicit 0 is an error.
+	PerSecond float64 `koanf:"per_second"`
+	// Burst is the bucket size, at least 1. Default ceil(PerSecond), at
+	// least 1.
+	Burst int `koanf:"burst"`
+}
+
+// ConcurrencyConfig caps a subscription's in-flight deliveries: at Max, or,
+// with Auto, at a cap derived from Little's law (rate · P99 latency +
+// Headroom) and kept within Min..Max.
+type ConcurrencyConfig struct {
+	// Auto derives the cap from the measured rate and latency.
+	Auto bool `koanf:"auto"`
+	// Min is the lowest cap Auto may set, 1..10000 and at most Max. Only
+	// with Auto. Default policy.DefaultAutoCapMin.
+	Min int `koanf:"min"`
+	// Max is the cap, or with Auto the highest cap, 1..10000. Default
+	// proxy.DefaultMaxConcurrency, or policy.DefaultAutoCapMax with Auto.
+	Max int `koanf:"max"`
+	// Headroom is the slots Auto adds to λ·P99, 0..1000. Only with Auto.
+	// Default policy.DefaultAutoCapHeadroom.
+	Headroom int `koanf:"headroom"`
+}
+
+// BacklogConfig is a subscription's backlog quota. Zero fields mean no
+// limit.
+type BacklogConfig struct {
+	// MaxEvents is the most events waiting for the subscription, 0 or more.
+	MaxEvents int64 `koanf:"max_events"`
+	// MaxAge is how long an event may wait, 0 or at least 1s.
+	MaxAge time.Duration `koanf:"max_age"`
+}
+
+// BreakerConfig is a subscription's circuit breaker: closed → open on a
+// failure threshold → half-open single probe → closed (DESIGN.md §3).
+type BreakerConfig struct {
+	// FailureRatio opens the breaker when this share of the requests in
+	// Window failed, greater than 0 and at most 1. Default
+	// policy.DefaultBreakerFailureRatio.
+	FailureRatio float64 `koanf:"failure_ratio"`
+	// MinRequests is how many requests Window must hold before FailureRatio
+	// applies, at least 1. Default policy.DefaultBreakerMinRequests.
+	MinRequests int `koanf:"min_requests"`
+	// Window is how far back requests are counted, 1s..10m. Default
+	// policy.DefaultBreakerWindow.
+	Window time.Duration `koanf:"window"`
+	// ConsecutiveTimeouts opens the breaker after this many timeouts in a
+	// row, at least 1. Default
+	// policy.DefaultBreakerConsecutiveTimeouts.
+	ConsecutiveTimeouts int `koanf:"consecutive_timeouts"`
+	// CoolDown is how long the breaker stays open before a probe, positive
+	// and at most MaxCoolDown. Default policy.DefaultBreakerCoolDown.
+	CoolDown time.Duration `koanf:"cool_down"`
+	// MaxCoolDown bounds CoolDown as it grows while probes fail, positive.
+	// Default policy.DefaultBreakerMaxCoolDown.
+	MaxCoolDown time.Duration `koanf:"max_cool_down"`
+}
+
+// RetryConfig is a subscription's retry schedule: full-jitter backoff
+// uniform(0, min(Cap, Base·2^(attempt-1))) until MaxAttempts or MaxAge.
+type RetryConfig struct {
+	// MaxAttempts counts every attempt including the first, 1..100.
+	// Default policy.DefaultMaxAttempts.
+	MaxAttempts int `koanf:"max_attempts"`
+	// MaxAge is how long after the first attempt retries may continue.
+	// Default policy.DefaultMaxAge.
+	MaxAge time.Duration `koanf:"max_age"`
+	// Base is the first backoff step. Default policy.DefaultBase.
+	Base time.Duration `koanf:"base"`
+	// Cap is the largest backoff; Base <= Cap. Default policy.DefaultCap.
+	Cap time.Duration `koanf:"cap"`
+}
+
+// Default returns the configuration sluice runs with when no file,
+// environment variable or flag says otherwise. It has no subscriptions.
+// Each default is the owning package's: the listeners, limits and grace
+// are proxy's, the dedup window and the free-space floor queue's, the
+// retry budget policy's (DESIGN.md §4 lists them).
+func Default() *Config {
+	budget := policy.BudgetConfig{}.WithDefaults()
+	return &Config{
+		Listen:       proxy.DefaultListen,
+		Admin:        AdminConfig{Listen: proxy.DefaultAdminListen},
+		DataDir:      defaultDataDir,
+		Durability:   DurabilityFsync, // 202 only once the append is synced (DESIGN.md §3, "Group commit")
+		MaxBodyBytes: proxy.DefaultMaxBodyBytes,
+		Ingest: IngestConfig{
+			HeaderTimeout:  proxy.DefaultIngestHeaderTimeout,
+			BodyTimeout:    proxy.DefaultIngestBodyTimeout,
+			IdleTimeout:    proxy.DefaultIngestIdleTimeout,
+			MaxHeaderBytes: proxy.DefaultIngestMaxHeaderBytes,
+			MaxConnections: proxy.DefaultIngestMaxConnections,
+		},
+		DedupWindow:      queue.DefaultDedupWindow,
+		ShutdownGrace:    proxy.DefaultShutdownGrace,
+		MaxConnsPerHost:  proxy.DefaultMaxConnsPerHost,
+		MaxInFlight:      proxy.DefaultMaxInFlight,
+		MinFreeDiskBytes: queue.DefaultMinFreeBytes,
+		LogLevel:         defaultLogLevel,
+		LogFormat:        defaultLogFormat,
+		SocketMode:       defaultSocketMode,
+		RetryBudget:      RetryBudgetConfig{Ratio: budget.Ratio, MinPerSecond: budget.MinPerSecond, Window: budget.Window},
+	}
+}
+
+// applyDefaults fills each subscription's zero fields. It runs after
+// decoding because defaults cannot be layered into list elements. The
+// values are the owners': policy's WithDefaults for the retry schedule, the
+// breaker and the auto cap, proxy's constants for the rest. Where a zero
+// can be meant (concurrency.headroom: 0) or must be reported
+// (breaker.failure_ratio: 0), only keys the source left out are filled;
+// see keySet.
+func (c *Config) applyDefaults() {
+	retry := policy.DefaultRetryPolicy()
+	breaker := policy.BreakerConfig{}.WithDefaults()
+	auto := policy.AutoCapConfig{}.WithDefaults()
+	for i := range c.Subscriptions {
+		s := &c.Subscriptions[i]
+		set := s.explicit
+		if len(s.Types) == 0 {
+			s.Types = []string{"*"}
+		}
+		fill(&s.Timeout, proxy.DefaultTimeout, false)
+		if r := &s.Rate; r.PerSecond > 0 && r.Burst == 0 && !set.has(keyRateBurst) {
+			r.Burst = max(1, int(math.Ceil(min(r.PerSecond, maxRatePerSecond))))
+		}
+		if cc := &s.Concurrency; cc.Auto {
+			fill(&cc.Max, auto.Max, false)
+			fill(&cc.Min, auto.Min, set.has(keyConcurrencyMin))
+			fill(&cc.Headroom, auto.Headroom, set.has(keyConcurrencyHeadroom))
+		} else {
+			fill(&cc.Max, proxy.DefaultMaxConcurrency, false)
+		}
+		r := &s.Retry
+		fill(&r.MaxAttempts, retry.MaxAttempts, false)
+		fill(&r.MaxAge, retry.MaxAge, false)
+		fill(&r.Base, retry.Backoff.Base, false)
+		fill(&r.Cap, retry.Backoff.Cap, false)
+		b := &s.Breaker
+		fill(&b.FailureRatio, breaker.FailureRatio, set.has(keyBreakerFailureRatio))
+		fill(&b.MinRequests, breaker.MinRequests, set.has(keyBreakerMinRequests))
+		fill(&b.Window, breaker.Window, set.has(keyBreakerWindow))
+		fill(&b.ConsecutiveTimeouts, breaker.ConsecutiveTimeouts, set.has(keyBreakerConsecutiveTimeouts))
+		fill(&b.CoolDown, breaker.CoolDown, set.has(keyBreakerCoolDown))
+		fill(&b.MaxCoolDown, breaker.MaxCoolDown, set.has(keyBreakerMaxCoolDown))
+	}
+}
+
+// fill sets a zero field to its default unless the source spelled the zero
+// out, in which case it stays for Validate to judge.
+func fill[T comparable](field *T, def T, explicit bool) {
+	var zero T
+	if *field == zero && !explicit {
+		*field = def
+	}
+}
+
+// Policy returns the retry budget as policy takes it.
+func (rb RetryBudgetConfig) Policy() policy.BudgetConfig {
+	return policy.BudgetConfig{Ratio: rb.Ratio, MinPerSecond: rb.MinPerSecond, Window: rb.Window}
+}
+
+// Policy returns the retry schedule as policy takes it (Backoff.Rand nil:
+// math/rand/v2).
+func (r RetryConfig) Policy() policy.RetryPolicy {
+	return policy.RetryPolicy{MaxAttempts: r.MaxAttempts, MaxAge: r.MaxAge, Backoff: policy.Backoff{Base: r.Base, Cap: r.Cap}}
+}
+
+// Policy returns the breaker settings as policy takes them.
+func (b BreakerConfig) Policy() policy.BreakerConfig {
+	return policy.BreakerConfig{
+		Window: b.Window, MinRequests: b.MinRequests, FailureRatio: b.FailureRatio,
+		ConsecutiveTimeouts: b.ConsecutiveTimeouts, CoolDown: b.CoolDown, MaxCoolDown: b.MaxCoolDown,
+	}
+}
+
+// AutoCap returns the Little's-law cap settings as policy takes them, or
+// nil for a static cap (Max). Interval is left zero: policy's default.
+func (c ConcurrencyConfig) AutoCap() *policy.AutoCapConfig {
+	if !c.Auto {
+		return nil
+	}
+	return &policy.AutoCapConfig{Min: c.Min, Max: c.Max, Headroom: c.Headroom}
+}

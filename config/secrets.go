@@ -1,0 +1,186 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/sluicehq/sluice/signing"
+)
+
+// maxSecretFileSize bounds a secret or token file: anything larger is a
+// mistake (the wrong path), not a list of secrets.
+const maxSecretFileSize = 1 << 20
+
+var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (a *AdminConfig) resolveToken() error {
+	a.ResolvedToken = ""
+	switch {
+	case a.Token != "" && a.TokenFile != "":
+		return fieldErr("admin", nil, newReason(ErrConflict, "token and token_file are both set; use one"))
+	case a.Token != "":
+		if err := checkToken(a.Token); err != nil {
+			return fieldErr("admin.token", redactedText, err)
+		}
+		a.ResolvedToken = a.Token
+	case a.TokenFile != "":
+		b, err := readSmallFile(a.TokenFile)
+		if err != nil {
+			return fieldErr("admin.token_file", a.TokenFile, &reason{kind: ErrInvalidValue, msg: err.Error(), cause: err})
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return fieldErr("admin.token_file", a.TokenFile, newReason(ErrMissingValue, "file is empty"))
+		}
+		if err := checkToken(tok); err != nil {
+			return fieldErr("admin.token_file", a.TokenFile, err)
+		}
+		a.ResolvedToken = tok
+	}
+	return nil
+}
+
+// checkToken requires a token that fits an Authorization header unchanged.
+func checkToken(tok string) error {
+	for i := 0; i < len(tok); i++ {
+		if tok[i] < 0x21 || tok[i] > 0x7e {
+			return invalidf("token must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// resolveSecrets checks that exactly one secret source is set, reads it and
+// parses every secret into s.Resolved. Errors never contain secret text.
+func (s *SubscriptionConfig) resolveSecrets(p string, lookup func(string) (string, bool)) error {
+	s.Resolved = nil
+	var sources []string
+	if s.Secret != "" {
+		sources = append(sources, "secret")
+	}
+	if len(s.Secrets) > 0 {
+		sources = append(sources, "secrets")
+	}
+	if s.SecretFile != "" {
+		sources = append(sources, "secret_file")
+	}
+	if s.SecretEnv != "" {
+		sources = append(sources, "secret_env")
+	}
+	switch len(sources) {
+	case 0:
+		return fieldErr(p+".secret", nil, newReason(ErrMissingValue, "no secret: set one of secret, secrets, secret_file or secret_env"))
+	case 1:
+	default:
+		return fieldErr(p, nil, newReason(ErrConflict, "several secret sources (%s): set exactly one", strings.Join(sources, ", ")))
+	}
+
+	var out []signing.Secret
+	seen := map[string]bool{}
+	add := func(field, where, raw string) error {
+		sec, err := signing.ParseSecret(raw)
+		if err != nil {
+			return fieldErr(field, where, secretReason(err, raw))
+		}
+		if seen[raw] {
+			return fieldErr(field, where, newReason(ErrDuplicate, "the same secret is listed twice"))
+		}
+		seen[raw] = true
+		out = append(out, sec)
+		return nil
+	}
+
+	switch sources[0] {
+	case "secret":
+		if err := add(p+".secret", redactedText, s.Secret); err != nil {
+			return err
+		}
+	case "secrets":
+		for i, raw := range s.Secrets {
+			if err := add(fmt.Sprintf("%s.secrets[%d]", p, i), redactedText, raw); err != nil {
+				return err
+			}
+		}
+	case "secret_file":
+		f := p + ".secret_file"
+		b, err := readSmallFile(s.SecretFile)
+		if err != nil {
+			return fieldErr(f, s.SecretFile, &reason{kind: ErrInvalidValue, msg: err.Error(), cause: err})
+		}
+		for n, line := range strings.Split(string(b), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			if err := add(f, s.SecretFile, line); err != nil {
+				var ve *ValidationError
+				if errors.As(err, &ve) {
+					ve.Err = &reason{kind: ErrInvalidValue, msg: fmt.Sprintf("line %d: %v", n+1, ve.Err), cause: ve.Err}
+				}
+				return err
+			}
+		}
+		if len(out) == 0 {
+			return fieldErr(f, s.SecretFile, newReason(ErrMissingValue, "file holds no secret"))
+		}
+	case "secret_env":
+		f := p + ".secret_env"
+		if !envNamePattern.MatchString(s.SecretEnv) {
+			return fieldErr(f, s.SecretEnv, invalidf("not a valid environment variable name"))
+		}
+		v, ok := lookup(s.SecretEnv)
+		if !ok {
+			return fieldErr(f, s.SecretEnv, newReason(ErrMissingValue, "environment variable is not set"))
+		}
+		fields := strings.Fields(v)
+		if len(fields) == 0 {
+			return fieldErr(f, s.SecretEnv, newReason(ErrMissingValue, "environment variable is empty"))
+		}
+		for i, raw := range fields {
+			if err := add(f, s.SecretEnv, raw); err != nil {
+				var ve *ValidationError
+				if errors.As(err, &ve) {
+					ve.Err = &reason{kind: ErrInvalidValue, msg: fmt.Sprintf("secret %d: %v", i+1, ve.Err), cause: ve.Err}
+				}
+				return err
+			}
+		}
+	}
+	s.Resolved = out
+	return nil
+}
+
+// secretReason wraps a signing.ParseSecret error. signing promises not to
+// repeat the secret; the text is scrubbed anyway because this message goes
+// to logs.
+func secretReason(err error, raw string) error {
+	msg := err.Error()
+	for _, s := range []string{raw, strings.TrimPrefix(raw, "whsec_")} {
+		if len(s) >= 4 {
+			msg = strings.ReplaceAll(msg, s, redactedText)
+		}
+	}
+	return &reason{kind: ErrInvalidValue, msg: "invalid secret: " + strings.TrimPrefix(msg, "parse secret: "), cause: err}
+}
+
+// readSmallFile reads a secret or token file, refusing anything large enough
+// to be a mistake.
+func readSmallFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > maxSecretFileSize {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxSecretFileSize)
+	}
+	return b, nil
+}

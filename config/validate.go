@@ -1,0 +1,423 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// Limits checked by Validate. The bounds of the retry budget, the
+// breaker, the retry schedule and the concurrency caps are policy's
+// (policy.BudgetConfig.Validate and the like), not repeated here.
+const (
+	maxMaxBodyBytes  = 64 << 20
+	minMaxDiskBytes  = 64 << 20
+	minDedupWindow   = time.Minute
+	minTimeout       = time.Millisecond
+	maxTimeout       = 5 * time.Minute
+	maxRatePerSecond = 1e6 // keeps the default burst, ceil(per_second), a sane int
+	minBacklogMaxAge = time.Second
+	maxUnixPathLen   = 107 // sun_path is 108 bytes including the NUL on Linux
+)
+
+var (
+	idPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	typePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+)
+
+// Validate checks every value and returns the first problem as a
+// *ValidationError. It does not fill in defaults. As a side effect it
+// resolves secrets into SubscriptionConfig.Resolved (reading secret files and
+// secret_env variables), the admin token into Admin.ResolvedToken and the
+// classify overrides into SubscriptionConfig.ClassifyOverrides, so callers
+// never read or parse them again.
+func (c *Config) Validate() error {
+	if err := validateListen("listen", c.Listen); err != nil {
+		return err
+	}
+	if m, err := strconv.ParseUint(c.SocketMode, 8, 32); err != nil || m > 0o777 || m&0o600 != 0o600 {
+		return fieldErr("socket_mode", c.SocketMode, invalidf(`must be an octal file mode like "0660" that lets the owner read and write`))
+	}
+	if err := validateListen("admin.listen", c.Admin.Listen); err != nil {
+		return err
+	}
+	if c.Admin.Listen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+		return fieldErr("admin.listen", c.Admin.Listen, invalidf("must differ from listen"))
+	}
+	if err := c.Admin.resolveToken(); err != nil {
+		return err
+	}
+	if strings.TrimSpace(c.DataDir) == "" {
+		return fieldErr("data_dir", nil, newReason(ErrMissingValue, "must not be empty"))
+	}
+	if c.Durability != DurabilityFsync && c.Durability != DurabilityAsync {
+		return fieldErr("durability", c.Durability, invalidf("must be %q or %q", DurabilityFsync, DurabilityAsync))
+	}
+	if c.MaxBodyBytes < 1 || c.MaxBodyBytes > maxMaxBodyBytes {
+		return fieldErr("max_body_bytes", c.MaxBodyBytes, invalidf("must be between 1 and %d (64 MiB)", maxMaxBodyBytes))
+	}
+	if err := c.Ingest.validate(); err != nil {
+		return err
+	}
+	if c.DedupWindow < minDedupWindow {
+		return fieldErr("dedup_window", c.DedupWindow, invalidf("must be at least %v", minDedupWindow))
+	}
+	if c.ShutdownGrace < 0 {
+		return fieldErr("shutdown_grace", c.ShutdownGrace, invalidf("must not be negative"))
+	}
+	if c.MaxConnsPerHost < 1 {
+		return fieldErr("max_conns_per_host", c.MaxConnsPerHost, invalidf("must be at least 1"))
+	}
+	if c.MaxInFlight < 1 {
+		return fieldErr("max_in_flight", c.MaxInFlight, invalidf("must be at least 1"))
+	}
+	if c.MaxDiskBytes != 0 && c.MaxDiskBytes < minMaxDiskBytes {
+		return fieldErr("max_disk_bytes", c.MaxDiskBytes, invalidf("must be 0 (no quota) or at least %d (64 MiB: the log's own working set)", minMaxDiskBytes))
+	}
+	if c.MinFreeDiskBytes < 0 {
+		return fieldErr("min_free_disk_bytes", c.MinFreeDiskBytes, invalidf("must not be negative (0 disables the floor)"))
+	}
+	if err := c.RetryBudget.validate(); err != nil {
+		return err
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fieldErr("log_level", c.LogLevel, invalidf("must be debug, info, warn or error"))
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return fieldErr("log_format", c.LogFormat, invalidf("must be text or json"))
+	}
+
+	lookup := c.lookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	seen := make(map[string]int, len(c.Subscriptions))
+	for i := range c.Subscriptions {
+		s := &c.Subscriptions[i]
+		p := fmt.Sprintf("subscriptions[%d]", i)
+		if err := s.validate(p, lookup); err != nil {
+			return err
+		}
+		if j, dup := seen[s.ID]; dup {
+			return fieldErr(p+".id", s.ID, newReason(ErrDuplicate, "duplicate id: subscriptions[%d] and subscriptions[%d] both use it", j, i))
+		}
+		if !c.AllowPrivateTargets {
+			if why := privateHost(s.URL); why != "" {
+				return fieldErr(p+".url", safeURL(s.URL), invalidf("is %s; set allow_private_targets: true to deliver there", why))
+			}
+		}
+		seen[s.ID] = i
+	}
+	return nil
+}
+
+func (ic IngestConfig) validate() error {
+	for _, c := range []struct {
+		key       string
+		v, lo, hi time.Duration
+	}{
+		{"ingest.header_timeout", ic.HeaderTimeout, 100 * time.Millisecond, 10 * time.Minute},
+		{"ingest.body_timeout", ic.BodyTimeout, time.Second, time.Hour},
+		{"ingest.idle_timeout", ic.IdleTimeout, time.Second, time.Hour},
+	} {
+		if c.v < c.lo || c.v > c.hi {
+			return fieldErr(c.key, c.v, invalidf("must be between %v and %v", c.lo, c.hi))
+		}
+	}
+	if ic.MaxHeaderBytes < 1<<10 || ic.MaxHeaderBytes > 1<<20 {
+		return fieldErr("ingest.max_header_bytes", ic.MaxHeaderBytes, invalidf("must be between 1024 and 1048576"))
+	}
+	if ic.MaxConnections < 16 || ic.MaxConnections > 1_000_000 {
+		return fieldErr("ingest.max_connections", ic.MaxConnections, invalidf("must be between 16 and 1000000"))
+	}
+	return nil
+}
+
+// validate checks the retry budget against policy's bounds.
+func (rb RetryBudgetConfig) validate() error {
+	return policyErr("", rb.Policy().Validate())
+}
+
+// validateListen accepts "host:port" (host may be empty, port 0..65535) and
+// "unix:///absolute/path".
+func validateListen(field, v string) error {
+	if v == "" {
+		return fieldErr(field, nil, newReason(ErrMissingValue, "must not be empty"))
+	}
+	if p, ok := strings.CutPrefix(v, "unix://"); ok {
+		switch {
+		case !strings.HasPrefix(p, "/"):
+			return fieldErr(field, v, invalidf(`unix socket path must be absolute, like "unix:///run/sluice.sock"`))
+		case strings.HasSuffix(p, "/"):
+			return fieldErr(field, v, invalidf("unix socket path must name a file"))
+		case len(p) > maxUnixPathLen:
+			return fieldErr(field, v, invalidf("unix socket path is longer than %d bytes", maxUnixPathLen))
+		}
+		return nil
+	}
+	host, port, err := net.SplitHostPort(v)
+	if err != nil || strings.ContainsAny(host, "/ ") {
+		return fieldErr(field, v, invalidf(`must be "host:port" or "unix:///path.sock"`))
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fieldErr(field, v, invalidf("port must be a number from 0 to 65535"))
+	}
+	return nil
+}
+
+func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, bool)) error {
+	if s.ID == "" {
+		return fieldErr(p+".id", nil, newReason(ErrMissingValue, "required"))
+	}
+	if !idPattern.MatchString(s.ID) {
+		return fieldErr(p+".id", s.ID, invalidf("must match %s", idPattern))
+	}
+	if err := validateURL(p+".url", s.URL); err != nil {
+		return err
+	}
+	if err := s.resolveSecrets(p, lookup); err != nil {
+		return err
+	}
+
+	if len(s.Types) == 0 {
+		return fieldErr(p+".types", nil, newReason(ErrMissingValue, `must list event types or "*"`))
+	}
+	types := make(map[string]bool, len(s.Types))
+	for i, t := range s.Types {
+		f := fmt.Sprintf("%s.types[%d]", p, i)
+		if t != "*" && !typePattern.MatchString(t) {
+			return fieldErr(f, t, invalidf(`must be "*" or an event type matching %s`, typePattern))
+		}
+		if types[t] {
+			return fieldErr(f, t, newReason(ErrDuplicate, "listed twice"))
+		}
+		types[t] = true
+	}
+	if types["*"] && len(s.Types) > 1 {
+		return fieldErr(p+".types", s.Types, newReason(ErrConflict, `"*" already matches every type; list it alone`))
+	}
+
+	if s.Timeout < minTimeout || s.Timeout > maxTimeout {
+		return fieldErr(p+".timeout", s.Timeout, invalidf("must be between %v and %v", minTimeout, maxTimeout))
+	}
+	if err := s.validateRate(p); err != nil {
+		return err
+	}
+	if err := s.validateConcurrency(p); err != nil {
+		return err
+	}
+	if err := policyErr(p, s.Retry.Policy().Validate()); err != nil {
+		return err
+	}
+	if err := s.validateBacklog(p); err != nil {
+		return err
+	}
+	if err := policyErr(p, s.Breaker.Policy().Validate()); err != nil {
+		return err
+	}
+
+	lower := make(map[string]string, len(s.Headers))
+	for _, name := range slices.Sorted(maps.Keys(s.Headers)) {
+		f := p + ".headers[" + name + "]"
+		value := s.Headers[name]
+		if !validHeaderName(name) {
+			return fieldErr(p+".headers", name, invalidf("not a valid header name"))
+		}
+		if reservedHeader(name) {
+			return fieldErr(f, nil, invalidf("sluice sets this header itself; it cannot be overridden"))
+		}
+		if prev, ok := lower[strings.ToLower(name)]; ok {
+			return fieldErr(f, nil, newReason(ErrDuplicate, "same header as %q (header names ignore case)", prev))
+		}
+		lower[strings.ToLower(name)] = name
+		if !validHeaderValue(value) {
+			return fieldErr(f, value, invalidf("header value must not contain control characters"))
+		}
+	}
+
+	return s.parseClassify(p)
+}
+
+// parseClassify checks the classify overrides and keeps them parsed in
+// ClassifyOverrides, the one parse the wiring uses. Keys are reported in
+// sorted order, like policy.ParseClassify.
+func (s *SubscriptionConfig) parseClassify(p string) error {
+	s.ClassifyOverrides = nil
+	if len(s.Classify) == 0 {
+		return nil
+	}
+	out := make(map[int]policy.Outcome, len(s.Classify))
+	for _, code := range slices.Sorted(maps.Keys(s.Classify)) {
+		n, err := strconv.Atoi(code)
+		if err != nil || len(code) != 3 || n < 100 || n > 599 {
+			return fieldErr(p+".classify", code, invalidf("keys must be HTTP status codes from 100 to 599"))
+		}
+		o, err := policy.ParseOutcome(s.Classify[code])
+		if err != nil {
+			return fieldErr(p+".classify["+code+"]", s.Classify[code], &reason{kind: ErrInvalidValue, msg: "must be ack, retry or dead_letter", cause: err})
+		}
+		out[n] = o
+	}
+	s.ClassifyOverrides = out
+	return nil
+}
+
+// validateRate checks the token bucket, if there is one. The comparisons
+// in this and the next checks are written so that NaN (YAML .nan) fails
+// them.
+func (s *SubscriptionConfig) validateRate(p string) error {
+	r := s.Rate
+	if r == (RateConfig{}) && !s.explicit.has(keyRatePerSecond|keyRateBurst) {
+		return nil // no limit
+	}
+	if r.PerSecond == 0 && !s.explicit.has(keyRatePerSecond) {
+		return fieldErr(p+".rate.per_second", nil, newReason(ErrMissingValue, "required when rate is set; omit rate for no limit"))
+	}
+	if !(r.PerSecond > 0 && r.PerSecond <= maxRatePerSecond) {
+		return fieldErr(p+".rate.per_second", r.PerSecond, invalidf("must be greater than 0 and at most %d; omit rate for no limit", int(maxRatePerSecond)))
+	}
+	if r.Burst < 1 {
+		return fieldErr(p+".rate.burst", r.Burst, invalidf("must be at least 1"))
+	}
+	return nil
+}
+
+// validateConcurrency checks the static cap, or the bounds of the
+// automatic one, against policy's bounds; the keys that only mean
+// something with auto are this package's to refuse.
+func (s *SubscriptionConfig) validateConcurrency(p string) error {
+	c := s.Concurrency
+	if !c.Auto {
+		if err := policyErr(p, policy.ValidateCap(c.Max)); err != nil {
+			return err
+		}
+		if c.Min != 0 || s.explicit.has(keyConcurrencyMin) {
+			return fieldErr(p+".concurrency.min", c.Min, newReason(ErrConflict, "only with auto: true"))
+		}
+		if c.Headroom != 0 || s.explicit.has(keyConcurrencyHeadroom) {
+			return fieldErr(p+".concurrency.headroom", c.Headroom, newReason(ErrConflict, "only with auto: true"))
+		}
+		return nil
+	}
+	// Interval has no key; it is checked at the default the lane runs with.
+	auto := *c.AutoCap()
+	auto.Interval = policy.DefaultAutoCapInterval
+	return policyErr(p, auto.Validate())
+}
+
+// validateBacklog checks the backlog quota; zero fields mean no limit.
+func (s *SubscriptionConfig) validateBacklog(p string) error {
+	b := s.Backlog
+	if b.MaxEvents < 0 {
+		return fieldErr(p+".backlog.max_events", b.MaxEvents, invalidf("must not be negative (0 means no limit)"))
+	}
+	if b.MaxAge != 0 && b.MaxAge < minBacklogMaxAge {
+		return fieldErr(p+".backlog.max_age", b.MaxAge, invalidf("must be at least %v, or 0s for no limit", minBacklogMaxAge))
+	}
+	return nil
+}
+
+// validateURL requires an absolute http(s) URL with a host, without
+// credentials (they would be logged; use headers) and without a fragment
+// (never sent to the server).
+func validateURL(field, raw string) error {
+	if raw == "" {
+		return fieldErr(field, nil, newReason(ErrMissingValue, "required"))
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fieldErr(field, safeURL(raw), invalidf("not a valid URL"))
+	}
+	switch {
+	case u.Scheme == "":
+		return fieldErr(field, safeURL(raw), invalidf("must be an absolute URL starting with https:// or http://"))
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fieldErr(field, safeURL(raw), invalidf("must be http or https"))
+	case u.Opaque != "" || u.Host == "" || u.Hostname() == "":
+		return fieldErr(field, safeURL(raw), invalidf("must have a host"))
+	case u.User != nil:
+		return fieldErr(field, safeURL(raw), invalidf("must not contain credentials (user:password@); use headers"))
+	case strings.Contains(raw, "#"):
+		return fieldErr(field, safeURL(raw), invalidf("must not contain a fragment (#...)"))
+	}
+	return nil
+}
+
+// privateHost says why a URL's host is refused by the SSRF guard when that
+// is known without DNS: an IP literal in a forbidden range, or localhost
+// (RFC 6761 reserves it and its subdomains for loopback). Names are judged
+// again, with their resolved addresses, on every connection.
+func privateHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return "localhost (a loopback address)"
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if why := policy.ForbiddenTarget(ip); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+// validHeaderName reports whether name is an RFC 9110 token.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue rejects control characters other than tab (CR and LF
+// would split the header).
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// reservedHeader reports the headers sluice sets on every delivery
+// (DESIGN.md §4, "Outbound") and the hop-by-hop headers that would break the
+// HTTP exchange itself.
+func reservedHeader(name string) bool {
+	n := strings.ToLower(name)
+	if strings.HasPrefix(n, "webhook-") {
+		return true
+	}
+	switch n {
+	case "idempotency-key", "x-event-type", "x-attempt", "content-type", "content-length", "host",
+		"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade":
+		return true
+	}
+	return false
+}
