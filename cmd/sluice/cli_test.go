@@ -415,22 +415,6 @@ func TestCLIRetryPolicy(t *testing.T) {
 	}
 }
 
-// TestCLIRetryScheduleIsShort: a sidecar that is gone fails a command in
-// under ten seconds.
-func TestCLIRetryScheduleIsShort(t *testing.T) {
-	var total time.Duration
-	for i := range cliRetryMax {
-		total += cappedBackoff(cliRetryWaitMin, cliRetryWaitMax, i, nil)
-	}
-	if total < 3*time.Second || total > 8*time.Second {
-		t.Fatalf("retries wait %s in all; want a restart's worth, under ten seconds", total)
-	}
-	resp := &http.Response{StatusCode: 503, Header: http.Header{"Retry-After": {"3600"}}}
-	if d := cappedBackoff(cliRetryWaitMin, cliRetryWaitMax, 0, resp); d != cliRetryWaitMax {
-		t.Fatalf("Retry-After 3600 waits %s", d)
-	}
-}
-
 func TestCLIVerify(t *testing.T) {
 	k, _ := signing.ParseSecret(e2eSecret)
 	other, _ := signing.GenerateSecret()
