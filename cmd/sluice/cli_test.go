@@ -333,6 +333,9 @@ func TestCLIUsesTheToken(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "401 Unauthorized: missing or wrong admin token") || strings.Contains(out, "retry") {
 		t.Fatalf("status without the token: %d\n%s", code, out)
 	}
+	if out := mustRun(t, "status", "--admin", c.srv.AdminURL(), "--config", empty, "--token", cliToken); !strings.Contains(out, "retry budget:") {
+		t.Fatalf("status with --token:\n%s", out)
+	}
 }
 
 // TestCLIRidesOutARestart: the admin API starts listening only after the
