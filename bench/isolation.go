@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/testbed"
 )
 
 // Settings shared by both scenarios.
@@ -127,7 +130,7 @@ func startSlotSampler(sc *sidecar, recv *receiver, laneCap int) *slotSampler {
 				s.mu.Unlock()
 				continue
 			}
-			r := slotReading{T: time.Since(s.start).Seconds(), ReceiverHeld: recv.holding.Load()}
+			r := slotReading{T: time.Since(s.start).Seconds(), ReceiverHeld: recv.tb.Totals().Holding}
 			for _, l := range ls {
 				r.InFlight += l.InFlight
 				if l.Subscription == "s"+strconv.Itoa(holePath) {
@@ -184,26 +187,26 @@ func (s *slotSampler) finish() ([]slotReading, slotSummary) {
 // bhPhase is one blackhole window: every endpoint healthy, or /s0 a black
 // hole.
 type bhPhase struct {
-	Window         string        `json:"window"`
-	Hole           bool          `json:"black_hole"`
-	Seconds        float64       `json:"seconds"`
-	HealthyP50     float64       `json:"healthy_p50_ms"`
-	HealthyP99     float64       `json:"healthy_p99_ms"`
-	HealthyMax     float64       `json:"healthy_max_ms"`
-	Samples        int           `json:"healthy_latency_samples"`
-	Expected       int64         `json:"healthy_deliveries_expected"` // events of the window × 9
-	Missing        int64         `json:"healthy_deliveries_missing"`  // not delivered when the wait ended
-	P99LowerBound  bool          `json:"healthy_p99_is_lower_bound,omitempty"`
-	HealthyPerSec  float64       `json:"healthy_deliveries_per_s"`
-	OfferedPerSec  float64       `json:"healthy_offered_per_s"`
-	HoleDeliveries int64         `json:"hole_deliveries_in_window"`
-	ReceiverHeld   int64         `json:"receiver_held_total"` // requests the black hole took in
-	HeldAtEnd      int64         `json:"receiver_held_at_end"`
-	DrainSeconds   float64       `json:"healthy_drain_seconds"` // load end → every healthy delivery received
-	Drained        bool          `json:"healthy_drained"`
-	Slots          slotSummary   `json:"slots"`
-	Readings       []slotReading `json:"slot_readings,omitempty"`
-	Lanes          []laneStatus  `json:"lanes_after"`
+	Window         string             `json:"window"`
+	Hole           bool               `json:"black_hole"`
+	Seconds        float64            `json:"seconds"`
+	HealthyP50     float64            `json:"healthy_p50_ms"`
+	HealthyP99     float64            `json:"healthy_p99_ms"`
+	HealthyMax     float64            `json:"healthy_max_ms"`
+	Samples        int                `json:"healthy_latency_samples"`
+	Expected       int64              `json:"healthy_deliveries_expected"` // events of the window × 9
+	Missing        int64              `json:"healthy_deliveries_missing"`  // not delivered when the wait ended
+	P99LowerBound  bool               `json:"healthy_p99_is_lower_bound,omitempty"`
+	HealthyPerSec  float64            `json:"healthy_deliveries_per_s"`
+	OfferedPerSec  float64            `json:"healthy_offered_per_s"`
+	HoleDeliveries int64              `json:"hole_deliveries_in_window"`
+	ReceiverHeld   int64              `json:"receiver_held_total"` // requests the black hole took in
+	HeldAtEnd      int64              `json:"receiver_held_at_end"`
+	DrainSeconds   float64            `json:"healthy_drain_seconds"` // load end → every healthy delivery received
+	Drained        bool               `json:"healthy_drained"`
+	Slots          slotSummary        `json:"slots"`
+	Readings       []slotReading      `json:"slot_readings,omitempty"`
+	Lanes          []proxy.LaneStatus `json:"lanes_after"`
 }
 
 // bhDesign is one design of the blackhole scenario.
@@ -286,9 +289,9 @@ func (h *harness) blackholeDesign(ctx context.Context, name string, d *bhDesign,
 		p := &bhPhase{Window: name + "." + d.Key + ".healthy", Hole: hole, OfferedPerSec: isoRate * float64(isoSubs-1)}
 		if hole {
 			p.Window = name + "." + d.Key + ".hole"
-			h.recv.setMode(holePath, 1, modeHole)
+			h.recv.setMode(holePath, 1, testbed.ModeBlackhole)
 		}
-		held0 := h.recv.heldTotal.Load()
+		held0 := h.recv.tb.Totals().Held
 		var p0, p1 []int64
 		var sam *slotSampler
 		w := h.sidecarWindow(ctx, sc, p.Window, loadSpec{Conc: openWorkers, Rate: isoRate, Body: 512, Grace: openGrace, Dur: dur},
@@ -310,8 +313,8 @@ func (h *harness) blackholeDesign(ctx context.Context, name string, d *bhDesign,
 						p.Readings, p.Slots = sam.finish()
 						sam = nil
 					}
-					p.HeldAtEnd = h.recv.holding.Load()
-					p.ReceiverHeld = h.recv.heldTotal.Load() - held0
+					p.HeldAtEnd = h.recv.tb.Totals().Holding
+					p.ReceiverHeld = h.recv.tb.Totals().Held - held0
 					// The black hole comes back: what it holds is let go,
 					// so the sidecar's slots free up and the healthy
 					// backlog can be measured to the end.
@@ -436,44 +439,44 @@ type budgetReading struct {
 
 // outageRun is what one deliverer did around the outage.
 type outageRun struct {
-	Deliverer         string          `json:"deliverer"`
-	BasePerSec        float64         `json:"base_deliveries_per_s"` // rate × endpoints
-	MeasuredBase      float64         `json:"measured_base_per_s"`   // mean arrivals/s before the outage (after its first second)
-	PeakOutage        float64         `json:"peak_offered_outage_per_s"`
-	PeakOutageRatio   float64         `json:"peak_offered_outage_ratio"`
-	MeanOutage        float64         `json:"mean_offered_outage_per_s"`
-	PeakAfter         float64         `json:"peak_offered_after_recovery_per_s"`
-	PeakAfterRatio    float64         `json:"peak_offered_after_recovery_ratio"`
-	PeakAfterAt       float64         `json:"peak_after_recovery_at_s"` // after recovery
-	RetriesOutage     int64           `json:"retries_during_outage"`
-	AttemptsOutage    int64           `json:"attempts_during_outage"`
-	Retries           int64           `json:"retries_total"`
-	Attempts          int64           `json:"attempts_total"`
-	Events            int64           `json:"events"` // accepted (sluice) or sent (naive)
-	Delivered         int64           `json:"deliveries_unique"`
-	Duplicates        int64           `json:"duplicates"`
-	Lost              int64           `json:"deliveries_lost"` // naive: pairs whose 4 attempts failed; sluice: dead letters
-	EventsLost        int64           `json:"events_lost,omitempty"`
-	DueBefore         int64           `json:"events_due_before_recovery,omitempty"`
-	BacklogDrain      float64         `json:"backlog_drain_seconds,omitempty"` // recovery → every event published before it everywhere
-	BacklogDrained    bool            `json:"backlog_drained"`
-	AllDrain          float64         `json:"all_drain_seconds,omitempty"` // recovery → every accepted event everywhere
-	AllDrained        bool            `json:"all_drained"`
-	LoadAfterRecovery float64         `json:"load_after_recovery_seconds,omitempty"`
-	Deferred          uint64          `json:"retries_deferred,omitempty"`
-	BreakerSamples    int             `json:"samples_with_breaker_open,omitempty"`
-	BudgetAtOutage    *budgetReading  `json:"budget_at_outage,omitempty"`
-	BudgetMaxRetries  int64           `json:"budget_max_retries_in_window,omitempty"`
-	BudgetMaxAllowed  int64           `json:"budget_max_allowed_in_window,omitempty"`
-	BucketSeconds     float64         `json:"bucket_seconds"`
-	OutageFrom        int             `json:"outage_first_bucket"`
-	OutageTo          int             `json:"recovery_bucket"`
-	Total             []int64         `json:"per_bucket_requests"`
-	RetrySeries       []int64         `json:"per_bucket_retries"`
-	OKSeries          []int64         `json:"per_bucket_ok"`
-	Budget            []budgetReading `json:"budget_readings,omitempty"`
-	Lanes             []laneStatus    `json:"lanes_after,omitempty"`
-	Errors            []string        `json:"errors,omitempty"`
+	Deliverer         string             `json:"deliverer"`
+	BasePerSec        float64            `json:"base_deliveries_per_s"` // rate × endpoints
+	MeasuredBase      float64            `json:"measured_base_per_s"`   // mean arrivals/s before the outage (after its first second)
+	PeakOutage        float64            `json:"peak_offered_outage_per_s"`
+	PeakOutageRatio   float64            `json:"peak_offered_outage_ratio"`
+	MeanOutage        float64            `json:"mean_offered_outage_per_s"`
+	PeakAfter         float64            `json:"peak_offered_after_recovery_per_s"`
+	PeakAfterRatio    float64            `json:"peak_offered_after_recovery_ratio"`
+	PeakAfterAt       float64            `json:"peak_after_recovery_at_s"` // after recovery
+	RetriesOutage     int64              `json:"retries_during_outage"`
+	AttemptsOutage    int64              `json:"attempts_during_outage"`
+	Retries           int64              `json:"retries_total"`
+	Attempts          int64              `json:"attempts_total"`
+	Events            int64              `json:"events"` // accepted (sluice) or sent (naive)
+	Delivered         int64              `json:"deliveries_unique"`
+	Duplicates        int64              `json:"duplicates"`
+	Lost              int64              `json:"deliveries_lost"` // naive: pairs whose 4 attempts failed; sluice: dead letters
+	EventsLost        int64              `json:"events_lost,omitempty"`
+	DueBefore         int64              `json:"events_due_before_recovery,omitempty"`
+	BacklogDrain      float64            `json:"backlog_drain_seconds,omitempty"` // recovery → every event published before it everywhere
+	BacklogDrained    bool               `json:"backlog_drained"`
+	AllDrain          float64            `json:"all_drain_seconds,omitempty"` // recovery → every accepted event everywhere
+	AllDrained        bool               `json:"all_drained"`
+	LoadAfterRecovery float64            `json:"load_after_recovery_seconds,omitempty"`
+	Deferred          uint64             `json:"retries_deferred,omitempty"`
+	BreakerSamples    int                `json:"samples_with_breaker_open,omitempty"`
+	BudgetAtOutage    *budgetReading     `json:"budget_at_outage,omitempty"`
+	BudgetMaxRetries  int64              `json:"budget_max_retries_in_window,omitempty"`
+	BudgetMaxAllowed  int64              `json:"budget_max_allowed_in_window,omitempty"`
+	BucketSeconds     float64            `json:"bucket_seconds"`
+	OutageFrom        int                `json:"outage_first_bucket"`
+	OutageTo          int                `json:"recovery_bucket"`
+	Total             []int64            `json:"per_bucket_requests"`
+	RetrySeries       []int64            `json:"per_bucket_retries"`
+	OKSeries          []int64            `json:"per_bucket_ok"`
+	Budget            []budgetReading    `json:"budget_readings,omitempty"`
+	Lanes             []proxy.LaneStatus `json:"lanes_after,omitempty"`
+	Errors            []string           `json:"errors,omitempty"`
 }
 
 // analyse fills the peak figures from the timeline.
@@ -521,10 +524,10 @@ func (h *harness) outageClock(ctx context.Context, start time.Time, pre, outage 
 	go func() {
 		defer close(done)
 		if sleepUntil(ctx, start.Add(pre)) {
-			h.recv.setMode(0, isoSubs, mode500)
+			h.recv.setMode(0, isoSubs, testbed.ModeFail)
 		}
 		sleepUntil(ctx, start.Add(pre+outage))
-		h.recv.setMode(0, isoSubs, modeOK)
+		h.recv.setMode(0, isoSubs, testbed.ModeOK)
 	}()
 	return func() { <-done }
 }

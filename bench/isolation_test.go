@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/testbed"
 )
 
 func testReceiver(t *testing.T) *receiver {
 	t.Helper()
-	r, err := newReceiver(64)
+	r, err := newReceiver()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,14 +56,14 @@ func TestReceiverModes(t *testing.T) {
 	if code, err := post(c, r, "/s0", "a", "2", time.Second); err != nil || code != 200 {
 		t.Fatalf("ok path again: %d %v", code, err)
 	}
-	r.setMode(1, 1, mode500)
+	r.setMode(1, 1, testbed.ModeFail)
 	if code, err := post(c, r, "/s1", "b", "1", time.Second); err != nil || code != 500 {
 		t.Fatalf("500 path: %d %v", code, err)
 	}
-	if got := r.total.Load(); got != 2 {
+	if got := r.tb.Totals().Accepted; got != 2 {
 		t.Errorf("total = %d, want 2 (500s are not deliveries)", got)
 	}
-	if got := r.failed.Load(); got != 1 {
+	if got := r.tb.Totals().Failed; got != 1 {
 		t.Errorf("failed = %d, want 1", got)
 	}
 	total, retries, ok := tl.series(1)
@@ -74,16 +76,16 @@ func TestReceiverModes(t *testing.T) {
 	}
 
 	// Black hole: the client gives up, the receiver lets go.
-	r.setMode(2, 1, modeHole)
+	r.setMode(2, 1, testbed.ModeBlackhole)
 	_, err := post(c, r, "/s2", "c", "1", 200*time.Millisecond)
 	if !errors.Is(err, fasthttp.ErrTimeout) {
 		t.Fatalf("black hole: err %v, want a timeout", err)
 	}
-	if !waitFor(context.Background(), 5*time.Second, func() bool { return r.holding.Load() == 0 }) {
-		t.Fatalf("black hole still holds %d after the client closed", r.holding.Load())
+	if !waitFor(context.Background(), 5*time.Second, func() bool { return r.tb.Totals().Holding == 0 }) {
+		t.Fatalf("black hole still holds %d after the client closed", r.tb.Totals().Holding)
 	}
-	if r.heldTotal.Load() != 1 || r.heldFreed.Load() != 1 {
-		t.Errorf("held %d, freed by the client %d; want 1, 1", r.heldTotal.Load(), r.heldFreed.Load())
+	if tot := r.tb.Totals(); tot.Held != 1 || tot.HangUps != 1 {
+		t.Errorf("held %d, freed by the client %d; want 1, 1", tot.Held, tot.HangUps)
 	}
 
 	// Black hole released by the harness: the client sees the connection
@@ -93,7 +95,7 @@ func TestReceiverModes(t *testing.T) {
 		_, err := post(c, r, "/s2", "d", "1", time.Minute)
 		done <- err
 	}()
-	if !waitFor(context.Background(), 5*time.Second, func() bool { return r.holding.Load() == 1 }) {
+	if !waitFor(context.Background(), 5*time.Second, func() bool { return r.tb.Totals().Holding == 1 }) {
 		t.Fatal("request not held")
 	}
 	r.resetModes()
@@ -115,16 +117,16 @@ func TestNaiveRetry(t *testing.T) {
 	ctx := context.Background()
 	span := 50 * time.Millisecond // 10 events at 200/s
 
-	r.setMode(0, isoSubs, mode500)
+	r.setMode(0, isoSubs, testbed.ModeFail)
 	res := naiveRetry(ctx, r.addr, "t1", time.Now(), span, time.Second)
 	if res.events != 10 || res.attempts != 10*isoSubs*naiveAttempts || res.lostPairs != 10*isoSubs || res.lostEvents != 10 {
 		t.Errorf("all 500: %+v", res)
 	}
-	if got := r.failed.Load(); got != res.attempts {
+	if got := r.tb.Totals().Failed; got != res.attempts {
 		t.Errorf("receiver saw %d failures, deliverer made %d attempts", got, res.attempts)
 	}
 
-	r.setMode(0, isoSubs, modeOK)
+	r.setMode(0, isoSubs, testbed.ModeOK)
 	res = naiveRetry(ctx, r.addr, "t2", time.Now(), span, time.Second)
 	if res.events != 10 || res.attempts != 10*isoSubs || res.lostPairs != 0 {
 		t.Errorf("all 200: %+v", res)

@@ -231,7 +231,7 @@ func (h *harness) run(ctx context.Context) error {
 	h.rep.Sluice = h.sluice
 	h.rep.Machine.SluiceVersion = sluiceVersion(h.sluice)
 	var err error
-	if h.recv, err = newReceiver(maxPaths(h.opts)); err != nil {
+	if h.recv, err = newReceiver(); err != nil {
 		return fmt.Errorf("receiver: %w", err)
 	}
 	h.logf("receiver on %s; scenarios %s; window %s (+%s warm-up)", h.recv.addr,
@@ -361,12 +361,4 @@ func (h *harness) nextID(prefix string) string {
 	defer h.mu.Unlock()
 	h.seq++
 	return fmt.Sprintf("%s-%d", prefix, h.seq)
-}
-
-func maxPaths(o *options) int {
-	n := 64
-	if slices.Contains(o.scenarios, "lanes-50k") {
-		n = max(n, o.lanes)
-	}
-	return n
 }

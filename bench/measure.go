@@ -25,7 +25,7 @@ type snap struct {
 // the receiver's count and, for a sidecar, its memstats. CPU and the
 // receiver count come first so the expvar round trip does not skew them.
 func (h *harness) snapshot(pid int, sc *sidecar) snap {
-	s := snap{T: time.Now(), Recv: h.recv.total.Load()}
+	s := snap{T: time.Now(), Recv: h.recv.delivered()}
 	var err error
 	if s.CPU, err = procCPU(pid); err != nil {
 		s.Err = err
@@ -198,13 +198,13 @@ func (w *window) drain(ctx context.Context, h *harness, sc *sidecar, accepted in
 	fan := int64(activeSubs(sc.spec))
 	start := time.Now()
 	ok := waitFor(ctx, timeout, func() bool {
-		return h.recv.total.Load()-sc.recvStart >= accepted*fan
+		return h.recv.delivered()-sc.recvStart >= accepted*fan
 	})
 	w.DrainSeconds = time.Since(start).Seconds()
 	w.Drained = &ok
 	if !ok {
 		w.Errors = append(w.Errors, fmt.Sprintf("deliveries not drained after %s: %d of %d",
-			timeout, h.recv.total.Load()-sc.recvStart, accepted*fan))
+			timeout, h.recv.delivered()-sc.recvStart, accepted*fan))
 	}
 }
 

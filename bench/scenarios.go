@@ -25,7 +25,7 @@ func (h *harness) stopSidecar(sc *sidecar) {
 	h.rep.Sidecars = append(h.rep.Sidecars, &sidecarRecord{
 		Name: sc.spec.Name, Subscriptions: sc.spec.subscriptions(), Durability: sc.spec.Durability,
 		ConfigBytes: sc.cfgBytes, ReadySeconds: sc.ready.Seconds(), StopSeconds: took.Seconds(), Killed: killed,
-		Accepted: sc.accepted, Delivered: h.recv.total.Load() - sc.recvStart, Log: sc.logProblems(20),
+		Accepted: sc.accepted, Delivered: h.recv.delivered() - sc.recvStart, Log: sc.logProblems(20),
 	})
 	if killed {
 		h.logf("  %s did not exit within 20 s of SIGTERM: killed", sc.spec.Name)

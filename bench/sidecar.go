@@ -14,6 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy"
 )
 
 // What every generated subscription shares.
@@ -61,17 +65,20 @@ func (s sidecarSpec) subscriptions() int {
 // sidecar is a running `sluice serve`.
 type sidecar struct {
 	*child
-	spec      sidecarSpec
-	ingest    string // host:port
-	admin     string // host:port
-	dataDir   string
-	cfgPath   string
-	logPath   string
-	ready     time.Duration // process start → first /readyz 200
-	cfgBytes  int64
-	http      *http.Client
-	recvStart int64 // receiver total when the sidecar became ready
-	accepted  int64 // events the producers got a 202 for
+	spec     sidecarSpec
+	ingest   string // host:port
+	admin    string // host:port
+	dataDir  string
+	cfgPath  string
+	logPath  string
+	ready    time.Duration // process start → first /readyz 200
+	cfgBytes int64
+	// api reads the admin API without retries: the harness times start-up
+	// and samples lanes, and polls by itself.
+	api       *client.Client
+	http      *http.Client // the debug paths (expvar, pprof), which are no API
+	recvStart int64        // receiver total when the sidecar became ready
+	accepted  int64        // events the producers got a 202 for
 }
 
 // errNotReady is returned when /readyz did not answer 200 in time.
@@ -112,6 +119,9 @@ func (h *harness) tryStartSidecar(ctx context.Context, spec sidecarSpec, id stri
 	if spec.JSON {
 		s.cfgPath = filepath.Join(h.tmp, id+".json") // sluice picks the parser by the extension
 	}
+	if s.api, err = client.New(s.admin, client.Options{RetryMax: -1}); err != nil {
+		return nil, err
+	}
 	if s.cfgBytes, err = h.writeConfig(s); err != nil {
 		return nil, err
 	}
@@ -124,15 +134,16 @@ func (h *harness) tryStartSidecar(ctx context.Context, spec sidecarSpec, id stri
 		if !c.running() {
 			return true
 		}
-		code, _, err := s.get("/readyz", time.Second)
-		return err == nil && code == http.StatusOK
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return s.api.Ready(ctx) == nil
 	})
 	if !c.running() {
 		s.stop()
 		return nil, fmt.Errorf("sluice exited at start-up: %v: %s", c.err, tail(s.logPath, 2000))
 	}
 	s.ready = time.Since(c.start)
-	s.recvStart = h.recv.total.Load()
+	s.recvStart = h.recv.delivered()
 	if !ok {
 		return s, fmt.Errorf("%w: /readyz not 200 after %s (%d subscriptions)", errNotReady, h.opts.startTimeout, spec.subscriptions())
 	}
@@ -236,7 +247,7 @@ func (s *sidecar) stop() (time.Duration, bool) {
 	return took, killed
 }
 
-// get fetches an admin path.
+// get fetches a debug path of the admin listener.
 func (s *sidecar) get(path string, timeout time.Duration) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -253,61 +264,26 @@ func (s *sidecar) get(path string, timeout time.Duration) (int, []byte, error) {
 	return resp.StatusCode, b, err
 }
 
-// laneStatus is the part of a lane's GET /v1/subscriptions entry the
-// harness reads.
-type laneStatus struct {
-	Subscription string `json:"subscription"`
-	State        string `json:"state"`
-	InFlight     int    `json:"in_flight"`
-	Cap          int    `json:"cap"`
-	Backlog      uint64 `json:"backlog"`
-	Scheduled    int64  `json:"retries_scheduled"`
-	Delivered    uint64 `json:"delivered"`
-	Retried      uint64 `json:"retried"`
-	DeadLettered uint64 `json:"dead_lettered"`
-	Attempts     uint64 `json:"attempts"`
-	Breaker      string `json:"breaker"`
-	Deferred     uint64 `json:"retries_deferred"`
-	ShortCircuit uint64 `json:"short_circuits"`
-}
-
 // lanes reads GET /v1/subscriptions.
-func (s *sidecar) lanes() ([]laneStatus, error) {
-	code, b, err := s.get("/v1/subscriptions", 5*time.Second)
+func (s *sidecar) lanes() ([]proxy.LaneStatus, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := s.api.Subscriptions(ctx)
 	if err != nil {
 		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("/v1/subscriptions: status %d", code)
-	}
-	var v struct {
-		Subscriptions []laneStatus `json:"subscriptions"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return nil, fmt.Errorf("/v1/subscriptions: %w", err)
 	}
 	return v.Subscriptions, nil
 }
 
-// budgetStats is GET /v1/retry-budget.
-type budgetStats struct {
-	Successes int64   `json:"successes"`
-	Retries   int64   `json:"retries"`
-	Allowed   int64   `json:"allowed"`
-	Available float64 `json:"available"`
-}
-
-func (s *sidecar) retryBudget() (budgetStats, error) {
-	var v budgetStats
-	code, b, err := s.get("/v1/retry-budget", 5*time.Second)
+// retryBudget reads GET /v1/retry-budget.
+func (s *sidecar) retryBudget() (policy.BudgetStats, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := s.api.RetryBudget(ctx)
 	if err != nil {
-		return v, err
+		return policy.BudgetStats{}, err
 	}
-	if code != http.StatusOK {
-		return v, fmt.Errorf("/v1/retry-budget: status %d", code)
-	}
-	err = json.Unmarshal(b, &v)
-	return v, err
+	return *v, nil
 }
 
 // memStats is the part of runtime.MemStats the harness reads from the

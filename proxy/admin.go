@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"expvar"
@@ -12,7 +11,6 @@ import (
 	"net/http/pprof"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -20,25 +18,27 @@ import (
 )
 
 // adminHandler serves the admin API on its own listener (net/http: it is
-// not a hot path, and the standard tooling fits it best).
+// not a hot path, and the standard tooling fits it best). Every answer is
+// one of the wire types of api.go, so that package client decodes exactly
+// what is encoded here.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		writeJSON(w, http.StatusOK, HealthAnswer{Status: "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+			writeJSON(w, http.StatusServiceUnavailable, HealthAnswer{Status: "draining"})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		writeJSON(w, http.StatusOK, HealthAnswer{Status: "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("GET /v1/retry-budget", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.RetryBudget())
 	})
 	mux.HandleFunc("GET /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"subscriptions": s.Lanes(), "head": s.d.feed.head.Load()})
+		writeJSON(w, http.StatusOK, SubscriptionList{Subscriptions: s.Lanes(), Head: s.d.feed.head.Load()})
 	})
 	// Profiles and runtime counters, for explaining a regression on a live
 	// sidecar (bench -profile uses them). Behind the admin token like
@@ -50,19 +50,17 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.Handle("GET /debug/vars", expvar.Handler())
 	mux.HandleFunc("POST /v1/subscriptions/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
-		var body struct {
-			Reason string `json:"reason"`
-		}
+		var body PauseRequest
 		if r.ContentLength != 0 {
 			if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil {
-				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body: " + err.Error()})
+				writeError(w, http.StatusBadRequest, "body: "+err.Error())
 				return
 			}
 		}
-		adminResult(w, s.Pause(r.PathValue("id"), body.Reason), map[string]string{"subscription": r.PathValue("id"), "state": "paused"})
+		adminResult(w, s.Pause(r.PathValue("id"), body.Reason), StateAnswer{Subscription: r.PathValue("id"), State: "paused"})
 	})
 	mux.HandleFunc("POST /v1/subscriptions/{id}/resume", func(w http.ResponseWriter, r *http.Request) {
-		adminResult(w, s.Resume(r.PathValue("id")), map[string]string{"subscription": r.PathValue("id"), "state": "active"})
+		adminResult(w, s.Resume(r.PathValue("id")), StateAnswer{Subscription: r.PathValue("id"), State: "active"})
 	})
 	mux.HandleFunc("GET /v1/events/{id}", func(w http.ResponseWriter, r *http.Request) {
 		st, err := s.Event(r.PathValue("id"))
@@ -72,7 +70,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /v1/dead-letters/{subscription}/{seq}", func(w http.ResponseWriter, r *http.Request) {
 		seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "seq: not a sequence number: " + strconv.Quote(r.PathValue("seq"))})
+			writeError(w, http.StatusBadRequest, "seq: not a sequence number: "+strconv.Quote(r.PathValue("seq")))
 			return
 		}
 		d, err := s.q.DeadLetter(r.PathValue("subscription"), seq)
@@ -83,12 +81,12 @@ func (s *Server) adminHandler() http.Handler {
 			adminResult(w, err, nil)
 			return
 		}
-		writeJSON(w, http.StatusOK, deadLetterJSON(d, true))
+		writeJSON(w, http.StatusOK, NewDeadLetterInfo(d, true))
 	})
 	mux.HandleFunc("POST /v1/dead-letters/replay", s.replayDeadLetters)
 	s.dashboardRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found: " + r.Method + " " + r.URL.Path})
+		writeError(w, http.StatusNotFound, "not found: "+r.Method+" "+r.URL.Path)
 	})
 	return s.requireToken(mux)
 }
@@ -104,7 +102,7 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong admin token"})
+				writeError(w, http.StatusUnauthorized, "missing or wrong admin token")
 				return
 			}
 		}
@@ -112,6 +110,8 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 	})
 }
 
+// writeJSON writes v, indented by two spaces (people read these answers
+// with curl).
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -120,42 +120,22 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
-// adminResult writes v, or err as JSON with the status it calls for.
+// writeError writes msg as an ErrorAnswer.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, ErrorAnswer{Error: msg})
+}
+
+// adminResult writes v, or err as an ErrorAnswer with the status it calls
+// for.
 func adminResult(w http.ResponseWriter, err error, v any) {
 	switch {
 	case errors.Is(err, ErrNotFound):
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		writeError(w, http.StatusNotFound, err.Error())
 	case err != nil:
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		writeError(w, http.StatusInternalServerError, err.Error())
 	default:
 		writeJSON(w, http.StatusOK, v)
 	}
-}
-
-// deadLetterJSON is a dead letter as the admin API shows it; the body is
-// included (as text when it is valid UTF-8, else base64) only on request.
-func deadLetterJSON(d *queue.DeadLetter, body bool) map[string]any {
-	m := map[string]any{
-		"subscription": d.Subscription, "seq": d.Seq, "event_id": d.EventID, "type": d.Type,
-		"accepted_at": d.AcceptedAt, "reason": d.Reason, "attempts": d.Attempts, "last_status": d.LastStatus,
-		"last_error": d.LastError, "response": d.Response, "dead_at": d.DeadAt, "replays": d.Replays,
-		"body_bytes": len(d.Body),
-	}
-	if !d.ReplayedAt.IsZero() {
-		m["replayed_at"] = d.ReplayedAt
-	}
-	if !d.DeliveredAt.IsZero() {
-		m["delivered_at"] = d.DeliveredAt
-	}
-	if body {
-		m["content_type"] = d.ContentType
-		if utf8.Valid(d.Body) {
-			m["body"] = string(d.Body)
-		} else {
-			m["body_base64"] = base64.StdEncoding.EncodeToString(d.Body)
-		}
-	}
-	return m
 }
 
 // listDeadLetters serves GET /v1/dead-letters?subscription=&reason=&limit=&cursor=.
@@ -166,7 +146,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 		switch k {
 		case "subscription", "reason", "limit", "cursor":
 		default:
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "unknown parameter " + strconv.Quote(k) + " (want subscription, reason, limit, cursor)"})
+			writeError(w, http.StatusBadRequest, "unknown parameter "+strconv.Quote(k)+" (want subscription, reason, limit, cursor)")
 			return
 		}
 	}
@@ -174,7 +154,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "limit: want 1..1000, got " + strconv.Quote(v)})
+			writeError(w, http.StatusBadRequest, "limit: want 1..1000, got "+strconv.Quote(v))
 			return
 		}
 		limit = n
@@ -185,15 +165,15 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 		sub, seq, ok := strings.Cut(c, "/")
 		n, err := strconv.ParseUint(seq, 10, 64)
 		if !ok || err != nil || sub == "" {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "cursor: want SUBSCRIPTION/SEQ from a previous page, got " + strconv.Quote(c)})
+			writeError(w, http.StatusBadRequest, "cursor: want SUBSCRIPTION/SEQ from a previous page, got "+strconv.Quote(c))
 			return
 		}
 		afterSub, afterSeq = sub, n
 	}
 	sub, reason := q.Get("subscription"), q.Get("reason")
-	var out []map[string]any
-	next := ""
-	for len(out) < limit {
+	// Never null: a script may take the length of an empty page.
+	out := DeadLetterPage{DeadLetters: []DeadLetterInfo{}}
+	for len(out.DeadLetters) < limit {
 		page, err := s.q.DeadLetters(sub, afterSub, afterSeq, limit)
 		if err != nil {
 			adminResult(w, err, nil)
@@ -204,9 +184,9 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 			if reason != "" && d.Reason != reason {
 				continue
 			}
-			out = append(out, deadLetterJSON(d, false))
-			if len(out) == limit {
-				next = d.Subscription + "/" + strconv.FormatUint(d.Seq, 10)
+			out.DeadLetters = append(out.DeadLetters, NewDeadLetterInfo(d, false))
+			if len(out.DeadLetters) == limit {
+				out.Next = d.Subscription + "/" + strconv.FormatUint(d.Seq, 10)
 				break
 			}
 		}
@@ -214,44 +194,28 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	if out == nil {
-		out = []map[string]any{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out, "next": next})
+	writeJSON(w, http.StatusOK, out)
 }
 
-// replayDeadLetters serves POST /v1/dead-letters/replay with a body of
-// {"subscription": S, "seq": N}, {"items": [{"subscription", "seq"}...]}, or
-// {"filter": {"subscription": S, "reason": R}}; "force" replays dead letters
-// already replayed.
+// replayDeadLetters serves POST /v1/dead-letters/replay with a
+// ReplayRequest: {"subscription": S, "seq": N}, {"items": [{"subscription",
+// "seq"}...]}, or {"filter": {"subscription": S, "reason": R}}; "force"
+// replays dead letters already replayed.
 func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
-	type item struct {
-		Subscription string `json:"subscription"`
-		Seq          uint64 `json:"seq"`
-	}
-	var req struct {
-		Subscription string `json:"subscription"`
-		Seq          uint64 `json:"seq"`
-		Items        []item `json:"items"`
-		Filter       *struct {
-			Subscription string `json:"subscription"`
-			Reason       string `json:"reason"`
-		} `json:"filter"`
-		Force bool `json:"force"`
-	}
+	var req ReplayRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body: " + err.Error()})
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
 		return
 	}
 	items := req.Items
 	if req.Subscription != "" || req.Seq != 0 {
 		if req.Subscription == "" || req.Seq == 0 {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "subscription and seq: give both for one dead letter"})
+			writeError(w, http.StatusBadRequest, "subscription and seq: give both for one dead letter")
 			return
 		}
-		items = append(items, item{req.Subscription, req.Seq})
+		items = append(items, ReplayItem{req.Subscription, req.Seq})
 	}
 	if req.Filter != nil {
 		var afterSub string
@@ -265,7 +229,7 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 			for _, d := range page {
 				afterSub, afterSeq = d.Subscription, d.Seq
 				if req.Filter.Reason == "" || d.Reason == req.Filter.Reason {
-					items = append(items, item{d.Subscription, d.Seq})
+					items = append(items, ReplayItem{d.Subscription, d.Seq})
 				}
 			}
 			if len(page) < 500 {
@@ -274,20 +238,19 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(items) == 0 && req.Filter == nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "nothing to replay: give subscription and seq, items, or filter"})
+		writeError(w, http.StatusBadRequest, "nothing to replay: give subscription and seq, items, or filter")
 		return
 	}
-	results := make([]ReplayResult, 0, len(items))
-	replayed := 0
+	ans := ReplayAnswer{Results: make([]ReplayResult, 0, len(items))}
 	for _, it := range items {
 		res, err := s.Replay(it.Subscription, it.Seq, req.Force)
 		if err != nil {
 			res.Skipped = err.Error()
 		}
 		if res.Replayed {
-			replayed++
+			ans.Replayed++
 		}
-		results = append(results, res)
+		ans.Results = append(ans.Results, res)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"replayed": replayed, "results": results})
+	writeJSON(w, http.StatusOK, ans)
 }

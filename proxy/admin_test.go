@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -33,6 +35,18 @@ func adminCall(t *testing.T, s *proxy.Server, method, path, body, token string) 
 		}
 	}
 	return resp.StatusCode, m
+}
+
+// apiClient is the typed admin client of s; it does not retry, so a test
+// sees every answer.
+func apiClient(t *testing.T, s *proxy.Server) *client.Client {
+	t.Helper()
+	c, err := client.New(s.AdminURL(), client.Options{RetryMax: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
 }
 
 func startAdminServer(t *testing.T, dir, token string, subs ...*proxy.Subscription) *proxy.Server {
@@ -170,9 +184,8 @@ func TestLedgerAnswersEachState(t *testing.T) {
 		return true
 	}
 	eventually(t, "every state", func() bool { return check(s, want) })
-	code, m := adminCall(t, s, "GET", "/v1/events/ev-0", "", "")
-	if code != 200 || len(m["deliveries"].([]any)) != 5 {
-		t.Fatalf("GET /v1/events: %d %v", code, m)
+	if ev, err := apiClient(t, s).Event(context.Background(), "ev-0"); err != nil || len(ev.Deliveries) != 5 {
+		t.Fatalf("GET /v1/events: %+v %v", ev, err)
 	}
 	closeServer(t, s, 50*time.Millisecond)
 	s = startAdminServer(t, dir, "", subs()...)
@@ -197,45 +210,43 @@ func TestReplayDeliversOnceUnlessForced(t *testing.T) {
 	s := startAdminServer(t, dir, "", sub("a", rcv.URL))
 	publish(t, s, "t", "e", 3)
 	eventually(t, "dead letters", func() bool { return lane(s, "a").DeadLettered == 3 })
-	code, m := adminCall(t, s, "GET", "/v1/dead-letters?subscription=a&reason=rejected&limit=2", "", "")
-	if code != 200 || len(m["dead_letters"].([]any)) != 2 || m["next"] == "" {
-		t.Fatalf("list page 1: %d %v", code, m)
+	ctx := context.Background()
+	page, err := apiClient(t, s).DeadLetters(ctx, client.DeadLetterQuery{Subscription: "a", Reason: "rejected", Limit: 2})
+	if err != nil || len(page.DeadLetters) != 2 || page.Next == "" {
+		t.Fatalf("list page 1: %+v %v", page, err)
 	}
-	code, m2 := adminCall(t, s, "GET", "/v1/dead-letters?subscription=a&cursor="+m["next"].(string), "", "")
-	if code != 200 || len(m2["dead_letters"].([]any)) != 1 {
-		t.Fatalf("list page 2: %d %v", code, m2)
+	page2, err := apiClient(t, s).DeadLetters(ctx, client.DeadLetterQuery{Subscription: "a", Cursor: page.Next})
+	if err != nil || len(page2.DeadLetters) != 1 {
+		t.Fatalf("list page 2: %+v %v", page2, err)
 	}
-	first := m["dead_letters"].([]any)[0].(map[string]any)
-	seq := int(first["seq"].(float64))
+	seq := page.DeadLetters[0].Seq
 
 	// Restart between the dead-lettering and the replay: nothing is lost.
 	closeServer(t, s, time.Second)
 	s = startAdminServer(t, dir, "", sub("a", rcv.URL))
 	accept.Store(true)
-	body := `{"subscription":"a","seq":` + jsonInt(seq) + `}`
-	code, r := adminCall(t, s, "POST", "/v1/dead-letters/replay", body, "")
-	if code != 200 || r["replayed"].(float64) != 1 {
-		t.Fatalf("replay: %d %v", code, r)
+	c := apiClient(t, s)
+	one := proxy.ReplayRequest{Subscription: "a", Seq: seq}
+	if r, err := c.Replay(ctx, one); err != nil || r.Replayed != 1 {
+		t.Fatalf("replay: %+v %v", r, err)
 	}
 	eventually(t, "replayed delivery", func() bool { return delivered.Load() == 1 })
-	code, r = adminCall(t, s, "POST", "/v1/dead-letters/replay", body, "")
-	if code != 200 || r["replayed"].(float64) != 0 || !strings.Contains(r["results"].([]any)[0].(map[string]any)["skipped"].(string), "already replayed") {
-		t.Fatalf("second replay without force: %d %v", code, r)
+	if r, err := c.Replay(ctx, one); err != nil || r.Replayed != 0 || !strings.Contains(r.Results[0].Skipped, "already replayed") {
+		t.Fatalf("second replay without force: %+v %v", r, err)
 	}
 	// The receiver counts before its answer reaches sluice, so the ACK of the
 	// replay is recorded a moment after delivered moves: await it.
-	var d map[string]any
+	var d *proxy.DeadLetterInfo
 	eventually(t, "replay ACK recorded", func() bool {
-		_, d = adminCall(t, s, "GET", "/v1/dead-letters/a/"+jsonInt(seq), "", "")
-		return d["delivered_at"] != nil
+		d, err = c.DeadLetter(ctx, "a", seq)
+		return err == nil && !d.DeliveredAt.IsZero()
 	})
-	if d["replays"].(float64) != 1 || d["body"] != `{"n":0}` {
-		t.Fatalf("dead letter after replay: %v", d)
+	if d.Replays != 1 || d.Body == nil || *d.Body != `{"n":0}` {
+		t.Fatalf("dead letter after replay: %+v", d)
 	}
 	// Everything matching a filter, forced: the other two and the first again.
-	code, r = adminCall(t, s, "POST", "/v1/dead-letters/replay", `{"filter":{"subscription":"a","reason":"rejected"},"force":true}`, "")
-	if code != 200 || r["replayed"].(float64) != 3 {
-		t.Fatalf("replay by filter: %d %v", code, r)
+	if r, err := c.Replay(ctx, proxy.ReplayRequest{Filter: &proxy.ReplayFilter{Subscription: "a", Reason: "rejected"}, Force: true}); err != nil || r.Replayed != 3 {
+		t.Fatalf("replay by filter: %+v %v", r, err)
 	}
 	eventually(t, "all replayed", func() bool { return delivered.Load() == 4 })
 	eventually(t, "ledger shows the replay delivered", func() bool {
@@ -243,5 +254,3 @@ func TestReplayDeliversOnceUnlessForced(t *testing.T) {
 		return err == nil && st.Deliveries[0].State == "delivered"
 	})
 }
-
-func jsonInt(n int) string { b, _ := json.Marshal(n); return string(b) }

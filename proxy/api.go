@@ -99,10 +99,22 @@ type SubscriptionList struct {
 	Head          uint64       `json:"head"`
 }
 
+// PauseRequest is the optional body of POST /v1/subscriptions/{id}/pause;
+// Reason is shown by GET /v1/subscriptions as the lane's paused_by.
+type PauseRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
 // StateAnswer answers POST /v1/subscriptions/{id}/pause and /resume.
 type StateAnswer struct {
 	Subscription string `json:"subscription"`
 	State        string `json:"state"`
+}
+
+// HealthAnswer answers GET /healthz ("ok") and GET /readyz ("ready", or
+// "draining" with status 503 once the sidecar is stopping).
+type HealthAnswer struct {
+	Status string `json:"status"`
 }
 
 // ErrorAnswer is the body of every admin API error.

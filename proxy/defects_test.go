@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,7 +93,7 @@ func TestConcurrentReplaysDeliverOnce(t *testing.T) {
 	var replayed atomic.Int64
 	for seq := 1; seq <= letters; seq++ {
 		start := make(chan struct{})
-		body := `{"subscription":"a","seq":` + jsonInt(seq) + `}`
+		body := `{"subscription":"a","seq":` + strconv.Itoa(seq) + `}`
 		for range callers {
 			wg.Add(1)
 			go func() {

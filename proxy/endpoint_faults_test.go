@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"log"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/queue"
@@ -487,14 +489,13 @@ func TestEndpointUntrustedTLSCertificate(t *testing.T) {
 			t.Fatalf("connection %d opened with %q, not a TLS handshake: plaintext was sent", i, b)
 		}
 	}
-	code, m := adminCall(t, s, http.MethodGet, "/v1/dead-letters?subscription=tls", "", "")
-	dls, _ := m["dead_letters"].([]any)
-	if code != http.StatusOK || len(dls) != 2 {
-		t.Fatalf("admin dead letters: %d %v", code, m)
+	page, err := apiClient(t, s).DeadLetters(context.Background(), client.DeadLetterQuery{Subscription: "tls"})
+	if err != nil || len(page.DeadLetters) != 2 {
+		t.Fatalf("admin dead letters: %+v %v", page, err)
 	}
-	for _, d := range dls {
-		if d := d.(map[string]any); d["last_error"] != "tls" || d["reason"] != "max_attempts" {
-			t.Fatalf("admin dead letter %v: want last_error tls, reason max_attempts", d)
+	for _, d := range page.DeadLetters {
+		if d.LastError != "tls" || d.Reason != "max_attempts" {
+			t.Fatalf("admin dead letter %+v: want last_error tls, reason max_attempts", d)
 		}
 	}
 }

@@ -1,17 +1,22 @@
-// Package testbed is a local webhook receiver for tests, benchmarks, the
-// `sluice testbed` subcommand and `sluice demo`. It answers each webhook path
-// according to a Mode (healthy, failing, slow, black hole, rate limited,
-// flaky), optionally verifies Standard Webhooks signatures, and counts what it
-// saw per path: requests, accepted deliveries, distinct and duplicate
+// Package testbed is the local webhook receiver of the project: tests, the
+// benchmark harness (bench), the soak test, the `sluice testbed` subcommand
+// and `sluice demo` all use it. It answers each webhook path according to a
+// Mode (healthy, failing, slow, black hole, rate limited, flaky),
+// optionally verifies Standard Webhooks signatures, and counts what it saw
+// per path: requests, accepted deliveries, distinct and duplicate
 // webhook-id values, bad and missing signatures, concurrency and statuses.
+// A Hook sees every request and may choose its answer, for receivers that
+// check bodies or script answers per delivery, or that measure latency
+// from stamps in the body.
 //
 // Guarantees:
 //   - Counters are updated before the response is written, so a client that
 //     has read a response sees it reflected in Stats.
-//   - Black-holed and slow requests are held without the server's lock and
-//     count in InFlight until released. A black-holed request is released
-//     when its client disconnects or on Close; Close returns promptly while
-//     requests are held and waits for every handler goroutine.
+//   - Black-holed and slow requests are held without any lock and count in
+//     InFlight until released. A black-holed request is released when its
+//     client disconnects, on Release, after Options.MaxHold, or on Close;
+//     Close returns promptly while requests are held and waits for every
+//     handler goroutine.
 //   - Duplicates are counted per path by webhook-id among accepted (2xx)
 //     requests only: a retry after a failure is not a duplicate.
 //   - All methods are safe for concurrent use.
@@ -22,8 +27,11 @@
 //	GET  /_ids?path=/p         accepted webhook-id values of /p, one per line
 //	POST /_mode?path=/p&mode=m set the mode of /p (no path: the default mode)
 //
-// The server uses fasthttp because it also serves as a benchmark peer; the
-// request path avoids parsing bodies and allocates little.
+// The server uses fasthttp because it also serves as the benchmarks' peer,
+// whose speed bounds what they can measure: the request path takes no lock
+// shared by all paths, parses no body, and allocates nothing per request
+// but the webhook-id it keeps for duplicate counting (Options.Lean keeps
+// none, for load tests with millions of deliveries).
 package testbed
 
 import (
@@ -33,9 +41,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -55,7 +65,8 @@ const (
 	// ModeSlow waits Options.Delay, then answers 200.
 	ModeSlow Mode = "slow"
 	// ModeBlackhole reads the request and never answers, until the client
-	// disconnects or the server closes.
+	// disconnects, Release or Options.MaxHold ends it, or the server closes;
+	// then the connection is closed without a word.
 	ModeBlackhole Mode = "blackhole"
 	// ModeRateLimit answers 429 with Retry-After: Options.RetryAfter.
 	ModeRateLimit Mode = "ratelimit"
@@ -106,6 +117,73 @@ type Options struct {
 	// Logger receives mode changes and bad signatures (warn) and per-request
 	// detail (debug). Nil discards.
 	Logger *slog.Logger
+	// Hook, when set, sees every webhook request and chooses its answer;
+	// see Hook.
+	Hook Hook
+	// MaxHold, when positive, bounds how long a black hole holds one
+	// request, whatever its client does.
+	MaxHold time.Duration
+	// Lean makes the server a load-test peer: answers carry no body and no
+	// Server, Date or Content-Type header, and no webhook-id is kept
+	// (Unique and Duplicates stay 0, IDs returns nil), so that memory does
+	// not grow with the deliveries. A Hook can still look at every id.
+	Lean bool
+}
+
+// Hook sees a webhook request after its signature was checked and the
+// path's mode chose an answer, and returns the status to answer instead.
+// status is what the mode chose: 401 for an unsigned or badly signed
+// request when Options.Secrets is set, 0 for a black hole (and a slow
+// request is seen after its delay). Returning status keeps that answer;
+// another status replaces it (without a body, with Retry-After on a 429);
+// 0 black-holes the request. The answer is counted after the Hook returns.
+//
+// A Hook runs on the request's goroutine, concurrently with others and
+// without any lock of the server held; it must be quick, as the client
+// waits for it.
+type Hook func(r Request, status int) int
+
+// Request is a webhook request as a Hook sees it. Its byte slices belong to
+// the server and are valid only during the call: copy what you keep.
+type Request struct {
+	ctx  *fasthttp.RequestCtx
+	path []byte
+	n    int64
+	at   time.Time
+}
+
+// Path is the request's path ("/billing").
+func (r Request) Path() []byte { return r.path }
+
+// N is the request's number on its path, from 1; every request counts,
+// whatever the mode was then (as for ModeFlaky).
+func (r Request) N() int64 { return r.n }
+
+// Received is when the server began to handle the request.
+func (r Request) Received() time.Time { return r.at }
+
+// Header returns the value of the named request header, or nil.
+func (r Request) Header(name string) []byte { return r.ctx.Request.Header.Peek(name) }
+
+// Body returns the request's body.
+func (r Request) Body() []byte { return r.ctx.PostBody() }
+
+// Totals are counts over every path since the server was created, read
+// without copying any path's state: cheap enough to poll in a hot loop.
+type Totals struct {
+	// Requests counts every webhook request, answered or not.
+	Requests int64
+	// Accepted counts requests answered 2xx.
+	Accepted int64
+	// Failed counts requests answered 5xx.
+	Failed int64
+	// Holding is the number of black-holed requests held now.
+	Holding int64
+	// Held counts the requests ever black-holed.
+	Held int64
+	// HangUps counts black-holed requests whose client gave up and closed
+	// the connection (rather than Release, MaxHold or Close ending them).
+	HangUps int64
 }
 
 // PathStats counts the requests to one path. Counts are totals since the
@@ -139,25 +217,36 @@ type PathStats struct {
 	Statuses map[int]int64 `json:"statuses"`
 }
 
-func (ps PathStats) clone() PathStats {
-	c := ps
-	c.Attempts = make(map[string]int64, len(ps.Attempts))
-	for k, v := range ps.Attempts {
-		c.Attempts[k] = v
-	}
-	c.Statuses = make(map[int]int64, len(ps.Statuses))
-	for k, v := range ps.Statuses {
-		c.Statuses[k] = v
-	}
-	return c
+// pathState is everything the server keeps about one path. It is never
+// removed, so handlers may keep a pointer to it. Counters read on every
+// request are atomic; the rest is guarded by mu, which no other path
+// shares.
+type pathState struct {
+	requests, inFlight, maxInFlight atomic.Int64
+	unsigned, badSignatures         atomic.Int64
+	accepted                        atomic.Int64 // written under mu, with the statuses
+
+	mu         sync.Mutex
+	attempts   map[string]int64
+	statuses   map[int]int64
+	seen       map[string]struct{} // accepted webhook-id values
+	ids        []string            // the same, in order of first acceptance
+	unique     int64
+	duplicates int64
 }
 
-// pathState is everything the server keeps about one path. It is guarded by
-// Server.mu and never removed, so handlers may keep a pointer to it.
-type pathState struct {
-	stats PathStats
-	seen  map[string]struct{} // accepted webhook-id values
-	ids   []string            // the same, in order of first acceptance
+func (ps *pathState) stats() PathStats {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	st := PathStats{
+		Requests: ps.requests.Load(), Accepted: ps.accepted.Load(), Unique: ps.unique, Duplicates: ps.duplicates,
+		BadSignatures: ps.badSignatures.Load(), Unsigned: ps.unsigned.Load(),
+		InFlight: ps.inFlight.Load(), MaxInFlight: ps.maxInFlight.Load(),
+		Attempts: make(map[string]int64, len(ps.attempts)), Statuses: make(map[int]int64, len(ps.statuses)),
+	}
+	maps.Copy(st.Attempts, ps.attempts)
+	maps.Copy(st.Statuses, ps.statuses)
+	return st
 }
 
 // Server is a webhook receiver on a loopback (or any) address. Create it with
@@ -175,11 +264,24 @@ type Server struct {
 	serveDone chan struct{}
 	serveErr  error // written before serveDone is closed
 
-	mu      sync.Mutex
-	state   int // stateNew, stateOpen, stateClosed
-	modes   map[string]Mode
-	paths   map[string]*pathState
-	changed chan struct{} // closed on the next change; nil when nobody waits
+	// mu guards the fields below; handlers take it for reading only, once
+	// per request (and for writing on a path's first request).
+	mu    sync.RWMutex
+	state int // stateNew, stateOpen, stateClosed
+	modes map[string]Mode
+	paths map[string]*pathState
+	// release ends the black holes of now: Release cancels it and puts a
+	// new one in its place. A child of closing.
+	release    context.Context
+	releaseAll context.CancelFunc
+
+	// Wait callers: handlers wake them only while there are some, so the
+	// request path takes no shared lock otherwise.
+	waiters atomic.Int64
+	waitMu  sync.Mutex
+	changed chan struct{} // closed on the next change
+
+	requests, accepted, failed, holding, held, hangUps atomic.Int64
 }
 
 const (
@@ -209,20 +311,30 @@ func New(opts Options) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	closing, stop := context.WithCancel(context.Background())
+	release, releaseAll := context.WithCancel(closing)
 	s := &Server{
-		opts:      opts,
-		log:       log,
-		closing:   closing,
-		stop:      stop,
-		serveDone: make(chan struct{}),
-		modes:     map[string]Mode{"": opts.Mode},
-		paths:     make(map[string]*pathState),
+		opts:       opts,
+		log:        log,
+		closing:    closing,
+		stop:       stop,
+		serveDone:  make(chan struct{}),
+		modes:      map[string]Mode{"": opts.Mode},
+		paths:      make(map[string]*pathState),
+		release:    release,
+		releaseAll: releaseAll,
+	}
+	name := "sluice-testbed"
+	if opts.Lean {
+		name = "" // fasthttp sends a Name even with NoDefaultServerHeader
 	}
 	s.srv = &fasthttp.Server{
-		Handler:         s.handle,
-		Name:            "sluice-testbed",
-		CloseOnShutdown: true,
-		Logger:          fasthttpLogger{log},
+		Handler:               s.handle,
+		Name:                  name,
+		CloseOnShutdown:       true,
+		Logger:                fasthttpLogger{log},
+		NoDefaultServerHeader: opts.Lean,
+		NoDefaultDate:         opts.Lean,
+		NoDefaultContentType:  opts.Lean,
 	}
 	return s
 }
@@ -254,8 +366,8 @@ func (s *Server) Open(addr string) error {
 
 // Addr returns the listening address ("127.0.0.1:PORT"), or "" before Open.
 func (s *Server) Addr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	if s.ln == nil {
 		return ""
 	}
@@ -327,29 +439,70 @@ func (s *Server) SetMode(path string, m Mode) {
 	s.log.Info("testbed mode set", "path", path, "mode", string(m))
 }
 
+// ResetModes removes every path's own mode and sets the default back to
+// Options.Mode. Requests already held stay held; see Release.
+func (s *Server) ResetModes() {
+	s.mu.Lock()
+	s.modes = map[string]Mode{"": s.opts.Mode}
+	s.mu.Unlock()
+	s.log.Info("testbed modes reset", "mode", string(s.opts.Mode))
+}
+
+// Release ends every black-holed request held now, closing its connection
+// without an answer, as a dying endpoint would. Requests black-holed later
+// are held again.
+func (s *Server) Release() {
+	s.mu.Lock()
+	old := s.releaseAll
+	s.release, s.releaseAll = context.WithCancel(s.closing)
+	s.mu.Unlock()
+	old()
+}
+
 // Stats returns a copy of the counters of every path that has received a
 // request, keyed by request path.
 func (s *Server) Stats() map[string]PathStats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.statsLocked()
-}
-
-func (s *Server) statsLocked() map[string]PathStats {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	out := make(map[string]PathStats, len(s.paths))
 	for p, ps := range s.paths {
-		out[p] = ps.stats.clone()
+		out[p] = ps.stats()
 	}
 	return out
+}
+
+// Accepted returns how many requests to path were answered 2xx; unlike
+// Stats it copies nothing, for polling many paths.
+func (s *Server) Accepted(path string) int64 {
+	s.mu.RLock()
+	ps := s.paths[path]
+	s.mu.RUnlock()
+	if ps == nil {
+		return 0
+	}
+	return ps.accepted.Load()
+}
+
+// Totals returns the counts over every path.
+func (s *Server) Totals() Totals {
+	return Totals{
+		Requests: s.requests.Load(), Accepted: s.accepted.Load(), Failed: s.failed.Load(),
+		Holding: s.holding.Load(), Held: s.held.Load(), HangUps: s.hangUps.Load(),
+	}
 }
 
 // IDs returns the distinct webhook-id values accepted (answered 2xx) on path,
 // in the order they were first accepted.
 func (s *Server) IDs(path string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
 	ps := s.paths[path]
+	s.mu.RUnlock()
 	if ps == nil {
+		return nil
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.ids == nil {
 		return nil
 	}
 	return append([]string(nil), ps.ids...)
@@ -359,16 +512,19 @@ func (s *Server) IDs(path string) []string {
 // re-checks cond each time the counters change and returns ctx.Err() when ctx
 // ends first. cond runs without the server's lock held.
 func (s *Server) Wait(ctx context.Context, cond func(map[string]PathStats) bool) error {
+	s.waiters.Add(1)
+	defer s.waiters.Add(-1)
 	for {
-		s.mu.Lock()
-		snap := s.statsLocked()
+		// Take the channel before reading the counters: a change after
+		// the read closes it (or a later one, after this one was closed).
+		s.waitMu.Lock()
 		if s.changed == nil {
 			s.changed = make(chan struct{})
 		}
 		changed := s.changed
-		s.mu.Unlock()
+		s.waitMu.Unlock()
 
-		if cond(snap) {
+		if cond(s.Stats()) {
 			return nil
 		}
 		select {
@@ -379,13 +535,39 @@ func (s *Server) Wait(ctx context.Context, cond func(map[string]PathStats) bool)
 	}
 }
 
-// notifyLocked wakes Wait callers. Allocating a new channel only when
-// someone waits keeps the request path free of it otherwise.
-func (s *Server) notifyLocked() {
+// notify wakes Wait callers, if there are any.
+func (s *Server) notify() {
+	if s.waiters.Load() == 0 {
+		return
+	}
+	s.waitMu.Lock()
 	if s.changed != nil {
 		close(s.changed)
 		s.changed = nil
 	}
+	s.waitMu.Unlock()
+}
+
+// path returns the state of path, the mode it is in, and what releases its
+// black holes now.
+func (s *Server) path(path []byte) (*pathState, Mode, context.Context) {
+	s.mu.RLock()
+	ps := s.paths[string(path)]
+	mode, ok := s.modes[string(path)]
+	if !ok {
+		mode = s.modes[""]
+	}
+	release := s.release
+	s.mu.RUnlock()
+	if ps == nil {
+		s.mu.Lock()
+		if ps = s.paths[string(path)]; ps == nil {
+			ps = &pathState{}
+			s.paths[string(path)] = ps
+		}
+		s.mu.Unlock()
+	}
+	return ps, mode, release
 }
 
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
@@ -412,11 +594,15 @@ var (
 )
 
 func (s *Server) serveWebhook(ctx *fasthttp.RequestCtx, path []byte) {
+	var at time.Time
+	if s.opts.Hook != nil {
+		at = time.Now()
+	}
 	h := &ctx.Request.Header
 	id := h.Peek(signing.HeaderID)
 	sig := h.Peek(signing.HeaderSignature)
 
-	// Verify before taking the lock: it is the only CPU-heavy step.
+	// Verify first: it is the only CPU-heavy step.
 	unsigned, badSig := len(sig) == 0, false
 	var verifyErr error
 	if !unsigned && len(s.opts.Secrets) > 0 {
@@ -425,35 +611,30 @@ func (s *Server) serveWebhook(ctx *fasthttp.RequestCtx, path []byte) {
 		badSig = verifyErr != nil
 	}
 
-	s.mu.Lock()
-	ps := s.paths[string(path)]
-	if ps == nil {
-		ps = &pathState{
-			stats: PathStats{Attempts: make(map[string]int64), Statuses: make(map[int]int64)},
-			seen:  make(map[string]struct{}),
+	ps, mode, release := s.path(path)
+	n := ps.requests.Add(1)
+	s.requests.Add(1)
+	for in := ps.inFlight.Add(1); ; {
+		m := ps.maxInFlight.Load()
+		if in <= m || ps.maxInFlight.CompareAndSwap(m, in) {
+			break
 		}
-		s.paths[string(path)] = ps
 	}
-	st := &ps.stats
-	st.Requests++
-	n := st.Requests
-	st.InFlight++
-	st.MaxInFlight = max(st.MaxInFlight, st.InFlight)
 	if unsigned {
-		st.Unsigned++
+		ps.unsigned.Add(1)
 	}
 	if badSig {
-		st.BadSignatures++
+		ps.badSignatures.Add(1)
 	}
 	if a := h.Peek("X-Attempt"); len(a) > 0 {
-		st.Attempts[string(a)]++
+		ps.mu.Lock()
+		if ps.attempts == nil {
+			ps.attempts = make(map[string]int64)
+		}
+		ps.attempts[string(a)]++
+		ps.mu.Unlock()
 	}
-	mode, ok := s.modes[string(path)]
-	if !ok {
-		mode = s.modes[""]
-	}
-	s.notifyLocked()
-	s.mu.Unlock()
+	s.notify()
 
 	if log := s.log; log.Enabled(context.Background(), slog.LevelDebug) {
 		log.Debug("testbed request", "path", string(path), "webhook_id", string(id), "mode", string(mode), "n", n)
@@ -480,7 +661,6 @@ func (s *Server) serveWebhook(ctx *fasthttp.RequestCtx, path []byte) {
 				status, body = fasthttp.StatusOK, bodyOK
 			}
 		case ModeRateLimit:
-			ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, s.opts.RetryAfter)
 			status, body = fasthttp.StatusTooManyRequests, bodyRateLimited
 		case ModeSlow:
 			t := time.NewTimer(s.opts.Delay)
@@ -492,65 +672,105 @@ func (s *Server) serveWebhook(ctx *fasthttp.RequestCtx, path []byte) {
 				status, body = fasthttp.StatusServiceUnavailable, bodyClosing
 			}
 		case ModeBlackhole:
-			// Take the connection from fasthttp without answering; the
-			// hijack handler runs in its own goroutine after this returns.
-			ctx.HijackSetNoResponse(true)
-			ctx.Hijack(func(c net.Conn) {
-				s.blackhole(c)
-				s.finish(ps, 0, nil)
-			})
-			return
+			status = 0
 		default:
 			status, body = fasthttp.StatusInternalServerError, bodyUnknownMode
 		}
 	}
+	if s.opts.Hook != nil {
+		if got := s.opts.Hook(Request{ctx: ctx, path: path, n: n, at: at}, status); got != status {
+			status, body = got, nil
+		}
+	}
+	if status == 0 {
+		// Counted here, with InFlight, rather than when the hijack
+		// handler starts, so the two agree.
+		s.held.Add(1)
+		s.holding.Add(1)
+		// Take the connection from fasthttp without answering; the
+		// hijack handler runs in its own goroutine after this returns.
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(func(c net.Conn) {
+			s.blackhole(c, release)
+			s.finish(ps, 0, nil)
+		})
+		return
+	}
+	if status == fasthttp.StatusTooManyRequests {
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, s.opts.RetryAfter)
+	}
 	ctx.SetStatusCode(status)
-	ctx.SetBody(body)
+	if !s.opts.Lean {
+		ctx.SetBody(body)
+	}
 	s.finish(ps, status, id)
 }
 
 // blackhole holds c until the client disconnects (or sends something that
-// fails to read) or the server closes, discarding anything the client sends.
-func (s *Server) blackhole(c net.Conn) {
+// fails to read), release ends, or MaxHold passes, discarding anything the
+// client sends.
+func (s *Server) blackhole(c net.Conn, release context.Context) {
+	defer s.holding.Add(-1)
+	if s.opts.MaxHold > 0 {
+		_ = c.SetReadDeadline(time.Now().Add(s.opts.MaxHold))
+	}
 	released := make(chan struct{})
-	stop := context.AfterFunc(s.closing, func() {
+	stop := context.AfterFunc(release, func() {
 		defer close(released)
 		// fasthttp's hijacked conn ignores Close (it closes the conn
 		// itself after we return); a past deadline unblocks the read.
 		_ = c.SetReadDeadline(time.Unix(1, 0))
 	})
-	_, _ = io.Copy(io.Discard, c)
+	_, err := io.Copy(io.Discard, c)
 	if !stop() {
-		// Close raced with the client's disconnect: c must stay valid
+		// Release raced with the client's disconnect: c must stay valid
 		// until the deadline call is done, fasthttp recycles it after we
 		// return.
 		<-released
+	}
+	// A deadline (ours) reads as a timeout; the client closing, as EOF
+	// (nil here) or a reset.
+	var ne net.Error
+	if err == nil || !(errors.As(err, &ne) && ne.Timeout()) {
+		s.hangUps.Add(1)
 	}
 }
 
 // finish records the answer to one request. status 0 means unanswered.
 func (s *Server) finish(ps *pathState, status int, id []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := &ps.stats
-	st.InFlight--
+	ok := status >= 200 && status < 300
+	ps.mu.Lock()
 	if status != 0 {
-		st.Statuses[status]++
+		if ps.statuses == nil {
+			ps.statuses = make(map[int]int64)
+		}
+		ps.statuses[status]++
 	}
-	if status >= 200 && status < 300 {
-		st.Accepted++
-		if len(id) > 0 {
+	if ok {
+		ps.accepted.Add(1)
+		if len(id) > 0 && !s.opts.Lean {
 			if _, dup := ps.seen[string(id)]; dup {
-				st.Duplicates++
+				ps.duplicates++
 			} else {
+				if ps.seen == nil {
+					ps.seen = make(map[string]struct{})
+				}
 				k := string(id)
 				ps.seen[k] = struct{}{}
 				ps.ids = append(ps.ids, k)
-				st.Unique++
+				ps.unique++
 			}
 		}
 	}
-	s.notifyLocked()
+	ps.mu.Unlock()
+	switch {
+	case ok:
+		s.accepted.Add(1)
+	case status >= 500:
+		s.failed.Add(1)
+	}
+	ps.inFlight.Add(-1)
+	s.notify()
 }
 
 func (s *Server) serveStats(ctx *fasthttp.RequestCtx) {

@@ -154,11 +154,8 @@ func TestCLIStatus(t *testing.T) {
 	}
 
 	var js struct {
-		Subscriptions struct {
-			Head          uint64             `json:"head"`
-			Subscriptions []proxy.LaneStatus `json:"subscriptions"`
-		} `json:"subscriptions"`
-		RetryBudget *policy.BudgetStats `json:"retry_budget"`
+		Subscriptions proxy.SubscriptionList `json:"subscriptions"`
+		RetryBudget   *policy.BudgetStats    `json:"retry_budget"`
 	}
 	out = mustRun(t, "status", "--config", c.config, "--json")
 	if err := json.Unmarshal([]byte(out), &js); err != nil {
@@ -194,13 +191,7 @@ func TestCLIDeadLetters(t *testing.T) {
 	if n := len(regexp.MustCompile(`(?m)^failing +\d+ +d-\d +order\.created +max_attempts +2 +500 `).FindAllString(out, -1)); n != 3 {
 		t.Fatalf("dlq list shows %d of 3 dead letters:\n%s", n, out)
 	}
-	var page struct {
-		DeadLetters []struct {
-			Seq   uint64 `json:"seq"`
-			Event string `json:"event_id"`
-		} `json:"dead_letters"`
-		Next string `json:"next"`
-	}
+	var page proxy.DeadLetterPage
 	out = mustRun(t, "dlq", "list", "--config", c.config, "--limit", "1", "--json")
 	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.DeadLetters) != 1 || page.Next == "" {
 		t.Fatalf("dlq list --limit 1 --json: %v\n%s", err, out)
@@ -220,7 +211,7 @@ func TestCLIDeadLetters(t *testing.T) {
 	first := page.DeadLetters[0]
 	seq := strconv.FormatUint(first.Seq, 10)
 	out = mustRun(t, "dlq", "show", "failing", seq, "--config", c.config)
-	for _, want := range []string{"event", first.Event, "max_attempts", "last status", "500", "content type", "application/json", `{"n":`} {
+	for _, want := range []string{"event", first.EventID, "max_attempts", "last status", "500", "content type", "application/json", `{"n":`} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("dlq show lacks %q:\n%s", want, out)
 		}
@@ -232,7 +223,7 @@ func TestCLIDeadLetters(t *testing.T) {
 	// The endpoint is fixed: replay one, then again without and with force.
 	c.tb.SetMode("/failing", testbed.ModeOK)
 	out = mustRun(t, "dlq", "replay", "failing", seq, "--config", c.config)
-	if !regexp.MustCompile(`(?m)^replayed +failing/`+seq+` +`+first.Event).MatchString(out) || !strings.Contains(out, "replayed 1, skipped 0") {
+	if !regexp.MustCompile(`(?m)^replayed +failing/`+seq+` +`+first.EventID).MatchString(out) || !strings.Contains(out, "replayed 1, skipped 0") {
 		t.Fatalf("dlq replay:\n%s", out)
 	}
 	eventually(t, "replayed delivery", func() bool { return c.lane(t, "failing").Delivered == 1 })
@@ -244,9 +235,7 @@ func TestCLIDeadLetters(t *testing.T) {
 		t.Fatalf("dlq show after the replay was delivered:\n%s", out)
 	}
 	out = mustRun(t, "dlq", "replay", "--config", c.config, "--subscription", "failing", "--reason", "max_attempts", "--all", "--json")
-	var res struct {
-		Replayed int `json:"replayed"`
-	}
+	var res proxy.ReplayAnswer
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Replayed != 2 {
 		t.Fatalf("dlq replay --all replays the two others: %v\n%s", err, out)
 	}
@@ -333,6 +322,9 @@ func TestCLIUsesTheToken(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "401 Unauthorized: missing or wrong admin token") || strings.Contains(out, "retry") {
 		t.Fatalf("status without the token: %d\n%s", code, out)
 	}
+	if out := mustRun(t, "status", "--admin", c.srv.AdminURL(), "--config", empty, "--token", cliToken); !strings.Contains(out, "retry budget:") {
+		t.Fatalf("status with --token:\n%s", out)
+	}
 }
 
 // TestCLIRidesOutARestart: the admin API starts listening only after the
@@ -412,22 +404,6 @@ func TestCLIRetryPolicy(t *testing.T) {
 				t.Fatalf("exit %d (want %d), %d calls (want %d), output:\n%s", code, c.wantCode, calls.Load(), c.wantCalls, out)
 			}
 		})
-	}
-}
-
-// TestCLIRetryScheduleIsShort: a sidecar that is gone fails a command in
-// under ten seconds.
-func TestCLIRetryScheduleIsShort(t *testing.T) {
-	var total time.Duration
-	for i := range cliRetryMax {
-		total += cappedBackoff(cliRetryWaitMin, cliRetryWaitMax, i, nil)
-	}
-	if total < 3*time.Second || total > 8*time.Second {
-		t.Fatalf("retries wait %s in all; want a restart's worth, under ten seconds", total)
-	}
-	resp := &http.Response{StatusCode: 503, Header: http.Header{"Retry-After": {"3600"}}}
-	if d := cappedBackoff(cliRetryWaitMin, cliRetryWaitMax, 0, resp); d != cliRetryWaitMax {
-		t.Fatalf("Retry-After 3600 waits %s", d)
 	}
 }
 

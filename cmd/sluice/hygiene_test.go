@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/client"
 )
 
 // TestLogsNeverShowSecretsOrURLs runs a real sidecar at debug level through
@@ -69,15 +71,13 @@ func TestLogsNeverShowSecretsOrURLs(t *testing.T) {
 	// Await the three dead letters of "failing" through the admin API.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	api, err := client.New(admin, client.Options{Token: token, RetryMax: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for {
-		req, _ := http.NewRequest("GET", "http://"+admin+"/v1/dead-letters?subscription=failing", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if strings.Count(string(b), `"event_id"`) == 3 {
-				break
-			}
+		if page, err := api.DeadLetters(ctx, client.DeadLetterQuery{Subscription: "failing"}); err == nil && len(page.DeadLetters) == 3 {
+			break
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("no 3 dead letters; log:\n%s", log.String())
@@ -85,10 +85,13 @@ func TestLogsNeverShowSecretsOrURLs(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling another process's state
 	}
 	// A wrong token, then a reload with a bad value next to the secrets.
-	req, _ := http.NewRequest("GET", "http://"+admin+"/v1/subscriptions", nil)
-	req.Header.Set("Authorization", "Bearer wrong-"+token)
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
-		t.Fatalf("wrong token: %v %v", resp, err)
+	wrong, err := client.New(admin, client.Options{Token: "wrong-" + token, RetryMax: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ae *client.APIError
+	if _, err := wrong.Subscriptions(ctx); !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
+		t.Fatalf("wrong token: %v", err)
 	}
 	bad := strings.Replace(cfg, "max_attempts: 2", "max_attempts: -2", 1)
 	if err := os.WriteFile(cfgPath, []byte(bad), 0o600); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,9 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/badger"
@@ -176,13 +174,13 @@ type soakReq struct {
 	at      time.Time
 }
 
-// soakReceiver is every subscription's endpoint: one loopback server, one
-// path per subscription, recording each request per subscription and
-// webhook-id.
-type soakReceiver struct {
-	seed    uint64
-	secrets []signing.Secret
-	srv     *httptest.Server
+// soakRecorder is the receiver's part of the soak, on the Hook of one
+// testbed (one path per subscription; the testbed verifies signatures): it
+// checks every delivery, scripts the answers of flaky and reject, and
+// records each request per subscription and webhook-id.
+type soakRecorder struct {
+	seed uint64
+	tb   *testbed.Server
 
 	mu       sync.Mutex
 	forgiven map[string]bool                 // reject ids it now accepts
@@ -192,45 +190,44 @@ type soakReceiver struct {
 	nProblem int
 }
 
-func newSoakReceiver(t *testing.T, seed uint64) *soakReceiver {
+func newSoakRecorder(t *testing.T, seed uint64) *soakRecorder {
 	k, err := signing.ParseSecret(e2eSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &soakReceiver{seed: seed, secrets: []signing.Secret{k}, forgiven: map[string]bool{},
-		reqs: map[string]map[string][]soakReq{}, flaky: map[string]int{}}
-	r.srv = httptest.NewServer(r)
-	t.Cleanup(r.srv.Close)
+	r := &soakRecorder{seed: seed, forgiven: map[string]bool{}, reqs: map[string]map[string][]soakReq{}, flaky: map[string]int{}}
+	r.tb = testbed.New(testbed.Options{Secrets: []signing.Secret{k}, Hook: r.answer})
+	if err := r.tb.Open("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.tb.Close() })
 	return r
 }
 
-func (r *soakReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	sub := strings.TrimPrefix(req.URL.Path, "/")
-	body, err := io.ReadAll(req.Body)
-	id := req.Header.Get("webhook-id")
+// answer checks one delivery (status is 401 when its signature failed) and
+// decides the answer.
+func (r *soakRecorder) answer(req testbed.Request, status int) int {
+	sub := strings.TrimPrefix(string(req.Path()), "/")
+	body := req.Body()
+	id := string(req.Header("webhook-id"))
 	var problem string
-	gen, gerr := strconv.Atoi(req.Header.Get("X-Soak-Gen"))
-	attempt, aerr := strconv.Atoi(req.Header.Get("X-Attempt"))
+	gen, gerr := strconv.Atoi(string(req.Header("X-Soak-Gen")))
+	attempt, aerr := strconv.Atoi(string(req.Header("X-Attempt")))
 	n, okKey := soakKeyNum(id)
 	typ, reject := soakShape(r.seed, n)
 	switch {
-	case err != nil:
-		problem = "read body: " + err.Error()
 	case gerr != nil || aerr != nil:
-		problem = fmt.Sprintf("X-Soak-Gen %q, X-Attempt %q", req.Header.Get("X-Soak-Gen"), req.Header.Get("X-Attempt"))
+		problem = fmt.Sprintf("X-Soak-Gen %q, X-Attempt %q", req.Header("X-Soak-Gen"), req.Header("X-Attempt"))
 	case !okKey:
 		problem = "webhook-id " + strconv.Quote(id) + " was never sent"
 	case string(body) != soakBody(id, typ, reject):
 		problem = fmt.Sprintf("body %q", body)
-	case req.Header.Get("X-Event-Type") != typ:
-		problem = "X-Event-Type " + req.Header.Get("X-Event-Type") + ", want " + typ
+	case string(req.Header("X-Event-Type")) != typ:
+		problem = "X-Event-Type " + string(req.Header("X-Event-Type")) + ", want " + typ
 	case sub == "typed" && typ != "t.a":
 		problem = "type " + typ + " delivered to typed (types t.a)"
-	}
-	if problem == "" {
-		if err := signing.Verify(r.secrets, id, req.Header.Get("webhook-timestamp"), req.Header.Get("webhook-signature"), body, time.Now(), 0); err != nil {
-			problem = "signature: " + err.Error()
-		}
+	case status == http.StatusUnauthorized:
+		problem = "signature: missing, or not made with the subscription's secret"
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -239,10 +236,9 @@ func (r *soakReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		if len(r.problems) < 10 {
 			r.problems = append(r.problems, "/"+sub+" "+id+": "+problem)
 		}
-		w.WriteHeader(http.StatusBadRequest) // a dead letter, and a failed test
-		return
+		return http.StatusBadRequest // a dead letter, and a failed test
 	}
-	status := http.StatusOK
+	status = http.StatusOK
 	switch {
 	case sub == "flaky":
 		// Deterministic per (seed, id, request number): about half fail.
@@ -259,10 +255,10 @@ func (r *soakReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.reqs[sub] = m
 	}
 	m[id] = append(m[id], soakReq{gen: gen, attempt: attempt, status: status, at: time.Now()})
-	w.WriteHeader(status)
+	return status
 }
 
-func (r *soakReceiver) forgive(ids []string) {
+func (r *soakRecorder) forgive(ids []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, id := range ids {
@@ -271,7 +267,7 @@ func (r *soakReceiver) forgive(ids []string) {
 }
 
 // snapshot copies what the receiver recorded.
-func (r *soakReceiver) snapshot() map[string]map[string][]soakReq {
+func (r *soakRecorder) snapshot() map[string]map[string][]soakReq {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make(map[string]map[string][]soakReq, len(r.reqs))
@@ -328,8 +324,8 @@ type soakWorld struct {
 	dir     string
 	dataDir string
 	sc      *sidecar
-	admin   *http.Client
-	recv    *soakReceiver
+	api     *client.Client
+	recv    *soakRecorder
 	gate    soakGate
 	gen     int // the running process; its deliveries carry X-Soak-Gen
 	late    int // the late-R subscription in the config; 0 before the first reload
@@ -351,7 +347,7 @@ type soakWorld struct {
 	kills        []*soakKill
 	final        *soakKill // after the graceful stop
 	finalReplays int
-	deadLetters  map[string]map[string]queue.DeadLetter // subscription → event id → dead letter
+	deadLetters  map[string]map[string]proxy.DeadLetterInfo // subscription → event id → dead letter
 	ledger       map[string]*proxy.EventStatus
 	stats        soakStats
 }
@@ -369,20 +365,18 @@ func newSoakWorld(t *testing.T, seed uint64) *soakWorld {
 	dir := t.TempDir()
 	w := &soakWorld{
 		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0)), dir: dir, dataDir: filepath.Join(dir, "data"),
-		recv: newSoakReceiver(t, seed), events: map[string]*soakEvent{}, bySeq: map[uint64]*soakEvent{},
+		recv: newSoakRecorder(t, seed), events: map[string]*soakEvent{}, bySeq: map[uint64]*soakEvent{},
 		stop: make(chan struct{}),
 	}
 	w.gate.ch = make(chan struct{})
 	w.sc = newSidecar(t, dir, "")
-	adminSock := filepath.Join(dir, "admin.sock")
-	// A replay writes (and syncs) each dead letter on its own: a long
-	// timeout for those; everything else answers at once.
-	w.admin = &http.Client{Timeout: time.Minute, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", adminSock)
-		},
-	}}
+	// No retries: a call a kill cuts short fails, and the test counts it
+	// (replayErrs) or polls again.
+	api, err := client.New("unix://"+filepath.Join(dir, "admin.sock"), client.Options{Token: soakAdminToken, RetryMax: -1, AttemptTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.api = api
 	t.Cleanup(func() {
 		select {
 		case <-w.stop:
@@ -427,7 +421,7 @@ func (w *soakWorld) subYAML(id string) string {
     retry: {base: 10ms, cap: 100ms, max_attempts: 4}
     breaker: {failure_ratio: 0.6, cool_down: 50ms, max_cool_down: 200ms}
     headers: {X-Soak-Gen: "%d"}
-`, id, w.recv.srv.URL, id, e2eSecret, types, soakCap, w.gen)
+`, id, w.recv.tb.URL(), id, e2eSecret, types, soakCap, w.gen)
 }
 
 // writeConfig writes the config of generation w.gen with late-(w.late),
@@ -460,46 +454,24 @@ subscriptions:
 	}
 }
 
-// adminCall sends one admin API request; out, if not nil, receives the
-// JSON answer.
-func (w *soakWorld) adminCall(method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, "http://sluice"+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+soakAdminToken)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := w.admin.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
+// ctx bounds one admin call. A replay writes (and syncs) each dead letter
+// on its own: a long bound for those; everything else answers at once.
+func (w *soakWorld) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), time.Minute)
 }
 
-type soakLanes struct {
-	Subscriptions []proxy.LaneStatus `json:"subscriptions"`
-	Head          uint64             `json:"head"`
+// lanes reads GET /v1/subscriptions.
+func (w *soakWorld) lanes() (*proxy.SubscriptionList, error) {
+	ctx, cancel := w.ctx()
+	defer cancel()
+	return w.api.Subscriptions(ctx)
+}
+
+// replay sends one POST /v1/dead-letters/replay of items.
+func (w *soakWorld) replay(items []proxy.ReplayItem) (*proxy.ReplayAnswer, error) {
+	ctx, cancel := w.ctx()
+	defer cancel()
+	return w.api.Replay(ctx, proxy.ReplayRequest{Items: items})
 }
 
 // await polls cond until it holds; it fails the test at the deadline.
@@ -524,7 +496,9 @@ func (w *soakWorld) start() {
 	w.writeConfig()
 	w.sc.start()
 	w.await("sidecar ready", 30*time.Second, func() (bool, string) {
-		err := w.adminCall(http.MethodGet, "/readyz", nil, nil)
+		ctx, cancel := w.ctx()
+		defer cancel()
+		err := w.api.Ready(ctx)
 		return err == nil, fmt.Sprint(err)
 	})
 	w.gate.open()
@@ -540,7 +514,7 @@ func (w *soakWorld) kill() time.Time {
 		w.t.Fatalf("sluice generation %d ended by itself (%v) before its SIGKILL", w.gen, w.sc.cmd.ProcessState)
 	}
 	w.sc.client.Transport.(*http.Transport).CloseIdleConnections()
-	w.admin.Transport.(*http.Transport).CloseIdleConnections()
+	w.api.CloseIdleConnections()
 	return at
 }
 
@@ -693,40 +667,22 @@ func (w *soakWorld) repost(rng *rand.Rand) {
 }
 
 // listDeadLetters pages through GET /v1/dead-letters.
-func (w *soakWorld) listDeadLetters(sub string) ([]queue.DeadLetter, error) {
-	var out []queue.DeadLetter
-	cursor := ""
+func (w *soakWorld) listDeadLetters(sub string) ([]proxy.DeadLetterInfo, error) {
+	var out []proxy.DeadLetterInfo
+	q := client.DeadLetterQuery{Subscription: sub, Limit: 1000}
 	for {
-		path := "/v1/dead-letters?limit=1000"
-		if sub != "" {
-			path += "&subscription=" + sub
-		}
-		if cursor != "" {
-			path += "&cursor=" + cursor
-		}
-		var page struct {
-			DeadLetters []queue.DeadLetter `json:"dead_letters"`
-			Next        string             `json:"next"`
-		}
-		if err := w.adminCall(http.MethodGet, path, nil, &page); err != nil {
+		ctx, cancel := w.ctx()
+		page, err := w.api.DeadLetters(ctx, q)
+		cancel()
+		if err != nil {
 			return out, err
 		}
 		out = append(out, page.DeadLetters...)
 		if page.Next == "" {
 			return out, nil
 		}
-		cursor = page.Next
+		q.Cursor = page.Next
 	}
-}
-
-type soakReplayItem struct {
-	Subscription string `json:"subscription"`
-	Seq          uint64 `json:"seq"`
-}
-
-type soakReplayAnswer struct {
-	Replayed int                  `json:"replayed"`
-	Results  []proxy.ReplayResult `json:"results"`
 }
 
 // replayRound is the operator: it picks some dead letters of reject and
@@ -734,7 +690,7 @@ type soakReplayAnswer struct {
 // replays them. A kill may cut it short anywhere.
 func (w *soakWorld) replayRound(pick uint64) {
 	rng := rand.New(rand.NewPCG(w.seed, pick))
-	var items []soakReplayItem
+	var items []proxy.ReplayItem
 	var forgive []string
 	for _, sub := range []string{"reject", "flaky"} {
 		dls, err := w.listDeadLetters(sub)
@@ -748,7 +704,7 @@ func (w *soakWorld) replayRound(pick uint64) {
 			// A few at a time: each replay is its own synced write, and a
 			// round should usually finish before the kill (sometimes not).
 			if len(items) < 6 && d.Replays == 0 && d.DeliveredAt.IsZero() && rng.IntN(2) == 0 {
-				items = append(items, soakReplayItem{d.Subscription, d.Seq})
+				items = append(items, proxy.ReplayItem{Subscription: d.Subscription, Seq: d.Seq})
 				if sub == "reject" {
 					forgive = append(forgive, d.EventID)
 				}
@@ -759,8 +715,8 @@ func (w *soakWorld) replayRound(pick uint64) {
 		return
 	}
 	w.recv.forgive(forgive)
-	var ans soakReplayAnswer
-	if err := w.adminCall(http.MethodPost, "/v1/dead-letters/replay", map[string]any{"items": items}, &ans); err != nil {
+	ans, err := w.replay(items)
+	if err != nil {
 		w.mu.Lock()
 		w.replayErrs++
 		w.mu.Unlock()
@@ -788,8 +744,7 @@ func (w *soakWorld) reload() {
 	joined, left := fmt.Sprintf("late-%d", rl.r), fmt.Sprintf("late-%d", rl.r-1)
 	w.opW.Go(func() {
 		for {
-			var ls soakLanes
-			if err := w.adminCall(http.MethodGet, "/v1/subscriptions", nil, &ls); err == nil {
+			if ls, err := w.lanes(); err == nil {
 				in, out := false, true
 				for _, l := range ls.Subscriptions {
 					switch l.Subscription {
@@ -875,7 +830,7 @@ func (w *soakWorld) run(kills int) {
 
 	// The operator's last round: the reject receiver accepts everything now,
 	// and every dead letter not yet delivered is replayed once more.
-	var items []soakReplayItem
+	var items []proxy.ReplayItem
 	var forgive []string
 	dls, err := w.listDeadLetters("")
 	if err != nil {
@@ -886,14 +841,14 @@ func (w *soakWorld) run(kills int) {
 			t.Errorf("dead letter %s/%d (%s) was replayed but the replay neither delivered it nor failed: %+v", d.Subscription, d.Seq, d.EventID, d)
 		}
 		if d.DeliveredAt.IsZero() {
-			items = append(items, soakReplayItem{d.Subscription, d.Seq})
+			items = append(items, proxy.ReplayItem{Subscription: d.Subscription, Seq: d.Seq})
 			forgive = append(forgive, d.EventID)
 		}
 	}
 	w.recv.forgive(forgive)
 	for chunk := range slices.Chunk(items, 100) {
-		var ans soakReplayAnswer
-		if err := w.adminCall(http.MethodPost, "/v1/dead-letters/replay", map[string]any{"items": chunk}, &ans); err != nil {
+		ans, err := w.replay(chunk)
+		if err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range ans.Results {
@@ -911,10 +866,10 @@ func (w *soakWorld) run(kills int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.deadLetters = map[string]map[string]queue.DeadLetter{}
+	w.deadLetters = map[string]map[string]proxy.DeadLetterInfo{}
 	for _, d := range dls {
 		if w.deadLetters[d.Subscription] == nil {
-			w.deadLetters[d.Subscription] = map[string]queue.DeadLetter{}
+			w.deadLetters[d.Subscription] = map[string]proxy.DeadLetterInfo{}
 		}
 		w.deadLetters[d.Subscription][d.EventID] = d
 	}
@@ -922,11 +877,13 @@ func (w *soakWorld) run(kills int) {
 	w.rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 	w.ledger = map[string]*proxy.EventStatus{}
 	for _, key := range keys[:min(len(keys), 400)] {
-		var st proxy.EventStatus
-		if err := w.adminCall(http.MethodGet, "/v1/events/"+key, nil, &st); err != nil {
+		ctx, cancel := w.ctx()
+		st, err := w.api.Event(ctx, key)
+		cancel()
+		if err != nil {
 			t.Fatalf("ledger of accepted event %s: %v", key, err)
 		}
-		w.ledger[key] = &st
+		w.ledger[key] = st
 	}
 
 	// A graceful stop exits 0; then the data dir's final memberships.
@@ -950,8 +907,8 @@ func (w *soakWorld) run(kills int) {
 // scheduled, no backlog, not paused.
 func (w *soakWorld) settle(when string) {
 	w.await("lanes idle "+when, 90*time.Second, func() (bool, string) {
-		var ls soakLanes
-		if err := w.adminCall(http.MethodGet, "/v1/subscriptions", nil, &ls); err != nil {
+		ls, err := w.lanes()
+		if err != nil {
 			return false, err.Error()
 		}
 		for _, l := range ls.Subscriptions {
@@ -1399,18 +1356,14 @@ func TestInvariant7_RemovedSubscriptionDrainsAfterCrash(t *testing.T) {
 	}
 	writeConfig(keep)
 	sc.cmd.Process.Signal(syscall.SIGHUP)
-	admin := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", adminSock)
-		},
-	}}
+	api, err := client.New("unix://"+adminSock, client.Options{RetryMax: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for {
-		var ls soakLanes
-		resp, err := admin.Get("http://sluice/v1/subscriptions")
-		if err == nil {
-			json.NewDecoder(resp.Body).Decode(&ls)
-			resp.Body.Close()
+		ls := &proxy.SubscriptionList{}
+		if got, err := api.Subscriptions(ctx); err == nil {
+			ls = got
 		}
 		if i := slices.IndexFunc(ls.Subscriptions, func(l proxy.LaneStatus) bool { return l.Subscription == "gone" }); i >= 0 && ls.Subscriptions[i].State == "draining" {
 			break

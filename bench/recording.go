@@ -2,124 +2,77 @@ package main
 
 import (
 	"bytes"
-	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
+	"github.com/sluicehq/sluice/testbed"
 )
 
-// receiver is the webhook endpoint of every scenario: an in-process fasthttp
-// server that answers 200 at once, counts per path (/s<N>), and, while a
-// latency window is open, records publish→receipt latency from the
-// "sent_ns" the producer stamped into the body.
+// receiver is the webhook endpoint of every scenario: a testbed.Server in
+// lean mode (answers without body or default headers, no webhook-ids kept:
+// it takes millions of deliveries) that counts per path (/s<N>), and the
+// harness's instruments on its Hook. While a latency window is open it
+// records publish→receipt latency from the "sent_ns" the producer stamped
+// into the body; a timeline counts requests in time buckets; an id tracker
+// counts first deliveries and duplicates per (path, webhook-id).
 //
-// Each path has a mode (setMode): it answers 200 (the default), 500, or
-// is a black hole that accepts the request and never answers, holding it
-// until the client gives up and closes the connection or the harness
-// releases it (releaseHeld, close). Only 200 answers count as deliveries
-// (total, perPath); every request, answered or not, is counted in
-// attempts and, while one is set, in the timeline.
+// Each path /s<N> has a mode (setMode): it answers 200 (the default),
+// 500, or is a black hole that accepts the request and never answers,
+// holding it until the client gives up and closes the connection, the
+// harness releases it (resetModes, close), or maxHold passes. Only 200
+// answers count as deliveries (Totals().Accepted, perPath); every request,
+// answered or not, is counted in Totals().Requests and, while one is set,
+// in the timeline.
 type receiver struct {
-	srv      *fasthttp.Server
-	ln       net.Listener
-	addr     string
-	total    atomic.Int64 // 200 answers
-	other    atomic.Int64 // requests to paths that are not /s<N>
-	attempts atomic.Int64 // every request
-	failed   atomic.Int64 // 500 answers
-	perPath  []atomic.Int64
-	modes    []atomic.Int32
-	rec      atomic.Pointer[latRecorder]
-	tl       atomic.Pointer[timeline]
-	track    atomic.Pointer[idTracker]
-	done     chan struct{}
-
-	// Requests held by black-hole paths.
-	heldMu    sync.Mutex
-	held      map[net.Conn]struct{}
-	holding   atomic.Int64 // held right now
-	heldTotal atomic.Int64 // ever held
-	heldFreed atomic.Int64 // ended because the client closed the connection
+	tb    *testbed.Server
+	addr  string
+	rec   atomic.Pointer[latRecorder]
+	tl    atomic.Pointer[timeline]
+	track atomic.Pointer[idTracker]
 }
-
-// Path modes.
-const (
-	modeOK   int32 = iota // answer 200 at once
-	mode500               // answer 500 at once
-	modeHole              // accept and never answer
-)
 
 // maxHold bounds how long a black hole holds one request, whatever the
 // client does.
 const maxHold = 2 * time.Minute
 
-func newReceiver(paths int) (*receiver, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+func newReceiver() (*receiver, error) {
+	r := &receiver{}
+	r.tb = testbed.New(testbed.Options{Lean: true, MaxHold: maxHold, Hook: r.hook})
+	if err := r.tb.Open("127.0.0.1:0"); err != nil {
 		return nil, err
 	}
-	r := &receiver{
-		ln: ln, addr: ln.Addr().String(), perPath: make([]atomic.Int64, paths), modes: make([]atomic.Int32, paths),
-		held: map[net.Conn]struct{}{}, done: make(chan struct{}),
-	}
-	r.srv = &fasthttp.Server{
-		Handler:               r.handle,
-		Name:                  "bench-receiver",
-		NoDefaultServerHeader: true,
-		NoDefaultDate:         true,
-		NoDefaultContentType:  true,
-		ReadTimeout:           time.Minute,
-		IdleTimeout:           time.Minute,
-		MaxRequestBodySize:    4 << 20,
-	}
-	go func() {
-		defer close(r.done)
-		r.srv.Serve(ln)
-	}()
+	r.addr = r.tb.Addr()
 	return r, nil
 }
 
-func (r *receiver) handle(ctx *fasthttp.RequestCtx) {
-	r.attempts.Add(1)
-	i, ok := pathIndex(ctx.Path())
-	if !ok || i >= len(r.perPath) {
+// hook feeds the instruments that are set; it never changes the answer.
+// It allocates nothing: the hot path of every throughput scenario.
+func (r *receiver) hook(req testbed.Request, status int) int {
+	rec, tl, tr := r.rec.Load(), r.tl.Load(), r.track.Load()
+	if rec == nil && tl == nil && tr == nil {
+		return status
+	}
+	now := req.Received()
+	if tl != nil {
+		tl.add(now, isRetry(req.Header("X-Attempt")), status == 200)
+	}
+	if status != 200 || (rec == nil && tr == nil) {
+		return status
+	}
+	i, ok := pathIndex(req.Path())
+	if !ok {
 		i = -1
 	}
-	mode := modeOK
-	if i >= 0 {
-		mode = r.modes[i].Load()
+	sent, ok := sentNs(req.Body())
+	if rec != nil && ok && sent >= rec.from && rec.wants(i) {
+		rec.add(now.UnixNano() - sent)
 	}
-	if tl := r.tl.Load(); tl != nil {
-		tl.add(time.Now(), isRetry(ctx.Request.Header.Peek("X-Attempt")), mode == modeOK)
+	if tr != nil {
+		tr.add(i, req.Header("webhook-id"), sent)
 	}
-	switch mode {
-	case mode500:
-		r.failed.Add(1)
-		ctx.SetStatusCode(fasthttp.StatusInternalServerError)
-		return
-	case modeHole:
-		r.hold(ctx)
-		return
-	}
-	if i >= 0 {
-		r.perPath[i].Add(1)
-	} else {
-		r.other.Add(1)
-	}
-	rec, tr := r.rec.Load(), r.track.Load()
-	if rec != nil || tr != nil {
-		sent, ok := sentNs(ctx.PostBody())
-		if rec != nil && ok && sent >= rec.from && rec.wants(i) {
-			rec.add(time.Now().UnixNano() - sent)
-		}
-		if tr != nil {
-			tr.add(i, ctx.Request.Header.Peek("webhook-id"), sent)
-		}
-	}
-	r.total.Add(1)
-	ctx.SetStatusCode(fasthttp.StatusOK)
+	return status
 }
 
 // isRetry reports whether an X-Attempt header says this is not the first
@@ -128,98 +81,39 @@ func isRetry(v []byte) bool {
 	return len(v) > 0 && !(len(v) == 1 && v[0] == '1')
 }
 
-// hold is the black hole: no answer; the connection is taken over and
-// read until the client closes it (its timeout), the harness releases it,
-// or maxHold passes. Then it is closed without a word.
-func (r *receiver) hold(ctx *fasthttp.RequestCtx) {
-	r.heldTotal.Add(1)
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) {
-		r.holding.Add(1)
-		defer r.holding.Add(-1)
-		r.heldMu.Lock()
-		if r.held == nil { // closing
-			r.heldMu.Unlock()
-			return
-		}
-		r.held[c] = struct{}{}
-		r.heldMu.Unlock()
-		defer func() {
-			r.heldMu.Lock()
-			delete(r.held, c)
-			r.heldMu.Unlock()
-		}()
-		c.SetReadDeadline(time.Now().Add(maxHold))
-		buf := make([]byte, 512)
-		for {
-			if _, err := c.Read(buf); err != nil {
-				if !isTimeout(err) {
-					r.heldFreed.Add(1)
-				}
-				return
-			}
-		}
-	})
-}
+func pathName(i int) string { return "/s" + strconv.Itoa(i) }
 
-func isTimeout(err error) bool {
-	ne, ok := err.(net.Error)
-	return ok && ne.Timeout()
-}
-
-// releaseHeld ends every held request now (the connection is closed with
-// no answer, as a dying endpoint would).
-func (r *receiver) releaseHeld() {
-	r.heldMu.Lock()
-	for c := range r.held {
-		c.SetReadDeadline(time.Unix(1, 0))
+// setMode sets the mode of paths /s<from> .. /s<from+n-1>; ModeOK is the
+// default, which the paths then fall back to.
+func (r *receiver) setMode(from, n int, mode testbed.Mode) {
+	if mode == testbed.ModeOK {
+		mode = ""
 	}
-	r.heldMu.Unlock()
-}
-
-// setMode sets the mode of paths /s<from> .. /s<from+n-1>.
-func (r *receiver) setMode(from, n int, mode int32) {
-	for i := from; i < from+n && i < len(r.modes); i++ {
-		r.modes[i].Store(mode)
+	for i := from; i < from+n; i++ {
+		r.tb.SetMode(pathName(i), mode)
 	}
 }
 
 // resetModes makes every path answer 200 again and releases what the
 // black holes hold.
 func (r *receiver) resetModes() {
-	r.setMode(0, len(r.modes), modeOK)
-	r.releaseHeld()
+	r.tb.ResetModes()
+	r.tb.Release()
 }
 
-func (r *receiver) close() {
-	r.heldMu.Lock()
-	held := r.held
-	r.held = nil
-	for c := range held {
-		c.SetReadDeadline(time.Unix(1, 0))
-	}
-	r.heldMu.Unlock()
-	r.srv.Shutdown()
-	<-r.done
-}
+func (r *receiver) close() { r.tb.Close() }
 
 // url is the receiver's base URL.
 func (r *receiver) url() string { return "http://" + r.addr }
 
-// count returns the deliveries to paths /s<from> .. /s<from+n-1>.
-func (r *receiver) count(from, n int) int64 {
-	var s int64
-	for i := from; i < from+n && i < len(r.perPath); i++ {
-		s += r.perPath[i].Load()
-	}
-	return s
-}
+// delivered is the number of 200 answers.
+func (r *receiver) delivered() int64 { return r.tb.Totals().Accepted }
 
-// snapshotPaths copies the per-path counters of the first n paths.
+// snapshotPaths copies the delivery counts of paths /s0 .. /s<n-1>.
 func (r *receiver) snapshotPaths(n int) []int64 {
-	out := make([]int64, min(n, len(r.perPath)))
+	out := make([]int64, n)
 	for i := range out {
-		out[i] = r.perPath[i].Load()
+		out[i] = r.tb.Accepted(pathName(i))
 	}
 	return out
 }
