@@ -67,7 +67,7 @@ func serveDashboardFile(w http.ResponseWriter, r *http.Request, name string) {
 		b, err = dashboardFS.ReadFile("dashboard/" + name)
 	}
 	if !known || err != nil {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found: " + r.Method + " " + r.URL.Path})
+		writeError(w, http.StatusNotFound, "not found: "+r.Method+" "+r.URL.Path)
 		return
 	}
 	h := w.Header()
