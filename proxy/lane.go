@@ -297,7 +297,10 @@ func (l *lane) pumpLocked() {
 		return
 	}
 	now := e.now()
-	if len(l.unrecorded) > 0 && !l.recordPending(now) {
+	// Not while stopping: the final cursor flush may already have run, and
+	// an outcome recorded after it would be delivered again after the
+	// restart as well as kept. Left unrecorded, it simply runs again.
+	if len(l.unrecorded) > 0 && !e.stopping.Load() && !l.recordPending(now) {
 		// The store refuses writes: sending more would only pile up
 		// outcomes it cannot take.
 		return
