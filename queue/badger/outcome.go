@@ -60,7 +60,7 @@ func (l *Log) Record(o queue.Outcome) error {
 		l.ref(o.Seq, 1)
 	}
 	var fromFound bool
-	err := l.db.Update(func(txn *badgerdb.Txn) error {
+	err := l.update(func(txn *badgerdb.Txn) error {
 		var err error
 		if o.From != nil {
 			if fromFound, err = deleteRetry(txn, o.Subscription, dueNanos(o.From.Due), o.Seq); err != nil {
