@@ -72,7 +72,7 @@ func (l *Log) Record(o queue.Outcome) error {
 			if o.From != nil && o.From.Replay {
 				d, err := readDeadLetter(txn, o.Subscription, o.Seq)
 				if errors.Is(err, badgerdb.ErrKeyNotFound) {
-					break // retired with its letters purged: nothing to note
+					break // no letter (Replay always keeps one): nothing to note
 				}
 				if err != nil {
 					return err
