@@ -144,6 +144,8 @@ func (l *Log) syncer(in <-chan *written, done chan<- struct{}) {
 func (l *Log) write(batch []*appendReq, arena []byte, seen map[string]uint64) (*written, []byte) {
 	l.seqMu.Lock()
 	defer l.seqMu.Unlock()
+	l.writeMu.RLock()
+	defer l.writeMu.RUnlock()
 	next := l.assigned.Load() + 1
 	w := &written{reqs: batch, committed: l.assigned.Load()}
 	txn := l.db.NewTransaction(true)

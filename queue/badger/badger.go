@@ -48,6 +48,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,9 +61,46 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
+// valueThreshold: values this size and larger go to the value log, smaller
+// ones stay in the LSM tree (see Open).
+const valueThreshold = 64 << 10
+
 // valueLogFileSize is the size of one Badger value-log file (bodies over
-// 64 KiB); GC reclaims whole files.
+// 64 KiB); GC reclaims whole files, never the one being written. A log
+// with less room than eight such files gets smaller ones (vlogFileSize):
+// on a 128 MiB volume the file being written could otherwise hold every
+// body up to the floor, and never be collected.
 const valueLogFileSize = 64 << 20
+
+// vlogFileSize is the value-log file size for a log with this much room
+// (queue.DefaultMinFreeBytes and the quota applied): an eighth of it,
+// between Badger's least (1 MiB) and valueLogFileSize. Badger reads files
+// of any size, so it may change from one Open to the next.
+func vlogFileSize(room int64) int64 { return min(max(room/8, 1<<20), valueLogFileSize) }
+
+// roomAtOpen is the space the log in dir may fill: the quota, or what its
+// file system has free (measured at the nearest existing parent of a dir
+// not made yet) plus what the log holds already, less the floor.
+func roomAtOpen(dir string, quota, minFree int64) int64 {
+	room := int64(1) << 62
+	if quota > 0 {
+		room = quota
+	}
+	if minFree <= 0 {
+		return room
+	}
+	at := dir
+	for {
+		if _, err := os.Stat(at); err == nil || filepath.Dir(at) == at {
+			break
+		}
+		at = filepath.Dir(at)
+	}
+	if free := freeBytes(at); free >= 0 {
+		room = min(room, dirUsage(dir)+free-minFree)
+	}
+	return room
+}
 
 // Batch bounds for the group committer: large enough to share one sync among
 // all producers of a busy moment, small enough to stay far below Badger's
@@ -131,10 +170,20 @@ type Log struct {
 	stateMu sync.Mutex
 	// compactMu keeps Compact calls one at a time.
 	compactMu sync.Mutex
+	// writeMu is held shared around every write and exclusively while
+	// the reclaim forces a flush (DropPrefix), during which Badger fails
+	// writes (ErrBlockedWrites) rather than holding them: with it they
+	// wait. Taken last, after any other lock, and never twice by one call.
+	writeMu sync.RWMutex
 
 	disk *diskGuard // nil when neither disk limit is set
 	m    *metrics
 	gc   *valueLogGC
+	// deleted counts the events Compact has deleted since Open: the
+	// reclaim loop reclaims only once it has moved.
+	deleted     atomic.Uint64
+	reclaimKick chan struct{}
+	vlogSize    int64 // bytes of one value-log file (vlogFileSize)
 }
 
 var _ queue.Store = (*Log)(nil)
@@ -155,6 +204,11 @@ func Open(opts Options) (_ *Log, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	minFree := opts.MinFreeBytes
+	if minFree == 0 {
+		minFree = queue.DefaultMinFreeBytes
+	}
+	vlogSize := vlogFileSize(roomAtOpen(opts.Dir, opts.MaxDiskBytes, minFree))
 	// Sizes suit a sidecar: modest memtables and caches. Values up to 64 KiB
 	// stay in the LSM tree, so typical events never touch the value log,
 	// whose write path allocates a buffer the size of each batch (a second
@@ -173,9 +227,9 @@ func Open(opts Options) (_ *Log, err error) {
 		WithNumMemtables(3).
 		WithBlockCacheSize(32 << 20).
 		WithIndexCacheSize(16 << 20).
-		WithValueThreshold(64 << 10).
+		WithValueThreshold(valueThreshold).
 		WithNumCompactors(2).
-		WithValueLogFileSize(valueLogFileSize).
+		WithValueLogFileSize(vlogSize).
 		// Events live for seconds: compressing them into tables that
 		// compaction soon rewrites or drops costs CPU for nothing.
 		WithCompression(options.None).
@@ -209,6 +263,9 @@ func Open(opts Options) (_ *Log, err error) {
 		done:      make(chan struct{}),
 		retryRefs: map[uint64]int32{},
 		held:      map[uint64]struct{}{},
+		vlogSize:  vlogSize,
+		// Buffered: a kick of the guard waits in it while a reclaim runs.
+		reclaimKick: make(chan struct{}, 1),
 	}
 	l.m = newMetrics(opts.Registerer, l)
 	if err := l.recover(); err != nil {
@@ -218,12 +275,8 @@ func Open(opts Options) (_ *Log, err error) {
 		}
 		return nil, fmt.Errorf("open queue %s: %w", opts.Dir, err)
 	}
-	minFree := opts.MinFreeBytes
-	if minFree == 0 {
-		minFree = queue.DefaultMinFreeBytes
-	}
 	if opts.MaxDiskBytes > 0 || minFree > 0 {
-		l.disk = newDiskGuard(opts.Dir, opts.MaxDiskBytes, max(minFree, 0), log)
+		l.disk = newDiskGuard(opts.Dir, opts.MaxDiskBytes, max(minFree, 0), log, l.kickReclaim)
 	}
 	l.startGC(gcInterval)
 	go l.committer()
@@ -233,6 +286,13 @@ func Open(opts Options) (_ *Log, err error) {
 		return nil, fmt.Errorf("open queue %s: %w", opts.Dir, err)
 	}
 	return l, nil
+}
+
+// update is db.Update under writeMu.
+func (l *Log) update(f func(txn *badgerdb.Txn) error) error {
+	l.writeMu.RLock()
+	defer l.writeMu.RUnlock()
+	return l.db.Update(f)
 }
 
 // Close stops accepting appends, commits those already queued, and closes

@@ -59,7 +59,7 @@ func (l *Log) Compact(below uint64) (int, error) {
 		}
 		n += len(freed)
 	}
-	if err := l.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(keyLow, u64(below)) }); err != nil {
+	if err := l.update(func(txn *badgerdb.Txn) error { return txn.Set(keyLow, u64(below)) }); err != nil {
 		return n, fmt.Errorf("compact: %w", err)
 	}
 	l.low.Store(below)
@@ -70,7 +70,7 @@ func (l *Log) deleteEvents(seqs []uint64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
-	return l.db.Update(func(txn *badgerdb.Txn) error {
+	err := l.update(func(txn *badgerdb.Txn) error {
 		for _, seq := range seqs {
 			if err := txn.Delete(eventKey(seq)); err != nil {
 				return err
@@ -78,6 +78,10 @@ func (l *Log) deleteEvents(seqs []uint64) error {
 		}
 		return nil
 	})
+	if err == nil {
+		l.deleted.Add(uint64(len(seqs)))
+	}
+	return err
 }
 
 // compactChunk is how many deletes one compaction transaction carries.

@@ -33,7 +33,7 @@ func (l *Log) Replay(sub string, seq uint64, due time.Time, force bool) (*queue.
 		d       *queue.DeadLetter
 		refused error
 	)
-	err = l.db.Update(func(txn *badgerdb.Txn) error {
+	err = l.update(func(txn *badgerdb.Txn) error {
 		var err error
 		if d, err = readDeadLetter(txn, sub, seq); err != nil {
 			return err

@@ -3,22 +3,49 @@ package badger
 import (
 	"errors"
 	"path/filepath"
+	"strings"
 	"time"
 
 	badgerdb "github.com/dgraph-io/badger/v4"
 )
 
-// Value-log garbage collection. Bodies over the value threshold (64 KiB)
-// live in Badger's value log, which Compact's deletes do not shrink: Badger
-// only rewrites a value-log file when asked, and only once LSM compactions
-// have counted its values as discarded. Those compactions follow memtable
-// flushes, and with large bodies the memtable holds only small pointers: at
-// 1 MiB per event it fills after some 100,000 events, 100 GB of value log.
-// So when the value log passes gcFlushAbove, the loop forces a flush and an
-// L0 compaction (Badger exposes them only through DropPrefix, here of a
-// sentinel key) before asking for GC. That blocks appends for the flush,
-// tens of milliseconds, at most once per gcInterval and only for a log that
-// holds that much value log (measured in TestValueLogGCReclaimsLargeEvents).
+// Reclaiming the space of deleted events.
+//
+// Compact deletes keys; Badger gives their space back only later, and on
+// its own only while writes go on:
+//
+//   - Bodies over the value threshold (64 KiB) live in the value log,
+//     which Badger rewrites only when asked (RunValueLogGC), and only once
+//     LSM compactions have counted its values as discarded. Those follow
+//     memtable flushes, and with large bodies the memtable holds only small
+//     pointers: at 1 MiB per event it fills after some 100,000 events,
+//     100 GB of value log.
+//   - Smaller bodies live in the LSM tree, in tables that only a
+//     compaction merging them with their tombstones shrinks; the
+//     tombstones sit in the memtable until it fills and is flushed.
+//
+// So the loop forces a memtable flush and an L0 compaction (Badger
+// exposes them only through DropPrefix, here of a sentinel key) and then
+// asks for value-log GC. The periodic pass does it once the value log
+// passes a quarter of the room the log has (the quota, or the file system
+// less its floor; at most gcFlushAbove), and only after Compact has
+// deleted something: the flush holds writes back for tens of milliseconds
+// (measured in TestValueLogGCReclaimsLargeEvents).
+//
+// A log that filled its volume itself never fills its memtable again:
+// ingest refuses every append, and a minute is long to answer 507. The
+// disk guard kicks the loop while it refuses, which then reclaims at once
+// if Compact has deleted events since the last time: flush and L0
+// compaction, value-log GC, and if the guard still refuses, Flatten, which
+// merges every level (small bodies spread over several). Measured on a
+// 256 MiB tmpfs filled to the floor, the events then all compacted (a
+// throwaway probe of each step): value-log GC alone freed nothing; the
+// flush and GC took 64 KiB bodies from 192 to 63 MiB (the value-log file
+// being written is never collected), 60,000-byte bodies from 176 to 0 MiB;
+// 1 KiB bodies the flush from 201 to 81 MiB and Flatten to 4 MiB.
+// TestReclaimWhenFull and proxy's TestDiskFullOfItsOwnLogComesBack keep
+// it so. Compaction writes its tables before it deletes the old ones; the
+// disk guard keeps room for that (disk.go), and reclaim checks it.
 const (
 	gcInterval = time.Minute
 	// gcDiscardRatio: rewrite a file when half of it is garbage; the
@@ -26,8 +53,16 @@ const (
 	gcDiscardRatio = 0.5
 	// gcMaxRounds bounds one pass, each round reclaiming at most one file.
 	gcMaxRounds = 16
-	// gcFlushAbove: four value-log files.
+	// gcFlushAbove: four value-log files, the most the periodic pass lets
+	// the value log hold before it forces the compactions that find its
+	// garbage.
 	gcFlushAbove = 4 * valueLogFileSize
+	// reclaimMinWait is the least time between two reclaims while the
+	// guard refuses appends. It doubles, up to gcInterval, after each
+	// reclaim that freed little: with a backlog that is still owed (a
+	// lane behind, deleting a few events a second), each reclaim would
+	// otherwise rewrite the tables for nothing.
+	reclaimMinWait = time.Second
 )
 
 // gcSentinel is the key DropPrefix is asked to drop; it is written just
@@ -45,12 +80,55 @@ func (l *Log) startGC(interval time.Duration) {
 		defer close(l.gc.done)
 		t := time.NewTicker(interval)
 		defer t.Stop()
+		// l.deleted when the last forced flush and the last reclaim ran.
+		// None has run yet: a dir may have been left full of deleted
+		// events by the process before.
+		var (
+			flushedAt, reclaimedAt = ^uint64(0), ^uint64(0)
+			wait                   = reclaimMinWait
+			next                   time.Time
+			// follow runs a reclaim again after one during which events
+			// were deleted (Compact racing it, or lanes delivering a
+			// backlog), whether or not the guard still refuses.
+			follow = time.NewTimer(0)
+		)
+		defer follow.Stop()
+		<-follow.C
+		reclaim := func() {
+			// Only deletions since the last reclaim can have freed
+			// anything for it to find.
+			d := l.deleted.Load()
+			if d == reclaimedAt || time.Now().Before(next) {
+				return
+			}
+			before := dirUsage(l.opts.Dir)
+			l.reclaim()
+			// The first reclaim runs on a hunch (nothing deleted yet
+			// here): what it finds says nothing of the backlog.
+			first := reclaimedAt == ^uint64(0)
+			reclaimedAt, flushedAt = d, d
+			if freed := before - dirUsage(l.opts.Dir); freed < before/8 && !first {
+				wait = min(2*wait, gcInterval)
+			} else {
+				wait = reclaimMinWait
+			}
+			next = time.Now().Add(wait)
+			if l.deleted.Load() != d {
+				follow.Reset(wait)
+			}
+		}
 		for {
 			select {
 			case <-l.gc.stop:
 				return
 			case <-t.C:
-				l.collectValueLog(gcFlushAbove)
+				d := l.deleted.Load()
+				l.collectValueLog(l.gcThreshold(), d != flushedAt)
+				flushedAt = d
+			case <-l.reclaimKick:
+				reclaim()
+			case <-follow.C:
+				reclaim()
 			}
 		}
 	}()
@@ -61,19 +139,136 @@ func (l *Log) stopGC() {
 	<-l.gc.done
 }
 
-// collectValueLog runs rounds until Badger finds nothing worth rewriting,
-// first forcing the compactions that find garbage when the value log holds
-// more than flushAbove bytes. It returns how many files were rewritten.
-func (l *Log) collectValueLog(flushAbove int64) int {
-	if valueLogBytes(l.opts.Dir) > flushAbove {
-		err := l.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(gcSentinel, nil) })
-		if err == nil {
-			err = l.db.DropPrefix(gcSentinel)
+// kickReclaim asks the loop for a reclaim; the disk guard calls it while
+// it refuses appends. It never blocks.
+func (l *Log) kickReclaim() {
+	select {
+	case l.reclaimKick <- struct{}{}:
+	default:
+	}
+}
+
+// gcThreshold is how much value log the periodic pass lets be before it
+// forces a flush: a quarter of the room the log may fill, at least one
+// file besides the one being written, at most gcFlushAbove.
+func (l *Log) gcThreshold() int64 {
+	room := int64(gcFlushAbove) * 4
+	if g := l.disk; g != nil {
+		if g.max > 0 {
+			room = min(room, g.max)
 		}
-		if err != nil {
-			l.log.Warn("value log gc: forcing a flush", "err", err)
+		if free := g.free.Load(); free >= 0 && g.minFree > 0 {
+			room = min(room, g.used.Load()+free-g.minFree)
 		}
 	}
+	return max(room/4, l.vlogSize)
+}
+
+// collectValueLog runs rounds until Badger finds nothing worth rewriting,
+// first forcing the compactions that find garbage when the value log holds
+// more than flushAbove bytes and flush says events were deleted since the
+// last time. It returns how many files were rewritten.
+func (l *Log) collectValueLog(flushAbove int64, flush bool) int {
+	if flush && valueLogBytes(l.opts.Dir) > flushAbove && l.roomToCompact() {
+		l.flushTables()
+	}
+	return l.runValueLogGC()
+}
+
+// roomToCompact: see diskGuard.roomToCompact; true without a guard.
+func (l *Log) roomToCompact() bool { return l.disk == nil || l.disk.roomToCompact() }
+
+// reclaim gives back what deleted events hold, whatever their size, while
+// the guard refuses appends; see the comment at the top.
+//
+// Compacting writes the tables' live entries anew before it deletes the
+// old tables, and a write the file system has no room for is SIGBUS. The
+// guard's floor keeps room for the whole tree (disk.go), but a reclaim may
+// follow an overshoot of it; so it first measures what is live and waits
+// for the next kick if that does not fit. After the deletions that make a
+// reclaim worth it, little is.
+func (l *Log) reclaim() {
+	if !l.roomToRewrite() {
+		l.log.Warn("reclaim: no room on the file system to compact the log's tables yet")
+		return
+	}
+	l.flushTables()
+	l.runValueLogGC()
+	if l.disk == nil || l.disk.measure() == "" || !l.roomToRewrite() {
+		return
+	}
+	// One worker: a second finds nothing left to compact and says so as a
+	// warning.
+	if err := l.db.Flatten(1); err != nil {
+		l.log.Warn("reclaim: flatten", "err", err)
+	}
+	l.runValueLogGC()
+	l.disk.measure()
+}
+
+// rewriteSlack is room a compaction needs besides its live entries: one
+// memtable flushed into L0 (the tombstones), table indexes and blooms.
+const rewriteSlack = 16 << 20
+
+// roomToRewrite reports whether the file system has room to write every
+// live entry of the tree again, with a quarter more for what an entry
+// costs in a table beyond its key and value.
+func (l *Log) roomToRewrite() bool {
+	if l.disk == nil || l.disk.minFree <= 0 {
+		return true
+	}
+	free := freeBytes(l.opts.Dir)
+	if free < 0 {
+		return true
+	}
+	live := l.liveTreeBytes()
+	return free >= live+live/4+rewriteSlack
+}
+
+// liveTreeBytes is what the tree holds that is not deleted: every live
+// key, with its value where the tree keeps it (below valueThreshold) and a
+// value-log pointer where it does not. A key-only scan; reclaim runs it at
+// most once a second, and less often while reclaims free little.
+func (l *Log) liveTreeBytes() int64 {
+	var n int64
+	l.db.View(func(txn *badgerdb.Txn) error {
+		it := txn.NewIterator(badgerdb.IteratorOptions{})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			v := item.ValueSize()
+			if v >= valueThreshold {
+				v = 16
+			}
+			n += int64(len(item.Key())) + v + 16 // version and meta
+		}
+		return nil
+	})
+	return n
+}
+
+// flushTables forces a memtable flush and an L0 compaction. Writes wait
+// for it (writeMu).
+func (l *Log) flushTables() {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	err := l.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(gcSentinel, nil) })
+	if err == nil {
+		err = l.db.DropPrefix(gcSentinel)
+	}
+	if err != nil {
+		l.log.Warn("value log gc: forcing a flush", "err", err)
+	}
+}
+
+// runValueLogGC runs value-log GC rounds with writes held back (writeMu):
+// Badger v4.9.6's rewrite reads the memtable's max version (MaxVersion,
+// under db.lock) while a write may be setting it (memTable.Put, without),
+// a data race the race detector reports. A round with nothing to rewrite
+// returns at once.
+func (l *Log) runValueLogGC() int {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
 	n := 0
 	for range gcMaxRounds {
 		err := l.db.RunValueLogGC(gcDiscardRatio)
@@ -96,4 +291,10 @@ func valueLogBytes(dir string) int64 {
 		total += dirUsage(f)
 	}
 	return total
+}
+
+// inTree reports whether a data-dir file is part of the LSM tree: a table
+// or a memtable's write-ahead log.
+func inTree(name string) bool {
+	return strings.HasSuffix(name, ".sst") || strings.HasSuffix(name, ".mem")
 }

@@ -40,7 +40,7 @@ func TestValueLogGCReclaimsLargeEvents(t *testing.T) {
 	if n, err := q.Compact(201); err != nil || n != 200 {
 		t.Fatalf("compact: %d %v", n, err)
 	}
-	if n := q.collectValueLog(64 << 20); n == 0 {
+	if n := q.collectValueLog(64<<20, true); n == 0 {
 		t.Fatalf("value-log GC rewrote nothing after 200 MiB of events were deleted (usage %d MiB)", full>>20)
 	}
 	if after := dirUsage(dir); after > full/2 {

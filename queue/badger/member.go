@@ -135,6 +135,8 @@ func (l *Log) JoinAll(reqs []queue.JoinRequest) ([]queue.Membership, error) {
 	if err != nil {
 		return nil, fmt.Errorf("join: %w", err)
 	}
+	l.writeMu.RLock()
+	defer l.writeMu.RUnlock()
 	wb := l.db.NewWriteBatch()
 	defer wb.Cancel()
 	n := 0
@@ -178,7 +180,7 @@ func (l *Log) Leave(sub string) (queue.Membership, error) {
 	l.seqMu.Lock()
 	defer l.seqMu.Unlock()
 	var m queue.Membership
-	err := l.db.Update(func(txn *badgerdb.Txn) error {
+	err := l.update(func(txn *badgerdb.Txn) error {
 		var err error
 		if m, err = readMembership(txn, sub); err != nil {
 			return err
@@ -202,7 +204,7 @@ func (l *Log) Leave(sub string) (queue.Membership, error) {
 func (l *Log) SetPaused(sub, reason string) error {
 	l.seqMu.Lock()
 	defer l.seqMu.Unlock()
-	err := l.db.Update(func(txn *badgerdb.Txn) error {
+	err := l.update(func(txn *badgerdb.Txn) error {
 		m, err := readMembership(txn, sub)
 		if err != nil {
 			return err
@@ -221,7 +223,7 @@ func (l *Log) SetPaused(sub, reason string) error {
 
 // Retire forgets a subscription that has drained. Its dead letters stay.
 func (l *Log) Retire(sub string) error {
-	err := l.db.Update(func(txn *badgerdb.Txn) error {
+	err := l.update(func(txn *badgerdb.Txn) error {
 		if err := txn.Delete(memberKey(sub)); err != nil {
 			return err
 		}
@@ -249,6 +251,8 @@ func (l *Log) SaveCursors(cursors map[string]uint64) error {
 	if len(cursors) == 0 {
 		return nil
 	}
+	l.writeMu.RLock()
+	defer l.writeMu.RUnlock()
 	wb := l.db.NewWriteBatch()
 	defer wb.Cancel()
 	for sub, c := range cursors {

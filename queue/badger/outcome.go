@@ -60,7 +60,7 @@ func (l *Log) Record(o queue.Outcome) error {
 		l.ref(o.Seq, 1)
 	}
 	var fromFound bool
-	err := l.db.Update(func(txn *badgerdb.Txn) error {
+	err := l.update(func(txn *badgerdb.Txn) error {
 		var err error
 		if o.From != nil {
 			if fromFound, err = deleteRetry(txn, o.Subscription, dueNanos(o.From.Due), o.Seq); err != nil {
@@ -72,7 +72,7 @@ func (l *Log) Record(o queue.Outcome) error {
 			if o.From != nil && o.From.Replay {
 				d, err := readDeadLetter(txn, o.Subscription, o.Seq)
 				if errors.Is(err, badgerdb.ErrKeyNotFound) {
-					break // retired with its letters purged: nothing to note
+					break // no letter (Replay always keeps one): nothing to note
 				}
 				if err != nil {
 					return err

@@ -1,0 +1,242 @@
+package queuetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// The contract of queue.Log: appends, reads, dedup, group commit.
+
+func testAppendReadReopen(t *testing.T, e *env) {
+	s := e.open(t, Options{Sync: true})
+	if h := s.Head(); h != 0 {
+		t.Fatalf("head of a new store = %d", h)
+	}
+	for i := range 10 {
+		seq, dup := MustAppend(t, s, Event(fmt.Sprintf("ev-%d", i), "t.created", fmt.Sprintf(`{"n":%d}`, i)))
+		if seq != uint64(i+1) || dup {
+			t.Fatalf("append %d: seq %d dup %v, want seq %d", i, seq, dup, i+1)
+		}
+	}
+	s = e.reopen(t, s, Options{})
+	if h := s.Head(); h != 10 {
+		t.Fatalf("head after reopen = %d, want 10", h)
+	}
+	evs, next, err := s.Events(1, s.Head(), 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 10 || next != 11 {
+		t.Fatalf("read %d events, next %d; want 10, 11", len(evs), next)
+	}
+	for i, ev := range evs {
+		if ev.Seq != uint64(i+1) || ev.ID != fmt.Sprintf("ev-%d", i) || string(ev.Body) != fmt.Sprintf(`{"n":%d}`, i) || ev.Type != "t.created" || ev.ContentType != "application/json" || ev.AcceptedAt.IsZero() {
+			t.Fatalf("event %d = %+v", i, ev)
+		}
+	}
+	ev, err := s.Event(4)
+	if err != nil || ev.ID != "ev-3" || string(ev.Body) != `{"n":3}` {
+		t.Fatalf("Event(4) = %+v, %v", ev, err)
+	}
+	if _, err := s.Event(11); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("Event past the head: %v, want ErrNotFound", err)
+	}
+}
+
+func testEventsFilterAndBounds(t *testing.T, e *env) {
+	s := e.open(t, Options{})
+	for i := range 20 {
+		typ := "a"
+		if i%4 == 0 {
+			typ = "b"
+		}
+		MustAppend(t, s, Event(fmt.Sprint(i), typ, "x"))
+	}
+	isB := func(typ []byte) bool { return string(typ) == "b" }
+	evs, next, err := s.Events(1, 20, 3, isB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 3 || evs[0].Seq != 1 || evs[1].Seq != 5 || evs[2].Seq != 9 || next != 10 {
+		t.Fatalf("got %d events (next %d): %v", len(evs), next, evs)
+	}
+	// Bounded by `to`.
+	evs, next, _ = s.Events(10, 16, 10, isB)
+	if len(evs) != 1 || evs[0].Seq != 13 || next != 17 {
+		t.Fatalf("to-bounded read: %d events, next %d", len(evs), next)
+	}
+	if n, err := s.CountEvents(1, 20, isB, 100); err != nil || n != 5 {
+		t.Fatalf("CountEvents of type b = %d, %v; want 5", n, err)
+	}
+	if n, err := s.CountEvents(1, 20, nil, 100); err != nil || n != 20 {
+		t.Fatalf("CountEvents of all = %d, %v; want 20", n, err)
+	}
+	// It stops once the count passes limit.
+	if n, err := s.CountEvents(1, 20, nil, 3); err != nil || n <= 3 || n > 20 {
+		t.Fatalf("CountEvents with limit 3 = %d, %v; want more than 3", n, err)
+	}
+}
+
+func testDedupWithinWindow(t *testing.T, e *env) {
+	s := e.open(t, Options{Sync: true})
+	seq, _ := MustAppend(t, s, Event("same", "t.a", "first"))
+	seq2, dup := MustAppend(t, s, Event("same", "t.a", "second"))
+	if !dup || seq2 != seq {
+		t.Fatalf("second append: seq %d dup %v, want seq %d dup true", seq2, dup, seq)
+	}
+	// Concurrent appends of one id land in one batch or several; either way one seq.
+	var wg sync.WaitGroup
+	seqs := make([]uint64, 32)
+	for i := range seqs {
+		wg.Go(func() { seqs[i], _ = MustAppend(t, s, Event("burst", "t.b", "x")) })
+	}
+	wg.Wait()
+	for _, q := range seqs {
+		if q != seqs[0] {
+			t.Fatalf("concurrent duplicates got different seqs: %v", seqs)
+		}
+	}
+	if s.Head() != 2 {
+		t.Fatalf("head = %d, want 2 (one event per id)", s.Head())
+	}
+	ev, err := s.Event(seq)
+	if err != nil || string(ev.Body) != "first" {
+		t.Fatalf("original body replaced: %v %v", ev, err)
+	}
+	if got, typ, err := s.Lookup("burst"); err != nil || got != seqs[0] || typ != "t.b" {
+		t.Fatalf("lookup = %d %q, %v; want %d t.b", got, typ, err, seqs[0])
+	}
+	if _, _, err := s.Lookup("never"); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("lookup of an unknown id: %v, want ErrNotFound", err)
+	}
+	// Remembered across a reopen.
+	s = e.reopen(t, s, Options{})
+	if seq3, dup := MustAppend(t, s, Event("same", "t.a", "third")); !dup || seq3 != seq {
+		t.Fatalf("append after reopen: seq %d dup %v, want the original %d", seq3, dup, seq)
+	}
+}
+
+func testDedupAfterWindow(t *testing.T, e *env) {
+	// Badger's TTLs have one-second resolution; a JetStream window is at
+	// least as coarse.
+	s := e.open(t, Options{DedupWindow: time.Second})
+	seq, _ := MustAppend(t, s, Event("k", "t", "x"))
+	if _, _, err := s.Lookup("k"); err != nil {
+		t.Fatalf("lookup within the window: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, _, err := s.Lookup("k"); errors.Is(err, queue.ErrNotFound) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the id was still remembered 10 s into a 1 s window")
+		}
+		time.Sleep(50 * time.Millisecond) // polls the backend's wall-clock expiry; nothing to await
+	}
+	seq2, dup := MustAppend(t, s, Event("k", "t", "y"))
+	if dup || seq2 == seq {
+		t.Fatalf("after the window: seq %d dup %v, want a new event", seq2, dup)
+	}
+	if ev, err := s.Event(seq); err != nil || string(ev.Body) != "x" {
+		t.Fatalf("the first event after its id expired: %v, %v", ev, err)
+	}
+}
+
+func testOnCommit(t *testing.T, e *env) {
+	var (
+		mu   sync.Mutex
+		seen []uint64
+	)
+	s := e.open(t, Options{OnCommit: func(evs []*queue.Event) {
+		mu.Lock()
+		for _, ev := range evs {
+			seen = append(seen, ev.Seq)
+		}
+		mu.Unlock()
+	}})
+	for i := range 5 {
+		seq, _ := MustAppend(t, s, Event(fmt.Sprint(i), "t", "x"))
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n != int(seq) {
+			t.Fatalf("after the append of seq %d OnCommit saw %d events", seq, n)
+		}
+	}
+	MustAppend(t, s, Event("0", "t", "dup"))
+	mu.Lock()
+	defer mu.Unlock()
+	for i, seq := range seen {
+		if seq != uint64(i+1) {
+			t.Fatalf("OnCommit saw %v, want 1..5 in order", seen)
+		}
+	}
+	if len(seen) != 5 {
+		t.Fatalf("a duplicate reached OnCommit: %v", seen)
+	}
+}
+
+func testConcurrentAppends(t *testing.T, e *env) {
+	s := e.open(t, Options{Sync: true})
+	const writers, each = 32, 40
+	var (
+		mu  sync.Mutex
+		got = map[uint64]string{}
+		wg  sync.WaitGroup
+	)
+	for w := range writers {
+		wg.Go(func() {
+			var last uint64
+			for i := range each {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				seq, _ := MustAppend(t, s, Event(id, "t", id))
+				if seq <= last {
+					t.Errorf("writer %d: seq %d after %d", w, seq, last)
+				}
+				last = seq
+				mu.Lock()
+				if prev, ok := got[seq]; ok {
+					t.Errorf("seq %d given to %s and %s", seq, prev, id)
+				}
+				got[seq] = id
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for seq := uint64(1); seq <= writers*each; seq++ {
+		id, ok := got[seq]
+		if !ok {
+			t.Fatalf("seq %d never assigned", seq)
+		}
+		ev, err := s.Event(seq)
+		if err != nil || string(ev.Body) != id || ev.ID != id {
+			t.Fatalf("event %d = %v, %v; want %s", seq, ev, err, id)
+		}
+	}
+	if s.Head() != writers*each {
+		t.Fatalf("head = %d, want %d", s.Head(), writers*each)
+	}
+}
+
+func testAppendAfterClose(t *testing.T, e *env) {
+	s := e.open(t, Options{})
+	MustAppend(t, s, Event("x", "t", "x"))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Append(Event("y", "t", "y")); !errors.Is(err, queue.ErrClosed) {
+		t.Fatalf("append after close: %v, want ErrClosed", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+}
