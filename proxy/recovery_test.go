@@ -28,7 +28,7 @@ func TestRetryAboveDurableCursorIsSentOnce(t *testing.T) {
 		queuetest.MustAppend(t, q, queuetest.Event(id, "t", `{}`))
 	}
 	now := time.Now()
-	if err := q.ScheduleRetry(queue.Retry{Subscription: "a", Seq: 2, Due: now, Attempt: 1, FirstAttempt: now, LastStatus: 503}, nil); err != nil {
+	if err := q.Record(queue.Outcome{Kind: queue.RetryScheduled, Subscription: "a", Seq: 2, Retry: &queue.Retry{Subscription: "a", Seq: 2, Due: now, Attempt: 1, FirstAttempt: now, LastStatus: 503}}); err != nil {
 		t.Fatal(err)
 	}
 	q.Close()

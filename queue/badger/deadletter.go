@@ -141,10 +141,3 @@ func (l *Log) DeadLetter(sub string, seq uint64) (*queue.DeadLetter, error) {
 	}
 	return d, nil
 }
-
-// GetDeadLetter reads one dead letter.
-//
-// Deprecated: use DeadLetter.
-func (l *Log) GetDeadLetter(sub string, seq uint64) (*queue.DeadLetter, error) {
-	return l.DeadLetter(sub, seq)
-}

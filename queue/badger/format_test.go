@@ -102,7 +102,7 @@ func TestFormat2DirGetsRetryIndex(t *testing.T) {
 		}
 		for _, sub := range []string{"a", "b"} {
 			r := queue.Retry{Subscription: sub, Seq: seq, Due: t0.Add(time.Duration(seq) * time.Second), Attempt: int(seq), FirstAttempt: t0}
-			if err := q.ScheduleRetry(r, nil); err != nil {
+			if err := q.Record(queue.Outcome{Kind: queue.RetryScheduled, Subscription: r.Subscription, Seq: r.Seq, Retry: &r}); err != nil {
 				t.Fatal(err)
 			}
 		}

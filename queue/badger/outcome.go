@@ -3,7 +3,6 @@ package badger
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	badgerdb "github.com/dgraph-io/badger/v4"
 
@@ -127,37 +126,4 @@ func (l *Log) Record(o queue.Outcome) error {
 		l.ref(o.Seq, -1)
 	}
 	return nil
-}
-
-// ScheduleRetry records r. When prev is not nil (the record this attempt
-// came from) it is replaced in the same transaction.
-//
-// Deprecated: use Record with RetryScheduled.
-func (l *Log) ScheduleRetry(r queue.Retry, prev *queue.Retry) error {
-	return l.Record(queue.Outcome{Kind: queue.RetryScheduled, Subscription: r.Subscription, Seq: r.Seq, From: prev, Retry: &r})
-}
-
-// AckReplay deletes the retry record of an acknowledged replay and records
-// the delivery on its dead letter, in one transaction.
-//
-// Deprecated: use Record with Acked.
-func (l *Log) AckReplay(r queue.Retry, at time.Time) error {
-	r.Replay = true
-	return l.Record(queue.Outcome{Kind: queue.Acked, Subscription: r.Subscription, Seq: r.Seq, From: &r, At: at})
-}
-
-// DropRetry deletes a retry record whose delivery has been acknowledged.
-//
-// Deprecated: use Record with Acked.
-func (l *Log) DropRetry(r queue.Retry) error {
-	r.Replay = false
-	return l.Record(queue.Outcome{Kind: queue.Acked, Subscription: r.Subscription, Seq: r.Seq, From: &r})
-}
-
-// AddDeadLetter stores d (with its body copy) and, when prev is not nil,
-// deletes the retry record the failed attempt came from, in one transaction.
-//
-// Deprecated: use Record with DeadLettered.
-func (l *Log) AddDeadLetter(d *queue.DeadLetter, prev *queue.Retry) error {
-	return l.Record(queue.Outcome{Kind: queue.DeadLettered, Subscription: d.Subscription, Seq: d.Seq, From: prev, DeadLetter: d})
 }

@@ -84,13 +84,13 @@ func TestCompactAfterRestartDeletesReleasedEvents(t *testing.T) {
 		}
 	}
 	r := queue.Retry{Subscription: "s", Seq: 2, Due: time.Now(), Attempt: 1}
-	if err := q.ScheduleRetry(r, nil); err != nil {
+	if err := q.Record(queue.Outcome{Kind: queue.RetryScheduled, Subscription: r.Subscription, Seq: r.Seq, Retry: &r}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := q.Compact(6); err != nil || n != 4 {
 		t.Fatalf("compact: %d %v, want 4", n, err)
 	}
-	if err := q.DropRetry(r); err != nil {
+	if err := q.Record(queue.Outcome{Kind: queue.Acked, Subscription: r.Subscription, Seq: r.Seq, From: &r}); err != nil {
 		t.Fatal(err)
 	}
 	q.Close()
@@ -126,7 +126,7 @@ func TestCompactLargeRangeInChunks(t *testing.T) {
 	}
 	keep := []uint64{1, compactChunk, compactChunk + 1, n}
 	for _, seq := range keep {
-		if err := q.ScheduleRetry(queue.Retry{Subscription: "s", Seq: seq, Due: time.Now()}, nil); err != nil {
+		if err := q.Record(queue.Outcome{Kind: queue.RetryScheduled, Subscription: "s", Seq: seq, Retry: &queue.Retry{Subscription: "s", Seq: seq, Due: time.Now()}}); err != nil {
 			t.Fatal(err)
 		}
 	}
