@@ -128,7 +128,9 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 		l.mu.Lock()
 		l.setPolicies(s)
 		l.match, l.left, l.until = d.feed.matcherFor(s), false, 0
-		l.backlogTo, l.backlogN = 0, 0 // the filter may have changed: count afresh
+		if l.memo != nil {
+			l.memo.backlogTo, l.memo.backlogN = 0, 0 // the filter may have changed: count afresh
+		}
 		l.leaving.Store(false)
 		l.mu.Unlock()
 		l.pump()
@@ -459,7 +461,11 @@ func (l *lane) withOldestAge(st LaneStatus, now time.Time) LaneStatus {
 	}
 	seq := st.Cursor + 1
 	l.mu.Lock()
-	at, known := l.oldestAt, l.oldestSeq == seq
+	var at int64
+	known := l.memo != nil && l.memo.oldestSeq == seq
+	if known {
+		at = l.memo.oldestAt
+	}
 	l.mu.Unlock()
 	if !known {
 		ev, err := l.e.feed.event(seq)
@@ -468,7 +474,8 @@ func (l *lane) withOldestAge(st LaneStatus, now time.Time) LaneStatus {
 		}
 		at = ev.AcceptedAt.UnixNano()
 		l.mu.Lock()
-		l.oldestSeq, l.oldestAt = seq, at
+		m := l.memoized()
+		m.oldestSeq, m.oldestAt = seq, at
 		l.mu.Unlock()
 	}
 	st.OldestAge = max(now.Sub(time.Unix(0, at)).Seconds(), 0)

@@ -36,7 +36,6 @@ type lane struct {
 	sub      *Subscription
 	match    func(typ []byte) bool
 	fromSeq  uint64 // first entitled seq (membership cutoff)
-	left     bool   // removed from the config: drains up to until, then retires
 	until    uint64 // last entitled seq when left
 	next     uint64 // next seq to look at
 	buf      []*queue.Event
@@ -50,24 +49,22 @@ type lane struct {
 	unrecorded []unrecorded
 	inFlight   int
 	cursor     uint64
-	dirty      bool
-	hungry     bool
 	nextDue    time.Time // earliest known scheduled retry; zero when none is known
 	// timerAt is the unix nanos of the lane's live timer entry (0: none);
 	// guarded by the timer heap's mu, not by l.mu.
 	timerAt int64
-	// backlogTo and backlogN: of the events in [next, backlogTo], backlogN
-	// match a filtered lane's types. The backlog quota counts only what
-	// was appended since, not the whole backlog every second.
-	backlogTo uint64
-	backlogN  int64
-	// oldestSeq and oldestAt remember when the event just past the cursor
-	// was accepted, so a scrape reads the log only for lanes whose cursor
-	// moved since the last one.
-	oldestSeq uint64
-	oldestAt  int64
-	retired   bool
-	pausedBy  string // why deliveries are paused at run time (410 Gone, an operator)
+	// memo is what the lane remembers to keep periodic reads small; nil
+	// until a quota check or a scrape needs it (most idle lanes never do).
+	memo     *laneMemo
+	pausedBy string // why deliveries are paused at run time (410 Gone, an operator)
+	// The flags sit together so that they pack into one word with leaving:
+	// apart, their padding cost 24 bytes, and with 50,000 lanes the struct
+	// must stay in the 384-byte size class (BENCHMARKS.md, lanes-50k).
+	left    bool        // removed from the config: drains up to until, then retires
+	dirty   bool        // in the dirty set: the cursor moved since the last flush
+	hungry  bool        // parked in the feed until a commit wakes it
+	retired bool        // drained and forgotten
+	leaving atomic.Bool // mirrors left, for lock-free scans
 
 	// Per-subscription policies, owned by the lane (used under mu).
 	breaker *policy.Breaker // nil until first used: see brk
@@ -76,7 +73,6 @@ type lane struct {
 
 	metrics   atomic.Pointer[laneMetrics] // series handles, made on first use
 	horizon   atomic.Int64                // a time.Duration; see farAhead
-	leaving   atomic.Bool                 // mirrors left, for lock-free scans
 	saved     atomic.Uint64               // the cursor last written to the log
 	scheduled atomic.Int64                // retry records in the log
 
@@ -530,11 +526,34 @@ func (l *lane) nextInLog() *queue.Event {
 	}
 }
 
+// laneMemo is what a lane remembers so that periodic reads cost what
+// changed, not the whole backlog.
+type laneMemo struct {
+	// Of the events in [next, backlogTo], backlogN match a filtered lane's
+	// types: the backlog quota counts only what was appended since, not
+	// the whole backlog every second.
+	backlogTo uint64
+	backlogN  int64
+	// When the event oldestSeq (the one just past the cursor) was
+	// accepted: a scrape reads the log only for lanes whose cursor moved
+	// since the last one.
+	oldestSeq uint64
+	oldestAt  int64
+}
+
+// memoized returns l.memo, made on first use. l.mu is held.
+func (l *lane) memoized() *laneMemo {
+	if l.memo == nil {
+		l.memo = &laneMemo{}
+	}
+	return l.memo
+}
+
 // took notes that a matching event left the part of the log past next
 // (backlogN counts only that part). l.mu is held.
 func (l *lane) took(seq uint64) {
-	if seq <= l.backlogTo && l.backlogN > 0 {
-		l.backlogN--
+	if m := l.memo; m != nil && seq <= m.backlogTo && m.backlogN > 0 {
+		m.backlogN--
 	}
 }
 
@@ -549,17 +568,18 @@ func (l *lane) waiting(limit uint64) (int64, error) {
 	if l.match == nil {
 		return int64(limit - l.next + 1), nil
 	}
-	if l.backlogTo+1 < l.next {
-		l.backlogTo, l.backlogN = l.next-1, 0 // nothing counted is past next
+	m := l.memoized()
+	if m.backlogTo+1 < l.next {
+		m.backlogTo, m.backlogN = l.next-1, 0 // nothing counted is past next
 	}
-	if limit > l.backlogTo {
-		n, err := l.e.store.CountEvents(l.backlogTo+1, limit, l.match, math.MaxInt-1)
+	if limit > m.backlogTo {
+		n, err := l.e.store.CountEvents(m.backlogTo+1, limit, l.match, math.MaxInt-1)
 		if err != nil {
 			return 0, err
 		}
-		l.backlogTo, l.backlogN = limit, l.backlogN+int64(n)
+		m.backlogTo, m.backlogN = limit, m.backlogN+int64(n)
 	}
-	return l.backlogN, nil
+	return m.backlogN, nil
 }
 
 // updateCursor moves the cursor over resolved deliveries.
