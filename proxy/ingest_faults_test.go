@@ -44,15 +44,23 @@ func setLimit[T any](t *testing.T, p *T, v T) {
 // startFaultServer opens a sidecar with fsync durability on loopback.
 func startFaultServer(t *testing.T, maxBody int, subs ...*Subscription) *Server {
 	t.Helper()
+	return openTestServer(t, Options{MaxBodyBytes: maxBody, Subscriptions: subs}, nil)
+}
+
+// openTestServer opens a sidecar on loopback with fsync durability, a temp
+// data dir, no admin listener and a quick cursor flush, over opts' other
+// fields; wrap, when not nil, wraps the store the engine drives. It is
+// closed when the test ends.
+func openTestServer(t *testing.T, opts Options, wrap func(queue.Store) queue.Store) *Server {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	s := New(Options{
-		Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(), Sync: true,
-		MaxBodyBytes: maxBody, Subscriptions: subs, Logger: log,
-		CursorInterval: 10 * time.Millisecond, AllowPrivateTargets: true,
-	})
+	opts.Listen, opts.AdminListen, opts.DataDir, opts.Sync = "127.0.0.1:0", "-", t.TempDir(), true
+	opts.Logger, opts.CursorInterval, opts.AllowPrivateTargets = log, 10*time.Millisecond, true
+	s := New(opts)
+	s.wrapStore = wrap
 	if err := s.Open(); err != nil {
 		t.Fatalf("open server: %v", err)
 	}

@@ -5,10 +5,7 @@ package proxy
 // chosen calls. Everything else is real: loopback endpoints, real lanes.
 
 import (
-	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -57,23 +54,7 @@ func startWrapped(t *testing.T, f *faultStore, subs ...*Subscription) *Server {
 // startWith opens a sidecar whose engine drives wrap(the real store).
 func startWith(t *testing.T, wrap func(queue.Store) queue.Store, subs ...*Subscription) *Server {
 	t.Helper()
-	s := New(Options{
-		Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(), Sync: true,
-		Subscriptions: subs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		CursorInterval: 10 * time.Millisecond, AllowPrivateTargets: true,
-	})
-	s.wrapStore = wrap
-	if err := s.Open(); err != nil {
-		t.Fatalf("open server: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return s
+	return openTestServer(t, Options{Subscriptions: subs}, wrap)
 }
 
 // endpoint answers every request with status and counts them.
@@ -94,16 +75,7 @@ func testSub(id, url string) *Subscription {
 
 func ingestOne(t *testing.T, s *Server, key string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/events/t", strings.NewReader(`{}`))
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("ingest %s: %d", key, resp.StatusCode)
-	}
+	postType(t, s, "t", key)
 }
 
 func laneOf(s *Server, id string) LaneStatus {
