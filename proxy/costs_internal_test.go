@@ -93,6 +93,13 @@ func TestBacklogQuotaCountsOnlyNewEvents(t *testing.T) {
 	}
 }
 
+// len is how many entries the heap holds, stale ones included.
+func (t *timerHeap) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.h.Len()
+}
+
 // TestTimerHeapOneLiveEntryPerLane: asking a lane's wake-up again and
 // again keeps one live entry (they were never de-duplicated: one per
 // request); an earlier one replaces it, and the replaced one is dropped

@@ -382,13 +382,6 @@ func (t *timerHeap) add(l *lane, due time.Time) {
 	}
 }
 
-// len is how many entries the heap holds, stale ones included.
-func (t *timerHeap) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.h.Len()
-}
-
 func (d *dispatcher) timerLoop() {
 	defer d.wg.Done()
 	t := d.timers
