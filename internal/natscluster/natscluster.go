@@ -76,6 +76,12 @@ type Options struct {
 	// StartTimeout bounds Start, and each Restart (DefaultStartTimeout when 0).
 	StartTimeout time.Duration
 
+	// MaxPayloadBytes is the largest message a client may publish, headers
+	// included (nats-server's max_payload). 0 keeps the server's default of
+	// 1 MiB (server.MAX_PAYLOAD_SIZE), which is less than sluice's default
+	// 1 MiB body plus its headers; the fleet backend must raise it.
+	MaxPayloadBytes int32
+
 	// Logger receives the servers' log lines, tagged with the node's name.
 	// Nil means no logging.
 	Logger *slog.Logger
@@ -117,6 +123,9 @@ func Start(opts Options) (*Cluster, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("natscluster: dir is required")
 	}
+	if opts.MaxPayloadBytes < 0 {
+		return nil, fmt.Errorf("natscluster: max payload %d bytes: must not be negative", opts.MaxPayloadBytes)
+	}
 	if opts.Name == "" {
 		opts.Name = DefaultName
 	}
@@ -143,7 +152,7 @@ func Start(opts Options) (*Cluster, error) {
 // startAll picks ports, starts every node and waits for the cluster.
 func (c *Cluster) startAll(deadline time.Time) error {
 	n := c.opts.Nodes
-	ports, err := freePorts(2 * n)
+	ports, err := pickPorts(2 * n)
 	if err != nil {
 		return err
 	}
@@ -186,6 +195,7 @@ func (c *Cluster) startNode(nd *node) error {
 		NoSigs:                 true, // the process's signals belong to sluice
 		NoLog:                  true,
 		DisableJetStreamBanner: true,
+		MaxPayload:             c.opts.MaxPayloadBytes,
 	}
 	if c.opts.Nodes > 1 {
 		sopts.Cluster = server.ClusterOpts{
@@ -424,6 +434,9 @@ func (c *Cluster) shutdownAll() {
 	}
 	wg.Wait()
 }
+
+// pickPorts is freePorts; a test replaces it to hand Start a taken port.
+var pickPorts = freePorts
 
 // freePorts returns n distinct TCP ports that were free on 127.0.0.1 a
 // moment ago. It holds every listener until all are chosen, so the n ports

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -328,5 +332,99 @@ func TestStartErrors(t *testing.T) {
 	}
 	if _, err := natscluster.Start(natscluster.Options{Nodes: 1, Dir: file}); err == nil || !strings.Contains(err.Error(), "node-0") {
 		t.Errorf("dir is a file: %v", err)
+	}
+}
+
+// TestMaxPayload shows the limit the fleet backend must raise: nats-server's
+// max_payload (1 MiB by default) counts headers, so sluice's default maximum
+// body (1 MiB) with its Nats-Msg-Id does not fit; the client refuses it
+// before sending. With MaxPayloadBytes raised, the stream (whose own
+// MaxMsgSize defaults to unlimited) takes it.
+func TestMaxPayload(t *testing.T) {
+	body := make([]byte, 1<<20)
+	for _, tc := range []struct {
+		name    string
+		max     int32
+		wantErr error
+	}{
+		{"default", 0, nats.ErrMaxPayload},
+		{"raised", 2 << 20, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := natscluster.Start(natscluster.Options{Nodes: 1, Dir: t.TempDir(), MaxPayloadBytes: tc.max})
+			if err != nil {
+				t.Fatalf("start: %v", err)
+			}
+			t.Cleanup(func() { c.Close() })
+			ctx := testCtx(t)
+			js := connect(t, c.URL(0))
+			createEvents(t, ctx, js, 1)
+			_, err = js.Publish(ctx, "events.big", body, jetstream.WithMsgID("evt-big"))
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("publish 1 MiB: %v, want %v", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestRestartPortTaken: a node whose port another process holds does not
+// come back, and says why; once the port is free, Restart works.
+func TestRestartPortTaken(t *testing.T) {
+	c, err := natscluster.Start(natscluster.Options{Nodes: 1, Dir: t.TempDir(), StartTimeout: time.Second})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	addr := strings.TrimPrefix(c.URL(0), "nats://")
+	c.Kill(0)
+
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("take %s: %v", addr, err)
+	}
+	err = c.Restart(0)
+	l.Close()
+	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "node-0") {
+		t.Fatalf("restart on a taken port: %v, want EADDRINUSE naming node-0", err)
+	}
+	if c.Server(0) != nil {
+		t.Fatal("a node that failed to restart is reported running")
+	}
+	if err := c.Restart(0); err != nil {
+		t.Fatalf("restart once the port is free: %v", err)
+	}
+}
+
+// lockedBuffer is an io.Writer safe for the servers' goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func TestLogger(t *testing.T) {
+	var buf lockedBuffer
+	c, err := natscluster.Start(natscluster.Options{
+		Nodes:  1,
+		Dir:    t.TempDir(),
+		Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+	})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	c.Close()
+	if out := buf.String(); !strings.Contains(out, "node=node-0") || !strings.Contains(out, "Server Exiting") {
+		t.Errorf("log lacks the node's name or its shutdown:\n%s", out)
 	}
 }
