@@ -2,6 +2,7 @@ package natscluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -426,5 +427,94 @@ func TestLogger(t *testing.T) {
 	c.Close()
 	if out := buf.String(); !strings.Contains(out, "node=node-0") || !strings.Contains(out, "Server Exiting") {
 		t.Errorf("log lacks the node's name or its shutdown:\n%s", out)
+	}
+}
+
+// batchAck is nats-server's publish answer with the atomic batch fields,
+// which nats.go's jetstream.PubAck (v1.55.0) does not decode.
+type batchAck struct {
+	Stream    string `json:"stream"`
+	Seq       uint64 `json:"seq"`
+	Duplicate bool   `json:"duplicate"`
+	BatchID   string `json:"batch"`
+	BatchSize uint64 `json:"count"`
+	Error     *struct {
+		Code        int    `json:"code"`
+		ErrCode     int    `json:"err_code"`
+		Description string `json:"description"`
+	} `json:"error"`
+}
+
+// publishBatch publishes ids as one atomic batch: every message carries
+// Nats-Batch-Id and Nats-Batch-Sequence (1…n), the last also
+// Nats-Batch-Commit: 1 and is the only one sent as a request; its answer
+// acknowledges the whole batch. nats.go v1.55.0 has no client for this,
+// only StreamConfig.AllowAtomicPublish, so the headers are set by hand.
+func publishBatch(t *testing.T, ctx context.Context, nc *nats.Conn, batchID string, ids []string) batchAck {
+	t.Helper()
+	for i, id := range ids {
+		m := nats.NewMsg("events.batch")
+		m.Data = []byte("body of " + id)
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		m.Header.Set("Nats-Batch-Id", batchID)
+		m.Header.Set("Nats-Batch-Sequence", fmt.Sprint(i+1))
+		if i < len(ids)-1 {
+			if err := nc.PublishMsg(m); err != nil {
+				t.Fatalf("publish batch message %d: %v", i+1, err)
+			}
+			continue
+		}
+		m.Header.Set("Nats-Batch-Commit", "1")
+		resp, err := nc.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			t.Fatalf("commit batch %s: %v", batchID, err)
+		}
+		var ack batchAck
+		if err := json.Unmarshal(resp.Data, &ack); err != nil {
+			t.Fatalf("decode batch ack %q: %v", resp.Data, err)
+		}
+		return ack
+	}
+	t.Fatal("empty batch")
+	return batchAck{}
+}
+
+// TestAtomicBatchPublish records what the fleet backend can rely on: in
+// nats-server v2.15 a stream created with AllowAtomicPublish takes a batch
+// all or nothing on an R3 stream, and a batch holding an id already in the
+// duplicate window fails whole (error 10201) instead of being acknowledged
+// as duplicates.
+func TestAtomicBatchPublish(t *testing.T) {
+	c := start(t, 3)
+	ctx := testCtx(t)
+	js := connect(t, c.URL(0))
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:               "EVENTS",
+		Subjects:           []string{"events.>"},
+		Replicas:           3,
+		Duplicates:         2 * time.Minute,
+		AllowAtomicPublish: true,
+	})
+	if err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+
+	ack := publishBatch(t, ctx, js.Conn(), "b1", []string{"evt-1", "evt-2", "evt-3"})
+	if ack.Error != nil || ack.Seq != 3 || ack.BatchID != "b1" || ack.BatchSize != 3 {
+		t.Fatalf("batch b1: %+v (error %+v), want seq 3, batch b1, count 3", ack, ack.Error)
+	}
+
+	ack = publishBatch(t, ctx, js.Conn(), "b2", []string{"evt-3", "evt-4"})
+	if ack.Error == nil || ack.Error.ErrCode != 10201 {
+		t.Fatalf("batch b2 repeating evt-3: %+v, want error 10201 (batch contains duplicate message id)", ack)
+	}
+	t.Logf("batch with a known id: %d %s", ack.Error.ErrCode, ack.Error.Description)
+
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	if info.State.Msgs != 3 {
+		t.Fatalf("stream has %d messages, want 3 (nothing of the failed batch)", info.State.Msgs)
 	}
 }
