@@ -8,8 +8,9 @@
 // owns no streams or buckets; callers create those with nats.go.
 //
 // What it guarantees:
-//   - Start returns only once every node accepts connections and the
-//     JetStream meta group has a leader that every node follows, or an error
+//   - Start returns only once every node accepts connections, the JetStream
+//     meta group has a leader that every node follows, and that leader can
+//     place replicas on every node (an R<N> stream can be created), or an error
 //     naming what did not come up within Options.StartTimeout. It never
 //     sleeps blindly: it polls the servers' own readiness with a deadline.
 //   - A node keeps its ports and its store directory for the cluster's life,
@@ -17,6 +18,12 @@
 //   - Close stops every node and waits for its goroutines to end; after it
 //     returns the package has left nothing running.
 //   - Logging is off unless Options.Logger is set.
+//
+// What it does not promise: that a stream's or KV bucket's own Raft group
+// has a leader when Start or Restart returns (those are elected per stream,
+// after the meta group), so a test publishes with Nats-Msg-Id and retries
+// until its deadline, which is what the fleet backend does anyway; and a
+// real crash: Kill is a hard in-process Shutdown (see Kill).
 //
 // A Cluster's methods are safe for concurrent use.
 package natscluster
@@ -178,7 +185,7 @@ func (c *Cluster) startAll(deadline time.Time) error {
 			return err
 		}
 	}
-	return c.wait(nodes, deadline, true)
+	return c.wait(nodes, deadline)
 }
 
 // startNode creates and starts nd's server; it does not wait for it.
@@ -229,18 +236,16 @@ func (c *Cluster) startNode(nd *node) error {
 	return nil
 }
 
-// wait polls nodes until each accepts client and route connections and its
-// JetStream meta state is current (which implies a meta leader it follows),
-// or until deadline. With needLeader set it also requires that one of them
-// is the meta leader. It returns an error naming the first node, and the
-// first part of it, that did not come up.
-func (c *Cluster) wait(nodes []*node, deadline time.Time, needLeader bool) error {
+// wait polls nodes until each accepts client and route connections, its
+// JetStream meta state is current under a leader it knows, and the leader
+// can place replicas on it, or until deadline. It returns an error naming the first node, and the first part of
+// it, that did not come up.
+func (c *Cluster) wait(nodes []*node, deadline time.Time) error {
 	clustered := c.opts.Nodes > 1
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
 	for {
 		var pending string
-		leader := !needLeader || !clustered
 		for _, nd := range nodes {
 			c.mu.Lock()
 			srv := nd.srv
@@ -258,18 +263,17 @@ func (c *Cluster) wait(nodes []*node, deadline time.Time, needLeader bool) error
 				pending = nd.name + " route listener on port " + strconv.Itoa(nd.routePort)
 			case !srv.JetStreamEnabled():
 				pending = nd.name + " JetStream"
+			case clustered && metaLeader(srv) == "":
+				pending = nd.name + " JetStream meta leader"
 			case !srv.JetStreamIsCurrent():
-				pending = nd.name + " JetStream meta state (no meta leader, or not caught up)"
+				pending = nd.name + " JetStream meta state (not caught up with the leader)"
 			}
 			if pending != "" {
 				break
 			}
-			if clustered && srv.JetStreamIsLeader() {
-				leader = true
-			}
 		}
-		if pending == "" && !leader {
-			pending = "JetStream meta leader"
+		if pending == "" && clustered {
+			pending = c.unplaceable(nodes)
 		}
 		if pending == "" {
 			return nil
@@ -279,6 +283,52 @@ func (c *Cluster) wait(nodes []*node, deadline time.Time, needLeader bool) error
 		}
 		<-ticker.C
 	}
+}
+
+// unplaceable returns what keeps the meta leader from placing replicas on
+// nodes, or "" when nothing does. The leader places a stream only on peers
+// it has had a statistics update (STATSZ) from; before that, creating an R3
+// stream fails with "no suitable peers for placement, peer offline", even
+// though every node is current. This is the check nats-server's own cluster
+// tests wait on (JetStreamClusterPeers on the leader).
+func (c *Cluster) unplaceable(nodes []*node) string {
+	c.mu.Lock()
+	var leader *server.Server
+	for _, nd := range c.nodes {
+		if nd.srv != nil && nd.srv.JetStreamIsLeader() {
+			leader = nd.srv
+		}
+	}
+	c.mu.Unlock()
+	if leader == nil {
+		return "JetStream meta leader"
+	}
+	peers := leader.JetStreamClusterPeers()
+	for _, nd := range nodes {
+		found := false
+		for _, p := range peers {
+			if p == nd.name {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return nd.name + " as a placement peer of meta leader " + leader.Name()
+		}
+	}
+	return ""
+}
+
+// metaLeader returns the name of the JetStream meta leader srv knows, or "".
+// It is checked besides JetStreamIsCurrent because a Raft follower that
+// knows no leader yet, with nothing left to apply from its recovered log
+// (a restarted node), counts as current.
+func metaLeader(srv *server.Server) string {
+	jsi, err := srv.Jsz(&server.JSzOptions{})
+	if err != nil || jsi.Meta == nil {
+		return ""
+	}
+	return jsi.Meta.Leader
 }
 
 // URLs returns every node's client URL (nats://127.0.0.1:port), in node
@@ -335,7 +385,8 @@ func (c *Cluster) Kill(i int) {
 // Restart starts killed node i again with the same name, ports and store
 // directory, and waits, within Options.StartTimeout, until it accepts
 // connections and, if a quorum of nodes is running, until its JetStream
-// meta state is current again. With no quorum (say, the first of two
+// meta state is current again under a leader that can place replicas on it.
+// With no quorum (say, the first of two
 // restarted nodes of three) it waits only for the listeners, since nothing
 // can become current yet. It does not wait for each stream's catch-up: a
 // stream's own Raft group may still be electing a leader when it returns.
@@ -384,7 +435,7 @@ func (c *Cluster) Restart(i int) error {
 // state only when a quorum runs.
 func (c *Cluster) waitRestart(nd *node, deadline time.Time, quorum bool) error {
 	if quorum {
-		return c.wait([]*node{nd}, deadline, false)
+		return c.wait([]*node{nd}, deadline)
 	}
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
