@@ -107,7 +107,6 @@ type Cluster struct {
 // node is one member. Its name, ports and directory never change; srv is
 // nil while the node is killed.
 type node struct {
-	index      int
 	name       string
 	dir        string
 	clientPort int
@@ -166,7 +165,6 @@ func (c *Cluster) startAll(deadline time.Time) error {
 	nodes := make([]*node, n)
 	for i := range nodes {
 		nodes[i] = &node{
-			index:      i,
 			name:       "node-" + strconv.Itoa(i),
 			dir:        filepath.Join(c.opts.Dir, "node-"+strconv.Itoa(i)),
 			clientPort: ports[2*i],
@@ -386,12 +384,13 @@ func (c *Cluster) Kill(i int) {
 // directory, and waits, within Options.StartTimeout, until it accepts
 // connections and, if a quorum of nodes is running, until its JetStream
 // meta state is current again under a leader that can place replicas on it.
-// With no quorum (say, the first of two
-// restarted nodes of three) it waits only for the listeners, since nothing
-// can become current yet. It does not wait for each stream's catch-up: a
-// stream's own Raft group may still be electing a leader when it returns.
-// Restart of a running node is an error; if its port is taken it retries
-// on the same port until the timeout.
+// With no quorum (say, the first of three killed nodes to come back) it
+// waits only for the listeners, since nothing can become current yet. It
+// does not wait for each stream's catch-up: a stream's own Raft group may
+// still be electing a leader when it returns. Restart of a running node is
+// an error; if its port is taken, it retries on the same port until the
+// timeout and then returns an error that wraps syscall.EADDRINUSE. It
+// panics if i is out of range.
 func (c *Cluster) Restart(i int) error {
 	c.mu.Lock()
 	if c.closed {
