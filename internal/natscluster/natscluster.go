@@ -412,6 +412,7 @@ func (c *Cluster) Restart(i int) error {
 
 	deadline := time.Now().Add(c.opts.StartTimeout)
 	quorum := running > len(c.nodes)/2
+	var inUse error // the last attempt's bind error, if any
 	for {
 		if err := c.startNode(nd); err != nil {
 			return err
@@ -421,7 +422,15 @@ func (c *Cluster) Restart(i int) error {
 			return nil
 		}
 		c.Kill(i)
-		if !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			if inUse != nil {
+				// The deadline came before this attempt's bind error did.
+				return fmt.Errorf("%w; earlier attempt: %w", err, inUse)
+			}
+			return err
+		}
+		inUse = err
+		if time.Now().After(deadline) {
 			return err
 		}
 		// The port was taken; wait a poll interval before binding again.

@@ -300,8 +300,15 @@ func TestKVCreateOnlyAndCompareAndSet(t *testing.T) {
 	if _, err := kv1.Create(ctx, key, []byte("from=99")); !errors.Is(err, jetstream.ErrKeyExists) {
 		t.Fatalf("second create through node 1: %v, want ErrKeyExists", err)
 	}
-	entry, err := kv1.Get(ctx, key)
-	if err != nil {
+	// A KV read is a direct get, answered by the nearest replica, which may
+	// not have applied the write yet: it may say "not found" for a moment,
+	// but never anything but the first write.
+	var entry jetstream.KeyValueEntry
+	if err := retry(ctx, func(ctx context.Context) error {
+		var err error
+		entry, err = kv1.Get(ctx, key)
+		return err
+	}); err != nil {
 		t.Fatalf("get through node 1: %v", err)
 	}
 	if string(entry.Value()) != "from=17" || entry.Revision() != rev {
