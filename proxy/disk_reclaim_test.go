@@ -3,33 +3,17 @@ package proxy_test
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/tmpfs"
+
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/testbed"
 )
-
-// mountTmpfs mounts a tmpfs of the given size ("256m") on a temp dir and
-// unmounts it when the test ends. Without permission to mount (not root, or
-// a container without CAP_SYS_ADMIN) the test is skipped, unless CI is set:
-// CI runs as root, where a skip would hide a test that should run.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	mnt := t.TempDir()
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size="+size); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("cannot mount a tmpfs (%v, euid %d); CI runs as root and must be able to", err, os.Geteuid())
-		}
-		t.Skipf("cannot mount a tmpfs here (%v, euid %d)", err, os.Geteuid())
-	}
-	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
-	return mnt
-}
 
 // usedBytes is what the file system under dir has in use.
 func usedBytes(t *testing.T, dir string) int64 {
@@ -49,7 +33,7 @@ func usedBytes(t *testing.T, dir string) int64 {
 // It did neither: the log had filled the volume itself, and value-log GC
 // only ran past four value-log files (256 MiB), more than the volume.
 func TestDiskFullOfItsOwnLogComesBack(t *testing.T) {
-	mnt := mountTmpfs(t, "256m")
+	mnt := tmpfs.Mount(t, "256m")
 	tb := startTestbed(t, testbed.ModeFail)
 	a := sub("a", tb.URL()+"/a")
 	// The outage must not exhaust the retries (dead letters would hold

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/tmpfs"
+
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -114,7 +116,7 @@ func TestDiskQuota507KeepsEverythingAccepted(t *testing.T) {
 // TestDiskQuota507KeepsEverythingAccepted covers the quota path without a
 // mount), and failed without it when CI is set (CI runs as root).
 func TestDiskFullFilesystem(t *testing.T) {
-	mnt := mountTmpfs(t, "160m")
+	mnt := tmpfs.Mount(t, "160m")
 
 	tb := startTestbed(t, testbed.ModeOK)
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: filepath.Join(mnt, "data"), Sync: true,

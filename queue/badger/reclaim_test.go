@@ -12,25 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/tmpfs"
+
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/badger"
 )
-
-// mountTmpfs mounts a tmpfs of the given size ("128m") on a temp dir and
-// unmounts it when the test ends. Without permission to mount the test is
-// skipped, unless CI is set: CI runs as root, where a skip would hide it.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	mnt := t.TempDir()
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size="+size); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("cannot mount a tmpfs (%v, euid %d); CI runs as root and must be able to", err, os.Geteuid())
-		}
-		t.Skipf("cannot mount a tmpfs here (%v, euid %d)", err, os.Geteuid())
-	}
-	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
-	return mnt
-}
 
 // dirBytes is what the files of dir take, as the disk guard counts it
 // (allocated blocks), measured now.
@@ -100,7 +86,7 @@ func fill(t *testing.T, l *badger.Log, prefix string, size int) int {
 func TestReclaimWhenFull(t *testing.T) {
 	for _, size := range []int{1 << 20, 64 << 10, 16 << 10, 2 << 10} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			mnt := mountTmpfs(t, "128m")
+			mnt := tmpfs.Mount(t, "128m")
 			dir := filepath.Join(mnt, "data")
 			l, err := badger.Open(badger.Options{Dir: dir, Sync: true})
 			if err != nil {
