@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/tmpfs"
-
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/testbed"

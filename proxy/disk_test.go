@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/tmpfs"
-
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/testbed"
 )

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/tmpfs"
-
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/badger"
 )
