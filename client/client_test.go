@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,9 +15,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/client"
-	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/internal/sidecartest"
 	"github.com/sluicehq/sluice/proxy"
-	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -28,9 +25,9 @@ const (
 	testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 )
 
-// sidecar is an in-process sidecar: subscription "ok" delivers to a
-// healthy endpoint, "failing" to one answering 500, so its events are
-// dead-lettered after two attempts.
+// sidecar is the shared in-process sidecar (internal/sidecartest):
+// subscription "ok" delivers to a healthy endpoint, "failing" to one
+// answering 500, so its events are dead-lettered after two attempts.
 type sidecar struct {
 	srv *proxy.Server
 	tb  *testbed.Server
@@ -38,27 +35,7 @@ type sidecar struct {
 
 func startSidecar(t *testing.T, adminListen string) *sidecar {
 	t.Helper()
-	tb := testbed.New(testbed.Options{})
-	if err := tb.Open("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tb.Close() })
-	tb.SetMode("/failing", testbed.ModeFail)
-	k, err := signing.ParseSecret(testSecret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := func(id string) *proxy.Subscription {
-		return &proxy.Subscription{ID: id, URL: tb.URL() + "/" + id, Secrets: []signing.Secret{k}, Timeout: 2 * time.Second, MaxConcurrency: 4,
-			Retry: policy.RetryPolicy{MaxAttempts: 2, Backoff: policy.Backoff{Base: time.Millisecond, Cap: 5 * time.Millisecond}}}
-	}
-	srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: adminListen, AdminToken: testToken,
-		DataDir: filepath.Join(t.TempDir(), "data"), Subscriptions: []*proxy.Subscription{sub("ok"), sub("failing")},
-		Logger: slog.New(slog.DiscardHandler)})
-	if err := srv.Open(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close(context.Background()) })
+	srv, tb := sidecartest.Start(t, adminListen, testToken, testSecret)
 	return &sidecar{srv: srv, tb: tb}
 }
 
@@ -66,36 +43,9 @@ func startSidecar(t *testing.T, adminListen string) *sidecar {
 // settled them.
 func (s *sidecar) publish(t *testing.T, prefix string, n int) {
 	t.Helper()
-	for i := range n {
-		req, _ := http.NewRequest(http.MethodPost, s.srv.URL()+"/v1/events/order.created", strings.NewReader(fmt.Sprintf(`{"n":%d}`, i)))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", prefix, i))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("publish: %s", resp.Status)
-		}
-	}
-	eventually(t, "events settled", func() bool {
-		var ok, dead uint64
-		for _, l := range s.srv.Lanes() {
-			switch l.Subscription {
-			case "ok":
-				ok = l.Delivered
-			case "failing":
-				dead = l.DeadLettered
-			}
-		}
-		return ok >= uint64(n) && dead >= uint64(n)
-	})
+	sidecartest.Publish(t, s.srv, prefix, n)
 }
 
-// eventually polls the sidecar's own state, for which there is nothing to
-// await.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/sidecartest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/signing"
@@ -38,25 +39,9 @@ type cliSidecar struct {
 
 func startCLISidecar(t *testing.T) *cliSidecar {
 	t.Helper()
-	dir := t.TempDir()
-	tb := startReceiver(t)
-	tb.SetMode("/failing", testbed.ModeFail)
-	k, err := signing.ParseSecret(e2eSecret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := func(id string) *proxy.Subscription {
-		return &proxy.Subscription{ID: id, URL: tb.URL() + "/" + id, Secrets: []signing.Secret{k}, Timeout: 2 * time.Second, MaxConcurrency: 4,
-			Retry: policy.RetryPolicy{MaxAttempts: 2, Backoff: policy.Backoff{Base: time.Millisecond, Cap: 5 * time.Millisecond}}}
-	}
 	admin := freePort(t)
-	srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: cliToken, DataDir: filepath.Join(dir, "data"),
-		Subscriptions: []*proxy.Subscription{sub("ok"), sub("failing")}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err := srv.Open(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close(context.Background()) })
-	config := filepath.Join(dir, "sluice.yaml")
+	srv, tb := sidecartest.Start(t, admin, cliToken, e2eSecret)
+	config := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(config, []byte("admin:\n  listen: "+admin+"\n  token: "+cliToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -67,32 +52,7 @@ func startCLISidecar(t *testing.T) *cliSidecar {
 // settled them: delivered to ok, dead-lettered on failing.
 func (c *cliSidecar) publish(t *testing.T, prefix string, n int) {
 	t.Helper()
-	for i := range n {
-		req, _ := http.NewRequest(http.MethodPost, c.srv.URL()+"/v1/events/order.created", strings.NewReader(fmt.Sprintf(`{"n":%d}`, i)))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", prefix, i))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("publish: %s", resp.Status)
-		}
-	}
-	eventually(t, "events settled", func() bool {
-		var ok, dead uint64
-		for _, l := range c.srv.Lanes() {
-			switch l.Subscription {
-			case "ok":
-				ok = l.Delivered
-			case "failing":
-				dead = l.DeadLettered
-			}
-		}
-		return ok >= uint64(n) && dead >= uint64(n)
-	})
+	sidecartest.Publish(t, c.srv, prefix, n)
 }
 
 func (c *cliSidecar) lane(t *testing.T, id string) proxy.LaneStatus {
