@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,23 +17,14 @@ import (
 
 func adminCall(t *testing.T, s *proxy.Server, method, path, body, token string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(method, s.AdminURL()+path, strings.NewReader(body))
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	code, b, _ := adminRequest(t, s, method, path, body, token)
 	var m map[string]any
 	if len(b) > 0 && b[0] == '{' {
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatalf("%s %s: %v: %s", method, path, err, b)
 		}
 	}
-	return resp.StatusCode, m
+	return code, m
 }
 
 // apiClient is the typed admin client of s; it does not retry, so a test

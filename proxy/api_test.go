@@ -56,8 +56,19 @@ func jsonShape(v any) string {
 }
 
 // rawAdmin sends one admin request and returns the status and the body as
-// the server wrote it.
+// the server wrote it, which must be JSON.
 func rawAdmin(t *testing.T, s *proxy.Server, method, path, body, token string) (int, []byte) {
+	t.Helper()
+	code, b, ct := adminRequest(t, s, method, path, body, token)
+	if ct != "application/json" {
+		t.Errorf("%s %s: Content-Type %q", method, path, ct)
+	}
+	return code, b
+}
+
+// adminRequest sends one admin request, with the bearer token when not
+// empty, and returns the status, the body and its Content-Type.
+func adminRequest(t *testing.T, s *proxy.Server, method, path, body, token string) (int, []byte, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, s.AdminURL()+path, strings.NewReader(body))
 	if token != "" {
@@ -72,10 +83,7 @@ func rawAdmin(t *testing.T, s *proxy.Server, method, path, body, token string) (
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("%s %s: Content-Type %q", method, path, ct)
-	}
-	return resp.StatusCode, b
+	return resp.StatusCode, b, resp.Header.Get("Content-Type")
 }
 
 // laneShape is one entry of GET /v1/subscriptions; paused_by only while
