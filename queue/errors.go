@@ -35,3 +35,15 @@ var (
 // producer keeps it and tries again later. Appends resume by themselves
 // once usage is back under the limits.
 var ErrDiskFull = errors.New("disk full")
+
+// ErrFenced is returned by a write about a subscription whose lane this
+// node no longer owns (fleet mode): another node took its lease, or this
+// one could not renew it. Nothing was written; the lane's new owner
+// delivers whatever is unresolved (at-least-once), so the caller drops the
+// outcome instead of trying again.
+var ErrFenced = errors.New("lane owned by another node")
+
+// ErrUnavailable is returned by Append while a shared log cannot take an
+// event: its servers are unreachable or have no quorum. Nothing was
+// accepted; the producer retries (ingest answers 503 with Retry-After).
+var ErrUnavailable = errors.New("log unavailable")

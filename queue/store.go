@@ -1,6 +1,9 @@
 package queue
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Store is what the delivery engine needs of a backend: the event log and
 // the delivery state kept beside it. Every backend (Badger today, NATS
@@ -131,4 +134,59 @@ type Outcome struct {
 	// Pause, when not empty, also records the subscription as paused with
 	// this reason (a 410 Gone), in the same transaction.
 	Pause string
+}
+
+// Fleet is what a Store shared by several nodes adds (JetStream, DESIGN.md
+// §6): which lanes this node may deliver. The proxy asserts it on its
+// Store; a Store without it (Badger) owns every lane.
+//
+// Ownership: each subscription's lane is delivered by one node at a time,
+// the holder of its lease. Before Own is called, writes are not fenced (a
+// store opened by a test or a tool is its only writer); after, every
+// cursor, retry and dead-letter write of a subscription is fenced by this
+// node's lease on it and fails with ErrFenced without one.
+type Fleet interface {
+	// NodeID names this node in the fleet.
+	NodeID() string
+	// Own joins the fleet (heartbeats) and starts claiming the lanes this
+	// node should own; h is told as ownership changes, until Close.
+	Own(h OwnerHandler) error
+	// Owner returns the node holding sub's lease, "" when none does.
+	Owner(sub string) string
+	// Owns reports whether this node holds sub's lease now.
+	Owns(sub string) bool
+	// Ready is nil while appends can be accepted, else why not (for
+	// /readyz).
+	Ready() error
+	// Lane reads sub's durable state, for a lane that was just gained: its
+	// membership with the cursor, and its retry schedule.
+	Lane(sub string) (Membership, *RetrySummary, error)
+	// PublishLanes stores snapshots of the lanes this node owns (opaque
+	// JSON the proxy makes); LaneSnapshots returns the latest snapshot of
+	// every lane, whichever node published it.
+	PublishLanes(snaps map[string][]byte) error
+	LaneSnapshots() (map[string]LaneSnapshot, error)
+}
+
+// LaneSnapshot is one lane's state as its owner last published it.
+type LaneSnapshot struct {
+	Node string
+	At   time.Time
+	Data []byte
+}
+
+// OwnerHandler is how a Fleet tells the delivery engine about ownership.
+// Calls for one subscription never overlap.
+type OwnerHandler interface {
+	// Gained: this node now holds sub's lease. State read after the call
+	// starts (Fleet.Lane) is current: the previous owner can write no more.
+	Gained(sub string)
+	// Release: stop starting deliveries of sub, wait for those in flight
+	// until ctx ends, and write sub's cursor; the lease is released once
+	// it returns. ctx is already done when the lease was lost, not given
+	// up: then writes fail with ErrFenced anyway.
+	Release(ctx context.Context, sub string)
+	// Changed: another node changed sub's state (a replay, a pause) while
+	// this node owns it; re-read what Lane returns.
+	Changed(sub string)
 }
