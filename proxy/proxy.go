@@ -100,6 +100,12 @@ type Options struct {
 	// Registry receives the Prometheus metrics and is served at /metrics;
 	// a private registry if nil.
 	Registry *prometheus.Registry
+	// OpenStore, when set, opens the log instead of the Badger one in
+	// DataDir (fleet mode: cmd passes JetStream's). It must call onCommit
+	// with each group of new events in seq order, never concurrently, and
+	// register its metrics with reg. A store that is a queue.Fleet makes
+	// this node deliver only the lanes it owns.
+	OpenStore func(onCommit func([]*queue.Event), reg prometheus.Registerer) (queue.Store, error)
 }
 
 // Server is a running sidecar: ingest, lanes and admin API.
@@ -183,11 +189,13 @@ func (s *Server) Open() (err error) {
 	var d *dispatcher
 	// A local first: a failed open must leave s.q nil (an interface
 	// holding a nil pointer would not be), so Close skips it.
-	q, err := badger.Open(badger.Options{
-		Dir: s.opts.DataDir, Sync: s.opts.Sync, DedupWindow: s.opts.DedupWindow, Logger: s.log,
-		MaxDiskBytes: s.opts.MaxDiskBytes, MinFreeBytes: s.opts.MinFreeDiskBytes,
-		OnCommit: func(evs []*queue.Event) { d.feed.onCommit(evs) }, Registerer: s.opts.Registry,
-	})
+	onCommit := func(evs []*queue.Event) { d.feed.onCommit(evs) }
+	var q queue.Store
+	if s.opts.OpenStore != nil {
+		q, err = s.opts.OpenStore(onCommit, s.opts.Registry)
+	} else {
+		q, err = openBadger(s.opts, s.log, onCommit)
+	}
 	if err != nil {
 		return err
 	}
@@ -220,6 +228,20 @@ func (s *Server) Open() (err error) {
 		}()
 	}
 	return nil
+}
+
+// openBadger opens the embedded log; a nil *badger.Log must not become a
+// non-nil queue.Store, so the error path returns a nil interface.
+func openBadger(o Options, log *slog.Logger, onCommit func([]*queue.Event)) (queue.Store, error) {
+	q, err := badger.Open(badger.Options{
+		Dir: o.DataDir, Sync: o.Sync, DedupWindow: o.DedupWindow, Logger: log,
+		MaxDiskBytes: o.MaxDiskBytes, MinFreeBytes: o.MinFreeDiskBytes,
+		OnCommit: onCommit, Registerer: o.Registry,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
 }
 
 func listen(addr string, mode os.FileMode) (net.Listener, error) {
