@@ -10,6 +10,9 @@ type fleetSide struct{}
 
 func (s *Store) closeFleet() {}
 
+// setUpFleet makes the <S>_NODES and <S>_LANES buckets.
+func (s *Store) setUpFleet() error { panic("todo") }
+
 // fence returns how to fence a write about sub: the lease subject and the
 // revision this node holds (fenced true), or fenced false before Own (a
 // store with one writer). It fails with queue.ErrFenced when this node

@@ -7,5 +7,8 @@ func (s *Store) setUp() error {
 	if err := s.setUpStream(); err != nil {
 		return err
 	}
-	return s.setUpBuckets()
+	if err := s.setUpBuckets(); err != nil {
+		return err
+	}
+	return s.setUpFleet()
 }
