@@ -31,6 +31,12 @@ func (s *Server) adminHandler() http.Handler {
 			writeJSON(w, http.StatusServiceUnavailable, HealthAnswer{Status: "draining"})
 			return
 		}
+		if f, ok := s.q.(queue.Fleet); ok {
+			if err := f.Ready(); err != nil {
+				writeJSON(w, http.StatusServiceUnavailable, HealthAnswer{Status: "unavailable: " + err.Error()})
+				return
+			}
+		}
 		writeJSON(w, http.StatusOK, HealthAnswer{Status: "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError)}))

@@ -97,6 +97,14 @@ func (d *dispatcher) start(subs []*Subscription) error {
 	go d.kickLoop()
 	go d.timerLoop()
 	go d.flushLoop()
+	if d.fleet != nil {
+		d.wg.Add(1)
+		go d.snapshotLoop()
+		// Lanes deliver once their leases are gained, from here on.
+		if err := d.fleet.Own(d); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -265,6 +273,14 @@ func (d *dispatcher) maintain() {
 	below := head + 1
 	now := d.now()
 	for _, l := range d.laneList() {
+		l.mu.Lock()
+		foreign := l.foreign
+		l.mu.Unlock()
+		if foreign {
+			// Its owner enforces its quota, retires it and keeps its
+			// cursor; the shared store's compaction counts it from there.
+			continue
+		}
 		l.enforceQuota(now)
 		// A filtered lane that sees none of its types sleeps with a stale
 		// cursor; move it to the head now and then so it does not pin
@@ -438,7 +454,27 @@ func (d *dispatcher) statuses() []LaneStatus {
 	lanes := d.laneList()
 	out := make([]LaneStatus, 0, len(lanes))
 	now := d.now()
+	var snaps map[string]queue.LaneSnapshot
+	if d.fleet != nil {
+		var err error
+		if snaps, err = d.fleet.LaneSnapshots(); err != nil {
+			d.log.Warn("read lane snapshots", "err", err)
+		}
+	}
 	for _, l := range lanes {
+		if d.fleet != nil {
+			l.mu.Lock()
+			foreign := l.foreign
+			l.mu.Unlock()
+			if foreign {
+				out = append(out, d.foreignStatus(l, snaps))
+				continue
+			}
+			st := l.withOldestAge(l.status(), now)
+			st.Owner = d.fleet.NodeID()
+			out = append(out, st)
+			continue
+		}
 		out = append(out, l.withOldestAge(l.status(), now))
 	}
 	sortStatuses(out)

@@ -20,6 +20,7 @@ import (
 // config, the cursor flusher and maintenance are the dispatcher's alone.
 type engine struct {
 	store  queue.Store
+	fleet  queue.Fleet // store as a Fleet; nil: this node owns every lane
 	feed   *feed
 	slots  *slots
 	timers *timerHeap
@@ -45,6 +46,7 @@ func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now
 		budget: policy.NewBudget(budget, now),
 		quit:   make(chan struct{}),
 	}
+	e.fleet, _ = store.(queue.Fleet)
 	e.slots = newSlots(maxInFlight, e.feed, e.quit, func(j *job, w *workerState) {
 		res := e.deliver(j, w)
 		j.lane.finish(j, res)

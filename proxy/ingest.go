@@ -293,6 +293,12 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 		ctx.Response.Header.Set("Retry-After", "5")
 		jsonError(ctx, fasthttp.StatusInsufficientStorage, "event not accepted: "+err.Error())
 		return
+	case errors.Is(err, queue.ErrUnavailable):
+		// Fleet mode: no quorum has the event, so it is not accepted (a
+		// retry with the same id is deduplicated if it was stored late).
+		ctx.Response.Header.Set("Retry-After", "1")
+		jsonError(ctx, fasthttp.StatusServiceUnavailable, "event not accepted: "+err.Error())
+		return
 	case err != nil:
 		s.log.Error("append", "err", err)
 		jsonError(ctx, fasthttp.StatusInternalServerError, "event not accepted: internal error")

@@ -64,6 +64,7 @@ type lane struct {
 	dirty   bool        // in the dirty set: the cursor moved since the last flush
 	hungry  bool        // parked in the feed until a commit wakes it
 	retired bool        // drained and forgotten
+	foreign bool        // fleet mode: another node owns the lane (or none yet); it sends nothing
 	leaving atomic.Bool // mirrors left, for lock-free scans
 
 	// Per-subscription policies, owned by the lane (used under mu).
@@ -107,6 +108,7 @@ func newLane(e *engine, m queue.Membership, sub *Subscription) *lane {
 	l.saved.Store(m.Cursor)
 	l.leaving.Store(m.Left)
 	l.pausedBy = m.Paused
+	l.foreign = e.fleet != nil // until the lease is gained
 	l.setPolicies(sub)
 	return l
 }
@@ -289,7 +291,7 @@ func (l *lane) pump() {
 func (l *lane) pumpLocked() {
 	e := l.e
 	l.hungry = false
-	if l.retired {
+	if l.retired || l.foreign {
 		return
 	}
 	now := e.now()
@@ -619,6 +621,9 @@ func (l *lane) enforceQuota(now time.Time) {
 	e := l.e
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.foreign {
+		return // its owner enforces it
+	}
 	var excess int64
 	if q.MaxEvents > 0 {
 		n, err := l.waiting(l.limitSeq())
@@ -676,6 +681,8 @@ type LaneStatus struct {
 	Attempts     uint64 `json:"attempts"`
 	LastStatus   int    `json:"last_status"`
 	Breaker      string `json:"breaker"` // closed, half_open, open
+	// Owner is the node delivering the lane, in fleet mode.
+	Owner        string `json:"owner,omitempty"`
 	PausedBy     string `json:"paused_by,omitempty"`
 	Deferred     uint64 `json:"retries_deferred"`       // retries the shared budget pushed back
 	ShortCircuit uint64 `json:"short_circuits"`         // dispatches the open breaker refused

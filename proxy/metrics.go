@@ -127,6 +127,7 @@ var (
 	descBacklog  = prometheus.NewDesc("sluice_lane_backlog_events", "Log entries past the lane's cursor (an upper bound for a lane filtered by type).", []string{"subscription"}, nil)
 	descOldest   = prometheus.NewDesc("sluice_lane_oldest_age_seconds", "Age of the oldest event the lane has not resolved; 0 when caught up.", []string{"subscription"}, nil)
 	descBreaker  = prometheus.NewDesc("sluice_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"subscription"}, nil)
+	descOwned    = prometheus.NewDesc("sluice_lane_owned", "Fleet mode: 1 while this node holds the lane's lease and delivers it, else 0.", []string{"subscription"}, nil)
 )
 
 func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -135,11 +136,27 @@ func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descBacklog
 	ch <- descOldest
 	ch <- descBreaker
+	ch <- descOwned
 }
 
 func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.d.now()
 	for _, l := range c.d.laneList() {
+		if c.d.fleet != nil {
+			// Every node says which lanes it owns; only the owner exports
+			// a lane's gauges, so a fleet-wide sum counts each lane once.
+			l.mu.Lock()
+			foreign := l.foreign
+			l.mu.Unlock()
+			owned := 1.0
+			if foreign {
+				owned = 0
+			}
+			ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, owned, l.id)
+			if foreign {
+				continue
+			}
+		}
 		st := l.withOldestAge(l.status(), now)
 		oldest := st.OldestAge
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.InFlight), st.Subscription)

@@ -67,11 +67,16 @@ func (l *lane) finish(j *job, res result) {
 	if l.auto != nil {
 		l.auto.Completed(now.Sub(j.started), res.Timeout())
 	}
-	if err != nil {
+	switch {
+	case fenced(err):
+		// The lane moved to another node: it resends what this node
+		// could not record (at-least-once), so nothing is kept here.
+		e.log.Info("outcome not recorded: the lane moved to another node", "subscription", l.id, "seq", j.ev.Seq)
+	case err != nil:
 		e.log.Error("record delivery outcome", "subscription", l.id, "seq", j.ev.Seq, "err", err)
 		l.unrecorded = append(l.unrecorded, unrecorded{j, o})
 		e.timers.add(l, now.Add(time.Second))
-	} else {
+	default:
 		l.resolved(j, o)
 	}
 	e.life.RUnlock()
@@ -200,7 +205,10 @@ func (l *lane) noteDeadLetter(dl *queue.DeadLetter) {
 func (l *lane) recordPending(now time.Time) bool {
 	for len(l.unrecorded) > 0 {
 		u := l.unrecorded[0]
-		if err := l.record(u.o); err != nil {
+		if err := l.record(u.o); fenced(err) {
+			l.unrecorded = nil // the lane moved: its new owner resends them
+			return true
+		} else if err != nil {
 			l.e.log.Error("record delivery outcome", "subscription", l.id, "seq", u.o.Seq, "err", err)
 			l.e.timers.add(l, now.Add(time.Second))
 			return false

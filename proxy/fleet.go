@@ -1,0 +1,229 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// Fleet mode (DESIGN.md §6): when the store is a queue.Fleet, every node
+// keeps a lane for every subscription, but a lane delivers only while this
+// node holds its lease. A lane this node does not own is foreign: it sends
+// nothing, counts nothing against quotas and pins no compaction; its
+// status comes from the snapshot its owner publishes. The dispatcher is
+// the store's queue.OwnerHandler.
+
+// snapshotInterval is how often an owner publishes the status of the lanes
+// it owns (only those that changed, and each at least every
+// snapshotRefresh so the snapshots' TTL never drops a live lane).
+const (
+	snapshotInterval = 250 * time.Millisecond
+	snapshotRefresh  = 15 * time.Second
+)
+
+var _ queue.OwnerHandler = (*dispatcher)(nil)
+
+// Gained makes the lane of sub deliver from the state its previous owner
+// left: the cursor, the retry schedule, the pause, all read after the
+// lease was taken, so nothing the old owner wrote is missed.
+func (d *dispatcher) Gained(sub string) {
+	var (
+		m   queue.Membership
+		rs  *queue.RetrySummary
+		err error
+	)
+	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 2*time.Second) {
+		if m, rs, err = d.fleet.Lane(sub); err == nil || d.stopping.Load() {
+			break
+		}
+		d.log.Error("read gained lane", "subscription", sub, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-d.quit:
+			return
+		}
+	}
+	if err != nil {
+		return
+	}
+	l := d.lane(sub)
+	if l == nil {
+		// Joined on another node (a config this node has not seen yet):
+		// its snapshot says how to deliver.
+		s, err := decodeSnapshot(sub, m.Snapshot)
+		if err != nil {
+			d.log.Error("gained lane has a bad snapshot", "subscription", sub, "err", err)
+			return
+		}
+		d.feed.watchTypes(s)
+		l = newLane(d.engine, m, s)
+		d.mu.Lock()
+		if old := d.lanes[sub]; old != nil {
+			l = old
+		} else {
+			d.lanes[sub] = l
+			d.laneSlice = nil
+		}
+		d.mu.Unlock()
+	}
+	l.mu.Lock()
+	l.takeOver(m, rs)
+	l.mu.Unlock()
+	d.log.Info("lane gained", "subscription", sub, "cursor", m.Cursor, "retries", rs.Count)
+	l.pump()
+}
+
+// takeOver resets what the lane knows of the log to the durable state m
+// and rs, and lets it deliver. Deliveries still in flight from an earlier
+// ownership keep their count (their finish decrements it). l.mu is held.
+func (l *lane) takeOver(m queue.Membership, rs *queue.RetrySummary) {
+	l.fromSeq, l.left, l.until = m.From, m.Left, m.Until
+	l.leaving.Store(m.Left)
+	l.cursor, l.next = m.Cursor, m.Cursor+1
+	l.saved.Store(m.Cursor)
+	l.buf, l.window, l.retrying, l.unrecorded, l.memo = nil, nil, nil, nil, nil
+	l.pausedBy = m.Paused
+	l.ahead, l.nextDue = nil, time.Time{}
+	l.scheduled.Store(0)
+	if rs != nil {
+		l.scheduled.Store(int64(rs.Count))
+		l.ahead = rs.Ahead
+		if rs.Count > 0 {
+			l.nextDue = time.Unix(0, 1) // some may be due already: look at once
+		}
+	}
+	l.foreign = false
+}
+
+// Release stops the lane of sub starting deliveries, waits for those in
+// flight until ctx ends, and writes its cursor while the lease is still
+// held, so the next owner resends nothing that was acknowledged.
+func (d *dispatcher) Release(ctx context.Context, sub string) {
+	l := d.lane(sub)
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.foreign = true
+	l.mu.Unlock()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		l.mu.Lock()
+		n, c := l.inFlight, l.cursor
+		l.mu.Unlock()
+		if n == 0 {
+			if ctx.Err() == nil {
+				if err := d.store.SaveCursors(map[string]uint64{sub: c}); err != nil {
+					d.log.Warn("save cursor of released lane", "subscription", sub, "err", err)
+				} else {
+					l.saved.Store(c)
+				}
+			}
+			d.log.Info("lane released", "subscription", sub, "cursor", c)
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			d.log.Warn("lane lost with deliveries in flight; its next owner sends them again", "subscription", sub, "in_flight", n)
+			return
+		}
+	}
+}
+
+// Changed re-reads what another node changed of an owned lane: a pause or
+// resume, or a replay that scheduled a retry.
+func (d *dispatcher) Changed(sub string) {
+	l := d.lane(sub)
+	if l == nil {
+		return
+	}
+	m, rs, err := d.fleet.Lane(sub)
+	if err != nil {
+		d.log.Error("re-read changed lane", "subscription", sub, "err", err)
+		return
+	}
+	l.mu.Lock()
+	if !l.foreign {
+		l.pausedBy = m.Paused
+		if rs != nil {
+			l.scheduled.Store(int64(rs.Count))
+		}
+		l.nextDue = time.Unix(0, 1) // a retry may have been scheduled: look at once
+	}
+	l.mu.Unlock()
+	l.pump()
+}
+
+// fenced reports whether err says the lane moved to another node: the
+// outcome is dropped, not retried (the new owner resends what is
+// unresolved).
+func fenced(err error) bool { return errors.Is(err, queue.ErrFenced) }
+
+// snapshotLoop publishes the status of the lanes this node owns for the
+// other nodes' admin API and dashboard.
+func (d *dispatcher) snapshotLoop() {
+	defer d.wg.Done()
+	t := time.NewTicker(snapshotInterval)
+	defer t.Stop()
+	last := map[string]string{}
+	lastAt := map[string]time.Time{}
+	for {
+		select {
+		case <-t.C:
+		case <-d.quit:
+			return
+		}
+		now := d.now()
+		snaps := map[string][]byte{}
+		for _, l := range d.laneList() {
+			l.mu.Lock()
+			foreign := l.foreign
+			l.mu.Unlock()
+			if foreign {
+				continue
+			}
+			st := l.withOldestAge(l.status(), now)
+			st.Owner = d.fleet.NodeID()
+			b, err := json.Marshal(st)
+			if err != nil {
+				continue
+			}
+			if last[st.Subscription] == string(b) && now.Sub(lastAt[st.Subscription]) < snapshotRefresh {
+				continue
+			}
+			snaps[st.Subscription] = b
+		}
+		if len(snaps) == 0 {
+			continue
+		}
+		if err := d.fleet.PublishLanes(snaps); err != nil {
+			d.log.Warn("publish lane snapshots", "err", err)
+			continue
+		}
+		for id, b := range snaps {
+			last[id], lastAt[id] = string(b), now
+		}
+	}
+}
+
+// foreignStatus is a foreign lane's status from its owner's snapshot, or
+// what this node knows of it (owner named, counters zero) when none is
+// published yet.
+func (d *dispatcher) foreignStatus(l *lane, snaps map[string]queue.LaneSnapshot) LaneStatus {
+	if sn, ok := snaps[l.id]; ok {
+		var st LaneStatus
+		if err := json.Unmarshal(sn.Data, &st); err == nil && st.Subscription == l.id {
+			st.Owner = sn.Node
+			return st
+		}
+	}
+	st := l.status()
+	st.InFlight = 0
+	st.Owner = d.fleet.Owner(l.id)
+	return st
+}
