@@ -26,8 +26,15 @@ func demo(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	events := fs.Int("events", 300, "events to publish")
 	maxWait := fs.Duration("max", 15*time.Second, "stop after this long")
+	fleet := fs.Bool("fleet", false, "fleet mode: an embedded 3-node JetStream cluster and three sluice nodes, one killed mid-stream")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *fleet {
+		if !flagSet(fs, "max") {
+			*maxWait = 60 * time.Second
+		}
+		return demoFleet(*events*3, *maxWait, stdout)
 	}
 	dir, err := os.MkdirTemp("", "sluice-demo-")
 	if err != nil {
@@ -172,4 +179,11 @@ func writeSummary(w io.Writer, lanes []proxy.LaneStatus, stats map[string]testbe
 			l.InFlight, l.Cap, l.Backlog, l.Breaker, st.Unique, st.Duplicates, st.BadSignatures)
 	}
 	tw.Flush()
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
