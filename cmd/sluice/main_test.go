@@ -34,7 +34,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(run(args, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeFleetBinary()
+	os.Exit(code)
 }
 
 const e2eSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -1,0 +1,944 @@
+package main
+
+// End-to-end tests of fleet mode (DESIGN.md §6, issue 11): real `sluice
+// serve` processes sharing an embedded 3-node JetStream cluster
+// (internal/natscluster) on loopback, a real receiver (testbed) that
+// verifies every signature and records which node sent each delivery
+// (every node's config sets `headers: {X-Node: <node id>}` on every
+// subscription), SIGKILLs of sidecars and of NATS servers, a rolling
+// replacement of every node, and a node cut off from NATS by a TCP proxy.
+//
+//	go test -race -run Fleet ./cmd/sluice            # the default size, ~2–3 min on 2 cores
+//	SLUICE_FLEET_SOAK=5 go test -run FleetCrashSoak -timeout 30m -v ./cmd/sluice
+//
+// SLUICE_SOAK (the size knob of the single-node soak) also makes the fleet
+// soak run its full size (5 kill cycles, 3× the load per phase) unless
+// SLUICE_FLEET_SOAK names a number of cycles.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/internal/natscluster"
+	"github.com/sluicehq/sluice/testbed"
+)
+
+const (
+	fleetLeaseTTL = 2 * time.Second
+	// fleetMoveBound is how soon a killed node's lanes must deliver again
+	// elsewhere (issue 11: lease_ttl + 2 s).
+	fleetMoveBound = fleetLeaseTTL + 2*time.Second
+	fleetHoleCap   = 4
+	fleetRate      = 50
+	fleetBurst     = 50 // config's default burst: ceil(per_second)
+)
+
+// fleetSoakSize is the number of kill cycles and the events per phase.
+func fleetSoakSize(t *testing.T) (cycles, perPhase int) {
+	cycles, perPhase = 1, 150
+	if v := os.Getenv("SLUICE_FLEET_SOAK"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("SLUICE_FLEET_SOAK=%q: want a number of kill cycles", v)
+		}
+		return n, 450
+	}
+	if os.Getenv("SLUICE_SOAK") != "" {
+		return 5, 450
+	}
+	return
+}
+
+// fleetSoakSubs: a black hole with a cap of 4, a healthy endpoint limited
+// to 50/s (burst by default 50), a flaky one (every other request 500) and
+// one filtered to type t.a. None ever dead-letters: every accepted event
+// must reach each of them.
+var fleetSoakSubs = []fleetSub{
+	{ID: "blackhole", Extra: `
+concurrency: {max: 4}
+timeout: 1s
+retry: {base: 50ms, cap: 500ms, max_attempts: 10000, max_age: 1h}
+breaker: {cool_down: 200ms, max_cool_down: 1s}`},
+	{ID: "rated", Extra: `
+rate: {per_second: 50}
+retry: {base: 20ms, cap: 200ms, max_attempts: 10000, max_age: 1h}`},
+	{ID: "flaky", Extra: `
+retry: {base: 10ms, cap: 100ms, max_attempts: 10000, max_age: 1h}
+breaker: {failure_ratio: 0.9, cool_down: 100ms, max_cool_down: 500ms}`},
+	{ID: "typed", Types: `["t.a"]`, Extra: `
+retry: {base: 20ms, cap: 200ms, max_attempts: 10000, max_age: 1h}`},
+}
+
+func fleetSubIDs(subs []fleetSub) []string {
+	ids := make([]string, len(subs))
+	for i, s := range subs {
+		ids[i] = s.ID
+	}
+	return ids
+}
+
+// fleetKill is one fault the soak injected.
+type fleetKill struct {
+	what string // "sluice node-1", "nats node-2"
+	at   time.Time
+}
+
+// fleetWorld holds one fleet test's parts.
+type fleetWorld struct {
+	t    *testing.T
+	dir  string
+	cl   *natscluster.Cluster
+	recv *fleetRecorder
+	cfg  fleetConfig
+	load *fleetLoad
+
+	mu    sync.Mutex
+	nodes []*fleetNode // the current node of each slot
+
+	kills []fleetKill
+}
+
+func newFleetWorld(t *testing.T, subs []fleetSub, hold map[string]time.Duration) *fleetWorld {
+	w := &fleetWorld{t: t, dir: t.TempDir(), cl: startNATS(t), recv: newFleetRecorder(t, hold)}
+	w.cfg = fleetConfig{URLs: w.cl.URLs(), LeaseTTL: fleetLeaseTTL, Subs: subs}
+	return w
+}
+
+func (w *fleetWorld) current() []*fleetNode {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.nodes)
+}
+
+func (w *fleetWorld) addNode(id string, cfg fleetConfig) *fleetNode {
+	n := newFleetNode(w.t, w.dir, id, w.recv.tb.URL(), cfg)
+	w.mu.Lock()
+	w.nodes = append(w.nodes, n)
+	w.mu.Unlock()
+	return n
+}
+
+func (w *fleetWorld) replace(slot int, n *fleetNode) {
+	w.mu.Lock()
+	w.nodes[slot] = n
+	w.mu.Unlock()
+}
+
+// awaitOwned waits until ask's admin API names a live owner (one of ids)
+// for every subscription; it returns the owners.
+func (w *fleetWorld) awaitOwned(what string, ask *fleetNode, ids []string, timeout time.Duration) map[string]string {
+	w.t.Helper()
+	var owners map[string]string
+	fleetAwait(w.t, what, timeout, func() (bool, string) {
+		o, err := ask.owners()
+		if err != nil {
+			return false, err.Error()
+		}
+		owners = o
+		for _, s := range w.cfg.Subs {
+			if !slices.Contains(ids, o[s.ID]) {
+				return false, fmt.Sprintf("owners %v, want each one of %v", o, ids)
+			}
+		}
+		return true, ""
+	})
+	return owners
+}
+
+func (w *fleetWorld) awaitAccepted(what string, n int) {
+	w.t.Helper()
+	fleetAwait(w.t, what, 90*time.Second, func() (bool, string) {
+		w.load.mu.Lock()
+		probs := len(w.load.problems)
+		w.load.mu.Unlock()
+		if probs > 0 {
+			w.load.checkProblems(w.t)
+			w.t.FailNow()
+		}
+		got := w.load.accepted()
+		return got >= n, fmt.Sprintf("%d accepted, want %d", got, n)
+	})
+}
+
+// entitled says whether sub is owed ev: typed takes t.a only.
+func fleetEntitled(sub string, ev *fleetEvent) bool { return sub != "typed" || ev.typ == "t.a" }
+
+// awaitDelivered waits until every accepted event reached every
+// subscription entitled to it.
+func (w *fleetWorld) awaitDelivered(what string, subs []string, timeout time.Duration) time.Time {
+	w.t.Helper()
+	evs := w.load.list()
+	return fleetAwait(w.t, what, timeout, func() (bool, string) {
+		n, state := w.recv.missing(evs, fleetEntitled, subs)
+		return n == 0, state
+	})
+}
+
+// TestFleetCrashSoak: three `sluice serve` nodes share a 3-node JetStream
+// cluster; 8 producers spread over them post events with unique
+// Idempotency-Keys while, in each cycle, the owner of one lane is
+// SIGKILLed (and restarted later with the same node id and config) and the
+// NATS server leading the event stream is killed (and restarted). At the
+// end the black hole is released so it drains. Then:
+//
+//   - every 202 reached every entitled subscription: 0 lost;
+//   - each duplicate is explained by a kill: its first copy was
+//     acknowledged within lease_ttl + 3 s before (or, for a NATS server,
+//     around) a kill, and the copy came after it;
+//   - the receiver never saw more than 4 requests of the black hole in
+//     flight at once, across the whole fleet;
+//   - the rate-limited subscription's first deliveries, counted per
+//     one-second bucket of arrival, never exceeded 50 plus its burst of 50;
+//   - the killed node's lanes were owned by another node (admin API) and
+//     delivered from it within lease_ttl + 2 s of the SIGKILL;
+//   - any node's completion ledger says delivered for a sample of events
+//     accepted by any node;
+//   - every node exits 0 on SIGTERM at the end.
+func TestFleetCrashSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet soak: real sidecars and a JetStream cluster for a minute")
+	}
+	cycles, perPhase := fleetSoakSize(t)
+	began := time.Now()
+	w := newFleetWorld(t, fleetSoakSubs, nil)
+	w.recv.tb.SetMode("/blackhole", testbed.ModeBlackhole)
+	w.recv.tb.SetMode("/flaky", testbed.ModeFlaky)
+	var ids []string
+	for i := range 3 {
+		id := fmt.Sprintf("node-%d", i)
+		ids = append(ids, id)
+		w.addNode(id, w.cfg).start()
+	}
+	for _, n := range w.current() {
+		n.awaitReady(60 * time.Second)
+	}
+	w.awaitOwned("every lane owned at start", w.nodes[0], ids, 30*time.Second)
+	t.Logf("fleet up in %v", time.Since(began).Round(time.Millisecond))
+
+	// 8 producers, each one event per 100 ms: 80/s, more than the rated
+	// subscription's 50/s, so its limiter is what paces it.
+	w.load = newFleetLoad(t, w.current)
+	w.load.run(8, 100*time.Millisecond)
+	target := perPhase
+	w.awaitAccepted("load before the first kill", target)
+	rotation := []string{"blackhole", "rated", "flaky", "typed"}
+	for c := range cycles {
+		// SIGKILL the owner of one lane (the black hole's first), mid-load.
+		sub := rotation[c%len(rotation)]
+		owners := w.awaitOwned("owners before kill", w.nodes[(c+1)%3], ids, 30*time.Second)
+		victim := slices.Index(ids, owners[sub])
+		w.killSluice(victim, owners)
+		target += perPhase
+		w.awaitAccepted("load with a node down", target)
+		w.nodes[victim].start()
+		w.nodes[victim].awaitReady(60 * time.Second)
+		w.awaitOwned("every lane owned after the restart", w.nodes[victim], ids, 30*time.Second)
+		target += perPhase
+		w.awaitAccepted("load after the restart", target)
+
+		// Kill the NATS server that leads the event stream, mid-load.
+		k := w.streamLeader()
+		at := time.Now()
+		w.cl.Kill(k)
+		w.kills = append(w.kills, fleetKill{what: fmt.Sprintf("nats node-%d", k), at: at})
+		t.Logf("cycle %d: killed NATS server %d (stream leader) at +%v", c, k, at.Sub(began).Round(time.Millisecond))
+		target += perPhase
+		w.awaitAccepted("load with a NATS server down", target)
+		if err := w.cl.Restart(k); err != nil {
+			t.Fatalf("restart NATS server %d: %v", k, err)
+		}
+		target += perPhase
+		w.awaitAccepted("load after the NATS restart", target)
+	}
+	w.load.halt()
+	w.load.checkProblems(t)
+	loadDone := time.Now()
+
+	// The black hole recovers: new requests are answered, held ones cut.
+	w.recv.tb.SetMode("/blackhole", testbed.ModeOK)
+	w.recv.tb.Release()
+	subs := fleetSubIDs(fleetSoakSubs)
+	settled := w.awaitDelivered("every accepted event delivered", subs, 180*time.Second)
+	t.Logf("settled %v after the producers stopped", settled.Sub(loadDone).Round(time.Millisecond))
+
+	w.checkLedger(subs, 30)
+	for _, n := range w.current() {
+		n.term(20 * time.Second)
+	}
+
+	w.recv.checkProblems(t)
+	w.checkSoak(subs)
+	t.Logf("fleet soak: %d cycles, %d events accepted (%d re-posts answered duplicate, refusals %v), %v in all",
+		cycles, w.load.accepted(), w.load.reposts, w.load.refused, time.Since(began).Round(time.Millisecond))
+}
+
+// streamLeader is the NATS server leading the event stream, or 0.
+func (w *fleetWorld) streamLeader() int {
+	for i := range 3 {
+		if s := w.cl.Server(i); s != nil && s.JetStreamIsStreamLeader("$G", "SLUICE_EVENTS") {
+			return i
+		}
+	}
+	return 0
+}
+
+// killSluice SIGKILLs node slot, then checks that its lanes are owned and
+// delivered elsewhere within fleetMoveBound.
+func (w *fleetWorld) killSluice(slot int, owners map[string]string) {
+	t := w.t
+	victim := w.nodes[slot]
+	var moved []string
+	for sub, o := range owners {
+		if o == victim.id {
+			moved = append(moved, sub)
+		}
+	}
+	slices.Sort(moved)
+	at := victim.kill()
+	w.kills = append(w.kills, fleetKill{what: "sluice " + victim.id, at: at})
+	survivor := w.nodes[(slot+1)%3]
+	ownedAt := fleetAwait(t, "the killed node's lanes owned elsewhere", fleetMoveBound+10*time.Second, func() (bool, string) {
+		o, err := survivor.owners()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, sub := range moved {
+			if o[sub] == "" || o[sub] == victim.id {
+				return false, fmt.Sprintf("owners %v", o)
+			}
+		}
+		return true, ""
+	})
+	// The first delivery of each moved lane from another node.
+	firstAt := map[string]time.Time{}
+	fleetAwait(t, "the killed node's lanes delivering elsewhere", fleetMoveBound+10*time.Second, func() (bool, string) {
+		got := w.recv.snapshot()
+		for _, sub := range moved {
+			for _, rs := range got[sub] {
+				for _, r := range rs {
+					if r.at.After(at) && r.node != victim.id && (firstAt[sub].IsZero() || r.at.Before(firstAt[sub])) {
+						firstAt[sub] = r.at
+					}
+				}
+			}
+		}
+		return len(firstAt) == len(moved), fmt.Sprintf("first deliveries elsewhere %v of lanes %v", firstAt, moved)
+	})
+	t.Logf("SIGKILL %s (lanes %v): owned elsewhere after %v", victim.id, moved, ownedAt.Sub(at).Round(time.Millisecond))
+	if d := ownedAt.Sub(at); d > fleetMoveBound {
+		t.Errorf("the lanes of SIGKILLed %s were owned elsewhere only %v after the kill, want at most lease_ttl + 2 s = %v", victim.id, d, fleetMoveBound)
+	}
+	for _, sub := range moved {
+		d := firstAt[sub].Sub(at)
+		t.Logf("  %s: first delivery from another node %v after the kill", sub, d.Round(time.Millisecond))
+		if d > fleetMoveBound {
+			t.Errorf("lane %s of SIGKILLed %s delivered again elsewhere only %v after the kill, want at most %v", sub, victim.id, d, fleetMoveBound)
+		}
+	}
+}
+
+// checkLedger asks every node's completion ledger about a sample of events
+// (accepted by any node): each entitled subscription must be listed as
+// delivered, whoever owns its lane.
+func (w *fleetWorld) checkLedger(subs []string, sample int) {
+	t := w.t
+	evs := w.load.list()
+	rng := rand.New(rand.NewPCG(uint64(len(evs)), 7))
+	rng.Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
+	evs = evs[:min(sample, len(evs))]
+	for _, n := range w.current() {
+		bad := 0
+		var last string
+		// Cursors are written on an interval: give the last ones a moment.
+		deadline := time.Now().Add(15 * time.Second)
+		for _, ev := range evs {
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				st, err := n.api.Event(ctx, ev.key)
+				cancel()
+				last = ""
+				switch {
+				case err != nil:
+					last = err.Error()
+				case st.Seq != ev.seq:
+					last = fmt.Sprintf("seq %d, accepted as %d", st.Seq, ev.seq)
+				default:
+					listed := map[string]string{}
+					for _, d := range st.Deliveries {
+						listed[d.Subscription] = d.State
+					}
+					for _, sub := range subs {
+						want := fleetEntitled(sub, ev)
+						state, ok := listed[sub]
+						switch {
+						case want && state != "delivered":
+							last += fmt.Sprintf(" %s is %q;", sub, state)
+						case !want && ok:
+							last += fmt.Sprintf(" %s (not entitled) listed as %q;", sub, state)
+						}
+					}
+				}
+				if last == "" || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond) // polling the sidecar's state
+			}
+			if last != "" {
+				if bad++; bad <= 3 {
+					t.Errorf("ledger of %s (seq %d, accepted by %s) on %s: %s", ev.key, ev.seq, ev.node, n.id, last)
+				}
+			}
+		}
+		if bad > 3 {
+			t.Errorf("ledger on %s: %d of %d sampled events wrong", n.id, bad, len(evs))
+		}
+	}
+}
+
+// checkSoak: nothing lost, duplicates explained, the black hole's cap and
+// the rate limit held fleet-wide.
+func (w *fleetWorld) checkSoak(subs []string) {
+	t := w.t
+	got := w.recv.snapshot()
+	evs := w.load.list()
+	for sub := range got {
+		if !slices.Contains(subs, sub) {
+			t.Errorf("deliveries to /%s, which is no subscription", sub)
+		}
+	}
+	const window = fleetLeaseTTL + 3*time.Second
+	dups, explained := map[string]int{}, map[string]int{}
+	acked := 0
+	for _, sub := range subs {
+		lost := 0
+		for _, ev := range evs {
+			rs := got[sub][ev.key]
+			var ackAt []fleetReq
+			for _, r := range rs {
+				if r.status/100 == 2 {
+					ackAt = append(ackAt, r)
+				}
+			}
+			if !fleetEntitled(sub, ev) {
+				if len(rs) > 0 {
+					t.Errorf("%s (%s) went to %s, which is not entitled to it", ev.key, ev.typ, sub)
+				}
+				continue
+			}
+			if len(ackAt) == 0 {
+				if lost++; lost <= 5 {
+					t.Errorf("LOST: %s (seq %d, accepted by %s) never reached %s: %d requests", ev.key, ev.seq, ev.node, sub, len(rs))
+				}
+				continue
+			}
+			acked++
+			first := ackAt[0]
+			for _, r := range ackAt[1:] {
+				dups[sub]++
+				why := ""
+				for _, k := range w.kills {
+					lo := k.at.Add(-window)
+					hi := k.at
+					if strings.HasPrefix(k.what, "nats") {
+						hi = k.at.Add(window) // writes fail until the stream and KV elect new leaders
+					}
+					if !first.at.Before(lo) && !first.at.After(hi) && r.at.After(k.at) {
+						why = k.what
+						break
+					}
+				}
+				if why != "" {
+					explained[why]++
+					continue
+				}
+				t.Errorf("unexplained duplicate: %s (seq %d) acknowledged by %s at %s (from %s) and again at %s (from %s); kills %v",
+					ev.key, ev.seq, sub, first.at.Format(time.StampMilli), first.node, r.at.Format(time.StampMilli), r.node, w.kills)
+			}
+		}
+		if lost > 5 {
+			t.Errorf("LOST: %d events in all never reached %s", lost, sub)
+		}
+	}
+	total := 0
+	for _, n := range dups {
+		total += n
+	}
+	t.Logf("%d (event, subscription) deliveries acknowledged, 0 lost; %d duplicates (%.2f%%) by subscription %v, explained by %v",
+		acked, total, 100*float64(total)/float64(max(acked, 1)), dups, explained)
+
+	// The black hole's cap, fleet-wide, as the receiver counted it.
+	st := w.recv.tb.Stats()["/blackhole"]
+	t.Logf("black hole: %d requests, at most %d in flight at once", st.Requests, st.MaxInFlight)
+	if st.MaxInFlight > fleetHoleCap {
+		t.Errorf("the receiver saw %d requests of the black hole in flight at once across the fleet, cap %d", st.MaxInFlight, fleetHoleCap)
+	}
+
+	// The rate limit, fleet-wide: first deliveries per second of arrival.
+	buckets := map[int64]int{}
+	for _, rs := range got["rated"] {
+		buckets[rs[0].at.Unix()]++
+	}
+	worst, worstAt := 0, int64(0)
+	for s, n := range buckets {
+		if n > worst {
+			worst, worstAt = n, s
+		}
+	}
+	t.Logf("rated: at most %d first deliveries in one second (at %s), limit %d/s + burst %d", worst,
+		time.Unix(worstAt, 0).Format(time.TimeOnly), fleetRate, fleetBurst)
+	if worst > fleetRate+fleetBurst {
+		secs := slices.Sorted(maps.Keys(buckets))
+		var b strings.Builder
+		for _, s := range secs {
+			fmt.Fprintf(&b, "%s:%d ", time.Unix(s, 0).Format(time.TimeOnly), buckets[s])
+		}
+		t.Errorf("rated got %d first deliveries in the second from %s, more than %d/s + burst %d; per second: %s; kills %v",
+			worst, time.Unix(worstAt, 0).Format(time.TimeOnly), fleetRate, fleetBurst, b.String(), w.kills)
+	}
+}
+
+// TestFleetRollout replaces the three nodes one by one, as a Kubernetes
+// rollout does (SIGTERM, then a new process with an empty data dir and a
+// new node id), while a black-hole tenant and a failing one hold thousands
+// of undelivered events and producers keep posting. Then both endpoints
+// recover, and every accepted event reaches every subscription: 0 lost.
+// The handovers are graceful (the old owner writes its cursor and releases
+// its leases before it exits), so nothing acknowledged is sent again.
+func TestFleetRollout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet rollout: real sidecars and a JetStream cluster")
+	}
+	began := time.Now()
+	subs := []fleetSub{
+		{ID: "healthy", Extra: `retry: {base: 20ms, cap: 200ms, max_attempts: 10000, max_age: 1h}`},
+		{ID: "hole", Extra: `
+concurrency: {max: 4}
+timeout: 1s
+retry: {base: 100ms, cap: 1s, max_attempts: 10000, max_age: 1h}
+breaker: {cool_down: 200ms, max_cool_down: 1s}`},
+		{ID: "down", Extra: `
+retry: {base: 100ms, cap: 1s, max_attempts: 10000, max_age: 1h}
+breaker: {cool_down: 200ms, max_cool_down: 1s}`},
+	}
+	w := newFleetWorld(t, subs, nil)
+	w.recv.tb.SetMode("/hole", testbed.ModeBlackhole)
+	w.recv.tb.SetMode("/down", testbed.ModeFail)
+	var ids []string
+	for i := range 3 {
+		id := fmt.Sprintf("slot%d-gen0", i)
+		ids = append(ids, id)
+		w.addNode(id, w.cfg).start()
+	}
+	for _, n := range w.current() {
+		n.awaitReady(60 * time.Second)
+	}
+	w.awaitOwned("every lane owned at start", w.nodes[0], ids, 30*time.Second)
+
+	// Thousands of events the two tenants cannot take: a burst, then a
+	// steady trickle through the rollout.
+	const backlog = 3000
+	w.load = newFleetLoad(t, w.current)
+	w.load.run(12, time.Millisecond)
+	w.awaitAccepted("the backlog", backlog)
+	w.load.halt()
+	w.load.checkProblems(t)
+	accepted := w.load.accepted()
+	w.awaitDelivered("the backlog reaches the healthy subscription", []string{"healthy"}, 60*time.Second)
+	t.Logf("%d events accepted in %v; healthy has them all", accepted, time.Since(began).Round(time.Millisecond))
+
+	w.load.run(3, 50*time.Millisecond)
+	for slot := range 3 {
+		old := w.nodes[slot]
+		old.term(20 * time.Second)
+		id := fmt.Sprintf("slot%d-gen1", slot)
+		ids = append(ids, id)
+		n := newFleetNode(t, w.dir, id, w.recv.tb.URL(), w.cfg)
+		w.replace(slot, n)
+		n.start()
+		n.awaitReady(60 * time.Second)
+		live := []string{}
+		for _, m := range w.current() {
+			live = append(live, m.id)
+		}
+		owners := w.awaitOwned("every lane owned by a live node", n, live, 30*time.Second)
+		t.Logf("replaced %s by %s; owners %v", old.id, id, owners)
+	}
+	w.load.halt()
+	w.load.checkProblems(t)
+
+	// Every lane is now delivered by a node that never saw the backlog
+	// arrive; the tenants' endpoints recover.
+	w.recv.tb.SetMode("/hole", testbed.ModeOK)
+	w.recv.tb.SetMode("/down", testbed.ModeOK)
+	w.recv.tb.Release()
+	ids3 := fleetSubIDs(subs)
+	settled := w.awaitDelivered("every event delivered after the recovery", ids3, 180*time.Second)
+	for _, n := range w.current() {
+		n.term(20 * time.Second)
+	}
+	w.recv.checkProblems(t)
+	got := w.recv.snapshot()
+	dups := map[string]int{}
+	for _, sub := range ids3 {
+		for id, rs := range got[sub] {
+			n := 0
+			for _, r := range rs {
+				if r.status/100 == 2 {
+					n++
+				}
+			}
+			if n > 1 {
+				dups[sub] += n - 1
+				if dups[sub] <= 3 {
+					t.Errorf("duplicate after graceful handovers: %s acknowledged %d times by %s: %+v", id, n, sub, rs)
+				}
+			}
+		}
+	}
+	st := w.recv.tb.Stats()["/hole"]
+	if st.MaxInFlight > 4 {
+		t.Errorf("the receiver saw %d requests of hole in flight at once, cap 4", st.MaxInFlight)
+	}
+	t.Logf("rollout: %d events accepted, all delivered to %v %v after recovery; duplicates %v; %v in all",
+		w.load.accepted(), ids3, settled.Sub(began).Round(time.Millisecond), dups, time.Since(began).Round(time.Millisecond))
+}
+
+// TestFleetFencing cuts one node off from NATS mid-delivery with a TCP
+// proxy it reaches NATS through, while the other node stays connected:
+//
+//   - the cut-off node stops dispatching: the receiver gets nothing from it
+//     later than lease_ttl after the cut, and on each lane its last request
+//     comes before the other node's first;
+//   - no subscription ever has two nodes' requests in flight at once (the
+//     receiver holds each request 40 ms and counts per node), and no
+//     subscription ever exceeds its cap at the receiver;
+//   - its /readyz answers 503 and its ingest 503 with Retry-After while cut
+//     off;
+//   - the other node owns its lanes within lease_ttl + 2 s;
+//   - once reconnected, its stale lease is refused (its lane writes fail
+//     as fenced: sluice_fleet_lease_renewals_total{result="lost"} or its
+//     log say so), nothing is lost, and no event the other node
+//     acknowledged after the cut is sent again (a stale cursor write that
+//     got through would move the cursor back and resend them).
+func TestFleetFencing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet fencing: real sidecars and a JetStream cluster")
+	}
+	began := time.Now()
+	const hold = 40 * time.Millisecond
+	var subs []fleetSub
+	holds := map[string]time.Duration{}
+	for i := range 10 {
+		id := fmt.Sprintf("s%d", i)
+		subs = append(subs, fleetSub{ID: id, Extra: `
+concurrency: {max: 2}
+retry: {base: 20ms, cap: 200ms, max_attempts: 10000, max_age: 1h}`})
+		holds[id] = hold
+	}
+	w := newFleetWorld(t, subs, holds)
+	px := startNATSProxy(t, w.cl.URL(0))
+	cutCfg := w.cfg
+	cutCfg.URLs = []string{px.URL()}
+	cut := w.addNode("cut", cutCfg)
+	other := w.addNode("other", w.cfg)
+	cut.start()
+	other.start()
+	cut.awaitReady(60 * time.Second)
+	other.awaitReady(60 * time.Second)
+	ids := []string{"cut", "other"}
+	owners := w.awaitOwned("every lane owned", other, ids, 30*time.Second)
+	var cutLanes []string
+	for sub, o := range owners {
+		if o == "cut" {
+			cutLanes = append(cutLanes, sub)
+		}
+	}
+	slices.Sort(cutLanes)
+	if len(cutLanes) == 0 {
+		t.Fatalf("rendezvous gave all 10 lanes to other (owners %v); the test needs cut to own one", owners)
+	}
+	t.Logf("cut owns %v", cutLanes)
+
+	// Producers post to other only: cut's ingest is checked by hand.
+	w.load = newFleetLoad(t, func() []*fleetNode { return []*fleetNode{other} })
+	w.load.run(2, 20*time.Millisecond)
+	w.awaitAccepted("load before the cut", 100)
+	fleetAwait(t, "cut delivering", 20*time.Second, func() (bool, string) {
+		n := w.recv.nodeInFlight("cut")
+		return n > 0, fmt.Sprintf("%d in flight from cut", n)
+	})
+	px.sever()
+	severAt := time.Now()
+	t.Logf("severed cut from NATS at +%v, with deliveries in flight", severAt.Sub(began).Round(time.Millisecond))
+
+	// cut must say it is not ready, and refuse events, while cut off.
+	fleetAwait(t, "cut's /readyz 503", fleetLeaseTTL+5*time.Second, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		err := cut.api.Ready(ctx)
+		var ae *client.APIError
+		return errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable, fmt.Sprint(err)
+	})
+	code, _, hdr, err := cut.post("t.a", "cut-off-post")
+	if err != nil || code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
+		t.Errorf("POST to the cut-off node: %d %v (Retry-After %q), want 503 with Retry-After", code, err, hdr.Get("Retry-After"))
+	}
+	w.awaitOwned("other owns every lane", other, []string{"other"}, fleetMoveBound+10*time.Second)
+	movedAt := time.Now()
+	t.Logf("other owns every lane %v after the cut", movedAt.Sub(severAt).Round(time.Millisecond))
+	if d := movedAt.Sub(severAt); d > fleetMoveBound {
+		t.Errorf("other took cut's lanes %v after the cut, want at most lease_ttl + 2 s = %v", d, fleetMoveBound)
+	}
+	w.awaitAccepted("load while cut off", w.load.accepted()+100)
+
+	px.restore()
+	restoreAt := time.Now()
+	cut.awaitReady(30 * time.Second)
+	w.awaitOwned("every lane owned after the reconnect", other, ids, 30*time.Second)
+	w.awaitAccepted("load after the reconnect", w.load.accepted()+100)
+	w.load.halt()
+	w.load.checkProblems(t)
+	w.awaitDelivered("every event delivered", fleetSubIDs(subs), 120*time.Second)
+
+	// The stale node's lease and writes were refused.
+	var lost float64
+	var fencedLog bool
+	fleetAwait(t, "cut reports its lost leases", 10*time.Second, func() (bool, string) {
+		m, err := cut.metrics()
+		if err != nil {
+			return false, err.Error()
+		}
+		lost, _ = metricSum(m, "sluice_fleet_lease_renewals_total", `result="lost"`)
+		log := cut.log.String()
+		fencedLog = strings.Contains(log, "moved to another node") || strings.Contains(log, "fenced")
+		return lost > 0 || fencedLog, fmt.Sprintf("renewals lost %v; metrics:\n%s", lost, grepLines(m, "sluice_fleet"))
+	})
+	t.Logf("cut: lease renewals lost %v, fenced writes in its log %v", lost, fencedLog)
+	for _, n := range w.current() {
+		n.term(20 * time.Second)
+	}
+	w.recv.checkProblems(t)
+
+	// What the receiver saw.
+	got := w.recv.snapshot()
+	stopBound := severAt.Add(fleetLeaseTTL)
+	for _, sub := range fleetSubIDs(subs) {
+		var lastCut, firstOther time.Time
+		for _, rs := range got[sub] {
+			for _, r := range rs {
+				if r.at.Before(severAt) || r.at.After(restoreAt) {
+					continue
+				}
+				if r.node == "cut" && r.at.After(lastCut) {
+					lastCut = r.at
+				}
+				if r.node == "other" && (firstOther.IsZero() || r.at.Before(firstOther)) && slices.Contains(cutLanes, sub) {
+					firstOther = r.at
+				}
+			}
+		}
+		if !lastCut.IsZero() {
+			t.Logf("%s: last request from cut %v after the cut; first from other %v after", sub,
+				lastCut.Sub(severAt).Round(time.Millisecond), firstOther.Sub(severAt).Round(time.Millisecond))
+		}
+		if lastCut.After(stopBound) {
+			t.Errorf("%s: cut, cut off from NATS, still sent a request %v after the cut (lease_ttl %v)", sub, lastCut.Sub(severAt), fleetLeaseTTL)
+		}
+		if !lastCut.IsZero() && !firstOther.IsZero() && !lastCut.Before(firstOther) {
+			t.Errorf("%s: two owners: cut sent at %s, after other's first request at %s", sub,
+				lastCut.Format(time.StampMilli), firstOther.Format(time.StampMilli))
+		}
+		if st := w.recv.tb.Stats()["/"+sub]; st.MaxInFlight > 2 {
+			t.Errorf("%s: the receiver saw %d requests in flight at once, cap 2", sub, st.MaxInFlight)
+		}
+	}
+	// Duplicates: only of what cut acknowledged but could not record before
+	// the cut. One whose first copy other acknowledged after the cut means
+	// a cursor went back.
+	dups, regressed := 0, 0
+	for sub, m := range got {
+		for id, rs := range m {
+			var acks []fleetReq
+			for _, r := range rs {
+				if r.status/100 == 2 {
+					acks = append(acks, r)
+				}
+			}
+			if len(acks) < 2 {
+				continue
+			}
+			dups += len(acks) - 1
+			if first := acks[0]; first.at.After(severAt) && first.node == "other" {
+				if regressed++; regressed <= 3 {
+					t.Errorf("%s of %s acknowledged from other at %s (after the cut), sent again: %v — a stale cursor write moved the cursor back",
+						id, sub, first.at.Format(time.StampMilli), acks)
+				}
+			}
+		}
+	}
+	t.Logf("fencing: %d events, %d duplicates (%d of them regressions), %v in all", w.load.accepted(), dups, regressed,
+		time.Since(began).Round(time.Millisecond))
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestFleetBadInput: faults at start-up each end in a clear error naming
+// the config key. The cases run in parallel on one cluster, each with its
+// own stream.
+func TestFleetBadInput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet faults: real sidecars and a JetStream cluster")
+	}
+	cl := startNATS(t)
+	recvURL := "http://127.0.0.1:1" // nothing is ever delivered
+
+	// A node that runs with cfg: its exit status and log, or its log so
+	// far if it still runs at the deadline.
+	run := func(t *testing.T, id string, cfg fleetConfig) *fleetNode {
+		n := newFleetNode(t, t.TempDir(), id, recvURL, cfg)
+		n.start()
+		return n
+	}
+	mustExit := func(t *testing.T, n *fleetNode, timeout time.Duration, want ...string) {
+		t.Helper()
+		select {
+		case <-n.exited():
+		case <-time.After(timeout):
+			t.Fatalf("%s still running after %v; log:\n%s", n.id, timeout, n.log.String())
+		}
+		out := n.log.String()
+		if code := n.exitCode(); code == 0 {
+			t.Errorf("%s exited 0, want an error; log:\n%s", n.id, out)
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s's error does not name %q; log:\n%s", n.id, w, out)
+			}
+		}
+	}
+
+	t.Run("unreachable", func(t *testing.T) {
+		t.Parallel()
+		// A port nobody listens on: the node retries with backoff, is not
+		// ready, and connects once a NATS server comes up there.
+		addr := freePort(t)
+		n := run(t, "unreachable", fleetConfig{URLs: []string{"nats://" + addr}, Replicas: 1})
+		n.log.await(t, "NATS not reachable", 3, 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := n.api.Ready(ctx)
+		cancel()
+		if err == nil {
+			t.Errorf("/readyz answered 200 while NATS is unreachable")
+		}
+		t.Logf("/readyz while NATS is unreachable: %v", err)
+		select {
+		case <-n.exited():
+			t.Fatalf("exited while retrying; log:\n%s", n.log.String())
+		default:
+		}
+		host, port, _ := net.SplitHostPort(addr)
+		p, _ := strconv.Atoi(port)
+		srv, err := server.NewServer(&server.Options{Host: host, Port: p, JetStream: true, StoreDir: t.TempDir(),
+			NoSigs: true, NoLog: true, MaxPayload: 8 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Start()
+		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+		if !srv.ReadyForConnections(10 * time.Second) {
+			t.Skipf("the closed port %s was taken meanwhile", addr)
+		}
+		n.awaitReady(60 * time.Second)
+	})
+
+	t.Run("gives_up", func(t *testing.T) {
+		t.Parallel()
+		// Nothing ever listens: after the connect timeout Open fails and
+		// the process exits non-zero, naming jetstream.urls.
+		n := run(t, "gives-up", fleetConfig{URLs: []string{"nats://" + freePort(t)}, Replicas: 1})
+		mustExit(t, n, 90*time.Second, "jetstream.urls")
+	})
+
+	t.Run("incompatible_stream", func(t *testing.T) {
+		t.Parallel()
+		nc, err := nats.Connect(cl.URL(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// Someone else's stream of the same name: other subjects, work-queue
+		// retention.
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FOREIGN", Subjects: []string{"orders.>"},
+			Retention: jetstream.WorkQueuePolicy, Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+		n := run(t, "incompatible", fleetConfig{URLs: cl.URLs(), Stream: "FOREIGN"})
+		mustExit(t, n, 60*time.Second, "FOREIGN")
+		out := n.log.String()
+		if !strings.Contains(out, "subjects") && !strings.Contains(out, "retention") {
+			t.Errorf("the error names neither the subjects nor the retention that differ; log:\n%s", out)
+		}
+		// The stream was refused, not changed.
+		s, err := js.Stream(ctx, "FOREIGN")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := s.CachedInfo().Config; !slices.Equal(c.Subjects, []string{"orders.>"}) || c.Retention != jetstream.WorkQueuePolicy {
+			t.Errorf("sluice changed the existing stream: %+v", c)
+		}
+	})
+
+	t.Run("too_many_replicas", func(t *testing.T) {
+		t.Parallel()
+		n := run(t, "replicas", fleetConfig{URLs: cl.URLs(), Stream: "FIVE", Replicas: 5})
+		mustExit(t, n, 60*time.Second, "jetstream.replicas")
+	})
+
+	t.Run("credentials_missing", func(t *testing.T) {
+		t.Parallel()
+		n := run(t, "nocreds", fleetConfig{URLs: cl.URLs(), Stream: "CREDS1",
+			JetStream: "credentials_file: " + t.TempDir() + "/missing.creds"})
+		mustExit(t, n, 30*time.Second, "jetstream.credentials_file")
+	})
+
+	t.Run("credentials_garbage", func(t *testing.T) {
+		t.Parallel()
+		f := t.TempDir() + "/bad.creds"
+		if err := os.WriteFile(f, []byte("this is no NATS credentials file\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n := run(t, "badcreds", fleetConfig{URLs: cl.URLs(), Stream: "CREDS2", JetStream: "credentials_file: " + f})
+		mustExit(t, n, 60*time.Second, "jetstream.credentials_file")
+	})
+}
