@@ -1,6 +1,6 @@
 package main
 
-// Helpers of the fleet tests (fleet_test.go): real `sluice serve`
+// Helpers of the fleet tests (fleet_e2e_test.go): real `sluice serve`
 // processes on an embedded JetStream cluster, a receiver that records
 // which node sent each delivery, producers spread over the nodes, and a
 // loopback TCP proxy that can cut one node off from NATS.
