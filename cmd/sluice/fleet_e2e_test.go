@@ -832,6 +832,7 @@ func TestFleetBadInput(t *testing.T) {
 			t.Fatalf("%s still running after %v; log:\n%s", n.id, timeout, n.log.String())
 		}
 		out := n.log.String()
+		t.Logf("%s exited %d: %s", n.id, n.exitCode(), lastLines(out, 2))
 		if code := n.exitCode(); code == 0 {
 			t.Errorf("%s exited 0, want an error; log:\n%s", n.id, out)
 		}
