@@ -74,16 +74,16 @@ var fleetSoakSubs = []fleetSub{
 	{ID: "blackhole", Extra: `
 concurrency: {max: 4}
 timeout: 1s
-retry: {base: 50ms, cap: 500ms, max_attempts: 10000, max_age: 1h}
+retry: {base: 100ms, cap: 3s, max_attempts: 100, max_age: 1h}
 breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 	{ID: "rated", Extra: `
 rate: {per_second: 50}
-retry: {base: 20ms, cap: 200ms, max_attempts: 10000, max_age: 1h}`},
+retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`},
 	{ID: "flaky", Extra: `
-retry: {base: 10ms, cap: 100ms, max_attempts: 10000, max_age: 1h}
+retry: {base: 10ms, cap: 100ms, max_attempts: 100, max_age: 1h}
 breaker: {failure_ratio: 0.9, cool_down: 100ms, max_cool_down: 500ms}`},
 	{ID: "typed", Types: `["t.a"]`, Extra: `
-retry: {base: 20ms, cap: 200ms, max_attempts: 10000, max_age: 1h}`},
+retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`},
 }
 
 func fleetSubIDs(subs []fleetSub) []string {
@@ -527,14 +527,14 @@ func TestFleetRollout(t *testing.T) {
 	}
 	began := time.Now()
 	subs := []fleetSub{
-		{ID: "healthy", Extra: `retry: {base: 20ms, cap: 200ms, max_attempts: 10000, max_age: 1h}`},
+		{ID: "healthy", Extra: `retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`},
 		{ID: "hole", Extra: `
 concurrency: {max: 4}
 timeout: 1s
-retry: {base: 100ms, cap: 1s, max_attempts: 10000, max_age: 1h}
+retry: {base: 100ms, cap: 3s, max_attempts: 100, max_age: 1h}
 breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 		{ID: "down", Extra: `
-retry: {base: 100ms, cap: 1s, max_attempts: 10000, max_age: 1h}
+retry: {base: 100ms, cap: 3s, max_attempts: 100, max_age: 1h}
 breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 	}
 	w := newFleetWorld(t, subs, nil)
@@ -649,7 +649,7 @@ func TestFleetFencing(t *testing.T) {
 		id := fmt.Sprintf("s%d", i)
 		subs = append(subs, fleetSub{ID: id, Extra: `
 concurrency: {max: 2}
-retry: {base: 20ms, cap: 200ms, max_attempts: 10000, max_age: 1h}`})
+retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 		holds[id] = hold
 	}
 	w := newFleetWorld(t, subs, holds)
