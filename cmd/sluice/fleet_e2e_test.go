@@ -135,6 +135,21 @@ func (w *fleetWorld) addNode(id string, cfg fleetConfig) *fleetNode {
 	return n
 }
 
+// startAll starts the nodes and waits until each is ready. The first one
+// starts alone: it creates the stream and the buckets (nodes setting up a
+// fresh cluster together are TestFleetConcurrentFirstStart's subject).
+func (w *fleetWorld) startAll() {
+	nodes := w.current()
+	nodes[0].start()
+	nodes[0].awaitReady(60 * time.Second)
+	for _, n := range nodes[1:] {
+		n.start()
+	}
+	for _, n := range nodes[1:] {
+		n.awaitReady(60 * time.Second)
+	}
+}
+
 func (w *fleetWorld) replace(slot int, n *fleetNode) {
 	w.mu.Lock()
 	w.nodes[slot] = n
@@ -224,11 +239,9 @@ func TestFleetCrashSoak(t *testing.T) {
 	for i := range 3 {
 		id := fmt.Sprintf("node-%d", i)
 		ids = append(ids, id)
-		w.addNode(id, w.cfg).start()
+		w.addNode(id, w.cfg)
 	}
-	for _, n := range w.current() {
-		n.awaitReady(60 * time.Second)
-	}
+	w.startAll()
 	w.awaitOwned("every lane owned at start", w.nodes[0], ids, 30*time.Second)
 	t.Logf("fleet up in %v", time.Since(began).Round(time.Millisecond))
 
@@ -544,11 +557,9 @@ breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 	for i := range 3 {
 		id := fmt.Sprintf("slot%d-gen0", i)
 		ids = append(ids, id)
-		w.addNode(id, w.cfg).start()
+		w.addNode(id, w.cfg)
 	}
-	for _, n := range w.current() {
-		n.awaitReady(60 * time.Second)
-	}
+	w.startAll()
 	w.awaitOwned("every lane owned at start", w.nodes[0], ids, 30*time.Second)
 
 	// Thousands of events the two tenants cannot take: a burst, then a
@@ -658,10 +669,7 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 	cutCfg.URLs = []string{px.URL()}
 	cut := w.addNode("cut", cutCfg)
 	other := w.addNode("other", w.cfg)
-	cut.start()
-	other.start()
-	cut.awaitReady(60 * time.Second)
-	other.awaitReady(60 * time.Second)
+	w.startAll()
 	ids := []string{"cut", "other"}
 	owners := w.awaitOwned("every lane owned", other, ids, 30*time.Second)
 	var cutLanes []string
@@ -942,4 +950,26 @@ func TestFleetBadInput(t *testing.T) {
 		n := run(t, "badcreds", fleetConfig{URLs: cl.URLs(), Stream: "CREDS2", JetStream: "credentials_file: " + f})
 		mustExit(t, n, 60*time.Second, "jetstream.credentials_file")
 	})
+}
+
+// TestFleetConcurrentFirstStart: the nodes of a new fleet start at once
+// on a fresh cluster, as a Deployment's pods do, and set up the stream
+// and the buckets together: every node must come up.
+func TestFleetConcurrentFirstStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet start-up: real sidecars and a JetStream cluster")
+	}
+	w := newFleetWorld(t, []fleetSub{{ID: "a"}, {ID: "b"}}, nil)
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, fmt.Sprintf("node-%d", i))
+		w.addNode(ids[i], w.cfg)
+	}
+	for _, n := range w.current() {
+		n.start()
+	}
+	for _, n := range w.current() {
+		n.awaitReady(60 * time.Second)
+	}
+	w.awaitOwned("every lane owned", w.nodes[0], ids, 30*time.Second)
 }
