@@ -192,6 +192,13 @@ func newFleetNode(t *testing.T, parent, id, recvURL string, c fleetConfig) *flee
 	n.writeConfig(c, recvURL)
 	t.Cleanup(func() {
 		n.stopNow()
+		// SLUICE_FLEET_LOGS=DIR keeps every node's whole log there.
+		if d := os.Getenv("SLUICE_FLEET_LOGS"); d != "" {
+			name := strings.NewReplacer("/", "_").Replace(t.Name()) + "-" + n.id + ".log"
+			if err := os.WriteFile(filepath.Join(d, name), []byte(n.log.String()), 0o644); err != nil {
+				t.Logf("keep the log of %s: %v", n.id, err)
+			}
+		}
 		if t.Failed() {
 			t.Logf("log of %s (last 80 lines):\n%s", n.id, lastLines(n.log.String(), 80))
 		}
