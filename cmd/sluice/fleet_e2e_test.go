@@ -37,6 +37,7 @@ import (
 
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/natscluster"
+	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -631,27 +632,37 @@ breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 		w.load.accepted(), ids3, settled.Sub(began).Round(time.Millisecond), dups, time.Since(began).Round(time.Millisecond))
 }
 
-// TestFleetFencing cuts one node off from NATS mid-delivery with a TCP
-// proxy it reaches NATS through, while the other node stays connected:
+// TestFleetFencing cuts one of two nodes off from NATS mid-delivery, with
+// a TCP proxy it reaches NATS through, while the other stays connected.
+// Two kinds of cut (natsProxy): "sever" closes the connections, so the
+// client sees them drop; "stall" holds the traffic on open connections and
+// delivers it late when the partition heals, so what the cut-off node
+// wrote with its old lease (renewals, cursors) reaches the servers after
+// the other node has taken the lease. Either way:
 //
 //   - the cut-off node stops dispatching: the receiver gets nothing from it
-//     later than lease_ttl after the cut, and on each lane its last request
-//     comes before the other node's first;
+//     later than lease_ttl/2 (+ the watchdog's tick and 250 ms) after the
+//     cut, and on each lane its last request comes before the other node's
+//     first;
 //   - no subscription ever has two nodes' requests in flight at once (the
-//     receiver holds each request 40 ms and counts per node), and no
-//     subscription ever exceeds its cap at the receiver;
-//   - its /readyz answers 503 and its ingest 503 with Retry-After while cut
-//     off;
-//   - the other node owns its lanes within lease_ttl + 2 s;
-//   - once reconnected, its stale lease is refused (its lane writes fail
-//     as fenced: sluice_fleet_lease_renewals_total{result="lost"} or its
-//     log say so), nothing is lost, and no event the other node
+//     receiver holds each request 40 ms and counts per node), nor more
+//     than its cap of 2;
+//   - the other node owns and delivers the lanes within lease_ttl + 2 s;
+//   - when severed, /readyz answers 503 and ingest 503 with Retry-After;
+//   - after the cut heals nothing is lost, and no event the other node
 //     acknowledged after the cut is sent again (a stale cursor write that
-//     got through would move the cursor back and resend them).
+//     got through would move a cursor back and resend them); when stalled,
+//     the late writes are refused: the node counts its renewals refused
+//     (sluice_fleet_lease_renewals_total{result="lost"}).
 func TestFleetFencing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet fencing: real sidecars and a JetStream cluster")
 	}
+	t.Run("sever", func(t *testing.T) { testFencing(t, false) })
+	t.Run("stall", func(t *testing.T) { testFencing(t, true) })
+}
+
+func testFencing(t *testing.T, stall bool) {
 	began := time.Now()
 	const hold = 40 * time.Millisecond
 	var subs []fleetSub
@@ -692,53 +703,88 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 		n := w.recv.nodeInFlight("cut")
 		return n > 0, fmt.Sprintf("%d in flight from cut", n)
 	})
-	px.sever()
-	severAt := time.Now()
-	t.Logf("severed cut from NATS at +%v, with deliveries in flight", severAt.Sub(began).Round(time.Millisecond))
-
-	// cut must say it is not ready, and refuse events, while cut off.
-	fleetAwait(t, "cut's /readyz 503", fleetLeaseTTL+5*time.Second, func() (bool, string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		err := cut.api.Ready(ctx)
-		var ae *client.APIError
-		return errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable, fmt.Sprint(err)
-	})
-	code, _, hdr, err := cut.post("t.a", "cut-off-post")
-	if err != nil || code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
-		t.Errorf("POST to the cut-off node: %d %v (Retry-After %q), want 503 with Retry-After", code, err, hdr.Get("Retry-After"))
+	how := "severed"
+	if stall {
+		how = "stalled"
+		px.stall()
+	} else {
+		px.sever()
 	}
+	cutAt := time.Now()
+	t.Logf("%s cut's link to NATS at +%v, with %d deliveries in flight", how, cutAt.Sub(began).Round(time.Millisecond), w.recv.nodeInFlight("cut"))
+
+	// The other node takes the lanes and delivers them.
 	w.awaitOwned("other owns every lane", other, []string{"other"}, fleetMoveBound+10*time.Second)
-	movedAt := time.Now()
-	t.Logf("other owns every lane %v after the cut", movedAt.Sub(severAt).Round(time.Millisecond))
-	if d := movedAt.Sub(severAt); d > fleetMoveBound {
-		t.Errorf("other took cut's lanes %v after the cut, want at most lease_ttl + 2 s = %v", d, fleetMoveBound)
+	ownedAfter := time.Since(cutAt)
+	firstOther := map[string]time.Time{}
+	fleetAwait(t, "other delivering cut's lanes", fleetMoveBound+10*time.Second, func() (bool, string) {
+		got := w.recv.snapshot()
+		for _, sub := range cutLanes {
+			for _, rs := range got[sub] {
+				for _, r := range rs {
+					if r.node == "other" && r.at.After(cutAt) && (firstOther[sub].IsZero() || r.at.Before(firstOther[sub])) {
+						firstOther[sub] = r.at
+					}
+				}
+			}
+		}
+		return len(firstOther) == len(cutLanes), fmt.Sprintf("first deliveries from other %v", firstOther)
+	})
+	t.Logf("other owns every lane %v after the cut", ownedAfter.Round(time.Millisecond))
+	if ownedAfter > fleetMoveBound {
+		t.Errorf("other owned cut's lanes %v after the cut, want at most lease_ttl + 2 s = %v", ownedAfter, fleetMoveBound)
+	}
+	for _, sub := range cutLanes {
+		if d := firstOther[sub].Sub(cutAt); d > fleetMoveBound {
+			t.Errorf("%s: other delivered it first %v after the cut, want at most %v", sub, d, fleetMoveBound)
+		}
+	}
+
+	// While cut off, cut says so, and refuses events.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	readyErr := cut.api.Ready(ctx)
+	cancel()
+	postAt := time.Now()
+	code, _, hdr, err := cut.post("t.a", "cut-off-post")
+	postTook := time.Since(postAt)
+	t.Logf("cut off: /readyz %v; POST answered %d %v (Retry-After %q) in %v", readyErr, code, err, hdr.Get("Retry-After"), postTook.Round(time.Millisecond))
+	if !stall {
+		var ae *client.APIError
+		if !errors.As(readyErr, &ae) || ae.Status != http.StatusServiceUnavailable {
+			t.Errorf("/readyz of the severed node: %v, want 503", readyErr)
+		}
+		if err != nil || code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
+			t.Errorf("POST to the severed node: %d %v (Retry-After %q), want 503 with Retry-After", code, err, hdr.Get("Retry-After"))
+		}
 	}
 	w.awaitAccepted("load while cut off", w.load.accepted()+100)
 
-	px.restore()
-	restoreAt := time.Now()
+	healAt := time.Now()
+	if stall {
+		px.resume()
+	} else {
+		px.restore()
+	}
 	cut.awaitReady(30 * time.Second)
-	w.awaitOwned("every lane owned after the reconnect", other, ids, 30*time.Second)
-	w.awaitAccepted("load after the reconnect", w.load.accepted()+100)
+	w.awaitOwned("every lane owned after the cut healed", other, ids, 30*time.Second)
+	w.awaitAccepted("load after the cut healed", w.load.accepted()+100)
 	w.load.halt()
 	w.load.checkProblems(t)
 	w.awaitDelivered("every event delivered", fleetSubIDs(subs), 120*time.Second)
 
-	// The stale node's lease and writes were refused.
-	var lost float64
-	var fencedLog bool
-	fleetAwait(t, "cut reports its lost leases", 10*time.Second, func() (bool, string) {
-		m, err := cut.metrics()
-		if err != nil {
-			return false, err.Error()
-		}
-		lost, _ = metricSum(m, "sluice_fleet_lease_renewals_total", `result="lost"`)
-		log := cut.log.String()
-		fencedLog = strings.Contains(log, "moved to another node") || strings.Contains(log, "fenced")
-		return lost > 0 || fencedLog, fmt.Sprintf("renewals lost %v; metrics:\n%s", lost, grepLines(m, "sluice_fleet"))
-	})
-	t.Logf("cut: lease renewals lost %v, fenced writes in its log %v", lost, fencedLog)
+	m, err := cut.metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused, _ := metricSum(m, "sluice_fleet_lease_renewals_total", `result="lost"`)
+	failed, _ := metricSum(m, "sluice_fleet_lease_renewals_total", `result="error"`)
+	log := cut.log.String()
+	t.Logf("cut: lease renewals refused %v, failed %v; log lines: %d lease lost, %d naming a fenced write",
+		refused, failed, strings.Count(log, "lease lost"), strings.Count(log, queue.ErrFenced.Error()))
+	if stall && refused == 0 {
+		t.Errorf("the renewals cut sent while stalled reached the servers after other took the leases, yet none was refused; metrics:\n%s",
+			grepLines(m, "sluice_fleet"))
+	}
 	for _, n := range w.current() {
 		n.term(20 * time.Second)
 	}
@@ -746,33 +792,30 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 
 	// What the receiver saw.
 	got := w.recv.snapshot()
-	stopBound := severAt.Add(fleetLeaseTTL)
+	stopBound := cutAt.Add(fleetLeaseTTL/2 + fleetLeaseTTL/10 + 250*time.Millisecond)
 	for _, sub := range fleetSubIDs(subs) {
-		var lastCut, firstOther time.Time
+		var lastCut time.Time
 		for _, rs := range got[sub] {
 			for _, r := range rs {
-				if r.at.Before(severAt) || r.at.After(restoreAt) {
-					continue
-				}
-				if r.node == "cut" && r.at.After(lastCut) {
+				if r.node == "cut" && r.at.After(cutAt) && r.at.Before(healAt) && r.at.After(lastCut) {
 					lastCut = r.at
-				}
-				if r.node == "other" && (firstOther.IsZero() || r.at.Before(firstOther)) && slices.Contains(cutLanes, sub) {
-					firstOther = r.at
 				}
 			}
 		}
-		if !lastCut.IsZero() {
-			t.Logf("%s: last request from cut %v after the cut; first from other %v after", sub,
-				lastCut.Sub(severAt).Round(time.Millisecond), firstOther.Sub(severAt).Round(time.Millisecond))
+		if lastCut.IsZero() {
+			continue
 		}
+		t.Logf("%s: last request from cut %v after the cut; first from other %v after", sub,
+			lastCut.Sub(cutAt).Round(time.Millisecond), firstOther[sub].Sub(cutAt).Round(time.Millisecond))
 		if lastCut.After(stopBound) {
-			t.Errorf("%s: cut, cut off from NATS, still sent a request %v after the cut (lease_ttl %v)", sub, lastCut.Sub(severAt), fleetLeaseTTL)
+			t.Errorf("%s: cut, cut off from NATS, still sent a request %v after the cut, want none after %v", sub, lastCut.Sub(cutAt), stopBound.Sub(cutAt))
 		}
-		if !lastCut.IsZero() && !firstOther.IsZero() && !lastCut.Before(firstOther) {
+		if !firstOther[sub].IsZero() && !lastCut.Before(firstOther[sub]) {
 			t.Errorf("%s: two owners: cut sent at %s, after other's first request at %s", sub,
-				lastCut.Format(time.StampMilli), firstOther.Format(time.StampMilli))
+				lastCut.Format(time.StampMilli), firstOther[sub].Format(time.StampMilli))
 		}
+	}
+	for _, sub := range fleetSubIDs(subs) {
 		if st := w.recv.tb.Stats()["/"+sub]; st.MaxInFlight > 2 {
 			t.Errorf("%s: the receiver saw %d requests in flight at once, cap 2", sub, st.MaxInFlight)
 		}
@@ -793,15 +836,15 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 				continue
 			}
 			dups += len(acks) - 1
-			if first := acks[0]; first.at.After(severAt) && first.node == "other" {
+			if first := acks[0]; first.at.After(cutAt) {
 				if regressed++; regressed <= 3 {
-					t.Errorf("%s of %s acknowledged from other at %s (after the cut), sent again: %v — a stale cursor write moved the cursor back",
-						id, sub, first.at.Format(time.StampMilli), acks)
+					t.Errorf("%s of %s first acknowledged from %s at %s, after the cut, yet sent again: %+v — a cursor went back",
+						id, sub, first.node, first.at.Format(time.StampMilli), acks)
 				}
 			}
 		}
 	}
-	t.Logf("fencing: %d events, %d duplicates (%d of them regressions), %v in all", w.load.accepted(), dups, regressed,
+	t.Logf("fencing (%s): %d events, %d duplicates (%d unexplained), %v in all", how, w.load.accepted(), dups, regressed,
 		time.Since(began).Round(time.Millisecond))
 }
 

@@ -852,16 +852,24 @@ func (l *fleetLoad) checkProblems(t *testing.T) {
 }
 
 // natsProxy is a loopback TCP proxy between one sluice node and one NATS
-// server that the test can sever. It removes the servers' connect_urls
-// from the INFO they send, so the client cannot learn the other servers'
-// addresses and go round the proxy. While severed it closes every
-// connection it has and every one it accepts.
+// server that the test can cut. It removes the servers' connect_urls from
+// the INFO they send, so the client cannot learn the other servers'
+// addresses and go round the proxy. Two ways to cut:
+//
+//   - sever closes every connection it has, and every one it accepts until
+//     restore: the client sees the connection drop and cannot reconnect;
+//   - stall holds what either side sends, on connections that stay open,
+//     until resume delivers it late, as a partition that heals does (TCP
+//     retransmits): the client sees no disconnect, its requests time out,
+//     and what it wrote while cut off reaches the server afterwards.
 type natsProxy struct {
 	ln       net.Listener
 	upstream string
 
 	mu      sync.Mutex
+	open    *sync.Cond // broadcast when stalled turns false
 	severed bool
+	stalled bool
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
 }
@@ -873,9 +881,11 @@ func startNATSProxy(t *testing.T, upstream string) *natsProxy {
 		t.Fatal(err)
 	}
 	p := &natsProxy{ln: ln, upstream: strings.TrimPrefix(upstream, "nats://"), conns: map[net.Conn]struct{}{}}
+	p.open = sync.NewCond(&p.mu)
 	p.wg.Go(p.accept)
 	t.Cleanup(func() {
 		ln.Close()
+		p.resume()
 		p.sever()
 		p.wg.Wait()
 	})
@@ -890,14 +900,10 @@ func (p *natsProxy) accept() {
 		if err != nil {
 			return
 		}
-		p.mu.Lock()
-		if p.severed {
-			p.mu.Unlock()
+		if !p.track(c) {
 			c.Close()
 			continue
 		}
-		p.conns[c] = struct{}{}
-		p.mu.Unlock()
 		p.wg.Go(func() { p.serve(c) })
 	}
 }
@@ -923,14 +929,46 @@ func (p *natsProxy) serve(c net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go func() { io.Copy(up, c); up.Close(); done <- struct{}{} }()
-	go func() { copyNATSServerStream(c, up); c.Close(); done <- struct{}{} }()
+	go func() { p.pipe(up, c); up.Close(); done <- struct{}{} }()
+	go func() { copyNATSServerStream(&gatedWriter{p, c}, up); c.Close(); done <- struct{}{} }()
 	<-done
 	<-done
 	p.mu.Lock()
 	delete(p.conns, c)
 	delete(p.conns, up)
 	p.mu.Unlock()
+}
+
+// pipe copies client to server, holding each chunk while stalled.
+func (p *natsProxy) pipe(dst, src net.Conn) {
+	w := &gatedWriter{p, dst}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// gatedWriter writes once the proxy is not stalled.
+type gatedWriter struct {
+	p *natsProxy
+	w io.Writer
+}
+
+func (g *gatedWriter) Write(b []byte) (int, error) {
+	g.p.mu.Lock()
+	for g.p.stalled {
+		g.p.open.Wait()
+	}
+	g.p.mu.Unlock()
+	return g.w.Write(b)
 }
 
 // sever closes every proxied connection, and any accepted later.
@@ -944,10 +982,25 @@ func (p *natsProxy) sever() {
 	clear(p.conns)
 }
 
-// restore lets connections through again.
+// restore lets connections through again after sever.
 func (p *natsProxy) restore() {
 	p.mu.Lock()
 	p.severed = false
+	p.mu.Unlock()
+}
+
+// stall holds everything either side sends from now on.
+func (p *natsProxy) stall() {
+	p.mu.Lock()
+	p.stalled = true
+	p.mu.Unlock()
+}
+
+// resume delivers what stall held, and lets traffic flow again.
+func (p *natsProxy) resume() {
+	p.mu.Lock()
+	p.stalled = false
+	p.open.Broadcast()
 	p.mu.Unlock()
 }
 
@@ -1069,5 +1122,25 @@ func TestFleetNATSProxy(t *testing.T) {
 	}
 	if _, err := js.Publish(ctx, "px.3", []byte("x")); err != nil {
 		t.Fatalf("publish after restore: %v", err)
+	}
+
+	// Stalled: no answer, no disconnect; what was sent arrives on resume.
+	px.stall()
+	short, cancelShort = context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = js.Publish(short, "px.4", []byte("late"))
+	cancelShort()
+	if err == nil {
+		t.Fatal("a publish was answered while stalled")
+	}
+	if !nc.IsConnected() {
+		t.Fatal("the client saw a disconnect while stalled")
+	}
+	px.resume()
+	fleetAwait(t, "the stalled publish stored late", 10*time.Second, func() (bool, string) {
+		m, err := st.GetLastMsgForSubject(ctx, "px.4")
+		return err == nil && string(m.Data) == "late", fmt.Sprint(err)
+	})
+	if _, err := js.Publish(ctx, "px.5", []byte("x")); err != nil {
+		t.Fatalf("publish after resume: %v", err)
 	}
 }
