@@ -649,11 +649,12 @@ breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 //     than its cap of 2;
 //   - the other node owns and delivers the lanes within lease_ttl + 2 s;
 //   - when severed, /readyz answers 503 and ingest 503 with Retry-After;
-//   - after the cut heals nothing is lost, and no event the other node
-//     acknowledged after the cut is sent again (a stale cursor write that
-//     got through would move a cursor back and resend them); when stalled,
-//     the late writes are refused: the node counts its renewals refused
-//     (sluice_fleet_lease_renewals_total{result="lost"}).
+//   - after the cut heals nothing is lost, and the only duplicates are of
+//     what the cut-off node acknowledged and could not record before it
+//     stopped: nothing the other node acknowledged is sent again, which a
+//     stale cursor write taking effect would cause (when stalled, the
+//     node's cursor and lease writes from the cut reach the servers late,
+//     and must be refused).
 func TestFleetFencing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet fencing: real sidecars and a JetStream cluster")
@@ -745,7 +746,11 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 	readyErr := cut.api.Ready(ctx)
 	cancel()
 	postAt := time.Now()
-	code, _, hdr, err := cut.post("t.a", "cut-off-post")
+	// A key of the producers' form, far above theirs: when stalled, the
+	// POST may be accepted after all, once the link heals.
+	probe := fleetKey(1 << 30)
+	probeType, _ := fleetType(probe)
+	code, _, hdr, err := cut.post(probeType, probe)
 	postTook := time.Since(postAt)
 	t.Logf("cut off: /readyz %v; POST answered %d %v (Retry-After %q) in %v", readyErr, code, err, hdr.Get("Retry-After"), postTook.Round(time.Millisecond))
 	if !stall {
@@ -781,9 +786,11 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 	log := cut.log.String()
 	t.Logf("cut: lease renewals refused %v, failed %v; log lines: %d lease lost, %d naming a fenced write",
 		refused, failed, strings.Count(log, "lease lost"), strings.Count(log, queue.ErrFenced.Error()))
-	if stall && refused == 0 {
-		t.Errorf("the renewals cut sent while stalled reached the servers after other took the leases, yet none was refused; metrics:\n%s",
-			grepLines(m, "sluice_fleet"))
+	if stall && !strings.Contains(log, "timeout waiting for ack") {
+		// What cut wrote while stalled reached the servers when the link
+		// healed, after other had taken the leases; the checks below show
+		// none of it took effect.
+		t.Errorf("cut logged no write that timed out while stalled: the test sent no late write")
 	}
 	for _, n := range w.current() {
 		n.term(20 * time.Second)
@@ -820,9 +827,10 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 			t.Errorf("%s: the receiver saw %d requests in flight at once, cap 2", sub, st.MaxInFlight)
 		}
 	}
-	// Duplicates: only of what cut acknowledged but could not record before
-	// the cut. One whose first copy other acknowledged after the cut means
-	// a cursor went back.
+	// Duplicates: only of what cut acknowledged but could not record, until
+	// it stopped. One whose first copy other acknowledged (other never lost
+	// NATS), or cut after it stopped, means a cursor went back: a stale
+	// write took effect.
 	dups, regressed := 0, 0
 	for sub, m := range got {
 		for id, rs := range m {
@@ -836,7 +844,7 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 				continue
 			}
 			dups += len(acks) - 1
-			if first := acks[0]; first.at.After(cutAt) {
+			if first := acks[0]; first.node != "cut" || first.at.After(stopBound) {
 				if regressed++; regressed <= 3 {
 					t.Errorf("%s of %s first acknowledged from %s at %s, after the cut, yet sent again: %+v — a cursor went back",
 						id, sub, first.node, first.at.Format(time.StampMilli), acks)
@@ -844,7 +852,7 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 			}
 		}
 	}
-	t.Logf("fencing (%s): %d events, %d duplicates (%d unexplained), %v in all", how, w.load.accepted(), dups, regressed,
+	t.Logf("fencing (%s): %d events, %d duplicates (%d not explained by the cut), %v in all", how, w.load.accepted(), dups, regressed,
 		time.Since(began).Round(time.Millisecond))
 }
 
