@@ -646,7 +646,8 @@ breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 //     first;
 //   - no subscription ever has two nodes' requests in flight at once (the
 //     receiver holds each request 40 ms and counts per node), nor more
-//     than its cap of 2;
+//     than its cap of 2, even when (severed) one of the cut-off node's
+//     lanes is a black hole whose exchanges outlast the lease;
 //   - the other node owns and delivers the lanes within lease_ttl + 2 s;
 //   - when severed, /readyz answers 503 and ingest 503 with Retry-After;
 //   - after the cut heals nothing is lost, and the only duplicates are of
@@ -672,6 +673,7 @@ func testFencing(t *testing.T, stall bool) {
 		id := fmt.Sprintf("s%d", i)
 		subs = append(subs, fleetSub{ID: id, Extra: `
 concurrency: {max: 2}
+timeout: 3s
 retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 		holds[id] = hold
 	}
@@ -695,6 +697,19 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 		t.Fatalf("rendezvous gave all 10 lanes to other (owners %v); the test needs cut to own one", owners)
 	}
 	t.Logf("cut owns %v", cutLanes)
+	// When severed, one of cut's lanes is a black hole: its exchanges are
+	// in flight at the cut and last until their 3 s timeout, longer than
+	// the lease: they must end (or the lane must not move) before other
+	// sends to it, or the endpoint sees both nodes' requests at once.
+	hole := ""
+	if !stall {
+		hole = cutLanes[0]
+		w.recv.tb.SetMode("/"+hole, testbed.ModeBlackhole)
+		fleetAwait(t, "cut's exchanges held by the black hole", 20*time.Second, func() (bool, string) {
+			st := w.recv.tb.Stats()["/"+hole]
+			return st.InFlight == 2, fmt.Sprintf("%d in flight", st.InFlight)
+		})
+	}
 
 	// Producers post to other only: cut's ingest is checked by hand.
 	w.load = newFleetLoad(t, func() []*fleetNode { return []*fleetNode{other} })
@@ -775,6 +790,10 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 	w.awaitAccepted("load after the cut healed", w.load.accepted()+100)
 	w.load.halt()
 	w.load.checkProblems(t)
+	if hole != "" {
+		w.recv.tb.SetMode("/"+hole, testbed.ModeOK)
+		w.recv.tb.Release()
+	}
 	w.awaitDelivered("every event delivered", fleetSubIDs(subs), 120*time.Second)
 
 	m, err := cut.metrics()
@@ -823,7 +842,12 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 		}
 	}
 	for _, sub := range fleetSubIDs(subs) {
-		if st := w.recv.tb.Stats()["/"+sub]; st.MaxInFlight > 2 {
+		st := w.recv.tb.Stats()["/"+sub]
+		switch {
+		case sub == hole && st.MaxInFlight > 2:
+			t.Errorf("%s (a black hole): the receiver saw %d requests in flight at once, cap 2: the exchanges the cut-off node had in flight "+
+				"outlived its lease and overlapped the new owner's (two owners delivering at once)", sub, st.MaxInFlight)
+		case st.MaxInFlight > 2:
 			t.Errorf("%s: the receiver saw %d requests in flight at once, cap 2", sub, st.MaxInFlight)
 		}
 	}
