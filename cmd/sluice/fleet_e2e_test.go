@@ -53,7 +53,7 @@ const (
 
 // fleetSoakSize is the number of kill cycles and the events per phase.
 func fleetSoakSize(t *testing.T) (cycles, perPhase int) {
-	cycles, perPhase = 1, 150
+	cycles, perPhase = 1, 300
 	if v := os.Getenv("SLUICE_FLEET_SOAK"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -254,10 +254,12 @@ func TestFleetCrashSoak(t *testing.T) {
 	w.awaitAccepted("load before the first kill", target)
 	rotation := []string{"blackhole", "rated", "flaky", "typed"}
 	for c := range cycles {
-		// SIGKILL the owner of one lane (the black hole's first), mid-load.
+		// SIGKILL, mid-load, the node owning the most lanes, among those
+		// that own this cycle's lane (the black hole's first).
 		sub := rotation[c%len(rotation)]
 		owners := w.awaitOwned("owners before kill", w.nodes[(c+1)%3], ids, 30*time.Second)
-		victim := slices.Index(ids, owners[sub])
+		victim := w.victim(owners, sub)
+		t.Logf("cycle %d: owners %v; killing %s", c, owners, ids[victim])
 		w.killSluice(victim, owners)
 		target += perPhase
 		w.awaitAccepted("load with a node down", target)
@@ -301,6 +303,26 @@ func TestFleetCrashSoak(t *testing.T) {
 	w.checkSoak(subs)
 	t.Logf("fleet soak: %d cycles, %d events accepted (%d re-posts answered duplicate, refusals %v), %v in all",
 		cycles, w.load.accepted(), w.load.reposts, w.load.refused, time.Since(began).Round(time.Millisecond))
+}
+
+// victim picks the slot to SIGKILL: the node owning the most lanes, ties
+// going to the owner of prefer.
+func (w *fleetWorld) victim(owners map[string]string, prefer string) int {
+	count := map[string]int{}
+	for _, o := range owners {
+		count[o]++
+	}
+	best := -1
+	for i, n := range w.current() {
+		c, bc := count[n.id], -1
+		if best >= 0 {
+			bc = count[w.nodes[best].id]
+		}
+		if c > bc || c == bc && owners[prefer] == n.id {
+			best = i
+		}
+	}
+	return best
 }
 
 // streamLeader is the NATS server leading the event stream, or 0.
