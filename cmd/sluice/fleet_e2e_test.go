@@ -17,6 +17,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -600,7 +601,9 @@ breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 	w.load.run(3, 50*time.Millisecond)
 	for slot := range 3 {
 		old := w.nodes[slot]
+		termAt := time.Now()
 		old.term(20 * time.Second)
+		t.Logf("%s stopped %v after SIGTERM", old.id, time.Since(termAt).Round(time.Millisecond))
 		id := fmt.Sprintf("slot%d-gen1", slot)
 		ids = append(ids, id)
 		n := newFleetNode(t, w.dir, id, w.recv.tb.URL(), w.cfg)
@@ -618,7 +621,22 @@ breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 	w.load.checkProblems(t)
 
 	// Every lane is now delivered by a node that never saw the backlog
-	// arrive; the tenants' endpoints recover.
+	// arrive, and the two tenants' lanes still hold it all.
+	fleetAwait(t, "the new nodes see the outage backlog", 20*time.Second, func() (bool, string) {
+		ls, err := w.nodes[0].lanes()
+		if err != nil {
+			return false, err.Error()
+		}
+		ok := true
+		for _, l := range ls {
+			if l.Subscription != "healthy" {
+				ok = ok && l.Backlog+uint64(l.Scheduled)+uint64(l.InFlight) >= uint64(backlog)
+			}
+		}
+		b, _ := json.Marshal(ls)
+		return ok, string(b)
+	})
+	recoverAt := time.Now()
 	w.recv.tb.SetMode("/hole", testbed.ModeOK)
 	w.recv.tb.SetMode("/down", testbed.ModeOK)
 	w.recv.tb.Release()
@@ -650,8 +668,8 @@ breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 	if st.MaxInFlight > 4 {
 		t.Errorf("the receiver saw %d requests of hole in flight at once, cap 4", st.MaxInFlight)
 	}
-	t.Logf("rollout: %d events accepted, all delivered to %v %v after recovery; duplicates %v; %v in all",
-		w.load.accepted(), ids3, settled.Sub(began).Round(time.Millisecond), dups, time.Since(began).Round(time.Millisecond))
+	t.Logf("rollout: %d events accepted, all delivered to %v %v after the recovery; duplicates %v; %v in all",
+		w.load.accepted(), ids3, settled.Sub(recoverAt).Round(time.Millisecond), dups, time.Since(began).Round(time.Millisecond))
 }
 
 // TestFleetFencing cuts one of two nodes off from NATS mid-delivery, with
