@@ -937,6 +937,7 @@ func TestFleetBadInput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet faults: real sidecars and a JetStream cluster")
 	}
+	t.Parallel() // mostly idle processes: overlaps the other parallel fleet tests only
 	cl := startNATS(t)
 	recvURL := "http://127.0.0.1:1" // nothing is ever delivered
 
@@ -1074,6 +1075,7 @@ func TestFleetConcurrentFirstStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet start-up: real sidecars and a JetStream cluster")
 	}
+	t.Parallel() // mostly idle processes: overlaps the other parallel fleet tests only
 	w := newFleetWorld(t, []fleetSub{{ID: "a"}, {ID: "b"}}, nil)
 	var ids []string
 	for i := range 3 {

@@ -1061,6 +1061,7 @@ func TestFleetNATSProxy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a JetStream cluster")
 	}
+	t.Parallel() // mostly idle processes: overlaps the other parallel fleet tests only
 	cl := startNATS(t)
 	px := startNATSProxy(t, cl.URL(1))
 	disconnected, reconnected := make(chan struct{}, 8), make(chan struct{}, 8)
