@@ -1,10 +1,12 @@
 package config
 
 // Fleet mode's keys (DESIGN.md §6): log.backend, jetstream.* and node_id.
-// Their defaults are jetstream's (Default); the bounds below are the ones
-// jetstream.Options.check applies at Open, checked here first so that a bad
-// value is refused at start-up with its key and source, before anything
-// dials NATS.
+// Their defaults are jetstream's (Default). jetstream.Open checks replicas
+// and node_id again, with looser rules; the bounds here are stricter where
+// NATS needs it (KV keys and bucket names) and add the lease's, so that a
+// bad value is refused at start-up with its key and source, before
+// anything dials NATS. jetstream exports no bounds yet: when it does, these
+// should be taken from there, like policy's.
 
 import (
 	"bytes"
