@@ -146,6 +146,7 @@ type fleetConfig struct {
 	Replicas int      // default 3
 	LeaseTTL time.Duration
 	Stream   string // jetstream.stream; the default when empty
+	LogLevel string // info when empty; SLUICE_FLEET_LOG_LEVEL overrides
 	// JetStream holds more jetstream.* keys, one per line; Top more
 	// top-level keys.
 	JetStream, Top string
@@ -217,7 +218,7 @@ admin:
   listen: unix://%s
 data_dir: %s
 node_id: %s
-log_level: info
+log_level: %s
 allow_private_targets: true
 shutdown_grace: 3s
 retry_budget: {ratio: 1, min_per_second: 1000, window: 1s}
@@ -226,7 +227,8 @@ jetstream:
   urls: [%s]
   replicas: %d
   lease_ttl: %s
-`, n.ingestSock, n.adminSock, filepath.Join(n.dir, "data"), n.id, strings.Join(urls, ", "), cmp.Or(c.Replicas, 3), cmp.Or(c.LeaseTTL, 2*time.Second))
+`, n.ingestSock, n.adminSock, filepath.Join(n.dir, "data"), n.id, cmp.Or(os.Getenv("SLUICE_FLEET_LOG_LEVEL"), c.LogLevel, "info"),
+		strings.Join(urls, ", "), cmp.Or(c.Replicas, 3), cmp.Or(c.LeaseTTL, 2*time.Second))
 	if c.Stream != "" {
 		fmt.Fprintf(&b, "  stream: %s\n", c.Stream)
 	}
