@@ -98,6 +98,11 @@ type Options struct {
 	RequestTimeout time.Duration
 	// PublishWindow bounds the appends in flight at once.
 	PublishWindow int
+	// CompactInterval is the least time between two compactions by this
+	// node (DefaultCompactInterval if 0; negative: none, every Compact
+	// call compacts): purges and deletes are cluster-wide operations and
+	// every node's dispatcher calls Compact every second.
+	CompactInterval time.Duration
 	// OnCommit is called with each group of new events, in seq order,
 	// whichever node appended them; never concurrently.
 	OnCommit func([]*queue.Event)
@@ -128,6 +133,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.PublishWindow <= 0 {
 		o.PublishWindow = DefaultPublishWindow
+	}
+	if o.CompactInterval == 0 {
+		o.CompactInterval = DefaultCompactInterval
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
