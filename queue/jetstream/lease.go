@@ -24,6 +24,9 @@ package jetstream
 //   - Close: every held lease is deleted by CAS (pipelined), then the
 //     heartbeat; the handler is not called.
 //
+// Deleting is a purge with CAS on the revision and a marker that expires
+// (goneMarkerTTL), so nothing accumulates.
+//
 // Margins. validFor is LeaseTTL/2, measured on the monotonic clock from
 // the moment the last successful write of the lease was *sent*. The
 // servers stamp a write when they store it, after it was sent, and expire
@@ -44,6 +47,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -487,7 +491,7 @@ func (s *Store) move(l *lease, gen uint64, to string) {
 	// Not the fleet's context: on Close the lease must still be deleted.
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.RequestTimeout)
 	defer cancel()
-	if err := s.state.Delete(ctx, "lease."+l.sub, jetstream.LastRevision(rev)); err != nil {
+	if err := s.state.Purge(ctx, "lease."+l.sub, jetstream.LastRevision(rev), jetstream.PurgeTTL(goneMarkerTTL)); err != nil {
 		s.log.Warn("cannot delete a lease given up; it expires instead", "node", s.opts.NodeID, "subscription", l.sub, "err", err)
 	}
 	fl.mu.Lock()
@@ -553,6 +557,24 @@ func (s *Store) tellChanged(l *lease, gen uint64) {
 	}
 }
 
+// goneMarkerTTL is how long the marker of a lease or heartbeat given up
+// stays: watchers see it as it is written; then it leaves nothing (with
+// one revision per key a plain delete marker would stay for ever, one per
+// subscription ever owned). A watcher that missed it still finds the lease
+// free (claim's fallback).
+const goneMarkerTTL = time.Minute
+
+// purgeMsg is what KV Purge with LastRevision(rev) and
+// PurgeTTL(goneMarkerTTL) publishes, for the pipelined deletes of leave.
+func purgeMsg(subj string, rev uint64) *nats.Msg {
+	m := nats.NewMsg(subj)
+	m.Header.Set("KV-Operation", "PURGE")
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	m.Header.Set(jetstream.MsgTTLHeader, goneMarkerTTL.String())
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	return m
+}
+
 // leave deletes this node's leases (CAS, pipelined) and its heartbeat, so
 // other nodes take the lanes at once. The loops have stopped; fenced
 // writes in flight are waited for.
@@ -580,10 +602,7 @@ func (s *Store) leave() {
 		fl.m.leasesHeld.Dec()
 		fl.mu.Unlock()
 		l.rw.Unlock()
-		m := nats.NewMsg(l.subj)
-		m.Header.Set("KV-Operation", "DEL")
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, fmt.Sprint(rev))
-		f, err := fl.js.PublishMsgAsync(m)
+		f, err := fl.js.PublishMsgAsync(purgeMsg(l.subj, rev))
 		if err != nil {
 			failed++
 			continue
@@ -600,7 +619,7 @@ func (s *Store) leave() {
 		}
 	}
 	if hbRev != 0 {
-		if err := s.nodes.Delete(ctx, "node."+s.opts.NodeID, jetstream.LastRevision(hbRev)); err != nil {
+		if err := s.nodes.Purge(ctx, "node."+s.opts.NodeID, jetstream.LastRevision(hbRev), jetstream.PurgeTTL(goneMarkerTTL)); err != nil {
 			s.log.Warn("cannot delete the heartbeat; it expires instead", "node", s.opts.NodeID, "err", err)
 		}
 		fl.mu.Lock()

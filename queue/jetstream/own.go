@@ -106,6 +106,7 @@ type fleetSide struct {
 type leaseView struct {
 	node string
 	rev  uint64
+	seen time.Time // when this node saw it (monotonic)
 }
 
 // setUpFleet makes the <S>_NODES and <S>_LANES buckets, or checks existing
@@ -525,7 +526,7 @@ func (s *Store) onMember(e jetstream.KeyValueEntry) {
 func (s *Store) onLease(e jetstream.KeyValueEntry) {
 	fl := &s.fl
 	sub := strings.TrimPrefix(e.Key(), "lease.")
-	v := leaseView{rev: e.Revision()}
+	v := leaseView{rev: e.Revision(), seen: time.Now()}
 	if e.Operation() == jetstream.KeyValuePut {
 		v.node = string(e.Value())
 	}
@@ -533,11 +534,9 @@ func (s *Store) onLease(e jetstream.KeyValueEntry) {
 	if l := fl.leases[sub]; l != nil && l.held && v.rev > l.rev && v.node != s.opts.NodeID {
 		// A newer revision that is not a renewal of ours (whose answer may
 		// still be on its way): someone took the lease, or it expired.
-		why := "expired"
+		why := "expired or deleted"
 		if v.node != "" {
 			why = "taken by node " + v.node
-		} else if e.Operation() == jetstream.KeyValueDelete {
-			why = "deleted"
 		}
 		s.loseLocked(l, why)
 	}
@@ -708,6 +707,13 @@ func (s *Store) claim() {
 			// could not renew in time, and nobody wrote it since): take it
 			// up again by CAS on that revision.
 			s.acquireLocked(sub, v.rev)
+		case time.Since(v.seen) > s.opts.LeaseTTL+validFor(s.opts.LeaseTTL):
+			// Not renewed for longer than a lease lives: it expired, and
+			// this node's watch missed the marker (it reconnected after the
+			// marker itself expired). Try anyway: the create is create-only.
+			v.seen = time.Now()
+			fl.view[sub] = v
+			s.acquireLocked(sub, 0)
 		}
 		// Held by another node: it moves the lease when it sees the live
 		// set this node sees, or the lease expires when that node died.
