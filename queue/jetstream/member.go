@@ -413,7 +413,7 @@ func (s *Store) SaveCursors(cursors map[string]uint64) error {
 	for _, sub := range subs {
 		l := s.st.lane(sub)
 		l.wmu.Lock()
-		subj, rev, fenced, done, err := s.fence(sub)
+		subj, rev, fenced, done, err := s.laneFence(sub)
 		if err != nil {
 			l.wmu.Unlock()
 			if !errors.Is(err, queue.ErrFenced) {
@@ -510,7 +510,9 @@ func (s *Store) Lane(sub string) (queue.Membership, *queue.RetrySummary, error) 
 // seen cursors move on or retries resolve, which only lowers the floor.
 // The follower starts over after a reconnect of the connection (deletes
 // whose markers expired meanwhile would otherwise be missed) or when its
-// consumer ends.
+// consumer ends. It reflects at least every write of this Store answered
+// before the call (it waits for the follower to get that far), so a
+// Compact right after this node's Record sees the Record.
 
 // floorFollower is the follower's state.
 type floorFollower struct {
@@ -519,6 +521,8 @@ type floorFollower struct {
 	ready      chan struct{}        // closed when the initial values are in
 	stopped    chan struct{}        // closed when its goroutine ended
 	reconnects uint64
+	seen       uint64        // the follower has seen the bucket up to this stream seq
+	moved      chan struct{} // closed (and replaced) when seen grows
 
 	members map[string]floorMember
 	cursors map[string]uint64
@@ -561,19 +565,34 @@ func (s *Store) retentionFloor() (uint64, error) {
 	f.mu.Unlock()
 
 	// The initial values can be many (every retry): allow them time.
-	t := time.NewTimer(4 * s.opts.RequestTimeout)
+	wait := 4 * s.opts.RequestTimeout
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-ready:
 	case <-stopped:
 		return 0, fmt.Errorf("retention floor: %w: the state follower ended", queue.ErrUnavailable)
 	case <-t.C:
-		return 0, fmt.Errorf("retention floor: %w: the state follower has not caught up within %s", queue.ErrUnavailable, 4*s.opts.RequestTimeout)
+		return 0, fmt.Errorf("retention floor: %w: the state follower has not caught up within %s", queue.ErrUnavailable, wait)
 	case <-s.st.ctx.Done():
 		return 0, queue.ErrClosed
 	}
-
+	own := s.st.ownSeq.Load()
 	f.mu.Lock()
+	for f.seen < own {
+		moved := f.moved
+		f.mu.Unlock()
+		select {
+		case <-moved:
+		case <-stopped:
+			return 0, fmt.Errorf("retention floor: %w: the state follower ended", queue.ErrUnavailable)
+		case <-t.C:
+			return 0, fmt.Errorf("retention floor: %w: the state follower has not caught up within %s", queue.ErrUnavailable, wait)
+		case <-s.st.ctx.Done():
+			return 0, queue.ErrClosed
+		}
+		f.mu.Lock()
+	}
 	defer f.mu.Unlock()
 	floor := ^uint64(0)
 	for sub, m := range f.members {
@@ -601,11 +620,21 @@ func (s *Store) startFloorLocked() error {
 	f.members, f.cursors = map[string]floorMember{}, map[string]uint64{}
 	f.retries, f.held, f.low, f.subs = map[retryRef]struct{}{}, map[uint64]int{}, nil, map[string]string{}
 	f.reconnects = s.nc.Stats().Reconnects
+	// Every message up to the bucket's last seq now is in the initial
+	// values, if it still exists: once they are in, the follower has seen
+	// the bucket up to there.
+	ctx, cancel := context.WithTimeout(s.st.ctx, s.opts.RequestTimeout)
+	info, err := s.st.stream.Info(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	base := info.State.LastSeq
 	w, err := s.state.WatchFiltered(s.st.ctx, []string{keyMember + ">", keyCursor + ">", keyRetry + ">"})
 	if err != nil {
 		return err
 	}
-	f.w, f.ready, f.stopped = w, make(chan struct{}), make(chan struct{})
+	f.w, f.ready, f.stopped, f.seen, f.moved = w, make(chan struct{}), make(chan struct{}), 0, make(chan struct{})
 	ready, stopped := f.ready, f.stopped
 	s.st.wg.Add(1)
 	go func() {
@@ -613,18 +642,27 @@ func (s *Store) startFloorLocked() error {
 		defer close(stopped)
 		initial := true
 		for e := range w.Updates() {
-			if e == nil {
-				if initial {
-					initial = false
-					close(ready)
-				}
-				continue
-			}
 			f.mu.Lock()
 			if f.w == w {
-				f.applyLocked(e)
+				seen := f.seen
+				switch {
+				case e == nil && initial:
+					seen = max(seen, base)
+				case e != nil:
+					f.applyLocked(e)
+					seen = max(seen, e.Revision())
+				}
+				if seen > f.seen {
+					f.seen = seen
+					close(f.moved)
+					f.moved = make(chan struct{})
+				}
 			}
 			f.mu.Unlock()
+			if e == nil && initial {
+				initial = false
+				close(ready)
+			}
 		}
 		f.mu.Lock()
 		if f.w == w {

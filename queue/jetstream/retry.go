@@ -170,7 +170,7 @@ func (s *Store) loadRetries(sub string) (*retryIndex, error) {
 // mayIndex: this node may keep sub's index (it may write sub: it holds
 // the lease, or Own was not called).
 func (s *Store) mayIndex(sub string) bool {
-	_, _, _, done, err := s.fence(sub)
+	_, _, _, done, err := s.laneFence(sub)
 	if done != nil {
 		done()
 	}

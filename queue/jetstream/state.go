@@ -116,6 +116,15 @@ type stateSide struct {
 
 	batches chan struct{} // semaphore of open atomic batches
 
+	// ownSeq is the stream seq of the last answered write of this Store
+	// to a key the retention follower follows: retentionFloor waits until
+	// the follower has seen it, so a Compact right after a Record on this
+	// node sees that Record.
+	ownSeq atomic.Uint64
+
+	// fenceFn replaces fence in tests that fence on a stale lease.
+	fenceFn func(sub string) (subject string, rev uint64, fenced bool, done func(), err error)
+
 	mu    sync.Mutex
 	lanes map[string]*laneState
 
@@ -553,7 +562,10 @@ func (s *Store) commit(ctx context.Context, ws []write) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
 	defer cancel()
 	if len(ws) == 1 {
-		_, err := s.st.js.PublishMsg(ctx, ws[0].m)
+		ack, err := s.st.js.PublishMsg(ctx, ws[0].m)
+		if err == nil {
+			s.wrote(ws[0].m.Subject, ack.Sequence)
+		}
 		return err
 	}
 	select {
@@ -594,8 +606,34 @@ func (s *Store) commit(ctx context.Context, ws []write) error {
 		if ack.Count != len(ws) {
 			return fmt.Errorf("batch of %d stored %d", len(ws), ack.Count)
 		}
+		// A batch is stored at consecutive seqs, in order.
+		for i, w := range ws {
+			s.wrote(w.m.Subject, ack.Seq-uint64(len(ws)-1-i))
+		}
 	}
 	return nil
+}
+
+// wrote notes an answered write of subj at seq, for retentionFloor.
+func (s *Store) wrote(subj string, seq uint64) {
+	k := strings.TrimPrefix(subj, s.statePfx)
+	if !strings.HasPrefix(k, keyMember) && !strings.HasPrefix(k, keyCursor) && !strings.HasPrefix(k, keyRetry) {
+		return
+	}
+	for {
+		cur := s.st.ownSeq.Load()
+		if seq <= cur || s.st.ownSeq.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// laneFence is fence, or the test's stand-in.
+func (s *Store) laneFence(sub string) (subject string, rev uint64, fenced bool, done func(), err error) {
+	if f := s.st.fenceFn; f != nil {
+		return f(sub)
+	}
+	return s.fence(sub)
 }
 
 func apiCode(err error) jetstream.ErrorCode {
@@ -658,7 +696,7 @@ func (s *Store) writeLane(sub string, build func(ctx context.Context) ([]write, 
 			ws, carrier = append(ws, c), len(ws)
 		}
 		ws[0], ws[carrier] = ws[carrier], ws[0]
-		subj, rev, fenced, done, err := s.fence(sub)
+		subj, rev, fenced, done, err := s.laneFence(sub)
 		if err != nil {
 			return err
 		}
@@ -735,6 +773,7 @@ type pipe struct {
 
 type pending struct {
 	f    jetstream.PubAckFuture
+	subj string
 	done func(error)
 }
 
@@ -751,7 +790,7 @@ func (p *pipe) send(m *nats.Msg, done func(error)) {
 		done(err)
 		return
 	}
-	p.q <- pending{f, done}
+	p.q <- pending{f, m.Subject, done}
 }
 
 // collect: every future resolves, the context times out unanswered ones
@@ -760,7 +799,8 @@ func (p *pipe) collect() {
 	defer p.wg.Done()
 	for w := range p.q {
 		select {
-		case <-w.f.Ok():
+		case ack := <-w.f.Ok():
+			p.s.wrote(w.subj, ack.Sequence)
 			w.done(nil)
 		case err := <-w.f.Err():
 			w.done(err)
