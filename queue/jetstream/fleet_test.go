@@ -798,3 +798,111 @@ func stripDiscovery(dst io.Writer, src io.Reader) {
 		}
 	}
 }
+
+// Whole stores (Open: log, state and fleet): the state side's writes are
+// fenced by the fleet's leases. A node cut off from NATS has its outcome
+// refused with ErrFenced once it stopped owning the lane (its cursor write
+// is skipped, as SaveCursors documents); the new owner reads what the old
+// one wrote before and writes on.
+func TestFleetOpenStoresFenceStateWrites(t *testing.T) {
+	f := newFleet(t, 2*time.Second)
+	abc, ab := []string{"a", "b", "c"}, []string{"a", "b"}
+	p := newProxy(t, cluster.URL(1))
+	open := func(id string, urls []string) *jetstream.Store {
+		reg := prometheus.NewRegistry()
+		s, err := jetstream.Open(jetstream.Options{
+			URLs: urls, Stream: f.stream, Replicas: 3, NodeID: id,
+			LeaseTTL: f.ttl, RequestTimeout: 2 * time.Second, Registerer: reg,
+			Logger: f.log.With("store", id),
+		})
+		if err != nil {
+			t.Fatalf("open %s: %v", id, err)
+		}
+		t.Cleanup(func() {
+			f.rec.crashed(id)
+			s.Close()
+		})
+		f.nodes[id], f.regs[id] = s, reg
+		if err := s.Own(f.rec.handler(id)); err != nil {
+			t.Fatalf("Own on %s: %v", id, err)
+		}
+		return s
+	}
+	a := open("a", cluster.URLs())
+	open("b", cluster.URLs())
+	c := open("c", []string{p.URL()})
+	f.awaitLive(3, abc...)
+
+	subs := subIDs(9)
+	reqs := make([]queue.JoinRequest, len(subs))
+	for i, sub := range subs {
+		reqs[i] = queue.JoinRequest{Subscription: sub}
+	}
+	if _, err := a.JoinAll(reqs); err != nil {
+		t.Fatal(err)
+	}
+	f.awaitOwners(10*time.Second, subs, abc)
+	fromC := ownedBy(subs, abc, "c")
+	if len(fromC) == 0 {
+		t.Fatal("c owns nothing")
+	}
+	sub := fromC[0]
+	now := time.Now()
+	retry := func(seq uint64) queue.Outcome {
+		return queue.Outcome{Kind: queue.RetryScheduled, Subscription: sub, Seq: seq, At: now,
+			Retry: &queue.Retry{Subscription: sub, Seq: seq, Due: now.Add(time.Hour), Attempt: 1, FirstAttempt: now}}
+	}
+	cursor := func(s *jetstream.Store) uint64 {
+		t.Helper()
+		ms, err := s.Memberships()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.Subscription == sub {
+				return m.Cursor
+			}
+		}
+		t.Fatalf("no membership %s", sub)
+		return 0
+	}
+	if err := c.SaveCursors(map[string]uint64{sub: 7}); err != nil {
+		t.Fatalf("the owner's cursor write: %v", err)
+	}
+	if err := c.Record(retry(5)); err != nil {
+		t.Fatalf("the owner's outcome: %v", err)
+	}
+	if err := a.Record(retry(6)); !errors.Is(err, queue.ErrFenced) {
+		t.Fatalf("an outcome recorded by a node that does not own %s: %v, want ErrFenced", sub, err)
+	}
+	if err := a.SaveCursors(map[string]uint64{sub: 8}); err != nil || cursor(a) != 7 {
+		t.Fatalf("a cursor write by a node that does not own %s: %v, cursor %d; want it skipped", sub, err, cursor(a))
+	}
+
+	p.sever()
+	f.awaitLive(2, ab...)
+	f.awaitOwners(15*time.Second, subs, ab)
+	if err := c.Record(retry(6)); !errors.Is(err, queue.ErrFenced) {
+		t.Fatalf("the cut-off node's outcome: %v, want ErrFenced", err)
+	}
+	if err := c.SaveCursors(map[string]uint64{sub: 9}); err != nil {
+		t.Fatalf("the cut-off node's cursor write: %v, want it skipped", err)
+	}
+	owner := f.nodes[policy.Owner(sub, ab)]
+	m, rs, err := owner.Lane(sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Cursor != 7 {
+		t.Errorf("the new owner reads cursor %d of %s, want 7 (the old owner's last write)", m.Cursor, sub)
+	}
+	if rs == nil || rs.Count != 1 {
+		t.Errorf("the new owner reads retry summary %+v of %s, want the old owner's one retry", rs, sub)
+	}
+	if err := owner.SaveCursors(map[string]uint64{sub: 10}); err != nil || cursor(owner) != 10 {
+		t.Errorf("the new owner's cursor write: %v, cursor %d; want 10", err, cursor(owner))
+	}
+	if err := owner.Record(retry(6)); err != nil {
+		t.Errorf("the new owner's outcome: %v", err)
+	}
+}
