@@ -48,11 +48,15 @@ type retention interface {
 // next call.
 const compactMax = 1 << 16
 
-// Compact removes the events below `below` that neither a membership nor a
-// retry still needs (see retention above) and returns how many it removed.
-// The bound is min(below, head+1), lowered to what the shared delivery
-// state allows, so a node that does not know every lane's cursor cannot
-// remove what another node's lane still owes.
+// Compact removes the events below `below` that no retry still needs and
+// returns how many it removed: a purge below the lowest held seq, then a
+// delete of each event above it, up to `below`, that no retry holds.
+//
+// Whose cursors bound it: a store that has not joined the fleet (before
+// Own; a test, a tool, one sidecar) is the only writer, and its caller's
+// `below` is the lowest cursor, as with Badger. A node of a fleet also
+// keeps what the shared memberships still owe (their durable cursors):
+// its own dispatcher does not know the cursors of lanes other nodes own.
 func (s *Store) Compact(below uint64) (int, error) {
 	if s.closed.Load() {
 		return 0, queue.ErrClosed
@@ -62,8 +66,8 @@ func (s *Store) Compact(below uint64) (int, error) {
 	defer lg.compactMu.Unlock()
 	below = min(below, s.Head()+1)
 	low := lg.low.Load()
-	if below <= low {
-		return 0, nil
+	if below <= low && lg.state.Load().firstSeq >= low {
+		return 0, nil // nothing new to remove, and nothing held below low
 	}
 	if iv := s.opts.CompactInterval; iv > 0 && time.Since(lg.lastCompact) < iv {
 		return 0, nil
@@ -71,88 +75,114 @@ func (s *Store) Compact(below uint64) (int, error) {
 	lg.lastCompact = time.Now()
 	floor, err := lg.ret.retentionFloor()
 	if err != nil {
-		return 0, fmt.Errorf("compact: retention floor: %w", err)
+		return 0, fmt.Errorf("compact: %w", err)
+	}
+	purgeTo, gapTo := below, below
+	var held map[uint64]struct{}
+	if floor < below {
+		// Something below `below` is still needed: which seqs, and by whom.
+		memberFloor := uint64(math.MaxUint64)
+		if s.inFleet() {
+			if memberFloor, err = s.memberFloor(); err != nil {
+				return 0, fmt.Errorf("compact: %w", err)
+			}
+		}
+		if held, err = s.retryHeld(); err != nil {
+			return 0, fmt.Errorf("compact: %w", err)
+		}
+		gapTo = min(below, memberFloor)
+		purgeTo = gapTo
+		for seq := range held {
+			purgeTo = min(purgeTo, seq)
+		}
 	}
 	st, err := s.fetchState()
 	if err != nil {
 		return 0, s.readErr("compact", err)
 	}
 	lg.state.Store(&st)
-	// Purge [first, purgeTo).
-	purgeTo := min(below, floor, st.firstSeq+compactMax)
 	n := 0
-	if purgeTo > st.firstSeq {
-		if err := s.indexIDs(st.firstSeq, purgeTo, nil); err != nil {
+	if end := min(purgeTo, st.firstSeq+compactMax); end > st.firstSeq {
+		if err := s.indexIDs(st.firstSeq, end, nil); err != nil {
 			return 0, fmt.Errorf("compact: %w", err)
 		}
-		if n, err = s.purgeBelow(purgeTo); err != nil {
+		if n, err = s.purgeBelow(end); err != nil {
 			return 0, fmt.Errorf("compact: %w", err)
+		}
+		st.firstSeq = end
+		lg.state.Store(&st)
+		if end < purgeTo {
+			lg.low.Store(max(low, end))
+			return n, nil // the rest next time
 		}
 	}
-	newLow := max(low, min(purgeTo, below))
-	if floor < below && purgeTo == min(below, floor) {
-		// Above the floor, up to the lowest membership cursor: delete what
-		// no retry holds.
-		memberFloor, held, err := s.retryHolds()
+	from := max(purgeTo, low, st.firstSeq)
+	to := min(gapTo, from+compactMax)
+	if from < to {
+		skip := func(seq uint64) bool { _, ok := held[seq]; return ok }
+		if err := s.indexIDs(from, to, skip); err != nil {
+			return n, fmt.Errorf("compact: %w", err)
+		}
+		d, err := s.deleteRange(from, to, skip)
+		n += d
 		if err != nil {
 			return n, fmt.Errorf("compact: %w", err)
 		}
-		from := max(floor, low, st.firstSeq)
-		to := min(below, memberFloor, from+compactMax)
-		if from < to {
-			skip := func(seq uint64) bool { _, ok := held[seq]; return ok }
-			if err := s.indexIDs(from, to, skip); err != nil {
-				return n, fmt.Errorf("compact: %w", err)
-			}
-			d, err := s.deleteRange(from, to, skip)
-			n += d
-			if err != nil {
-				return n, fmt.Errorf("compact: %w", err)
-			}
-		}
-		newLow = max(newLow, to)
 	}
-	lg.low.Store(newLow)
+	lg.low.Store(max(low, purgeTo, to))
 	return n, nil
 }
 
-// retryHolds reads the lowest seq a membership still needs (MaxUint64 if none)
-// and the seqs scheduled retries hold.
-func (s *Store) retryHolds() (memberFloor uint64, held map[uint64]struct{}, err error) {
+// inFleet reports whether this store has joined the fleet (Own): from
+// then on its writes are fenced, and other nodes' lanes share the log.
+func (s *Store) inFleet() bool {
+	_, _, fenced, done, _ := s.fence("")
+	done()
+	return fenced
+}
+
+// memberFloor is the lowest seq a membership still needs (MaxUint64 if
+// none): its durable cursor+1, for one that left only while the cursor is
+// below its Until.
+func (s *Store) memberFloor() (uint64, error) {
 	ms, err := s.lg.ret.Memberships()
 	if err != nil {
-		return 0, nil, fmt.Errorf("memberships: %w", err)
+		return 0, fmt.Errorf("memberships: %w", err)
 	}
-	memberFloor = math.MaxUint64
+	floor := uint64(math.MaxUint64)
 	for _, m := range ms {
 		if m.Left && m.Cursor >= m.Until {
-			continue // drained: owed nothing more
+			continue
 		}
-		memberFloor = min(memberFloor, m.Cursor+1)
+		floor = min(floor, m.Cursor+1)
 	}
-	// Every subscription with retries, then each one's seqs (Ahead of a
-	// cursor of 0 is all of them).
+	return floor, nil
+}
+
+// retryHeld returns the seqs scheduled retries hold: the subscriptions
+// with retries, then, with a cursor of 0 for each, every seq they hold.
+func (s *Store) retryHeld() (map[uint64]struct{}, error) {
 	sums, err := s.lg.ret.RetrySummaries(nil)
 	if err != nil {
-		return 0, nil, fmt.Errorf("retry summaries: %w", err)
+		return nil, fmt.Errorf("retry summaries: %w", err)
 	}
-	held = map[uint64]struct{}{}
+	held := map[uint64]struct{}{}
 	if len(sums) == 0 {
-		return memberFloor, held, nil
+		return held, nil
 	}
 	zero := make(map[string]uint64, len(sums))
 	for sub := range sums {
 		zero[sub] = 0
 	}
 	if sums, err = s.lg.ret.RetrySummaries(zero); err != nil {
-		return 0, nil, fmt.Errorf("retry summaries: %w", err)
+		return nil, fmt.Errorf("retry summaries: %w", err)
 	}
 	for _, rs := range sums {
 		for seq := range rs.Ahead {
 			held[seq] = struct{}{}
 		}
 	}
-	return memberFloor, held, nil
+	return held, nil
 }
 
 // purgeBelow removes every event below seq.
@@ -200,7 +230,7 @@ func (s *Store) deleteRange(from, to uint64, skip func(uint64) bool) (int, error
 				switch {
 				case err != nil:
 					firstErr = cmpErr(firstErr, fmt.Errorf("delete event %d: %w", seq, err))
-				case resp.Error != nil && (resp.Error.ErrorCode == errCodeDeleteFailed || resp.Error.ErrorCode == errCodeNoMessage):
+				case resp.Error != nil && (resp.Error.ErrorCode == errCodeDeleteFailed || resp.Error.ErrorCode == errCodeNoMessage || resp.Error.ErrorCode == errCodeSeqNotFound):
 					// Already gone: an earlier compaction, or another node.
 				case resp.Error != nil:
 					firstErr = cmpErr(firstErr, fmt.Errorf("delete event %d: %w", seq, resp.Error))

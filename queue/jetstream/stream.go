@@ -21,6 +21,7 @@ const (
 	errCodeNoPeers         = 10005 // no suitable peers for placement
 	errCodeUnavailable     = 10008 // JetStream system temporarily unavailable
 	errCodeNoMessage       = 10037 // no message found
+	errCodeSeqNotFound     = 10043 // sequence not found (a delete of one already gone)
 	errCodeDeleteFailed    = 10057 // message delete failed ("no message found" among them)
 	errCodeReplicasNotSupp = 10074 // replicas > 1 not supported in non-clustered mode
 	errCodeStoreFailed     = 10077 // store failed: max bytes/msgs (discard new), message too large
