@@ -205,15 +205,15 @@ func (s *Store) streamCompatible(have, want jetstream.StreamConfig) error {
 	case !slices.Equal(have.Subjects, want.Subjects):
 		return fmt.Errorf("%s exists with subjects %v; sluice needs %v (choose another jetstream.stream, or delete this one)", name, have.Subjects, want.Subjects)
 	case have.Retention != jetstream.LimitsPolicy:
-		return fmt.Errorf("%s exists with retention %s; sluice needs limits (it removes events itself, by compaction)", name, have.Retention)
+		return fmt.Errorf("%s exists with retention %s; sluice needs limits (it removes events itself, by compaction)", name, strings.ToLower(have.Retention.String()))
 	case have.Storage != jetstream.FileStorage:
-		return fmt.Errorf("%s exists with %s storage; sluice needs file storage (an accepted event must survive a restart)", name, have.Storage)
+		return fmt.Errorf("%s exists with %s storage; sluice needs file storage (an accepted event must survive a restart)", name, strings.ToLower(have.Storage.String()))
 	case have.Replicas != want.Replicas:
 		return fmt.Errorf("%s exists with %d replicas; jetstream.replicas is %d (set jetstream.replicas to %d, or change the stream's replicas with the nats CLI)", name, have.Replicas, want.Replicas, have.Replicas)
 	case have.Duplicates != want.Duplicates:
 		return fmt.Errorf("%s exists with a duplicate window of %s; dedup_window is %s (set dedup_window to %s, or change the stream's duplicate window with the nats CLI)", name, have.Duplicates, want.Duplicates, have.Duplicates)
 	case have.Discard != jetstream.DiscardNew:
-		return fmt.Errorf("%s exists with discard %s; sluice needs discard new (a full stream must refuse new events, not drop undelivered ones)", name, have.Discard)
+		return fmt.Errorf("%s exists with discard old; sluice needs discard new (a full stream must refuse new events, not drop undelivered ones)", name)
 	case have.MaxAge != 0:
 		return fmt.Errorf("%s exists with max_age %s; sluice needs none (undelivered events must not expire)", name, have.MaxAge)
 	case have.MaxMsgs > 0:
