@@ -377,6 +377,9 @@ func TestFleetOwnership(t *testing.T) {
 	if held != 30 || taken != 30 {
 		t.Errorf("leases held %v, takeovers %v over the fleet, want 30 and 30", held, taken)
 	}
+	if age := f.metric("a", "sluice_fleet_heartbeat_age_seconds", ""); age <= 0 {
+		t.Errorf("heartbeat age %v on a joined node, want the time since its last heartbeat", age)
+	}
 
 	// Renewals keep the leases: wait for a few rounds on every node.
 	for _, id := range abc {
@@ -627,6 +630,15 @@ func TestFleetUnfencedBeforeOwn(t *testing.T) {
 	done()
 	if s.Owns("billing") || s.Owner("billing") != "" {
 		t.Error("a store that never joined owns a lane")
+	}
+	mfs, err := f.regs["tool"].Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "sluice_fleet_") {
+			t.Errorf("a store that never joined exports %s", mf.GetName())
+		}
 	}
 }
 

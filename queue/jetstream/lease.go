@@ -215,7 +215,8 @@ func (s *Store) acquire(l *lease, adopt uint64) {
 		if !isWrongLastSeq(err) && fl.ctx.Err() == nil {
 			s.log.Warn("cannot acquire lease", "node", me, "subscription", l.sub, "err", err)
 		}
-		fl.wake() // the view may have moved on meanwhile
+		// Taken meanwhile (the watch shows it soon), or NATS failed: the
+		// watch or claim's next tick tries again, never a tight loop.
 		return
 	}
 	l.held, l.rev, l.mine, l.okAt = true, rev, rev, sent

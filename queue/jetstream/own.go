@@ -85,6 +85,7 @@ type fleetSide struct {
 
 	mu      sync.Mutex
 	closed  bool
+	owning  bool               // Own was called
 	h       queue.OwnerHandler // nil before Own: writes are not fenced
 	hbRev   uint64             // revision of our heartbeat
 	hbAt    time.Time          // when the write of hbRev was sent (monotonic)
@@ -110,8 +111,9 @@ type leaseView struct {
 }
 
 // setUpFleet makes the <S>_NODES and <S>_LANES buckets, or checks existing
-// ones, checks that <S>_STATE can hold leases, and registers the fleet's
-// metrics.
+// ones, and checks that <S>_STATE can hold leases. It starts nothing: a
+// store that never calls Own (a tool, the contract suite) costs the fleet
+// nothing more.
 func (s *Store) setUpFleet() error {
 	o := s.opts
 	fl := &s.fl
@@ -166,11 +168,7 @@ func (s *Store) setUpFleet() error {
 	}
 	s.nodes, s.lanes = nodes, lanes
 
-	m, err := newFleetMetrics(o.Registerer, s)
-	if err != nil {
-		return err
-	}
-	fl.m = m
+	fl.m = newFleetMetrics(o.Registerer, s)
 	fl.ctx, fl.cancel = context.WithCancel(context.Background())
 	fl.kick = make(chan struct{}, 1)
 	fl.acquire = make(chan struct{}, acquireParallel)
@@ -278,17 +276,23 @@ func (s *Store) Own(h queue.OwnerHandler) error {
 	}
 	fl := &s.fl
 	fl.mu.Lock()
-	if fl.h != nil || fl.hbRev != 0 {
+	if fl.owning {
 		fl.mu.Unlock()
 		return errors.New("fleet: Own called twice")
 	}
+	fl.owning = true
 	fl.mu.Unlock()
 
+	if err := fl.m.register(); err != nil {
+		return err
+	}
 	if err := s.join(); err != nil {
+		fl.m.unregister()
 		return err
 	}
 	fail := func(err error) error {
 		s.leave()
+		fl.m.unregister()
 		return err
 	}
 	if err := s.startViews(); err != nil {
@@ -778,7 +782,7 @@ type fleetMetrics struct {
 	hbAge      prometheus.GaugeFunc
 }
 
-func newFleetMetrics(reg prometheus.Registerer, s *Store) (*fleetMetrics, error) {
+func newFleetMetrics(reg prometheus.Registerer, s *Store) *fleetMetrics {
 	m := &fleetMetrics{
 		reg: reg,
 		nodesLive: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -813,17 +817,23 @@ func newFleetMetrics(reg prometheus.Registerer, s *Store) (*fleetMetrics, error)
 	for _, r := range []string{"ok", "lost", "error"} {
 		m.renewals.WithLabelValues(r)
 	}
-	if reg == nil {
-		return m, nil
+	return m
+}
+
+// register puts the series on the registerer (Own does: a store that
+// never joins the fleet, a tool's, exports none).
+func (m *fleetMetrics) register() error {
+	if m.reg == nil {
+		return nil
 	}
 	for _, c := range []prometheus.Collector{m.nodesLive, m.leasesHeld, m.renewals, m.takeovers, m.hbAge} {
-		if err := reg.Register(c); err != nil {
+		if err := m.reg.Register(c); err != nil {
 			m.unregister()
-			return nil, fmt.Errorf("fleet: register metrics: %w", err)
+			return fmt.Errorf("fleet: register metrics: %w", err)
 		}
 		m.registered = append(m.registered, c)
 	}
-	return m, nil
+	return nil
 }
 
 // unregister takes the series off the registerer, so a store opened again
