@@ -461,12 +461,15 @@ func TestFleetGracefulHandover(t *testing.T) {
 	}
 }
 
-// A crashed node's lanes move only after its leases expired: the lease
-// watch shows, for each, the expiry marker before any other node's lease.
-// The node comes back under the same id once its old heartbeat expired;
-// a second live process with that id is refused.
+// A crashed node's lanes move only after its leases expired: in the lease
+// watch, each lane's first write by another node is stamped by the
+// servers at least a lease TTL after c's last write of it (the servers'
+// own timestamps, not the test's clock). The node comes back under the
+// same id once its old heartbeat expired; a second live process with that
+// id is refused.
 func TestFleetCrash(t *testing.T) {
-	f := newFleet(t, 2*time.Second)
+	const ttl = 2 * time.Second
+	f := newFleet(t, ttl)
 	abc, ab := []string{"a", "b", "c"}, []string{"a", "b"}
 	for _, id := range abc {
 		f.open(id)
@@ -477,12 +480,12 @@ func TestFleetCrash(t *testing.T) {
 	f.awaitOwners(10*time.Second, subs, abc)
 	fromC := ownedBy(subs, abc, "c")
 
-	type change struct {
-		op   natsjs.KeyValueOp
-		node string
+	type write struct {
+		node string // "" for a delete or expiry marker
+		at   time.Time
 	}
 	var mu sync.Mutex
-	changes := map[string][]change{}
+	writes := map[string][]write{}
 	w, err := f.state().Watch(context.Background(), "lease.>", natsjs.UpdatesOnly())
 	if err != nil {
 		t.Fatal(err)
@@ -495,7 +498,11 @@ func TestFleetCrash(t *testing.T) {
 			}
 			mu.Lock()
 			sub := strings.TrimPrefix(e.Key(), "lease.")
-			changes[sub] = append(changes[sub], change{e.Operation(), string(e.Value())})
+			node := ""
+			if e.Operation() == natsjs.KeyValuePut {
+				node = string(e.Value())
+			}
+			writes[sub] = append(writes[sub], write{node, e.Created()})
 			mu.Unlock()
 		}
 	}()
@@ -503,7 +510,7 @@ func TestFleetCrash(t *testing.T) {
 	await(t, 10*time.Second, "the test's lease watch", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(changes[fromC[0]]) > 0
+		return len(writes[fromC[0]]) > 0
 	})
 
 	f.rec.crashed("c")
@@ -513,15 +520,22 @@ func TestFleetCrash(t *testing.T) {
 
 	mu.Lock()
 	for _, sub := range fromC {
-		var after []change
-		for _, c := range changes[sub] {
-			if c.op == natsjs.KeyValuePut && c.node == "c" && len(after) == 0 {
-				continue // c's renewals before the crash
+		var lastC, next write
+		for _, w := range writes[sub] {
+			if w.node == "c" {
+				lastC = w
+			} else if w.node != "" {
+				next = w
+				break
 			}
-			after = append(after, c)
 		}
-		if len(after) < 2 || after[0].op != natsjs.KeyValuePurge || after[1].op != natsjs.KeyValuePut || after[1].node == "c" {
-			t.Errorf("lease of %s after c crashed: %v, want the expiry marker, then the new owner", sub, after)
+		switch {
+		case lastC.node == "" || next.node == "":
+			t.Errorf("lease writes of %s: %v, want c's renewals, then the new owner's", sub, writes[sub])
+		case next.at.Sub(lastC.at) < ttl:
+			t.Errorf("%s taken by %s %s after c's last renewal, before the lease (%s) expired", sub, next.node, next.at.Sub(lastC.at), ttl)
+		default:
+			t.Logf("%s taken by %s %s after c's last renewal", sub, next.node, next.at.Sub(lastC.at))
 		}
 	}
 	mu.Unlock()
