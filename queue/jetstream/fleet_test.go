@@ -506,11 +506,15 @@ func TestFleetCrash(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	// The watch is live once it sees a renewal of c's.
-	await(t, 10*time.Second, "the test's lease watch", func() bool {
+	await(t, 10*time.Second, "the test's lease watch sees c renew each of its leases", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(writes[fromC[0]]) > 0
+		for _, sub := range fromC {
+			if len(writes[sub]) == 0 {
+				return false
+			}
+		}
+		return true
 	})
 
 	f.rec.crashed("c")
