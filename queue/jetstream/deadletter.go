@@ -55,19 +55,27 @@ func (s *Store) DeadLetters(sub, afterSub string, afterSeq uint64, limit int) ([
 	if limit <= 0 {
 		return nil, nil
 	}
-	var keys []retryRef
-	err := s.scanKeys([]string{filter}, true, func(key string, _ uint64, _ []byte) error {
+	set := map[retryRef]struct{}{}
+	err := s.scanKeys([]string{filter}, true, func(key string, _ uint64, _ []byte, deleted bool) error {
 		ksub, seq, ok := splitSeqKey(keyDead, key)
 		if !ok {
 			return fmt.Errorf("dead letter key %q: %w", key, queue.ErrCorrupt)
 		}
-		if afterSub == "" || ksub > afterSub || ksub == afterSub && seq > afterSeq {
-			keys = append(keys, retryRef{ksub, seq})
+		k := retryRef{ksub, seq}
+		switch {
+		case deleted:
+			delete(set, k)
+		case afterSub == "" || ksub > afterSub || ksub == afterSub && seq > afterSeq:
+			set[k] = struct{}{}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dead letters: %w", s.stateErr(err))
+	}
+	keys := make([]retryRef, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b retryRef) int {
 		if c := cmpString(a.sub, b.sub); c != 0 {
@@ -170,8 +178,19 @@ func (s *Store) Replay(sub string, seq uint64, due time.Time, force bool) (*queu
 			break
 		}
 		if re.exists() {
-			refused = queue.ErrRetryScheduled
-			break
+			// The two reads are no snapshot: a replay stored between them
+			// shows as a retry of a letter read before it. Refuse only
+			// when the letter is still as read; else look again.
+			again, err := s.get(ctx, deadKey(sub, seq))
+			if err != nil {
+				l.wmu.Unlock()
+				return nil, fmt.Errorf("replay %s/%d: %w", sub, seq, s.stateErr(err))
+			}
+			if again.rev == de.rev {
+				refused = queue.ErrRetryScheduled
+				break
+			}
+			continue
 		}
 		r := *d
 		r.Replays++

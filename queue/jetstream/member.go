@@ -55,10 +55,14 @@ type member struct {
 func (s *Store) scanMembers() (map[string]member, error) {
 	ms := map[string]member{}
 	cursors := map[string]uint64{}
-	err := s.scanKeys([]string{keyMember + ">", keyCursor + ">"}, false, func(key string, rev uint64, v []byte) error {
+	err := s.scanKeys([]string{keyMember + ">", keyCursor + ">"}, false, func(key string, rev uint64, v []byte, deleted bool) error {
 		switch {
 		case len(key) > len(keyMember) && key[:len(keyMember)] == keyMember:
 			sub := key[len(keyMember):]
+			if deleted {
+				delete(ms, sub)
+				return nil
+			}
 			m, err := decodeMember(sub, v)
 			if err != nil {
 				return err
@@ -66,6 +70,10 @@ func (s *Store) scanMembers() (map[string]member, error) {
 			ms[sub] = member{m, rev}
 		case len(key) > len(keyCursor) && key[:len(keyCursor)] == keyCursor:
 			sub := key[len(keyCursor):]
+			if deleted {
+				delete(cursors, sub)
+				return nil
+			}
 			c, err := decodeCursor(sub, v)
 			if err != nil {
 				return err
@@ -547,8 +555,49 @@ type retryRef struct {
 // below its Until), a retry its seq. ^uint64(0) when nothing needs any
 // event. Compact purges below it and no further.
 func (s *Store) retentionFloor() (uint64, error) {
+	var floor uint64
+	err := s.floorView(func(f *floorFollower) {
+		floor = min(f.memberFloorLocked(), f.retryFloorLocked())
+	})
+	if err != nil {
+		return 0, fmt.Errorf("retention floor: %w", err)
+	}
+	return floor, nil
+}
+
+// retentionHolds is what Compact's deletes above the floor need, from the
+// follower rather than scans: the lowest seq a membership still needs
+// (^uint64(0) if none) and the seqs in [from, to) that retries hold.
+func (s *Store) retentionHolds(from, to uint64) (memberFloor uint64, held map[uint64]struct{}, err error) {
+	held = map[uint64]struct{}{}
+	err = s.floorView(func(f *floorFollower) {
+		memberFloor = f.memberFloorLocked()
+		if to > from && to-from < uint64(len(f.held)) {
+			for seq := from; seq < to; seq++ {
+				if f.held[seq] > 0 {
+					held[seq] = struct{}{}
+				}
+			}
+			return
+		}
+		for seq := range f.held {
+			if seq >= from && seq < to {
+				held[seq] = struct{}{}
+			}
+		}
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("retention holds: %w", err)
+	}
+	return memberFloor, held, nil
+}
+
+// floorView calls fn with the follower's state (f.mu held) once it is
+// current: started, its initial values in, every write of this Store
+// answered before the call seen.
+func (s *Store) floorView(fn func(f *floorFollower)) error {
 	if err := s.checkOpen(); err != nil {
-		return 0, err
+		return err
 	}
 	f := &s.st.floor
 	f.mu.Lock()
@@ -558,7 +607,7 @@ func (s *Store) retentionFloor() (uint64, error) {
 	if f.w == nil {
 		if err := s.startFloorLocked(); err != nil {
 			f.mu.Unlock()
-			return 0, fmt.Errorf("retention floor: %w", s.stateErr(err))
+			return s.stateErr(err)
 		}
 	}
 	ready, stopped := f.ready, f.stopped
@@ -568,32 +617,37 @@ func (s *Store) retentionFloor() (uint64, error) {
 	wait := 4 * s.opts.RequestTimeout
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	select {
-	case <-ready:
-	case <-stopped:
-		return 0, fmt.Errorf("retention floor: %w: the state follower ended", queue.ErrUnavailable)
-	case <-t.C:
-		return 0, fmt.Errorf("retention floor: %w: the state follower has not caught up within %s", queue.ErrUnavailable, wait)
-	case <-s.st.ctx.Done():
-		return 0, queue.ErrClosed
+	await := func(ch <-chan struct{}) error {
+		select {
+		case <-ch:
+			return nil
+		case <-stopped:
+			return fmt.Errorf("%w: the state follower ended", queue.ErrUnavailable)
+		case <-t.C:
+			return fmt.Errorf("%w: the state follower has not caught up within %s", queue.ErrUnavailable, wait)
+		case <-s.st.ctx.Done():
+			return queue.ErrClosed
+		}
+	}
+	if err := await(ready); err != nil {
+		return err
 	}
 	own := s.st.ownSeq.Load()
 	f.mu.Lock()
 	for f.seen < own {
 		moved := f.moved
 		f.mu.Unlock()
-		select {
-		case <-moved:
-		case <-stopped:
-			return 0, fmt.Errorf("retention floor: %w: the state follower ended", queue.ErrUnavailable)
-		case <-t.C:
-			return 0, fmt.Errorf("retention floor: %w: the state follower has not caught up within %s", queue.ErrUnavailable, wait)
-		case <-s.st.ctx.Done():
-			return 0, queue.ErrClosed
+		if err := await(moved); err != nil {
+			return err
 		}
 		f.mu.Lock()
 	}
 	defer f.mu.Unlock()
+	fn(f)
+	return nil
+}
+
+func (f *floorFollower) memberFloorLocked() uint64 {
 	floor := ^uint64(0)
 	for sub, m := range f.members {
 		c, ok := f.cursors[sub]
@@ -601,17 +655,21 @@ func (s *Store) retentionFloor() (uint64, error) {
 			c = m.from - 1
 		}
 		if m.left && c >= m.until {
-			continue
+			continue // drained: owed nothing more
 		}
 		floor = min(floor, c+1)
 	}
+	return floor
+}
+
+func (f *floorFollower) retryFloorLocked() uint64 {
 	for len(f.low) > 0 && f.held[f.low[0]] == 0 {
 		heap.Pop(&f.low)
 	}
 	if len(f.low) > 0 {
-		floor = min(floor, f.low[0])
+		return f.low[0]
 	}
-	return floor, nil
+	return ^uint64(0)
 }
 
 // startFloorLocked starts the follower; f.mu is held.
@@ -620,17 +678,23 @@ func (s *Store) startFloorLocked() error {
 	f.members, f.cursors = map[string]floorMember{}, map[string]uint64{}
 	f.retries, f.held, f.low, f.subs = map[retryRef]struct{}{}, map[uint64]int{}, nil, map[string]string{}
 	f.reconnects = s.nc.Stats().Reconnects
-	// Every message up to the bucket's last seq now is in the initial
-	// values, if it still exists: once they are in, the follower has seen
-	// the bucket up to there.
+	// The follower's consumer may sit on a replica that lags the leader.
+	// It has seen the bucket up to the leader's last seq now (base) once
+	// it has delivered the last followed message there was (upTo): every
+	// followed message up to base was in the stream when upTo was read.
 	ctx, cancel := context.WithTimeout(s.st.ctx, s.opts.RequestTimeout)
+	defer cancel()
 	info, err := s.st.stream.Info(ctx)
-	cancel()
 	if err != nil {
 		return err
 	}
 	base := info.State.LastSeq
-	w, err := s.state.WatchFiltered(s.st.ctx, []string{keyMember + ">", keyCursor + ">", keyRetry + ">"})
+	filters := []string{keyMember + ">", keyCursor + ">", keyRetry + ">"}
+	upTo, err := s.lastOf(ctx, filters)
+	if err != nil {
+		return err
+	}
+	w, err := s.state.WatchFiltered(s.st.ctx, filters)
 	if err != nil {
 		return err
 	}
@@ -640,17 +704,23 @@ func (s *Store) startFloorLocked() error {
 	go func() {
 		defer s.st.wg.Done()
 		defer close(stopped)
-		initial := true
+		initial, caught, last := true, false, uint64(0)
 		for e := range w.Updates() {
 			f.mu.Lock()
 			if f.w == w {
 				seen := f.seen
-				switch {
-				case e == nil && initial:
-					seen = max(seen, base)
-				case e != nil:
+				if e == nil {
+					initial = false
+				} else {
 					f.applyLocked(e)
-					seen = max(seen, e.Revision())
+					last = max(last, e.Revision())
+					if caught {
+						seen = max(seen, e.Revision())
+					}
+				}
+				if !caught && !initial && last >= upTo {
+					caught = true
+					seen = max(last, base)
 				}
 				if seen > f.seen {
 					f.seen = seen
@@ -659,9 +729,9 @@ func (s *Store) startFloorLocked() error {
 				}
 			}
 			f.mu.Unlock()
-			if e == nil && initial {
-				initial = false
+			if caught && ready != nil {
 				close(ready)
+				ready = nil
 			}
 		}
 		f.mu.Lock()

@@ -149,10 +149,14 @@ func (cs *chunks) ascend(fn func(slot) bool) {
 // seq is the last token, so the filter names no other subscription's).
 func (s *Store) loadRetries(sub string) (*retryIndex, error) {
 	ix := newRetryIndex()
-	err := s.scanKeys([]string{keyRetry + sub + ".*"}, false, func(key string, _ uint64, v []byte) error {
+	err := s.scanKeys([]string{keyRetry + sub + ".*"}, false, func(key string, _ uint64, v []byte, deleted bool) error {
 		ksub, seq, ok := splitSeqKey(keyRetry, key)
 		if !ok || ksub != sub {
 			return fmt.Errorf("retry key %q: %w", key, queue.ErrCorrupt)
+		}
+		if deleted {
+			ix.remove(seq)
+			return nil
 		}
 		r, err := decodeRetry(sub, seq, v)
 		if err != nil {
@@ -308,28 +312,36 @@ func (s *Store) RetrySummaries(cursors map[string]uint64) (map[string]*queue.Ret
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	out := map[string]*queue.RetrySummary{}
-	err := s.scanKeys([]string{keyRetry + ">"}, true, func(key string, _ uint64, _ []byte) error {
+	keys := map[retryRef]struct{}{}
+	err := s.scanKeys([]string{keyRetry + ">"}, true, func(key string, _ uint64, _ []byte, deleted bool) error {
 		sub, seq, ok := splitSeqKey(keyRetry, key)
 		if !ok {
 			return fmt.Errorf("retry key %q: %w", key, queue.ErrCorrupt)
 		}
-		rs := out[sub]
-		if rs == nil {
-			rs = &queue.RetrySummary{}
-			out[sub] = rs
-		}
-		rs.Count++
-		if c, ok := cursors[sub]; ok && seq > c {
-			if rs.Ahead == nil {
-				rs.Ahead = map[uint64]struct{}{}
-			}
-			rs.Ahead[seq] = struct{}{}
+		if deleted {
+			delete(keys, retryRef{sub, seq})
+		} else {
+			keys[retryRef{sub, seq}] = struct{}{}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("retry summaries: %w", s.stateErr(err))
+	}
+	out := map[string]*queue.RetrySummary{}
+	for k := range keys {
+		rs := out[k.sub]
+		if rs == nil {
+			rs = &queue.RetrySummary{}
+			out[k.sub] = rs
+		}
+		rs.Count++
+		if c, ok := cursors[k.sub]; ok && k.seq > c {
+			if rs.Ahead == nil {
+				rs.Ahead = map[uint64]struct{}{}
+			}
+			rs.Ahead[k.seq] = struct{}{}
+		}
 	}
 	return out, nil
 }

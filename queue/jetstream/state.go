@@ -468,14 +468,26 @@ func (s *Store) getSubject(ctx context.Context, subj string) (entry, error) {
 	return entry{rev: m.Sequence, data: m.Data}, nil
 }
 
-// scanKeys calls fn with the last value of every key matching the filters,
-// as of the moment the scan starts, in stream order: one ordered consumer
-// for all of them, rather than a get per key. Deleted keys are left out.
-// metaOnly leaves the values out too (a scan of keys).
-func (s *Store) scanKeys(filters []string, metaOnly bool, fn func(key string, rev uint64, value []byte) error) error {
+// scanKeys calls fn with the last message of every key matching the
+// filters, in stream order: one ordered consumer for all of them, rather
+// than a get per key. fn sees deletes too (deleted true), and must apply
+// what it gets in order, a later message of a key over an earlier one.
+// metaOnly leaves the values out (a scan of keys).
+//
+// The consumer may be placed on a replica that lags the stream leader,
+// so its initial values may miss a write already answered: the scan
+// first asks the leader for the last message matching the filters, and
+// goes on reading (the consumer delivers what its replica applies next)
+// until it has seen that far. So a scan reflects every write answered
+// before it started.
+func (s *Store) scanKeys(filters []string, metaOnly bool, fn func(key string, rev uint64, value []byte, deleted bool) error) error {
 	ctx, cancel := context.WithCancel(s.st.ctx)
 	defer cancel()
-	opts := []jetstream.WatchOpt{jetstream.IgnoreDeletes()}
+	upTo, err := s.lastOf(ctx, filters)
+	if err != nil {
+		return err
+	}
+	var opts []jetstream.WatchOpt
 	if metaOnly {
 		opts = append(opts, jetstream.MetaOnly())
 	}
@@ -486,6 +498,7 @@ func (s *Store) scanKeys(filters []string, metaOnly bool, fn func(key string, re
 	defer stopWatch(w)
 	idle := time.NewTimer(s.opts.RequestTimeout)
 	defer idle.Stop()
+	initial, seen := true, uint64(0)
 	for {
 		select {
 		case e, ok := <-w.Updates():
@@ -493,10 +506,15 @@ func (s *Store) scanKeys(filters []string, metaOnly bool, fn func(key string, re
 			case !ok:
 				return fmt.Errorf("%w: the scan of %s ended early", queue.ErrUnavailable, strings.Join(filters, ", "))
 			case e == nil:
-				return nil
+				initial = false
+			default:
+				seen = max(seen, e.Revision())
+				if err := fn(e.Key(), e.Revision(), e.Value(), e.Operation() != jetstream.KeyValuePut); err != nil {
+					return err
+				}
 			}
-			if err := fn(e.Key(), e.Revision(), e.Value()); err != nil {
-				return err
+			if !initial && seen >= upTo {
+				return nil
 			}
 			idle.Reset(s.opts.RequestTimeout)
 		case <-idle.C:
@@ -505,6 +523,20 @@ func (s *Store) scanKeys(filters []string, metaOnly bool, fn func(key string, re
 			return queue.ErrClosed
 		}
 	}
+}
+
+// lastOf is the stream seq of the last message matching any of the
+// filters, as the stream leader has it (0 if none).
+func (s *Store) lastOf(ctx context.Context, filters []string) (uint64, error) {
+	var last uint64
+	for _, f := range filters {
+		e, err := s.getSubject(ctx, s.statePfx+f)
+		if err != nil {
+			return 0, err
+		}
+		last = max(last, e.rev)
+	}
+	return last, nil
 }
 
 // stopWatch stops w and drains what it still delivers, so its callback,
@@ -654,10 +686,6 @@ func casRetryable(err error) bool {
 	return false
 }
 
-// errRetry is what a write's build returns to be called again (a
-// conflict it found itself).
-var errRetry = errors.New("retry")
-
 // writeLane writes about sub what build returns, fenced by this node's
 // lease on sub, and retries on a conflict: build is called again (it
 // reads what it writes over afresh). The caller holds sub's wmu.
@@ -675,9 +703,6 @@ func (s *Store) writeLane(sub string, build func(ctx context.Context) ([]write, 
 	deadline := time.Now().Add(s.opts.RequestTimeout)
 	for attempt := 0; ; attempt++ {
 		ws, err := build(ctx)
-		if errors.Is(err, errRetry) && time.Now().Before(deadline) {
-			continue
-		}
 		if err != nil || len(ws) == 0 {
 			return err
 		}
@@ -705,7 +730,8 @@ func (s *Store) writeLane(sub string, build func(ctx context.Context) ([]write, 
 		}
 		err = s.commit(ctx, ws)
 		done()
-		switch code := apiCode(err); {
+		code := apiCode(err)
+		switch {
 		case err == nil:
 			return nil
 		case code == codeWrongLastSeq && fenced && !cas:
@@ -718,7 +744,8 @@ func (s *Store) writeLane(sub string, build func(ctx context.Context) ([]write, 
 			if e.rev != rev {
 				return fmt.Errorf("%w: the lease of %s moved on from revision %d", queue.ErrFenced, sub, rev)
 			}
-		case code == codeWrongLastSeq, casRetryable(err):
+		case code == codeWrongLastSeq, casRetryable(err), errors.Is(err, nats.ErrNoResponders):
+			// No responders: nothing reached the stream (a leader election).
 		default:
 			return err
 		}
@@ -726,7 +753,7 @@ func (s *Store) writeLane(sub string, build func(ctx context.Context) ([]write, 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: state of %s: conflicting writes for %s: %w", queue.ErrUnavailable, sub, s.opts.RequestTimeout, err)
 		}
-		if casRetryable(err) {
+		if code != codeWrongLastSeq {
 			if err := s.pause(ctx, attempt); err != nil {
 				return err
 			}
