@@ -189,10 +189,12 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	s.lg.diskFull.Store(false)
 	if !ack.Duplicate {
 		ev.Seq = ack.Sequence
+		s.commitAppended(ack.Sequence, ev)
 	}
-	// OnCommit of the event runs before its append returns. The wait is
-	// bounded: past it the event is durable all the same, and the lanes
-	// read it from the stream once the follower is back.
+	// OnCommit of the event runs before its append returns: at once, unless
+	// another node's events before it are still on their way through the
+	// follower. The wait is bounded: past it the event is durable all the
+	// same, and the lanes read it from the stream once the follower is back.
 	if !s.awaitCommit(ack.Sequence, max(time.Until(deadline), s.opts.RequestTimeout/2)) && s.closed.Load() {
 		return 0, false, queue.ErrClosed
 	}

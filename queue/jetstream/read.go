@@ -48,8 +48,6 @@ func (s *Store) openLog() error {
 	lg.state.Store(&st)
 	lg.head.Store(st.lastSeq)
 	lg.low.Store(max(st.firstSeq, 1))
-	lg.fol.group = make([]*queue.Event, 0, maxGroup)
-	lg.fol.last = st.lastSeq
 
 	lg.m = newLogMetrics(s.opts.Registerer, s)
 	if err := lg.m.register(); err != nil {
@@ -100,16 +98,16 @@ func (s *Store) closeLog() {
 // Head is the last seq handed to OnCommit; at Open, the stream's last seq.
 func (s *Store) Head() uint64 { return s.lg.head.Load() }
 
-// maxGroup bounds the events of one OnCommit call.
-const maxGroup = 512
-
-// follower is the one reader of new events: the consumer and the group
-// it is gathering for OnCommit.
+// follower is the one reader of new events, and the sequencer that hands
+// them to OnCommit: the head moves over every seq known, in order, whether
+// it became known from a PubAck of this node's own append (which needs no
+// round trip more) or from the follower (another node's event, or one of
+// ours whose PubAck is still on its way). A seq above head+1 waits in
+// pending until the ones before it are known.
 type follower struct {
-	mu      sync.Mutex // held while a message is handled: OnCommit is never concurrent
+	mu      sync.Mutex // held while the head moves: OnCommit is never concurrent
 	cc      jetstream.ConsumeContext
-	group   []*queue.Event
-	last    uint64 // last seq handled
+	pending map[uint64]*queue.Event // known seqs above head+1; nil: a message that is no event
 	stopped bool
 	recent  recentRing // the headers of recent events, for compaction's id index
 }
@@ -133,7 +131,7 @@ func (s *Store) follow() error {
 		// Bounded by bytes, not messages: bodies go up to max_body_bytes.
 		jetstream.PullMaxBytes(32<<20),
 		// A consumer lost with its server is noticed (and recreated)
-		// within seconds; appends wait for it.
+		// within seconds.
 		jetstream.PullExpiry(5*time.Second),
 		jetstream.PullHeartbeat(time.Second),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -150,10 +148,7 @@ func (s *Store) follow() error {
 	return nil
 }
 
-// onStreamMsg handles one message of the follower: it joins the group, and the
-// group goes to OnCommit once the consumer has nothing more pending (or
-// the group is full); then the head moves and the appends waiting for it
-// return.
+// onStreamMsg handles one message of the follower.
 func (s *Store) onStreamMsg(msg jetstream.Msg) {
 	md, err := msg.Metadata()
 	if err != nil {
@@ -161,29 +156,68 @@ func (s *Store) onStreamMsg(msg jetstream.Msg) {
 		return
 	}
 	seq := md.Sequence.Stream
+	h := msg.Headers()
 	f := &s.lg.fol
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.stopped || seq <= f.last {
+	if f.stopped {
 		return
 	}
-	f.last = seq
-	ev, err := decodeEvent(seq, msg.Subject(), msg.Headers(), msg.Data())
+	f.recent.put(seq, hval(h, jetstream.MsgIDHeader), hval(h, hdrType), md.Timestamp.UnixNano())
+	if seq <= s.lg.head.Load() {
+		return // known from its PubAck
+	}
+	ev, err := decodeEvent(seq, msg.Subject(), h, msg.Data())
 	if err != nil {
 		// Not an event sluice wrote: it takes a seq but is no one's event.
 		s.log.Error("stream follower: skipping a message", "stream", s.opts.Stream, "seq", seq, "err", err)
-	} else {
-		f.group = append(f.group, ev)
-		f.recent.put(ev.Seq, ev.ID, ev.Type, md.Timestamp.UnixNano())
 	}
-	if md.NumPending > 0 && len(f.group) < maxGroup {
+	s.commitSeqLocked(seq, ev)
+}
+
+// commitAppended records that seq is ev, known from its PubAck.
+func (s *Store) commitAppended(seq uint64, ev *queue.Event) {
+	f := &s.lg.fol
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.stopped {
+		s.commitSeqLocked(seq, ev)
+	}
+}
+
+// commitSeqLocked moves the head over seq and every known seq after it, and
+// hands their events to OnCommit; a seq past head+1 waits in pending.
+// f.mu is held.
+func (s *Store) commitSeqLocked(seq uint64, ev *queue.Event) {
+	f := &s.lg.fol
+	head := s.lg.head.Load()
+	switch {
+	case seq <= head:
+		return
+	case seq > head+1:
+		if f.pending == nil {
+			f.pending = map[uint64]*queue.Event{}
+		}
+		f.pending[seq] = ev
 		return
 	}
-	if len(f.group) > 0 && s.opts.OnCommit != nil {
-		s.opts.OnCommit(f.group)
-		f.group = make([]*queue.Event, 0, maxGroup)
-	} else {
-		f.group = f.group[:0]
+	var group []*queue.Event
+	if ev != nil {
+		group = append(group, ev)
+	}
+	for len(f.pending) > 0 {
+		next, ok := f.pending[seq+1]
+		if !ok {
+			break
+		}
+		delete(f.pending, seq+1)
+		seq++
+		if next != nil {
+			group = append(group, next)
+		}
+	}
+	if len(group) > 0 && s.opts.OnCommit != nil {
+		s.opts.OnCommit(group)
 	}
 	s.lg.head.Store(seq)
 	s.wakeAppends(seq)
