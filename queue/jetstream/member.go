@@ -219,7 +219,12 @@ func (s *Store) JoinAll(reqs []queue.JoinRequest) ([]queue.Membership, error) {
 			}
 			v, err := encodeMember(m)
 			if err != nil {
-				return nil, fmt.Errorf("join %s: %w", r.Subscription, err)
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = fmt.Errorf("join %s: %w", r.Subscription, err)
+				}
+				mu.Unlock()
+				continue
 			}
 			msg := s.newPut(memberKey(r.Subscription), v)
 			expectRev(msg, cur[i].rev)

@@ -157,8 +157,34 @@ func (st *stateSide) lane(sub string) *laneState {
 
 // setUpBuckets makes the KV bucket <S>_STATE, or checks an existing one,
 // and switches on what plain KV does not: atomic batches, reads from the
-// leader only.
+// leader only. While the servers cannot answer yet (just started, no
+// leader) it tries again with backoff until Options.ConnectTimeout; an
+// incompatible bucket is refused at once.
 func (s *Store) setUpBuckets() error {
+	deadline := time.Now().Add(s.opts.ConnectTimeout)
+	wait := 50 * time.Millisecond
+	for {
+		err := s.setUpState()
+		if err == nil || !unreachable(err) {
+			return err
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("jetstream: KV bucket %s_STATE: not set up within %s: %w", s.opts.Stream, s.opts.ConnectTimeout, err)
+		}
+		s.log.Warn("JetStream not ready for the state bucket; retrying", "in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-s.quit:
+			t.Stop()
+			return queue.ErrClosed
+		}
+		wait = min(wait*2, 2*time.Second)
+	}
+}
+
+// setUpState is one attempt of setUpBuckets.
+func (s *Store) setUpState() error {
 	o := s.opts
 	bucket := o.Stream + "_STATE"
 	name := "KV_" + bucket

@@ -312,6 +312,67 @@ func TestStateFencedWritesWriteNothing(t *testing.T) {
 	}
 }
 
+// gains tells of the lanes a node gains.
+type gains chan string
+
+func (g gains) Gained(sub string)               { g <- sub }
+func (g gains) Release(context.Context, string) {}
+func (g gains) Changed(string)                  {}
+
+// With the fleet side's real lease: the owner's writes are fenced on it,
+// and once another node holds it (here: a write over it), every write of
+// the old owner fails with ErrFenced (whether the old owner has noticed
+// yet or the servers refuse it) and writes nothing; its cursor is skipped.
+func TestStateFencedByLease(t *testing.T) {
+	t.Parallel()
+	stream := stateStream()
+	s := openNode(t, stream, "node-a")
+	mustJoin(t, s, "s")
+	seq, _ := queuetest.MustAppend(t, s, queuetest.Event("ev-1", "t", "body"))
+	g := make(gains, 16)
+	if err := s.Own(g); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case sub := <-g:
+		if sub != "s" {
+			t.Fatalf("gained %s, want s", sub)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the lease of s not gained within 15s")
+	}
+	if _, _, fenced, done, err := jetstream.Fence(s, "s"); err != nil || !fenced {
+		t.Fatalf("fence after Gained: %v, %v", fenced, err)
+	} else {
+		done()
+	}
+	r := queue.Retry{Subscription: "s", Seq: seq, Due: st0, Attempt: 1, FirstAttempt: st0}
+	mustRecord(t, s, queue.Outcome{Kind: queue.RetryScheduled, Subscription: "s", Seq: seq, Retry: &r})
+	if err := s.SaveCursors(map[string]uint64{"s": seq - 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := stateKV(t, stream).Put(context.Background(), "lease.s", []byte("node-b")); err != nil {
+		t.Fatal(err)
+	}
+	d := &queue.DeadLetter{Subscription: "s", Seq: seq, EventID: "ev-1", Reason: "rejected", DeadAt: st0, Body: []byte("body")}
+	if err := s.Record(queue.Outcome{Kind: queue.DeadLettered, Subscription: "s", Seq: seq, From: &r, DeadLetter: d, Pause: "x"}); !errors.Is(err, queue.ErrFenced) {
+		t.Fatalf("dead-lettering after the lease moved: %v, want ErrFenced", err)
+	}
+	if err := s.SaveCursors(map[string]uint64{"s": seq}); err != nil {
+		t.Fatalf("cursor after the lease moved: %v, want it skipped", err)
+	}
+	if got, err := s.RetryOf("s", seq); err != nil || got == nil || got.Attempt != 1 {
+		t.Fatalf("retry after a fenced dead-lettering: %+v, %v", got, err)
+	}
+	if _, err := s.DeadLetter("s", seq); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("dead letter after a fenced dead-lettering: %v, want ErrNotFound", err)
+	}
+	if m, _ := memberOf(t, s, "s"); m.Paused != "" || m.Cursor != seq-1 {
+		t.Fatalf("membership after fenced writes: %+v, want unpaused at cursor %d", m, seq-1)
+	}
+}
+
 // The retention floor follows memberships, cursors and retries, and a
 // write of this node is in it as soon as the write returns.
 func TestStateRetentionFloor(t *testing.T) {
@@ -426,6 +487,53 @@ func TestStateLane(t *testing.T) {
 	}
 	if _, _, err := s.Lane("nobody"); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("lane of no membership: %v, want ErrNotFound", err)
+	}
+}
+
+// Dead letters list in key order, seqs numerically, ids with dots apart,
+// and page on from any position.
+func TestStateDeadLettersOrder(t *testing.T) {
+	t.Parallel()
+	s := openNode(t, stateStream(), "node-a")
+	letters := []struct {
+		sub string
+		seq uint64
+	}{{"b", 1}, {"a", 10}, {"a.b", 3}, {"a", 2}, {"a", 100}}
+	for _, l := range letters {
+		mustRecord(t, s, queue.Outcome{Kind: queue.DeadLettered, Subscription: l.sub, Seq: l.seq, DeadLetter: &queue.DeadLetter{
+			Subscription: l.sub, Seq: l.seq, EventID: fmt.Sprint(l.sub, l.seq), Reason: "rejected", DeadAt: st0, Body: []byte(l.sub)}})
+	}
+	name := func(ds []*queue.DeadLetter) string {
+		var b strings.Builder
+		for _, d := range ds {
+			fmt.Fprintf(&b, "%s/%d ", d.Subscription, d.Seq)
+		}
+		return b.String()
+	}
+	for _, tc := range []struct {
+		sub, afterSub string
+		afterSeq      uint64
+		limit         int
+		want          string
+	}{
+		{"", "", 0, 10, "a/2 a/10 a/100 a.b/3 b/1 "},
+		{"", "", 0, 2, "a/2 a/10 "},
+		{"", "a", 10, 2, "a/100 a.b/3 "},
+		{"", "a", 100, 10, "a.b/3 b/1 "},
+		{"a", "", 0, 10, "a/2 a/10 a/100 "},
+		{"a.b", "", 0, 10, "a.b/3 "},
+		{"a", "a", 2, 10, "a/10 a/100 "},
+		{"c", "", 0, 10, ""},
+	} {
+		got, err := s.DeadLetters(tc.sub, tc.afterSub, tc.afterSeq, tc.limit)
+		if err != nil || name(got) != tc.want {
+			t.Errorf("DeadLetters(%q, %q, %d, %d) = %q, %v; want %q", tc.sub, tc.afterSub, tc.afterSeq, tc.limit, name(got), err, tc.want)
+		}
+		for _, d := range got {
+			if string(d.Body) != d.Subscription {
+				t.Errorf("letter %s/%d has body %q", d.Subscription, d.Seq, d.Body)
+			}
+		}
 	}
 }
 
