@@ -171,6 +171,16 @@ func newFleet(t *testing.T, ttl time.Duration) *fleet {
 	if f.js, err = natsjs.New(nc); err != nil {
 		t.Fatal(err)
 	}
+	// Last, once the nodes closed: the test's stream and buckets go, so
+	// the shared cluster does not carry their Raft groups into later tests.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, b := range []string{"_STATE", "_NODES", "_LANES"} {
+			f.js.DeleteKeyValue(ctx, f.stream+b)
+		}
+		f.js.DeleteStream(ctx, f.stream)
+	})
 	return f
 }
 
@@ -716,6 +726,7 @@ func TestFleetRefusesBadSetup(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), f.stream+"_NODES") || !strings.Contains(err.Error(), "history") {
 		t.Errorf("open on a heartbeat bucket with history: %v, want it refused, naming the bucket and the setting", err)
 	}
+	t.Cleanup(func() { f.js.DeleteKeyValue(context.Background(), f.stream+"X_STATE") })
 	_, err = jetstream.OpenFleet(t, jetstream.Options{URLs: cluster.URLs(), Stream: f.stream + "X", Replicas: 3, NodeID: "a", LeaseTTL: 500 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "lease_ttl") {
 		t.Errorf("open with a lease TTL under a second: %v, want it refused", err)

@@ -97,12 +97,15 @@ type lease struct {
 // fence returns how to fence a write about sub: the lease subject and the
 // revision this node holds (fenced true), or fenced false before Own (a
 // store with one writer). It fails with queue.ErrFenced when this node
-// does not hold sub's lease. done must be called once the write has its
-// answer: a renewal (which changes the revision) waits for it.
+// does not hold sub's lease, or has not written it successfully within
+// validFor. done must be called once the write has its answer: a renewal
+// (which changes the revision) waits for it. done is never nil (a no-op
+// with an error), and fenced tells whether Own was called, also with an
+// error (fence("") asks just that).
 func (s *Store) fence(sub string) (subject string, rev uint64, fenced bool, done func(), err error) {
 	fl := &s.fl
 	fl.mu.Lock()
-	if fl.h == nil {
+	if !fl.owning {
 		fl.mu.Unlock()
 		return "", 0, false, func() {}, nil
 	}

@@ -85,8 +85,8 @@ type fleetSide struct {
 
 	mu      sync.Mutex
 	closed  bool
-	owning  bool               // Own was called
-	h       queue.OwnerHandler // nil before Own: writes are not fenced
+	owning  bool               // Own was called: from then on writes are fenced
+	h       queue.OwnerHandler // set once Own has joined
 	hbRev   uint64             // revision of our heartbeat
 	hbAt    time.Time          // when the write of hbRev was sent (monotonic)
 	hbVal   []byte

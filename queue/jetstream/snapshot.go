@@ -40,7 +40,7 @@ func (s *Store) PublishLanes(snaps map[string][]byte) error {
 	}
 	fl := &s.fl
 	fl.mu.Lock()
-	fleet := fl.h != nil
+	fleet := fl.owning
 	fl.mu.Unlock()
 	now := time.Now().UTC()
 	futures := make([]jetstream.PubAckFuture, 0, len(snaps))
