@@ -182,14 +182,20 @@ func (s *Store) mayIndex(sub string) bool {
 }
 
 // withIndex calls fn with sub's index, loading it first if needed; fn
-// must not keep it.
+// must not keep it. An index kept while this node may no longer write sub
+// (a lane it never gained after Own, a dropIndex missed) is dropped.
 func (s *Store) withIndex(sub string, fn func(*retryIndex)) error {
 	l := s.st.lane(sub)
+	may := s.mayIndex(sub)
 	l.mu.Lock()
-	if l.idx != nil {
+	if l.idx != nil && may {
 		fn(l.idx)
 		l.mu.Unlock()
 		return nil
+	}
+	if !may {
+		l.idx = nil
+		l.gen++
 	}
 	l.mu.Unlock()
 	// Loads hold wmu: none of this Store's writes about sub is in
