@@ -28,10 +28,17 @@ package jetstream
 // marker as a marker: when it expires, no further "MaxAge" marker is left
 // in its place.
 //
-// Reads go to the stream leader: the bucket's stream has AllowDirect off,
-// because a direct get may be answered by a follower that has not applied
-// the latest write yet, and a read-modify-write (a CAS loop, a replay's
-// check) or a read after one's own write must see it.
+// Reads see every write answered before them. Gets go to the stream
+// leader: the bucket's stream has AllowDirect off, because a direct get
+// may be answered by a replica that has not applied the latest write yet,
+// and a read-modify-write (a CAS loop, a replay's check) or a read after
+// one's own write must see it. Scans (an ordered consumer, which may sit
+// on a lagging replica) read on until they have seen the last matching
+// message the leader had when they started (scanKeys).
+//
+// This Store's writes about one lane go one at a time (laneState.wmu):
+// each is fenced on the lane's lease subject, and the servers refuse a
+// write with an expectation on a subject while another is in flight.
 //
 // Writes of more than one key go as one atomic batch (Nats-Batch-*
 // headers by hand, nats.go v1.55 has no client for it): all of it is
