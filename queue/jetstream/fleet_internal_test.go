@@ -81,6 +81,22 @@ func Fence(s *Store, sub string) (subject string, rev uint64, fenced bool, done 
 	return s.fence(sub)
 }
 
+// StallLeases makes every lease s holds look as if its last successful
+// write were older than a lease is trusted (a process paused, renewals
+// unanswered) and has the watchdog look at once: it drops them, although
+// they are still s's on the servers.
+func StallLeases(s *Store) {
+	fl := &s.fl
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	for _, l := range fl.leases {
+		if l.held {
+			l.okAt = l.okAt.Add(-s.opts.LeaseTTL)
+		}
+	}
+	s.dropStaleLocked(validFor(s.opts.LeaseTTL))
+}
+
 // NotifyChanged is s.notifyChanged.
 func NotifyChanged(s *Store, sub string) { s.notifyChanged(sub) }
 

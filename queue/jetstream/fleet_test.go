@@ -648,6 +648,43 @@ func TestFleetSeveredNodeIsFenced(t *testing.T) {
 	}
 }
 
+// A node that could not renew in time stops its lanes (Release with a
+// done context) and, when the leases turn out to be still its own on the
+// servers (nobody could take them), takes them up again at once: the
+// other node never gains them.
+func TestFleetStalledNodeStopsAndResumes(t *testing.T) {
+	f := newFleet(t, 3*time.Second)
+	ab := []string{"a", "b"}
+	a := f.open("a")
+	f.open("b")
+	f.awaitLive(2, ab...)
+	subs := subIDs(10)
+	f.join(subs...)
+	f.awaitOwners(10*time.Second, subs, ab)
+	fromA := ownedBy(subs, ab, "a")
+
+	jetstream.StallLeases(a)
+	await(t, 10*time.Second, "a stops and resumes each of its lanes", func() bool {
+		for _, sub := range fromA {
+			if f.rec.count("a", "release", sub) != 1 || f.rec.count("a", "gained", sub) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, e := range f.rec.eventsOf("a") {
+		if e.kind == "release" && !e.done {
+			t.Errorf("a released %s with a live context, want a done one (the lease was not trusted)", e.sub)
+		}
+	}
+	f.awaitOwners(10*time.Second, subs, ab)
+	for _, sub := range fromA {
+		if n := f.rec.count("b", "gained", sub); n != 0 {
+			t.Errorf("b gained %s, a's lease all along", sub)
+		}
+	}
+}
+
 func TestFleetUnfencedBeforeOwn(t *testing.T) {
 	f := newFleet(t, 2*time.Second)
 	s := f.openOnly("tool")

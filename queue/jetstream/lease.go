@@ -83,7 +83,7 @@ type lease struct {
 	rev      uint64    // revision of the lease while held
 	okAt     time.Time // when the write of rev was sent (monotonic)
 	gen      uint64    // counts acquisitions
-	mine     uint64    // the last revision this process wrote, held or not; 0 unknown
+	since    uint64    // revision of this process's latest acquisition; 0 none
 	busy     bool      // an acquisition or a move runs
 	renewing bool      // a renewal is in flight
 
@@ -153,6 +153,14 @@ func (s *Store) Owner(sub string) string {
 	return s.fl.view[sub].node
 }
 
+// ours reports whether the watched lease v is a write of this process:
+// its node id, at or after this process's latest acquisition. Nobody else
+// writes this node's id (Own refuses a second live process with it), and a
+// write after the acquisition chained its CAS from it.
+func ours(v leaseView, me string, l *lease) bool {
+	return v.node == me && l.since != 0 && v.rev >= l.since
+}
+
 // isWrongLastSeq: a CAS refused (the key is not at the expected revision).
 // Replicated streams answer 10164, single-replica ones 10071.
 func isWrongLastSeq(err error) bool {
@@ -212,9 +220,6 @@ func (s *Store) acquire(l *lease, adopt uint64) {
 	defer fl.mu.Unlock()
 	l.busy = false
 	if err != nil {
-		if adopt != 0 && l.mine == adopt {
-			l.mine = 0
-		}
 		if !isWrongLastSeq(err) && fl.ctx.Err() == nil {
 			s.log.Warn("cannot acquire lease", "node", me, "subscription", l.sub, "err", err)
 		}
@@ -222,7 +227,7 @@ func (s *Store) acquire(l *lease, adopt uint64) {
 		// watch or claim's next tick tries again, never a tight loop.
 		return
 	}
-	l.held, l.rev, l.mine, l.okAt = true, rev, rev, sent
+	l.held, l.rev, l.since, l.okAt = true, rev, rev, sent
 	l.gen++
 	gen := l.gen
 	fl.m.leasesHeld.Inc()
@@ -380,15 +385,18 @@ func (s *Store) renewed(r renewal, ack *jetstream.PubAck, err error) {
 	switch {
 	case err == nil:
 		fl.m.renewals.WithLabelValues("ok").Inc()
-		l.mine = ack.Sequence
 		if current {
 			l.rev, l.okAt = ack.Sequence, r.sent
 		}
+	case isWrongLastSeq(err) && current && ours(fl.view[l.sub], s.opts.NodeID, l) && fl.view[l.sub].rev > r.rev:
+		// An earlier renewal of ours landed although its answer was lost:
+		// the lease is still this node's, at that revision. okAt stays at
+		// the last confirmed write (that one was sent later, so this is
+		// conservative).
+		fl.m.renewals.WithLabelValues("error").Inc()
+		l.rev = fl.view[l.sub].rev
 	case isWrongLastSeq(err):
 		fl.m.renewals.WithLabelValues("lost").Inc()
-		if l.mine == r.rev {
-			l.mine = 0
-		}
 		if current {
 			s.loseLocked(l, "renewal refused: the lease is no longer at this node's revision")
 		}
@@ -415,14 +423,20 @@ func (s *Store) watchdogLoop() {
 		case <-t.C:
 		}
 		fl.mu.Lock()
-		for _, l := range fl.leases {
-			if l.held {
-				if age := time.Since(l.okAt); age > valid {
-					s.loseLocked(l, fmt.Sprintf("not renewed for %s (limit %s)", age.Round(time.Millisecond), valid))
-				}
+		s.dropStaleLocked(valid)
+		fl.mu.Unlock()
+	}
+}
+
+// dropStaleLocked drops every held lease not written successfully within
+// valid. mu is held.
+func (s *Store) dropStaleLocked(valid time.Duration) {
+	for _, l := range s.fl.leases {
+		if l.held {
+			if age := time.Since(l.okAt); age > valid {
+				s.loseLocked(l, fmt.Sprintf("not renewed for %s (limit %s)", age.Round(time.Millisecond), valid))
 			}
 		}
-		fl.mu.Unlock()
 	}
 }
 

@@ -35,6 +35,7 @@ package jetstream
 // the heartbeat on Close and joins at once.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -611,9 +612,10 @@ func (s *Store) heartbeatLoop() {
 }
 
 // renewHeartbeat writes node.<id> again by CAS on its revision. When the
-// revision no longer matches (the heartbeat expired while this node was
-// cut off), it creates the key again, unless another process took the id
-// meanwhile.
+// revision no longer matches, it reads the key: this node's own value (a
+// renewal that landed although its answer was lost) is renewed at its
+// revision; none (the heartbeat expired while this node was cut off) is
+// created again; another value means another process took the id.
 func (s *Store) renewHeartbeat() error {
 	fl := &s.fl
 	fl.mu.Lock()
@@ -623,24 +625,39 @@ func (s *Store) renewHeartbeat() error {
 	defer cancel()
 	key := "node." + s.opts.NodeID
 	sent := time.Now()
-	ack, err := fl.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + s.opts.Stream + "_NODES." + key, Data: val},
-		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(fl.ttl))
+	renew := func(rev uint64) (uint64, error) {
+		ack, err := fl.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + s.opts.Stream + "_NODES." + key, Data: val},
+			jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(fl.ttl))
+		if err != nil {
+			return 0, err
+		}
+		return ack.Sequence, nil
+	}
+	nrev, err := renew(rev)
 	if isWrongLastSeq(err) {
-		var nrev uint64
-		nrev, err = s.nodes.Create(ctx, key, val, jetstream.KeyTTL(fl.ttl))
+		e, gerr := s.nodes.Get(ctx, key)
+		switch {
+		case gerr == nil && bytes.Equal(e.Value(), val):
+			nrev, err = renew(e.Revision())
+		case errors.Is(gerr, jetstream.ErrKeyNotFound), errors.Is(gerr, jetstream.ErrKeyDeleted):
+			nrev, err = s.nodes.Create(ctx, key, val, jetstream.KeyTTL(fl.ttl))
+			if err == nil {
+				s.log.Warn("the heartbeat had expired (this node was cut off); written again", "node", s.opts.NodeID)
+			}
+		case gerr == nil:
+			err = jetstream.ErrKeyExists
+		default:
+			err = gerr
+		}
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("node_id %q: the heartbeat expired while this node was away and another process now uses the id", s.opts.NodeID)
-		}
-		if err == nil {
-			ack = &jetstream.PubAck{Sequence: nrev}
-			s.log.Warn("the heartbeat had expired (this node was cut off); written again", "node", s.opts.NodeID)
 		}
 	}
 	if err != nil {
 		return err
 	}
 	fl.mu.Lock()
-	fl.hbRev, fl.hbAt = ack.Sequence, sent
+	fl.hbRev, fl.hbAt = nrev, sent
 	fl.mu.Unlock()
 	return nil
 }
@@ -706,10 +723,10 @@ func (s *Store) claim() {
 		switch v := fl.view[sub]; {
 		case v.node == "":
 			s.acquireLocked(sub, 0)
-		case v.node == me && l != nil && l.mine == v.rev && !l.renewing:
-			// Our own last write (this node dropped the lease when it
-			// could not renew in time, and nobody wrote it since): take it
-			// up again by CAS on that revision.
+		case l != nil && ours(v, me, l) && !l.renewing:
+			// Our own write (this node dropped the lease when it could not
+			// renew in time, and nobody wrote it since): take it up again
+			// by CAS on that revision.
 			s.acquireLocked(sub, v.rev)
 		case time.Since(v.seen) > s.opts.LeaseTTL+validFor(s.opts.LeaseTTL):
 			// Not renewed for longer than a lease lives: it expired, and
