@@ -31,6 +31,8 @@ const (
 type logSide struct {
 	api string              // JetStream API prefix, "$JS.API."
 	pjs jetstream.JetStream // the publishing context: its async window is Options.PublishWindow
+	fnc *nats.Conn          // the follower's own connection
+	fjs jetstream.JetStream // on fnc
 	m   *logMetrics
 
 	// head is the last seq the follower handed to OnCommit (or the
