@@ -16,7 +16,14 @@ package jetstream
 //     expired), a newer revision seen by the watch that is not ours, or no
 //     successful write for longer than validFor (LeaseTTL/2): the lease is
 //     dropped here first, so fence refuses from that instant, then the
-//     engine hears Release with a context already done.
+//     engine hears Release with a context already done. A lease dropped
+//     for want of renewal is often still this node's on the servers
+//     (NATS was slow, not gone): while its last revision carries this
+//     node's id and no other write came after this process acquired it,
+//     the claim loop takes it up again by CAS on that revision and the
+//     engine hears Gained anew, without waiting for it to expire. A
+//     renewal refused because an earlier one landed unanswered is
+//     recognised the same way and keeps the lease.
 //   - Move: the engine hears Release with a context bounded by LeaseTTL
 //     (it stops the lane and writes its cursor, fenced, while the lease is
 //     still renewed), then the lease is dropped here and deleted by CAS so
@@ -39,9 +46,10 @@ package jetstream
 // other (a leader change onto a server whose clock runs ahead shortens a
 // lease by that skew). Renewing every LeaseTTL/3 leaves a healthy lease
 // LeaseTTL/6 of slack for a renewal's round trip before it counts as
-// stale; a single failed round (a stream leader election) is absorbed
-// only when it is shorter than that, which is the price of never
-// delivering on a lease that might have expired.
+// stale; a failed round longer than that (a stream leader election)
+// stops the lanes until NATS answers again, then they resume (see Lose),
+// which is the price of never delivering on a lease that might have
+// expired.
 
 import (
 	"context"
