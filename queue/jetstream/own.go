@@ -268,6 +268,11 @@ type heartbeat struct {
 // rendezvous hashing gives this node and tells h as ownership changes.
 // From Own on, writes about a subscription are fenced by its lease. Own is
 // called once; the handler is told until Close.
+//
+// When a heartbeat with this node id is live, Own waits up to LeaseTTL +
+// RequestTimeout for it to expire (this node restarting after a crash)
+// and fails naming node_id if it is renewed meanwhile (another live node).
+// Its metrics are registered here, not at Open.
 func (s *Store) Own(h queue.OwnerHandler) error {
 	if h == nil {
 		return errors.New("fleet: Own needs a handler")
