@@ -200,18 +200,36 @@ func (s *Store) setUpState() error {
 
 	_, err := s.js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		_, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:         bucket,
-			Description:    "sluice delivery state: memberships, cursors, retries, dead letters, leases",
-			History:        1,
-			Storage:        jetstream.FileStorage,
-			Replicas:       o.Replicas,
-			LimitMarkerTTL: markerTTL,
+		// The bucket's stream is made as the KV layer would make it, but
+		// with atomic batches on and direct gets off from the start: the
+		// nodes of a new fleet set up at once, and a create followed by
+		// an update from each of them made two of three time out in the
+		// acceptance run. One create with the final settings is
+		// idempotent: identical creates from other nodes succeed.
+		_, err = s.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:              name,
+			Description:       "sluice delivery state: memberships, cursors, retries, dead letters, leases",
+			Subjects:          []string{"$KV." + bucket + ".>"},
+			MaxMsgsPerSubject: 1,
+			MaxBytes:          -1,
 			// No max value size of its own: the servers' max_payload bounds
 			// a dead letter, as it bounds the event it copies.
+			MaxMsgSize:             -1,
+			Storage:                jetstream.FileStorage,
+			Replicas:               o.Replicas,
+			AllowRollup:            true,
+			DenyDelete:             true,
+			Duplicates:             2 * time.Minute,
+			MaxMsgs:                -1,
+			MaxConsumers:           -1,
+			AllowDirect:            false,
+			AllowAtomicPublish:     true,
+			Discard:                jetstream.DiscardNew,
+			AllowMsgTTL:            true,
+			SubjectDeleteMarkerTTL: markerTTL,
 		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			err = nil // another node made it first; checked below
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			err = nil // another node made it first, differently: checked below
 		}
 	}
 	if err != nil {
