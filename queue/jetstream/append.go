@@ -44,6 +44,9 @@ type logSide struct {
 	fol follower
 	wmu sync.Mutex
 	wq  waitHeap // appends waiting for the follower to pass their seq
+	// warnedAt (unix nanos) rate-limits the warning of an append that
+	// returned before OnCommit saw it.
+	warnedAt atomic.Int64
 
 	state    atomic.Pointer[streamState] // last stream info (the disk usage)
 	diskFull atomic.Bool                 // the last append was refused for max_bytes

@@ -53,6 +53,13 @@ func CloseLog(s *Store) {
 	})
 }
 
+// CountEventsDirect is CountEvents by direct get batches only, for
+// BenchmarkEvents to compare with the consumer CountEvents uses for long
+// ranges.
+func CountEventsDirect(s *Store, from, to uint64, match func([]byte) bool, limit int) (int, error) {
+	return s.countDirect(from, to, match, limit)
+}
+
 // Retention is a delivery state for Compact to ask, set by the test: the
 // floor, the memberships and the seqs each subscription's retries hold.
 type Retention struct {

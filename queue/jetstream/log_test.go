@@ -465,3 +465,35 @@ func TestCompactInterval(t *testing.T) {
 		t.Fatalf("event 3 after the skipped compaction: %v", err)
 	}
 }
+
+// TestCountEventsLongRange: a long range is counted by a headers-only
+// consumer; it agrees with the direct batches, stops past limit, and
+// counts what lies past the head too.
+func TestCountEventsLongRange(t *testing.T) {
+	s := openLog(t, logOptions(logStream()), nil)
+	const n = 1200
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				queuetest.MustAppend(t, s, queuetest.Event(fmt.Sprint("e-", i), "t"+fmt.Sprint(i%10), "x"))
+			}
+		})
+	}
+	wg.Wait()
+	// Which types landed where depends on the writers' interleaving: ask
+	// the direct batches, then the consumer.
+	isT3 := func(typ []byte) bool { return string(typ) == "t3" }
+	for _, r := range [][2]uint64{{1, n}, {100, n}, {1, 700}, {600, n + 50}} {
+		want, err := jetstream.CountEventsDirect(s, r[0], r[1], isT3, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.CountEvents(r[0], r[1], isT3, n); err != nil || got != want {
+			t.Fatalf("CountEvents(%d, %d) = %d, %v; the direct batches count %d", r[0], r[1], got, err, want)
+		}
+	}
+	if got, err := s.CountEvents(1, n, isT3, 10); err != nil || got <= 10 || got > n/10 {
+		t.Fatalf("CountEvents with limit 10 = %d, %v; want more than 10", got, err)
+	}
+}
