@@ -198,11 +198,9 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	}
 	// OnCommit of the event runs before its append returns: at once, unless
 	// another node's events before it are still on their way through the
-	// follower. The wait is bounded: past it the event is durable all the
-	// same, and the lanes read it from the stream once the follower is back.
-	if !s.awaitCommit(ack.Sequence, max(time.Until(deadline), s.opts.RequestTimeout/2)) && s.closed.Load() {
-		return 0, false, queue.ErrClosed
-	}
+	// follower. The wait is bounded (and ends at Close): past it the event
+	// is durable all the same, and the lanes read it from the stream.
+	s.awaitCommit(ack.Sequence, max(time.Until(deadline), s.opts.RequestTimeout/2))
 	s.lg.m.append.Observe(time.Since(start).Seconds())
 	return ack.Sequence, ack.Duplicate, nil
 }

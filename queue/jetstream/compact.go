@@ -44,9 +44,14 @@ type retention interface {
 	RetrySummaries(cursors map[string]uint64) (map[string]*queue.RetrySummary, error)
 }
 
-// compactMax bounds the events one Compact removes: the rest waits for the
-// next call.
-const compactMax = 1 << 16
+// compactMax and deleteMax bound the events one Compact purges and
+// deletes one by one (and indexes), so that a call returns within a
+// second or so (the dispatcher's maintenance loop waits for it); a call
+// that leaves work lets the next one start without CompactInterval.
+const (
+	compactMax = 1 << 14
+	deleteMax  = 1 << 12
+)
 
 // Compact removes the events below `below` that no retry still needs and
 // returns how many it removed: a purge below the lowest held seq, then a
@@ -73,6 +78,12 @@ func (s *Store) Compact(below uint64) (int, error) {
 		return 0, nil
 	}
 	lg.lastCompact = time.Now()
+	left := false // work left for the next call
+	defer func() {
+		if left {
+			lg.lastCompact = time.Time{}
+		}
+	}()
 	floor, err := lg.ret.retentionFloor()
 	if err != nil {
 		return 0, fmt.Errorf("compact: %w", err)
@@ -113,11 +124,13 @@ func (s *Store) Compact(below uint64) (int, error) {
 		lg.state.Store(&st)
 		if end < purgeTo {
 			lg.low.Store(max(low, end))
-			return n, nil // the rest next time
+			left = true
+			return n, nil
 		}
 	}
 	from := max(purgeTo, low, st.firstSeq)
-	to := min(gapTo, from+compactMax)
+	to := min(gapTo, from+deleteMax)
+	left = to < gapTo
 	if from < to {
 		skip := func(seq uint64) bool { _, ok := held[seq]; return ok }
 		if err := s.indexIDs(from, to, skip); err != nil {
@@ -398,6 +411,7 @@ func (ix *idIndex) put(s *Store, entries []recentEntry) error {
 	t := time.NewTimer(s.opts.RequestTimeout)
 	defer t.Stop()
 	for _, paf := range pafs {
+		t.Reset(s.opts.RequestTimeout) // while the acks keep coming
 		select {
 		case <-paf.Ok():
 		case err := <-paf.Err():

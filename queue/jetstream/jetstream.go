@@ -19,15 +19,18 @@
 //	  lease.<sub>              the node delivering sub's lane; TTL Options.LeaseTTL, renewed
 //	KV <S>_NODES               heartbeats: node.<id>, TTL, the live set
 //	KV <S>_LANES               lane snapshots the owners publish (admin API, dashboard)
+//	KV <S>_IDS                 id → seq, type of compacted events, for Lookup within the
+//	                           dedup window (compact.go; made on first use, TTL the window)
 //
 // Fencing: every cursor, retry and dead-letter write about sub carries
 // Nats-Expected-Last-Subject-Sequence of lease.<sub> at the revision this
 // node holds, and writes of more than one key go as one atomic batch, so a
 // node whose lease was taken writes nothing (queue.ErrFenced).
 //
-// Files: jetstream.go opens and closes; append.go and read.go are the log;
-// state.go, retry.go, deadletter.go the delivery state; lease.go and own.go
-// the fleet (heartbeats, rendezvous, leases); compact.go the retention.
+// Files: jetstream.go opens and closes; stream.go sets up the event stream;
+// append.go and read.go are the log; state.go, retry.go, deadletter.go the
+// delivery state; lease.go and own.go the fleet (heartbeats, rendezvous,
+// leases); compact.go the retention.
 package jetstream
 
 import (

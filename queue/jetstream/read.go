@@ -662,7 +662,7 @@ func (s *Store) Events(from, to uint64, limit int, match func(typ []byte) bool) 
 	}
 	n := maxScan
 	if match == nil {
-		n = limit
+		n = min(limit, maxScan)
 	}
 	var typ []byte
 	var derr error
