@@ -497,3 +497,54 @@ func TestCountEventsLongRange(t *testing.T) {
 		t.Fatalf("CountEvents with limit 10 = %d, %v; want more than 10", got, err)
 	}
 }
+
+// gainHandler tells when this node gains a lane; it gives every lane up
+// at once when asked.
+type gainHandler chan string
+
+func (h gainHandler) Gained(sub string)               { h <- sub }
+func (h gainHandler) Release(context.Context, string) {}
+func (h gainHandler) Changed(string)                  {}
+
+// TestCompactInFleetKeepsWhatMembershipsOwe: once a store has joined the
+// fleet (Own), its caller's `below` no longer decides alone: events a
+// membership's durable cursor has not passed stay, whichever node owns the
+// lane.
+func TestCompactInFleetKeepsWhatMembershipsOwe(t *testing.T) {
+	o := logOptions(logStream())
+	o.LeaseTTL = 2 * time.Second
+	s, err := jetstream.Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.JoinAll([]queue.JoinRequest{{Subscription: "owed"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		queuetest.MustAppend(t, s, queuetest.Event(fmt.Sprint(i), "t", "x"))
+	}
+	gained := make(gainHandler, 1)
+	if err := s.Own(gained); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gained:
+	case <-time.After(30 * time.Second): // a liveness bound
+		t.Fatal("the only node never gained the lane")
+	}
+	if err := s.SaveCursors(map[string]uint64{"owed": 4}); err != nil {
+		t.Fatal(err)
+	}
+	// The caller claims everything is delivered; the membership says 5..10
+	// are still owed.
+	if n, err := s.Compact(s.Head() + 1); err != nil || n != 4 {
+		t.Fatalf("compact in a fleet with the cursor at 4: %d, %v; want 4", n, err)
+	}
+	if _, err := s.Event(5); err != nil {
+		t.Fatalf("event 5, owed to the membership, after compaction: %v", err)
+	}
+	if _, err := s.Event(4); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("event 4 after compaction: %v", err)
+	}
+}
