@@ -38,6 +38,7 @@ import (
 
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/natscluster"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -237,10 +238,8 @@ func TestFleetCrashSoak(t *testing.T) {
 	w := newFleetWorld(t, fleetSoakSubs, nil)
 	w.recv.tb.SetMode("/blackhole", testbed.ModeBlackhole)
 	w.recv.tb.SetMode("/flaky", testbed.ModeFlaky)
-	var ids []string
-	for i := range 3 {
-		id := fmt.Sprintf("node-%d", i)
-		ids = append(ids, id)
+	ids := fleetSoakIDs()
+	for _, id := range ids {
 		w.addNode(id, w.cfg)
 	}
 	w.startAll()
@@ -255,11 +254,12 @@ func TestFleetCrashSoak(t *testing.T) {
 	w.awaitAccepted("load before the first kill", target)
 	rotation := []string{"blackhole", "rated", "flaky", "typed"}
 	for c := range cycles {
-		// SIGKILL, mid-load, the node owning the most lanes, among those
-		// that own this cycle's lane (the black hole's first).
+		// SIGKILL, mid-load, the owner of this cycle's lane: the black
+		// hole's first (its owner also owns a lane that acknowledges, see
+		// fleetSoakIDs).
 		sub := rotation[c%len(rotation)]
 		owners := w.awaitOwned("owners before kill", w.nodes[(c+1)%3], ids, 30*time.Second)
-		victim := w.victim(owners, sub)
+		victim := slices.Index(ids, owners[sub])
 		t.Logf("cycle %d: owners %v; killing %s", c, owners, ids[victim])
 		w.killSluice(victim, owners)
 		target += perPhase
@@ -306,24 +306,22 @@ func TestFleetCrashSoak(t *testing.T) {
 		cycles, w.load.accepted(), w.load.reposts, w.load.refused, time.Since(began).Round(time.Millisecond))
 }
 
-// victim picks the slot to SIGKILL: the node owning the most lanes, ties
-// going to the owner of prefer.
-func (w *fleetWorld) victim(owners map[string]string, prefer string) int {
-	count := map[string]int{}
-	for _, o := range owners {
-		count[o]++
-	}
-	best := -1
-	for i, n := range w.current() {
-		c, bc := count[n.id], -1
-		if best >= 0 {
-			bc = count[w.nodes[best].id]
+// fleetSoakIDs names the soak's three nodes so that the black hole's
+// owner also owns a lane whose endpoint acknowledges (policy.Owner is the
+// fleet's rendezvous hashing, fixed by protocol): its SIGKILL then moves a
+// lane with requests held in flight and one with acknowledgements not yet
+// in its durable cursor.
+func fleetSoakIDs() []string {
+	for k := 0; ; k++ {
+		ids := []string{fmt.Sprintf("node-%d", 3*k), fmt.Sprintf("node-%d", 3*k+1), fmt.Sprintf("node-%d", 3*k+2)}
+		count := map[string]int{}
+		for _, s := range fleetSoakSubs {
+			count[policy.Owner(s.ID, ids)]++
 		}
-		if c > bc || c == bc && owners[prefer] == n.id {
-			best = i
+		if n := count[policy.Owner("blackhole", ids)]; n >= 2 && n < len(fleetSoakSubs) {
+			return ids
 		}
 	}
-	return best
 }
 
 // streamLeader is the NATS server leading the event stream, or 0.
