@@ -96,6 +96,7 @@ func (l *lane) takeOver(m queue.Membership, rs *queue.RetrySummary) {
 		}
 	}
 	l.foreign = false
+	l.releasing.Store(false)
 }
 
 // Release stops the lane of sub starting deliveries, waits for those in
@@ -106,6 +107,9 @@ func (d *dispatcher) Release(ctx context.Context, sub string) {
 	if l == nil {
 		return
 	}
+	// Before taking mu, which a lane may hold for a whole store write:
+	// whatever holds it then starts nothing more.
+	l.releasing.Store(true)
 	l.mu.Lock()
 	l.foreign = true
 	l.mu.Unlock()

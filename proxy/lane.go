@@ -66,6 +66,11 @@ type lane struct {
 	retired bool        // drained and forgotten
 	foreign bool        // fleet mode: another node owns the lane (or none yet); it sends nothing
 	leaving atomic.Bool // mirrors left, for lock-free scans
+	// releasing is set by Release before it waits for mu, and cleared by
+	// takeOver: a lane that holds mu through a slow store write (unrecorded
+	// outcomes, retried while the shared log fails over) must not start
+	// deliveries once that write returns, after its lease was lost.
+	releasing atomic.Bool
 
 	// Per-subscription policies, owned by the lane (used under mu).
 	breaker *policy.Breaker // nil until first used: see brk
@@ -291,7 +296,7 @@ func (l *lane) pump() {
 func (l *lane) pumpLocked() {
 	e := l.e
 	l.hungry = false
-	if l.retired || l.foreign {
+	if l.retired || l.foreign || l.releasing.Load() {
 		return
 	}
 	now := e.now()
@@ -301,6 +306,10 @@ func (l *lane) pumpLocked() {
 	if len(l.unrecorded) > 0 && !e.stopping.Load() && !l.recordPending(now) {
 		// The store refuses writes: sending more would only pile up
 		// outcomes it cannot take.
+		return
+	}
+	if l.releasing.Load() {
+		// The lease went while recordPending wrote (fleet mode).
 		return
 	}
 	if l.paused() || e.stopping.Load() {
