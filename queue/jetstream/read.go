@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -47,6 +48,7 @@ func (s *Store) openLog() error {
 	}
 	lg.state.Store(&st)
 	lg.head.Store(st.lastSeq)
+	lg.fol.last = st.lastSeq
 	lg.low.Store(max(st.firstSeq, 1))
 
 	lg.m = newLogMetrics(s.opts.Registerer, s)
@@ -108,6 +110,7 @@ type follower struct {
 	mu      sync.Mutex // held while the head moves: OnCommit is never concurrent
 	cc      jetstream.ConsumeContext
 	pending map[uint64]*queue.Event // known seqs above head+1; nil: a message that is no event
+	last    uint64                  // the last seq the consumer handed over (the stream's last at Open)
 	stopped bool
 	recent  recentRing // the headers of recent events, for compaction's id index
 }
@@ -166,6 +169,15 @@ func (s *Store) onStreamMsg(msg jetstream.Msg) {
 		return
 	}
 	f.recent.put(seq, hval(h, jetstream.MsgIDHeader), hval(h, hdrType), md.Timestamp.UnixNano())
+	// The consumer is ordered: it hands over every message the stream
+	// holds, in order. A seq it passed over is gone (compacted or deleted
+	// before it got there, as when this node was cut off while the others
+	// delivered and compacted), so nothing will ever make it known and the
+	// head must not wait for it.
+	if gone := max(f.last, s.lg.head.Load()); seq > gone+1 {
+		s.skipGoneLocked(gone+1, seq-1)
+	}
+	f.last = max(f.last, seq)
 	if seq <= s.lg.head.Load() {
 		return // known from its PubAck
 	}
@@ -223,6 +235,33 @@ func (s *Store) commitSeqLocked(seq uint64, ev *queue.Event) {
 	}
 	s.lg.head.Store(seq)
 	s.wakeAppends(seq)
+}
+
+// skipGoneLocked moves the head from from-1 over to, seqs the stream no
+// longer holds, handing OnCommit the events of any of them known from
+// their PubAcks (appended, then compacted before the consumer got there).
+// from is head+1. f.mu is held.
+func (s *Store) skipGoneLocked(from, to uint64) {
+	f := &s.lg.fol
+	var known []uint64
+	for seq := range f.pending {
+		if seq >= from && seq <= to {
+			known = append(known, seq)
+		}
+	}
+	slices.Sort(known)
+	var group []*queue.Event
+	for _, seq := range known {
+		if ev := f.pending[seq]; ev != nil {
+			group = append(group, ev)
+		}
+		delete(f.pending, seq)
+	}
+	if len(group) > 0 && s.opts.OnCommit != nil {
+		s.opts.OnCommit(group)
+	}
+	s.lg.head.Store(to)
+	s.wakeAppends(to)
 }
 
 // decodeEvent makes an event of a stored message; data becomes its body.
