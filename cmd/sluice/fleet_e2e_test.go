@@ -701,8 +701,8 @@ breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 //     first;
 //   - no subscription ever has two nodes' requests in flight at once (the
 //     receiver holds each request 40 ms and counts per node), nor more
-//     than its cap of 2, even when (severed) one of the cut-off node's
-//     lanes is a black hole whose exchanges outlast the lease;
+//     than its cap of 2, even when one of the cut-off node's lanes is a
+//     black hole whose exchanges outlast the lease ("sever_black_hole");
 //   - the other node owns and delivers the lanes within lease_ttl + 2 s;
 //   - when severed, /readyz answers 503 and ingest 503 with Retry-After;
 //   - after the cut heals nothing is lost, and the only duplicates are of
@@ -715,11 +715,14 @@ func TestFleetFencing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet fencing: real sidecars and a JetStream cluster")
 	}
-	t.Run("sever", func(t *testing.T) { testFencing(t, false) })
-	t.Run("stall", func(t *testing.T) { testFencing(t, true) })
+	t.Run("sever", func(t *testing.T) { testFencing(t, false, false) })
+	t.Run("stall", func(t *testing.T) { testFencing(t, true, false) })
+	t.Run("sever_black_hole", func(t *testing.T) { testFencing(t, false, true) })
 }
 
-func testFencing(t *testing.T, stall bool) {
+// testFencing cuts the node off (stall: holds its traffic; else severs
+// it); withHole makes one of its lanes a black hole.
+func testFencing(t *testing.T, stall, withHole bool) {
 	began := time.Now()
 	const hold = 40 * time.Millisecond
 	var subs []fleetSub
@@ -752,12 +755,12 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 		t.Fatalf("rendezvous gave all 10 lanes to other (owners %v); the test needs cut to own one", owners)
 	}
 	t.Logf("cut owns %v", cutLanes)
-	// When severed, one of cut's lanes is a black hole: its exchanges are
+	// With withHole, one of cut's lanes is a black hole: its exchanges are
 	// in flight at the cut and last until their 3 s timeout, longer than
 	// the lease: they must end (or the lane must not move) before other
 	// sends to it, or the endpoint sees both nodes' requests at once.
 	hole := ""
-	if !stall {
+	if withHole {
 		hole = cutLanes[0]
 		w.recv.tb.SetMode("/"+hole, testbed.ModeBlackhole)
 	}
