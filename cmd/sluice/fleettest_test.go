@@ -200,6 +200,9 @@ func newFleetNode(t *testing.T, parent, id, recvURL string, c fleetConfig) *flee
 				t.Logf("keep the log of %s: %v", n.id, err)
 			}
 		}
+		if log := n.log.String(); strings.Contains(log, "panic:") || strings.Contains(log, "DATA RACE") {
+			t.Errorf("%s's log shows a panic or a race", n.id)
+		}
 		if t.Failed() {
 			t.Logf("log of %s (last 80 lines):\n%s", n.id, lastLines(n.log.String(), 80))
 		}
