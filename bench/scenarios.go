@@ -157,6 +157,9 @@ func (h *harness) scenarioLatency(ctx context.Context, name string) error {
 		if pct == 50 {
 			p50.want(onValue, "<=", 2)
 			p99.want(onValue, "<=", 10)
+			if rc.N > 0 {
+				h.badgerLat50 = rc
+			}
 		}
 		if rc.N == 0 {
 			p50.fail("no deliveries recorded")

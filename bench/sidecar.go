@@ -52,7 +52,25 @@ type sidecarSpec struct {
 	// be nil): the form a generated fleet would use, parsed by
 	// encoding/json.
 	JSON bool
+	// Fleet, when set, makes the sidecar a node of a fleet (log.backend:
+	// jetstream) on the cluster and stream it names.
+	Fleet *fleetNode
 }
+
+// fleetNode is what a fleet node's config adds (issue 11).
+type fleetNode struct {
+	NodeID   string
+	URLs     []string
+	Stream   string // its own per scenario, so scenarios share no state
+	Replicas int
+	LeaseTTL time.Duration // 0: the sidecar's default
+	// NodeHeader adds headers: {X-Node: <node id>} to every subscription,
+	// so the receiver sees which node sent a delivery (fleet-takeover).
+	NodeHeader bool
+}
+
+// nodeHeader is the header that names the sending node.
+const nodeHeader = "X-Node"
 
 func (s sidecarSpec) subscriptions() int {
 	n := 0
@@ -154,8 +172,8 @@ func (h *harness) tryStartSidecar(ctx context.Context, spec sidecarSpec, id stri
 // logging, a short shutdown grace, and the subscriptions, one a line (YAML
 // flow mappings, or JSON objects with spec.JSON).
 func (h *harness) writeConfig(s *sidecar) (int64, error) {
-	if s.spec.JSON && s.spec.SubYAML != nil {
-		return 0, errors.New("writeConfig: SubYAML is YAML; it cannot go into a JSON config")
+	if s.spec.JSON && (s.spec.SubYAML != nil || s.spec.Fleet != nil) {
+		return 0, errors.New("writeConfig: SubYAML and Fleet are written as YAML only")
 	}
 	f, err := os.Create(s.cfgPath)
 	if err != nil {
@@ -190,6 +208,14 @@ func (h *harness) writeYAMLConfig(w *bufio.Writer, s *sidecar) {
 	if s.spec.MaxInFlight > 0 {
 		fmt.Fprintf(w, "max_in_flight: %d\n", s.spec.MaxInFlight)
 	}
+	fl := s.spec.Fleet
+	if fl != nil {
+		fmt.Fprintf(w, "node_id: %s\nlog: {backend: jetstream}\njetstream:\n  urls: [%s]\n  stream: %s\n  replicas: %d\n",
+			fl.NodeID, strings.Join(fl.URLs, ", "), fl.Stream, fl.Replicas)
+		if fl.LeaseTTL > 0 {
+			fmt.Fprintf(w, "  lease_ttl: %s\n", yamlDur(fl.LeaseTTL))
+		}
+	}
 	if n := s.spec.subscriptions(); n == 0 {
 		fmt.Fprintf(w, "subscriptions: []\n")
 	} else {
@@ -202,6 +228,9 @@ func (h *harness) writeYAMLConfig(w *bufio.Writer, s *sidecar) {
 			pol := fmt.Sprintf("concurrency: {max: %d}", laneCap)
 			if s.spec.SubYAML != nil {
 				pol = s.spec.SubYAML(i)
+			}
+			if fl != nil && fl.NodeHeader {
+				pol += fmt.Sprintf(", headers: {%s: %s}", nodeHeader, fl.NodeID)
 			}
 			fmt.Fprintf(w, "  - {id: s%d, url: \"%s/s%d\", secret: %q, types: [%q], %s}\n",
 				i, base, i, benchSecret, g.Type, pol)
