@@ -50,7 +50,7 @@ var fleetScenarios = []string{"fleet-ingest", "fleet-fanout-10", "fleet-latency"
 // jsEventHeaders are the headers the bare publisher adds besides
 // Nats-Msg-Id, with values of the size sluice's append gives them, so that
 // both publish messages of the same shape.
-var jsEventHeaders = "Sluice-Type=bench.event;Sluice-Content-Type=application/json;Sluice-Accepted=1767225600123456789"
+var jsEventHeaders = "Sluice-Type=bench.event;Sluice-Content-Type=application/json;Sluice-Accepted-At=1767225600123456789"
 
 // ---------------------------------------------------------------- cluster
 

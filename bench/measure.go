@@ -177,11 +177,10 @@ func (h *harness) targetWindow(ctx context.Context, t *target, name string, spec
 		Producers: spec.Conc, RateOffered: spec.Rate, BodyBytes: spec.Body,
 	}
 	if sc.spec.Fleet != nil {
-		w.Durability = "jetstream"
+		w.Durability, w.Nodes = "jetstream", len(t.nodes)
+		w.Scenario = strings.TrimSuffix(sc.spec.Name, "."+sc.spec.Fleet.NodeID)
 	}
 	if len(t.nodes) > 1 {
-		w.Nodes = len(t.nodes)
-		w.Scenario = strings.TrimSuffix(sc.spec.Name, "."+sc.spec.Fleet.NodeID)
 		spec.Addrs = nil
 		for _, n := range t.nodes {
 			spec.Addrs = append(spec.Addrs, n.ingest)
@@ -364,7 +363,7 @@ func (w *window) fill(s0, s1 snap) {
 	w.GCs = s1.MS.NumGC - s0.MS.NumGC
 	w.RSSStart, w.RSSEnd = s0.RSS, s1.RSS
 	w.HeapStart, w.HeapEnd = s0.MS.HeapAlloc, s1.MS.HeapAlloc
-	if w.Nodes > 1 {
+	if len(s1.NodeCPU) > 1 {
 		for i := range s1.NodeCPU {
 			if i < len(s0.NodeCPU) {
 				w.NodeCPUms = append(w.NodeCPUms, float64(s1.NodeCPU[i]-s0.NodeCPU[i])/1e6)
