@@ -7,8 +7,9 @@
 //  1. the embedded defaults (Default);
 //  2. a YAML file, or JSON when its name ends in .json;
 //  3. the environment: SLUICE_<KEY>, lowercased, "__" for nesting
-//     (SLUICE_ADMIN__LISTEN sets admin.listen); subscriptions cannot be set
-//     there;
+//     (SLUICE_ADMIN__LISTEN sets admin.listen), a list comma-separated
+//     (SLUICE_JETSTREAM__URLS=nats://a:4222,nats://b:4222); subscriptions
+//     cannot be set there;
 //  4. overrides, usually from flags ("listen", "admin.listen").
 //
 // Guarantees of Load:
@@ -28,11 +29,18 @@
 //     and parsed (SubscriptionConfig.Resolved, AdminConfig.ResolvedToken),
 //     and classify overrides parsed (SubscriptionConfig.ClassifyOverrides),
 //     so callers never read files or the environment again.
+//   - Fleet mode (log.backend: jetstream, DESIGN.md §6) is all or nothing:
+//     its jetstream.* keys are refused with the default badger backend, and
+//     with jetstream the servers are required and the credentials and TLS
+//     files are read and parsed once here (RestartRequired lists what a
+//     reload cannot change).
 //   - No secret, token or credential-like header value is ever printed: not
 //     by String, %v, %#v, log/slog or encoding/json, and not in an error.
 //
 // Load does no I/O beyond reading the file and the secret and token files
-// it names. A Config is a plain value: not safe for concurrent mutation.
+// it names, and in fleet mode (log.backend: jetstream) the NATS
+// credentials and TLS files and the host name; it never dials NATS. A
+// Config is a plain value: not safe for concurrent mutation.
 package config
 
 import (
@@ -42,6 +50,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/jetstream"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -125,6 +134,18 @@ type Config struct {
 	SocketMode string `koanf:"socket_mode"`
 	// RetryBudget bounds the retries of all subscriptions together.
 	RetryBudget RetryBudgetConfig `koanf:"retry_budget"`
+	// Log chooses where the event log and the delivery state live.
+	Log LogConfig `koanf:"log"`
+	// JetStream configures fleet mode's shared log (DESIGN.md §6). Its
+	// keys may only be set with Log.Backend BackendJetStream.
+	JetStream JetStreamConfig `koanf:"jetstream"`
+	// NodeID names this sidecar in the fleet: lane ownership, leases and
+	// the admin API's owner column. It matches ^[A-Za-z0-9_-]{1,64}$: it
+	// becomes part of NATS subjects and KV keys, which allow no ".", "*",
+	// ">" or whitespace. With BackendJetStream Load defaults it to the
+	// host name (the pod name in Kubernetes), each "." replaced by "_".
+	// Unused with BackendBadger.
+	NodeID string `koanf:"node_id"`
 	// Subscriptions are the endpoints events are delivered to. They can be
 	// set in the file or the overrides, not in the environment.
 	Subscriptions []SubscriptionConfig `koanf:"subscriptions"`
@@ -138,6 +159,72 @@ type Config struct {
 	// lookupEnv resolves secret_env references; Load points it at its
 	// environ argument, nil means os.LookupEnv.
 	lookupEnv func(string) (string, bool)
+	// jetstreamKeys are the jetstream.* keys the sources set, sorted, as
+	// Load found them; Validate refuses them with BackendBadger even where
+	// a value equals its default. Nil for a Config built by hand: there
+	// only values that differ from Default count.
+	jetstreamKeys []string
+}
+
+// Values of LogConfig.Backend.
+const (
+	// BackendBadger keeps the log in an embedded Badger database in
+	// data_dir: one sidecar, its own events. The default.
+	BackendBadger = "badger"
+	// BackendJetStream is fleet mode: the log, the delivery state and the
+	// registry of subscriptions live in NATS JetStream, shared by every
+	// sidecar of the fleet, and each lane is delivered by one sidecar at a
+	// time (DESIGN.md §6).
+	BackendJetStream = "jetstream"
+)
+
+// LogConfig chooses the log's backend.
+type LogConfig struct {
+	// Backend is BackendBadger (default) or BackendJetStream. Changing it
+	// needs a restart.
+	Backend string `koanf:"backend"`
+}
+
+// JetStreamConfig is fleet mode's connection to NATS JetStream and the
+// shape of what sluice creates there (jetstream.Options). Changing any of
+// it needs a restart.
+type JetStreamConfig struct {
+	// URLs are NATS servers of the cluster (any of them; the client learns
+	// the others): nats://, tls://, ws:// or wss:// with a host, no
+	// credentials (use CredentialsFile). Required with BackendJetStream;
+	// from the environment a comma-separated list.
+	URLs []string `koanf:"urls"`
+	// Stream names the event stream and prefixes the KV buckets
+	// (<stream>_STATE, ...): ^[A-Za-z0-9_-]{1,64}$. Every sidecar of one
+	// fleet uses the same. Default jetstream.DefaultStream.
+	Stream string `koanf:"stream"`
+	// Replicas of the stream and the buckets, 1 to 5: 3 keeps a quorum
+	// through the loss of one server; 1 is for development. Default
+	// jetstream.DefaultReplicas.
+	Replicas int `koanf:"replicas"`
+	// LeaseTTL is how long a crashed sidecar's lanes wait before another
+	// one takes them, 1s to 5m: shorter moves them sooner, but a pause of
+	// the owner (GC, network, a NATS leader election) longer than it moves
+	// them needlessly. Default jetstream.DefaultLeaseTTL.
+	LeaseTTL time.Duration `koanf:"lease_ttl"`
+	// CredentialsFile names a NATS .creds file (user JWT and seed); it
+	// must exist and be readable. Its path may be printed, its content
+	// never is. Optional.
+	CredentialsFile string `koanf:"credentials_file"`
+	// TLS configures the client side of TLS to the servers. Optional.
+	TLS JetStreamTLSConfig `koanf:"tls"`
+}
+
+// JetStreamTLSConfig names PEM files for TLS to the NATS servers. Each
+// must exist and parse; CertFile and KeyFile go together.
+type JetStreamTLSConfig struct {
+	// CAFile holds the certificates that verify the servers; without it
+	// the system's roots do.
+	CAFile string `koanf:"ca_file"`
+	// CertFile and KeyFile are the client certificate and its key, for
+	// servers that verify clients.
+	CertFile string `koanf:"cert_file"`
+	KeyFile  string `koanf:"key_file"`
 }
 
 // RetryBudgetConfig is the retry budget shared by every subscription
@@ -341,7 +428,8 @@ type RetryConfig struct {
 // environment variable or flag says otherwise. It has no subscriptions.
 // Each default is the owning package's: the listeners, limits and grace
 // are proxy's, the dedup window and the free-space floor queue's, the
-// retry budget policy's (DESIGN.md §4 lists them).
+// retry budget policy's (DESIGN.md §4 lists them), fleet mode's stream,
+// replicas and lease jetstream's.
 func Default() *Config {
 	budget := policy.BudgetConfig{}.WithDefaults()
 	return &Config{
@@ -366,7 +454,15 @@ func Default() *Config {
 		LogFormat:        defaultLogFormat,
 		SocketMode:       defaultSocketMode,
 		RetryBudget:      RetryBudgetConfig{Ratio: budget.Ratio, MinPerSecond: budget.MinPerSecond, Window: budget.Window},
+		Log:              LogConfig{Backend: BackendBadger}, // one sidecar, its own log: unchanged unless fleet mode is asked for
+		JetStream:        defaultJetStream(),
 	}
+}
+
+// defaultJetStream is jetstream's defaults; NodeID's default, the host
+// name, is filled in by Load.
+func defaultJetStream() JetStreamConfig {
+	return JetStreamConfig{Stream: jetstream.DefaultStream, Replicas: jetstream.DefaultReplicas, LeaseTTL: jetstream.DefaultLeaseTTL}
 }
 
 // applyDefaults fills each subscription's zero fields. It runs after

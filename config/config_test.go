@@ -72,6 +72,9 @@ func TestLoadConfigFull(t *testing.T) {
 		LogFormat:        "json",
 		SocketMode:       defaultSocketMode,
 		RetryBudget:      RetryBudgetConfig{Ratio: 0.25, MinPerSecond: 5, Window: 30 * time.Second},
+		Log:              LogConfig{Backend: BackendBadger},
+		JetStream:        JetStreamConfig{Stream: "SLUICE_EVENTS", Replicas: 3, LeaseTTL: 10 * time.Second},
+		NodeID:           "pod-a",
 		Subscriptions: []SubscriptionConfig{
 			{
 				ID:          "billing",

@@ -26,9 +26,10 @@ var (
 // ValidationError reports one bad configuration value. Err wraps one of
 // ErrUnknownKey, ErrInvalidValue, ErrMissingValue, ErrDuplicate or
 // ErrConflict, and sometimes a cause: signing.ErrBadSecret, fs.ErrNotExist,
-// policy.ErrUnknownOutcome, or for the bounds policy owns (retry budget,
-// breaker, retry schedule, concurrency caps) a *policy.FieldError wrapping
-// policy.ErrInvalidConfig.
+// policy.ErrUnknownOutcome, nkeys' error for a bad NATS credentials file,
+// crypto/tls's for a certificate and key that do not load, or for the
+// bounds policy owns (retry budget, breaker, retry schedule, concurrency
+// caps) a *policy.FieldError wrapping policy.ErrInvalidConfig.
 type ValidationError struct {
 	// Field is the key path, e.g. "durability", "admin.listen",
 	// "subscriptions[2].url" or "subscriptions[0].classify[409]".

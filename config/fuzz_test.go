@@ -17,6 +17,8 @@ func FuzzLoadConfig(f *testing.F) {
 	}
 	f.Add("subscriptions: [{id: a, url: 'http://x', secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw, rate: {per_second: 1e308}}]")
 	f.Add("retry_budget: {ratio: .nan}\n")
+	f.Add("log: {backend: jetstream}\njetstream: {urls: [nats://a:4222, 'wss://b/x'], replicas: 1, lease_ttl: 2s, tls: {}}\nnode_id: pod-a\n")
+	f.Add("jetstream: {stream: S}\nlog: ~\n")
 	f.Fuzz(func(t *testing.T, yaml string) { loadFuzzedConfig(t, "c.yaml", yaml) })
 }
 

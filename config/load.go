@@ -28,9 +28,11 @@ const envPrefix = "SLUICE_"
 // key.
 const EnvFile = "SLUICE_CONFIG"
 
-// envKeys is every config key the environment may set.
-var envKeys = func() map[string]bool {
-	keys := map[string]bool{}
+// envKeys is every config key the environment may set; envListKeys are
+// those that hold a list, which a variable gives comma-separated
+// (SLUICE_JETSTREAM__URLS=nats://a:4222,nats://b:4222).
+var envKeys, envListKeys = func() (map[string]bool, map[string]bool) {
+	keys, lists := map[string]bool{}, map[string]bool{}
 	var walk func(t reflect.Type, prefix string)
 	walk = func(t reflect.Type, prefix string) {
 		for i := range t.NumField() {
@@ -44,10 +46,13 @@ var envKeys = func() map[string]bool {
 				continue
 			}
 			keys[prefix+tag] = true
+			if f.Type.Kind() == reflect.Slice {
+				lists[prefix+tag] = true
+			}
 		}
 	}
 	walk(reflect.TypeFor[Config](), "")
-	return keys
+	return keys, lists
 }()
 
 // Load builds a Config from, later sources winning:
@@ -57,15 +62,17 @@ var envKeys = func() map[string]bool {
 //     ends in .json;
 //  3. environ (pass os.Environ()): variables named SLUICE_<KEY>, lowercased,
 //     with "__" for nesting: SLUICE_DATA_DIR sets data_dir,
-//     SLUICE_ADMIN__LISTEN sets admin.listen. Subscriptions cannot be set
-//     from the environment;
+//     SLUICE_ADMIN__LISTEN sets admin.listen, and a list key takes a
+//     comma-separated value. Subscriptions cannot be set from the
+//     environment;
 //  4. overrides, usually from flags: keys are paths like "listen" or
 //     "admin.listen" (or nested maps), values strings or typed values.
 //
 // Unknown keys are errors in every source, durations must be strings with a
 // unit ("10s"), and each subscription's zero fields get the subscription
-// defaults. secret_env references are looked up in environ. The result has
-// passed Validate. Errors are *ValidationError, except that a missing
+// defaults. secret_env references are looked up in environ. With
+// log.backend jetstream and no node_id, node_id is the host name, each "."
+// replaced by "_". The result has passed Validate. Errors are *ValidationError, except that a missing
 // or unreadable file and malformed YAML return an error naming the file (and
 // the line).
 func Load(path string, environ []string, overrides map[string]any) (*Config, error) {
@@ -150,6 +157,14 @@ func Load(path string, environ []string, overrides map[string]any) (*Config, err
 	cfg.applyDefaults()
 	cfg.lookupEnv = envLookup(environ)
 	cfg.IgnoredEnv = envLayer.ignored
+	cfg.jetstreamKeys = keysUnder(merged, "jetstream")
+	if cfg.Log.Backend == BackendJetStream && cfg.NodeID == "" {
+		id, err := hostNodeID()
+		if err != nil {
+			return nil, &ValidationError{Field: "node_id", Err: err}
+		}
+		cfg.NodeID = id
+	}
 
 	if err := cfg.Validate(); err != nil {
 		var ve *ValidationError
@@ -162,6 +177,25 @@ func Load(path string, environ []string, overrides map[string]any) (*Config, err
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// keysUnder lists the keys the merged sources set under section, sorted;
+// the section itself when it is set but holds no key (jetstream: {}).
+func keysUnder(k *koanf.Koanf, section string) []string {
+	if !k.Exists(section) {
+		return nil
+	}
+	var keys []string
+	for _, key := range k.Keys() {
+		if strings.HasPrefix(key, section+".") {
+			keys = append(keys, key)
+		}
+	}
+	if len(keys) == 0 {
+		return []string{section}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // rawSubs is the file's subscriptions list as YAML parsed it.
@@ -309,6 +343,9 @@ func loadEnv(environ []string) (layer, error) {
 			return "", nil
 		}
 		names[key] = name
+		if envListKeys[key] {
+			return key, splitList(value)
+		}
 		return key, value
 	}
 
@@ -346,6 +383,21 @@ func loadEnv(environ []string) (layer, error) {
 		}
 		return "the environment"
 	}}, nil
+}
+
+// splitList turns a variable's comma-separated value into list items,
+// each trimmed: "" is the empty list, and an empty item stays for
+// Validate to name ("a,,b").
+func splitList(v string) []any {
+	if strings.TrimSpace(v) == "" {
+		return []any{}
+	}
+	parts := strings.Split(v, ",")
+	out := make([]any, len(parts))
+	for i, p := range parts {
+		out[i] = strings.TrimSpace(p)
+	}
+	return out
 }
 
 // envLookup returns a lookup over environ; the last definition wins, as in

@@ -121,6 +121,13 @@ func (c Config) redacted() *Config {
 	r := c
 	r.lookupEnv = nil
 	r.Admin = c.Admin.redacted()
+	r.jetstreamKeys = nil
+	if c.JetStream.URLs != nil {
+		r.JetStream.URLs = make([]string, len(c.JetStream.URLs))
+		for i, u := range c.JetStream.URLs {
+			r.JetStream.URLs[i] = safeURL(u)
+		}
+	}
 	if c.Subscriptions != nil {
 		r.Subscriptions = make([]SubscriptionConfig, len(c.Subscriptions))
 		for i, s := range c.Subscriptions {
@@ -218,7 +225,7 @@ func (c *Config) toMap() map[string]any {
 	for i, s := range c.Subscriptions {
 		subs[i] = s.toMap()
 	}
-	return map[string]any{
+	m := map[string]any{
 		"listen":                c.Listen,
 		"admin":                 c.Admin.toMap(),
 		"data_dir":              c.DataDir,
@@ -247,6 +254,34 @@ func (c *Config) toMap() map[string]any {
 		},
 		"subscriptions": subs,
 	}
+	m["log"] = map[string]any{"backend": c.Log.Backend}
+	// Fleet keys only where they mean something: with badger they are
+	// refused, so printing their defaults would not load back.
+	if c.Log.Backend == BackendJetStream {
+		js := map[string]any{
+			"urls":      c.JetStream.URLs,
+			"stream":    c.JetStream.Stream,
+			"replicas":  c.JetStream.Replicas,
+			"lease_ttl": c.JetStream.LeaseTTL.String(),
+		}
+		if c.JetStream.CredentialsFile != "" {
+			js["credentials_file"] = c.JetStream.CredentialsFile // a path; the file's content is never read into the Config
+		}
+		tlsm := map[string]any{}
+		for k, v := range map[string]string{"ca_file": c.JetStream.TLS.CAFile, "cert_file": c.JetStream.TLS.CertFile, "key_file": c.JetStream.TLS.KeyFile} {
+			if v != "" {
+				tlsm[k] = v
+			}
+		}
+		if len(tlsm) > 0 {
+			js["tls"] = tlsm
+		}
+		m["jetstream"] = js
+	}
+	if c.NodeID != "" {
+		m["node_id"] = c.NodeID
+	}
+	return m
 }
 
 // toMap expects a redacted AdminConfig.

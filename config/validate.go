@@ -100,6 +100,9 @@ func (c *Config) Validate() error {
 	default:
 		return fieldErr("log_format", c.LogFormat, invalidf("must be text or json"))
 	}
+	if err := c.validateFleet(); err != nil {
+		return err
+	}
 
 	lookup := c.lookupEnv
 	if lookup == nil {

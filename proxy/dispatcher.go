@@ -50,9 +50,13 @@ func (d *dispatcher) start(subs []*Subscription) error {
 	for _, m := range ms {
 		cursors[m.Subscription] = m.Cursor
 	}
-	retries, err := d.store.RetrySummaries(cursors)
-	if err != nil {
-		return err
+	var retries map[string]*queue.RetrySummary
+	if d.fleet == nil {
+		// In fleet mode a lane reads its schedule when its lease is gained
+		// (Gained), from the state its previous owner left.
+		if retries, err = d.store.RetrySummaries(cursors); err != nil {
+			return err
+		}
 	}
 	configured := map[string]*Subscription{}
 	for _, s := range subs {

@@ -227,3 +227,26 @@ func (d *dispatcher) foreignStatus(l *lane, snaps map[string]queue.LaneSnapshot)
 	st.Owner = d.fleet.Owner(l.id)
 	return st
 }
+
+// ownersCursors returns the cursor each lane's owner last published (fleet
+// mode; nil otherwise).
+func (d *dispatcher) ownersCursors() map[string]uint64 {
+	if d.fleet == nil {
+		return nil
+	}
+	snaps, err := d.fleet.LaneSnapshots()
+	if err != nil {
+		d.log.Warn("read lane snapshots", "err", err)
+		return nil
+	}
+	out := make(map[string]uint64, len(snaps))
+	for id, sn := range snaps {
+		var st struct {
+			Cursor uint64 `json:"cursor"`
+		}
+		if json.Unmarshal(sn.Data, &st) == nil {
+			out[id] = st.Cursor
+		}
+	}
+	return out
+}

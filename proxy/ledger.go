@@ -84,8 +84,9 @@ func (s *Server) Event(id string) (*EventStatus, error) {
 		at := ev.AcceptedAt
 		st.AcceptedAt = &at
 	}
+	cursors := s.d.ownersCursors()
 	for _, l := range s.d.laneList() {
-		dl, d := l.ledger(seq, st.Type)
+		dl, d := l.ledger(seq, st.Type, cursors)
 		if !dl {
 			continue
 		}
@@ -133,7 +134,10 @@ func (s *Server) resolvedState(sub string, seq uint64, d *Delivery) error {
 // ledger says whether the lane is entitled to seq of type typ ("" when
 // unknown: an event compacted away whose dedup entry predates format 2)
 // and, when it knows from memory, the state.
-func (l *lane) ledger(seq uint64, typ string) (entitled bool, d Delivery) {
+//
+// A foreign lane (fleet mode) knows nothing in memory: its owner's
+// published cursor (cursors) says whether seq is still pending.
+func (l *lane) ledger(seq uint64, typ string, cursors map[string]uint64) (entitled bool, d Delivery) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d.Subscription = l.id
@@ -145,6 +149,12 @@ func (l *lane) ledger(seq uint64, typ string) (entitled bool, d Delivery) {
 	}
 	if typ != "" && !l.wants(typ) {
 		return false, d
+	}
+	if l.foreign {
+		if c, ok := cursors[l.id]; !ok || seq > c {
+			d.State = "pending" // or in flight on its owner
+		}
+		return true, d
 	}
 	if _, ok := l.retrying[seq]; ok {
 		d.State = "in_flight"

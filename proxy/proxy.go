@@ -122,6 +122,9 @@ type Server struct {
 	admin      *http.Server
 	adminLn    net.Listener
 	draining   atomic.Bool
+	// adminSwitch serves the admin API of a store opened through
+	// OpenStore: the starting handler until the store is open.
+	adminSwitch handlerSwitch
 	im         *ingestMetrics
 	// wrapStore, when set (by tests in this package only), wraps the
 	// store the engine drives, to inject faults the real one cannot be
@@ -168,11 +171,17 @@ func (s *Server) Open() (err error) {
 	if err != nil {
 		return fmt.Errorf("ingest listen %s: %w", s.opts.Listen, err)
 	}
+	var adminDone chan struct{}
 	defer func() {
 		if err != nil {
 			s.ingestLn.Close()
 			if s.adminLn != nil {
 				s.adminLn.Close()
+			}
+			if s.admin != nil {
+				s.admin.Close()
+				<-adminDone
+				s.admin = nil
 			}
 		}
 	}()
@@ -180,6 +189,20 @@ func (s *Server) Open() (err error) {
 		if s.adminLn, err = listen(s.opts.AdminListen, s.opts.SocketMode); err != nil {
 			return fmt.Errorf("admin listen %s: %w", s.opts.AdminListen, err)
 		}
+	}
+	if s.adminLn != nil && s.opts.OpenStore != nil {
+		// A shared log may take a while to reach (NATS still starting,
+		// retried with backoff): serve /healthz and a 503 /readyz that
+		// says so meanwhile, rather than refusing connections.
+		s.adminSwitch.Store(&startingHandler)
+		s.admin = &http.Server{Handler: &s.adminSwitch, ReadHeaderTimeout: 10 * time.Second, ConnState: s.adminFresh.trackHTTP}
+		adminDone = make(chan struct{})
+		go func() {
+			defer close(adminDone)
+			if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("admin server", "err", err)
+			}
+		}()
 	}
 	subs := s.opts.Subscriptions
 	s.opts.Subscriptions = nil // the lanes own them now
@@ -219,7 +242,10 @@ func (s *Server) Open() (err error) {
 			s.log.Error("ingest server", "err", err)
 		}
 	}()
-	if s.adminLn != nil {
+	if s.admin != nil {
+		h := s.adminHandler()
+		s.adminSwitch.Store(&h)
+	} else if s.adminLn != nil {
 		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second, ConnState: s.adminFresh.trackHTTP}
 		go func() {
 			if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -229,6 +255,23 @@ func (s *Server) Open() (err error) {
 	}
 	return nil
 }
+
+// handlerSwitch is an http.Handler that can be replaced while it serves.
+type handlerSwitch struct{ h atomic.Pointer[http.Handler] }
+
+func (h *handlerSwitch) ServeHTTP(w http.ResponseWriter, r *http.Request) { (*h.h.Load()).ServeHTTP(w, r) }
+
+func (h *handlerSwitch) Store(x *http.Handler) { h.h.Store(x) }
+
+// startingHandler answers while the log is being opened.
+var startingHandler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		writeJSON(w, http.StatusOK, HealthAnswer{Status: "ok"})
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	writeJSON(w, http.StatusServiceUnavailable, HealthAnswer{Status: "starting: connecting to the log"})
+})
 
 // openBadger opens the embedded log; a nil *badger.Log must not become a
 // non-nil queue.Store, so the error path returns a nil interface.

@@ -14,11 +14,14 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/config"
 )
 
 // Names and paths that inject owns in a pod spec. Running inject again finds
@@ -63,6 +66,10 @@ type injectOptions struct {
 	Grace      time.Duration
 	IngestPort int
 	AdminPort  int
+	// JetStreamURLs, when set, put the sidecar in fleet mode (DESIGN.md
+	// §6): the log is in JetStream at these servers, and each pod's node
+	// id is its name.
+	JetStreamURLs []string
 }
 
 func (o injectOptions) validate() error {
@@ -84,8 +91,23 @@ func (o injectOptions) validate() error {
 	case o.IngestPort == o.AdminPort:
 		return fmt.Errorf("--ingest-port and --admin-port are both %d", o.IngestPort)
 	}
+	for i, u := range o.JetStreamURLs {
+		shown := u
+		if strings.Contains(u, "@") {
+			shown = "[redacted]" // it may hold a password
+		}
+		if err := config.ValidateJetStreamURL(u); err != nil {
+			return fmt.Errorf("--jetstream-url %q: %w", shown, err)
+		}
+		if slices.Index(o.JetStreamURLs, u) < i {
+			return fmt.Errorf("--jetstream-url %q: given twice", shown)
+		}
+	}
 	return nil
 }
+
+// fleet reports whether the sidecar runs in fleet mode.
+func (o injectOptions) fleet() bool { return len(o.JetStreamURLs) > 0 }
 
 // terminationGrace is the smallest terminationGracePeriodSeconds that lets
 // the sidecar drain for the full grace.
@@ -97,7 +119,7 @@ func injectCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice inject [FILE|-] [flags]\n\nReads Kubernetes YAML (FILE, or stdin for - or none) and writes it to stdout\nwith the sluice sidecar added to every Deployment, StatefulSet, DaemonSet, Job\nand Pod. Other documents pass through. Running it again changes nothing.\n\nFlags:")
+		fmt.Fprintln(stderr, "usage: sluice inject [FILE|-] [flags]\n\nReads Kubernetes YAML (FILE, or stdin for - or none) and writes it to stdout\nwith the sluice sidecar added to every Deployment, StatefulSet, DaemonSet, Job\nand Pod. Other documents pass through. Running it again changes nothing.\nWith --jetstream-url the sidecars run in fleet mode: one shared log in NATS\nJetStream, each pod's node id its name.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	var o injectOptions
@@ -108,6 +130,12 @@ func injectCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	grace := fs.String("grace", injectDefaultGrace, "drain grace after SIGTERM (shutdown_grace); terminationGracePeriodSeconds is raised to grace+5s")
 	fs.IntVar(&o.IngestPort, "ingest-port", injectDefaultIngest, "ingest port on the pod's loopback")
 	fs.IntVar(&o.AdminPort, "admin-port", injectDefaultAdmin, "admin API port on the pod's loopback")
+	fs.Func("jetstream-url", "fleet mode: a NATS server URL (nats://nats.nats.svc:4222); repeat it or give a comma-separated list", func(v string) error {
+		for _, u := range strings.Split(v, ",") {
+			o.JetStreamURLs = append(o.JetStreamURLs, strings.TrimSpace(u))
+		}
+		return nil
+	})
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -211,6 +239,12 @@ func injectDocument(doc *yaml.Node, o injectOptions) error {
 	if meta := mapGet(root, "metadata"); meta != nil {
 		if n := mapGet(meta, "name"); n != nil && n.Kind == yaml.ScalarNode {
 			what = fmt.Sprintf("%s %q", what, n.Value)
+			// The pods' names derive from the workload's and become their
+			// node ids, which cannot hold a "." (config.Config.NodeID):
+			// refuse here rather than let every pod fail to start.
+			if o.fleet() && strings.Contains(n.Value, ".") {
+				return fmt.Errorf("%s: with --jetstream-url each pod's name is its node_id, which cannot contain \".\"; rename the %s", what, kindNode.Value)
+			}
 		}
 	}
 	spec := root
@@ -370,8 +404,15 @@ type (
 		SecurityContext securityContext `yaml:"securityContext"`
 	}
 	envVar struct {
-		Name  string `yaml:"name"`
-		Value string `yaml:"value"`
+		Name      string        `yaml:"name"`
+		Value     string        `yaml:"value,omitempty"`
+		ValueFrom *envVarSource `yaml:"valueFrom,omitempty"`
+	}
+	envVarSource struct {
+		FieldRef fieldRef `yaml:"fieldRef"`
+	}
+	fieldRef struct {
+		FieldPath string `yaml:"fieldPath"`
 	}
 	volumeMount struct {
 		Name      string `yaml:"name"`
@@ -427,11 +468,11 @@ func sidecarContainer(o injectOptions, dataVolume string) container {
 		RestartPolicy: "Always",
 		Args:          []string{"serve"},
 		Env: []envVar{
-			{"SLUICE_CONFIG", injectConfigFile},
-			{"SLUICE_DATA_DIR", injectDataDir},
-			{"SLUICE_LISTEN", fmt.Sprintf("127.0.0.1:%d", o.IngestPort)},
-			{"SLUICE_ADMIN__LISTEN", fmt.Sprintf("127.0.0.1:%d", o.AdminPort)},
-			{"SLUICE_SHUTDOWN_GRACE", o.Grace.String()},
+			{Name: "SLUICE_CONFIG", Value: injectConfigFile},
+			{Name: "SLUICE_DATA_DIR", Value: injectDataDir},
+			{Name: "SLUICE_LISTEN", Value: fmt.Sprintf("127.0.0.1:%d", o.IngestPort)},
+			{Name: "SLUICE_ADMIN__LISTEN", Value: fmt.Sprintf("127.0.0.1:%d", o.AdminPort)},
+			{Name: "SLUICE_SHUTDOWN_GRACE", Value: o.Grace.String()},
 		},
 		VolumeMounts: []volumeMount{
 			{Name: dataVolume, MountPath: injectDataDir},
@@ -460,6 +501,18 @@ func sidecarContainer(o injectOptions, dataVolume string) container {
 	}
 	if o.Secret != "" {
 		c.VolumeMounts = append(c.VolumeMounts, volumeMount{Name: injectSecretsVolume, MountPath: injectSecretsDir, ReadOnly: true})
+	}
+	if o.fleet() {
+		// Fleet mode: the log, the delivery state and the registry live in
+		// JetStream, so deleting the pod loses nothing and the data
+		// volume can stay an emptyDir (sluice keeps nothing in it). The
+		// node id is the pod's name, unique among running pods, from the
+		// downward API.
+		c.Env = append(c.Env,
+			envVar{Name: "SLUICE_LOG__BACKEND", Value: "jetstream"},
+			envVar{Name: "SLUICE_JETSTREAM__URLS", Value: strings.Join(o.JetStreamURLs, ",")},
+			envVar{Name: "SLUICE_NODE_ID", ValueFrom: &envVarSource{FieldRef: fieldRef{FieldPath: "metadata.name"}}},
+		)
 	}
 	return c
 }

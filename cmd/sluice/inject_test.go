@@ -5,8 +5,13 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/config"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata/inject")
@@ -31,6 +36,13 @@ var injectCases = []struct {
 	// Re-injecting an injected file with other flags updates the sidecar
 	// in place rather than adding a second one.
 	{"update", "deployment.golden", []string{"--image", "ghcr.io/sluicehq/sluice:v0.2.0", "--pvc", "billing-queue", "--secret", "billing-secrets"}},
+	// Fleet mode: a comma list and a repeated flag; the data volume stays
+	// an emptyDir.
+	{"deployment-fleet", "deployment", []string{"--jetstream-url", "nats://nats-0.nats-headless.nats.svc:4222, nats://nats-1.nats-headless.nats.svc:4222",
+		"--jetstream-url", "nats://nats-2.nats-headless.nats.svc:4222", "--secret", "sluice-secrets"}},
+	{"statefulset-fleet", "statefulset", []string{"--jetstream-url", "tls://nats.nats.svc:4222"}},
+	// Re-injecting without --jetstream-url turns fleet mode off again.
+	{"update-fleet-off", "deployment-fleet.golden", []string{"--secret", "sluice-secrets"}},
 }
 
 func runInject(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -118,6 +130,13 @@ func TestInjectErrors(t *testing.T) {
 		{"bad pvc", []string{"--pvc", "Not_A_Name"}, `--pvc "Not_A_Name"`},
 		{"same ports", []string{"--ingest-port", "9000", "--admin-port", "9000"}, "both 9000"},
 		{"port range", []string{"--admin-port", "70000"}, "--admin-port 70000"},
+		{"jetstream http", []string{"--jetstream-url", "http://nats:4222"}, `--jetstream-url "http://nats:4222": must be nats://, tls://, ws:// or wss://, not http://`},
+		{"jetstream no scheme", []string{"--jetstream-url", "nats.nats.svc:4222"}, `--jetstream-url "nats.nats.svc:4222": must start with nats://`},
+		{"jetstream credentials", []string{"--jetstream-url", "nats://sluice:hunter2@nats:4222"}, `--jetstream-url "[redacted]": must not contain credentials (user:password@): they would show in logs; use jetstream.credentials_file`},
+		{"jetstream empty", []string{"--jetstream-url", "nats://a:4222,"}, `--jetstream-url "": must not be empty`},
+		{"jetstream twice", []string{"--jetstream-url", "nats://a:4222", "--jetstream-url", "nats://a:4222"}, `--jetstream-url "nats://a:4222": given twice`},
+		{"jetstream dotted name", []string{filepath.Join(injectDir, "dotted-name.in.yaml"), "--jetstream-url", "nats://a:4222"},
+			`document 1: Deployment "billing.v2": with --jetstream-url each pod's name is its node_id, which cannot contain "."; rename the Deployment`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, out, errOut := runInject(t, c.args...)
@@ -129,6 +148,9 @@ func TestInjectErrors(t *testing.T) {
 			}
 			if !strings.Contains(errOut, c.want) {
 				t.Errorf("stderr %q does not contain %q", errOut, c.want)
+			}
+			if strings.Contains(errOut, "hunter2") {
+				t.Errorf("stderr echoes a password: %s", errOut)
 			}
 		})
 	}
@@ -148,6 +170,67 @@ func TestInjectExample(t *testing.T) {
 	}
 	if out != string(want) {
 		t.Errorf("examples/kubernetes/deployment.yaml is stale; regenerate it:\n  go run ./cmd/sluice inject examples/kubernetes/app.yaml --secret sluice-secrets > examples/kubernetes/deployment.yaml")
+	}
+}
+
+// TestInjectFleetExample keeps examples/kubernetes/fleet/deployment.yaml
+// what inject makes of examples/kubernetes/app.yaml in fleet mode.
+func TestInjectFleetExample(t *testing.T) {
+	dir := filepath.Join("..", "..", "examples", "kubernetes")
+	code, out, errOut := runInject(t, filepath.Join(dir, "app.yaml"), "--secret", "sluice-secrets", "--jetstream-url", "nats://nats.nats.svc:4222")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want, err := os.ReadFile(filepath.Join(dir, "fleet", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != string(want) {
+		t.Errorf("examples/kubernetes/fleet/deployment.yaml is stale; regenerate it:\n  go run ./cmd/sluice inject examples/kubernetes/app.yaml --secret sluice-secrets --jetstream-url nats://nats.nats.svc:4222 > examples/kubernetes/fleet/deployment.yaml")
+	}
+}
+
+// TestInjectFleetEnvLoads: the environment inject gives the sidecar, with
+// the pod name the downward API puts in SLUICE_NODE_ID, loads as a fleet
+// config with the servers given and that name as the node id.
+func TestInjectFleetEnvLoads(t *testing.T) {
+	code, out, errOut := runInject(t, filepath.Join(injectDir, "deployment.in.yaml"),
+		"--jetstream-url", "nats://nats-0.nats-headless.nats.svc:4222,tls://nats-1.nats-headless.nats.svc:4222")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var d struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					InitContainers []container `yaml:"initContainers"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	if err := yaml.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatal(err)
+	}
+	const podName = "billing-7d9f4c5b8-x2xkq"
+	var environ []string
+	for _, e := range d.Spec.Template.Spec.InitContainers[0].Env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			if e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+				t.Fatalf("%s comes from %s", e.Name, e.ValueFrom.FieldRef.FieldPath)
+			}
+			v = podName
+		}
+		environ = append(environ, e.Name+"="+v)
+	}
+	cfg, err := config.Load("", environ, nil)
+	if err != nil {
+		t.Fatalf("the injected environment does not load: %v\n%s", err, strings.Join(environ, "\n"))
+	}
+	want := []string{"nats://nats-0.nats-headless.nats.svc:4222", "tls://nats-1.nats-headless.nats.svc:4222"}
+	if cfg.Log.Backend != config.BackendJetStream || !slices.Equal(cfg.JetStream.URLs, want) || cfg.NodeID != podName ||
+		cfg.DataDir != injectDataDir || len(cfg.IgnoredEnv) != 0 {
+		t.Errorf("loaded: backend %q, urls %q, node_id %q, data_dir %q, ignored %v", cfg.Log.Backend, cfg.JetStream.URLs, cfg.NodeID, cfg.DataDir, cfg.IgnoredEnv)
 	}
 }
 

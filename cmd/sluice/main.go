@@ -34,7 +34,7 @@ Usage:
   sluice events show ID [--json]
   sluice pause ID [--reason TEXT]
   sluice resume ID
-  sluice inject [FILE|-] [--image IMG] [--config-map NAME] [--pvc NAME] [--secret NAME] [--grace 10s] [--ingest-port 8700] [--admin-port 8701]
+  sluice inject [FILE|-] [--image IMG] [--config-map NAME] [--pvc NAME] [--secret NAME] [--grace 10s] [--ingest-port 8700] [--admin-port 8701] [--jetstream-url URL]...
   sluice verify --secret whsec_... [--id ID --timestamp TS --signature SIG | --headers FILE] [--tolerance 5m] < BODY
   sluice version
 

@@ -374,11 +374,13 @@ func TestSIGHUPReloadAddsSubscription(t *testing.T) {
 // the key, and no data dir is created.
 func TestBadConfigStartsNothing(t *testing.T) {
 	cases := map[string]struct{ yaml, want string }{
-		"unknown key":  {"colour: blue\n", `unknown key "colour"`},
-		"bad url":      {"subscriptions:\n  - id: a\n    url: ftp://x\n    secret: " + e2eSecret + "\n", "subscriptions[0].url"},
-		"bad secret":   {"subscriptions:\n  - id: a\n    url: http://127.0.0.1:1/\n    secret: whsec_!!!\n", "subscriptions[0].secret"},
-		"private url":  {"subscriptions:\n  - id: a\n    url: http://10.0.0.7:8080/\n    secret: " + e2eSecret + "\n", "subscriptions[0].url"},
-		"duplicate id": {"subscriptions:\n  - id: a\n    url: http://127.0.0.1:1/\n    secret: " + e2eSecret + "\n  - id: a\n    url: http://127.0.0.1:1/\n    secret: " + e2eSecret + "\n", "duplicate"},
+		"unknown key":                   {"colour: blue\n", `unknown key "colour"`},
+		"bad url":                       {"subscriptions:\n  - id: a\n    url: ftp://x\n    secret: " + e2eSecret + "\n", "subscriptions[0].url"},
+		"bad secret":                    {"subscriptions:\n  - id: a\n    url: http://127.0.0.1:1/\n    secret: whsec_!!!\n", "subscriptions[0].secret"},
+		"private url":                   {"subscriptions:\n  - id: a\n    url: http://10.0.0.7:8080/\n    secret: " + e2eSecret + "\n", "subscriptions[0].url"},
+		"fleet keys without fleet mode": {"jetstream:\n  urls: [nats://127.0.0.1:4222]\n", `jetstream.urls: is set but log.backend is "badger"`},
+		"fleet mode without servers":    {"log: {backend: jetstream}\nnode_id: pod-a\n", "jetstream.urls: required with log.backend: jetstream"},
+		"duplicate id":                  {"subscriptions:\n  - id: a\n    url: http://127.0.0.1:1/\n    secret: " + e2eSecret + "\n  - id: a\n    url: http://127.0.0.1:1/\n    secret: " + e2eSecret + "\n", "duplicate"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,6 +20,8 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/jetstream"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -80,8 +84,14 @@ func serve(args []string, stderr io.Writer) error {
 	// Parsing a large config leaves much garbage behind; hand it back now
 	// rather than carry it as resident memory.
 	debug.FreeOSMemory()
-	log.Info("sluice serving", "version", version, "ingest", srv.URL(), "admin", srv.AdminURL(),
-		"data_dir", cfg.DataDir, "durability", cfg.Durability, "subscriptions", nsubs)
+	if cfg.Log.Backend == config.BackendJetStream {
+		log.Info("sluice serving", "version", version, "ingest", srv.URL(), "admin", srv.AdminURL(),
+			"log", "jetstream", "jetstream_urls", strings.Join(cfg.JetStream.URLs, ","), "stream", cfg.JetStream.Stream,
+			"node_id", cfg.NodeID, "subscriptions", nsubs)
+	} else {
+		log.Info("sluice serving", "version", version, "ingest", srv.URL(), "admin", srv.AdminURL(),
+			"data_dir", cfg.DataDir, "durability", cfg.Durability, "subscriptions", nsubs)
+	}
 	if nsubs == 0 {
 		log.Warn("no subscriptions configured: events are accepted and kept, but go nowhere. " +
 			"Add one under 'subscriptions:' in a config file (id, url, secret: whsec_..., types) " +
@@ -92,7 +102,7 @@ wait:
 	for {
 		select {
 		case <-life.reload:
-			reload(srv, load, log)
+			reload(srv, cfg, load, log)
 		case <-life.drain.Done():
 			break wait
 		}
@@ -116,9 +126,18 @@ wait:
 	}
 }
 
-// reload applies the config file's subscriptions; a bad file changes nothing.
-func reload(srv *proxy.Server, load func() (*config.Config, error), log *slog.Logger) {
+// reload applies the config file's subscriptions; a bad file changes
+// nothing. Nor does a file that moves the log (log.backend, jetstream.*,
+// node_id): its subscriptions are meant for another log, and in fleet mode
+// applying them would register them in a shared registry this sidecar is
+// leaving. Other keys are read at start only (README, "Signals").
+func reload(srv *proxy.Server, running *config.Config, load func() (*config.Config, error), log *slog.Logger) {
 	cfg, err := load()
+	if err == nil {
+		if keys := config.RestartRequired(running, cfg); len(keys) > 0 {
+			err = fmt.Errorf("%s changed: where the log lives and which node this is take effect only on a restart; nothing was reloaded (restart to apply, or undo the change)", strings.Join(keys, ", "))
+		}
+	}
 	if err == nil {
 		subs := subscriptions(cfg)
 		if err = srv.Reload(subs); err == nil {
@@ -141,7 +160,7 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 
 // serverOptions copies the config onto the proxy's plain options.
 func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Logger) proxy.Options {
-	return proxy.Options{
+	opts := proxy.Options{
 		Listen:       cfg.Listen,
 		SocketMode:   socketMode(cfg.SocketMode),
 		AdminListen:  cfg.Admin.Listen,
@@ -165,6 +184,46 @@ func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Log
 		RetryBudget:         cfg.RetryBudget.Policy(),
 		Subscriptions:       subs,
 		Logger:              log,
+	}
+	if cfg.Log.Backend == config.BackendJetStream {
+		// Fleet mode: the log, the delivery state and the registry are in
+		// JetStream, so data_dir holds nothing (it is still accepted, and
+		// an emptyDir is enough for it); durability and
+		// min_free_disk_bytes are Badger's and do not apply: a 202 means a
+		// JetStream quorum has the event. max_disk_bytes bounds the
+		// stream (its max_bytes) instead of the directory.
+		opts.OpenStore = openFleetStore(jetstreamOptions(cfg, log))
+	}
+	return opts
+}
+
+// jetstreamOptions copies fleet mode's config onto the JetStream backend's
+// options; Open adds OnCommit and the registerer.
+func jetstreamOptions(cfg *config.Config, log *slog.Logger) jetstream.Options {
+	js := cfg.JetStream
+	return jetstream.Options{
+		URLs:            slices.Clone(js.URLs),
+		Stream:          js.Stream,
+		Replicas:        js.Replicas,
+		LeaseTTL:        js.LeaseTTL,
+		NodeID:          cfg.NodeID,
+		CredentialsFile: js.CredentialsFile,
+		TLS:             jetstream.TLS{CAFile: js.TLS.CAFile, CertFile: js.TLS.CertFile, KeyFile: js.TLS.KeyFile},
+		DedupWindow:     cfg.DedupWindow, // the stream's duplicate window
+		MaxBytes:        cfg.MaxDiskBytes,
+		Logger:          log,
+	}
+}
+
+// openFleetStore is proxy.Options.OpenStore for fleet mode.
+func openFleetStore(opts jetstream.Options) func(func([]*queue.Event), prometheus.Registerer) (queue.Store, error) {
+	return func(onCommit func([]*queue.Event), reg prometheus.Registerer) (queue.Store, error) {
+		opts.OnCommit, opts.Registerer = onCommit, reg
+		s, err := jetstream.Open(opts)
+		if err != nil {
+			return nil, err // not a nil *Store in a non-nil interface
+		}
+		return s, nil
 	}
 }
 
