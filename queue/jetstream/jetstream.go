@@ -19,15 +19,18 @@
 //	  lease.<sub>              the node delivering sub's lane; TTL Options.LeaseTTL, renewed
 //	KV <S>_NODES               heartbeats: node.<id>, TTL, the live set
 //	KV <S>_LANES               lane snapshots the owners publish (admin API, dashboard)
+//	KV <S>_IDS                 id → seq, type of compacted events, for Lookup within the
+//	                           dedup window (compact.go; made on first use, TTL the window)
 //
 // Fencing: every cursor, retry and dead-letter write about sub carries
 // Nats-Expected-Last-Subject-Sequence of lease.<sub> at the revision this
 // node holds, and writes of more than one key go as one atomic batch, so a
 // node whose lease was taken writes nothing (queue.ErrFenced).
 //
-// Files: jetstream.go opens and closes; append.go and read.go are the log;
-// state.go, retry.go, deadletter.go the delivery state; lease.go and own.go
-// the fleet (heartbeats, rendezvous, leases); compact.go the retention.
+// Files: jetstream.go opens and closes; stream.go sets up the event stream;
+// append.go and read.go are the log; state.go, retry.go, deadletter.go the
+// delivery state; lease.go and own.go the fleet (heartbeats, rendezvous,
+// leases); compact.go the retention.
 package jetstream
 
 import (
@@ -98,6 +101,11 @@ type Options struct {
 	RequestTimeout time.Duration
 	// PublishWindow bounds the appends in flight at once.
 	PublishWindow int
+	// CompactInterval is the least time between two compactions by this
+	// node (DefaultCompactInterval if 0; negative: none, every Compact
+	// call compacts): purges and deletes are cluster-wide operations and
+	// every node's dispatcher calls Compact every second.
+	CompactInterval time.Duration
 	// OnCommit is called with each group of new events, in seq order,
 	// whichever node appended them; never concurrently.
 	OnCommit func([]*queue.Event)
@@ -128,6 +136,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.PublishWindow <= 0 {
 		o.PublishWindow = DefaultPublishWindow
+	}
+	if o.CompactInterval == 0 {
+		o.CompactInterval = DefaultCompactInterval
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

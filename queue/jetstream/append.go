@@ -1,0 +1,319 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// Headers of an event message besides Nats-Msg-Id (the event id). nats.go
+// keeps header keys as written, so these are read by exact key.
+const (
+	hdrType        = "Sluice-Type"
+	hdrContentType = "Sluice-Content-Type"
+	hdrAcceptedAt  = "Sluice-Accepted-At" // unix nanoseconds
+)
+
+// logSide is the state of the event log: the publish window, the stream
+// follower feeding OnCommit, the head.
+type logSide struct {
+	api string              // JetStream API prefix, "$JS.API."
+	pjs jetstream.JetStream // the publishing context: its async window is Options.PublishWindow
+	fnc *nats.Conn          // the follower's own connection
+	fjs jetstream.JetStream // on fnc
+	m   *logMetrics
+
+	// head is the last seq the follower handed to OnCommit (or the
+	// stream's last seq at Open); low the seq below which Events sees
+	// nothing (compacted; some held events stay for their retries).
+	head atomic.Uint64
+	low  atomic.Uint64
+
+	fol follower
+	wmu sync.Mutex
+	wq  waitHeap // appends waiting for the follower to pass their seq
+	// warnedAt (unix nanos) rate-limits the warning of an append that
+	// returned before OnCommit saw it.
+	warnedAt atomic.Int64
+
+	state    atomic.Pointer[streamState] // last stream info (the disk usage)
+	diskFull atomic.Bool                 // the last append was refused for max_bytes
+
+	ret         retention // the delivery state Compact asks; the Store itself
+	compactMu   sync.Mutex
+	lastCompact time.Time
+	ids         atomic.Pointer[idIndex]
+
+	stop chan struct{} // closed by closeLog: ends the refresher
+	wg   sync.WaitGroup
+}
+
+// logMetrics are the log's Prometheus series, registered with
+// Options.Registerer (none when nil) and unregistered by Close, so a store
+// reopened on the same registry registers again.
+type logMetrics struct {
+	reg        prometheus.Registerer
+	append     prometheus.Histogram
+	pubErrs    *prometheus.CounterVec
+	collectors []prometheus.Collector
+}
+
+// Causes of a failed publish attempt: the values of the cause label.
+const (
+	causeNotConnected = "not_connected" // the client is disconnected or reconnecting
+	causeNoLeader     = "no_leader"     // no responders: the stream has no leader
+	causeTimeout      = "timeout"       // no PubAck in time: likely no quorum
+	causeUnavailable  = "unavailable"   // the servers answered 503 (JetStream temporarily unavailable)
+	causeInProcess    = "in_process"    // the same id is being stored (10158); retried
+	causeWindow       = "window_full"   // Options.PublishWindow appends already wait for their PubAck
+	causeDiskFull     = "disk_full"     // max_bytes reached
+	causeOther        = "other"
+)
+
+// appendBuckets span a PubAck on loopback (a fraction of a millisecond) to
+// a leader election (seconds).
+var appendBuckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+func newLogMetrics(reg prometheus.Registerer, s *Store) *logMetrics {
+	m := &logMetrics{
+		reg: reg,
+		append: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_queue_append_duration_seconds",
+			Help:    "Duration of one Append: the publish, its PubAck from a quorum of the stream's replicas, and OnCommit.",
+			Buckets: appendBuckets,
+		}),
+		pubErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_jetstream_publish_errors_total",
+			Help: "Publish attempts of Append that failed, by cause (a retried attempt counts once per failure).",
+		}, []string{"cause"}),
+	}
+	for _, c := range []string{causeNotConnected, causeNoLeader, causeTimeout, causeUnavailable, causeInProcess, causeWindow, causeDiskFull, causeOther} {
+		m.pubErrs.WithLabelValues(c)
+	}
+	// The disk gauges keep the Badger log's names, which dashboards and
+	// alerts rely on; here they measure the stream.
+	m.collectors = []prometheus.Collector{m.append, m.pubErrs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_log_disk_used_bytes", Help: "Bytes the event stream holds (all replicas count once), measured every second.",
+		}, func() float64 { return float64(s.DiskUsage().Used) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_log_disk_free_bytes", Help: "Bytes left under the stream's max_bytes; -1 if unlimited.",
+		}, func() float64 { return float64(s.DiskUsage().Free) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_log_disk_full", Help: "1 while ingest answers 507: the event stream is at its max_bytes.",
+		}, func() float64 {
+			if s.DiskUsage().Full {
+				return 1
+			}
+			return 0
+		}),
+	}
+	return m
+}
+
+func (m *logMetrics) register() error {
+	if m.reg == nil {
+		return nil
+	}
+	for i, c := range m.collectors {
+		if err := m.reg.Register(c); err != nil {
+			for _, c := range m.collectors[:i] {
+				m.reg.Unregister(c)
+			}
+			return fmt.Errorf("register log metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+func (m *logMetrics) unregister() {
+	if m.reg == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+}
+
+// eventSubject is the event's subject: the id in base64url, so any id is one
+// valid subject token.
+func (s *Store) eventSubject(id string) string {
+	return s.evSubj + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+// Append publishes ev with Nats-Msg-Id = ev.ID and returns once a quorum of
+// the stream's replicas has it (the PubAck) and OnCommit has seen it. A
+// repeated id within the dedup window returns the original seq with dup
+// true: the stream's duplicate window answers that, whichever node
+// appended the first.
+//
+// Concurrent appends overlap: each is published at once and waits for its
+// own PubAck, so many share the cluster's round trips (at most
+// Options.PublishWindow at a time). A publish that finds no connection, no
+// stream leader or no answer is sent again with the same Nats-Msg-Id (so it
+// is stored once) until Options.RequestTimeout has passed; then the error
+// wraps queue.ErrUnavailable and names the cause. A stream at its max_bytes
+// refuses the event: queue.ErrDiskFull. After Close: queue.ErrClosed.
+func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
+	if s.closed.Load() {
+		return 0, false, queue.ErrClosed
+	}
+	start := time.Now()
+	deadline := start.Add(s.opts.RequestTimeout)
+	m := &nats.Msg{
+		Subject: s.eventSubject(ev.ID),
+		Data:    ev.Body,
+		Header: nats.Header{
+			jetstream.MsgIDHeader: {ev.ID},
+			hdrType:               {ev.Type},
+			hdrAcceptedAt:         {strconv.FormatInt(ev.AcceptedAt.UnixNano(), 10)},
+		},
+	}
+	if ev.ContentType != "" {
+		m.Header[hdrContentType] = []string{ev.ContentType}
+	}
+	ack, err := s.publishEvent(m, deadline)
+	if err != nil {
+		if errors.Is(err, queue.ErrDiskFull) {
+			s.lg.diskFull.Store(true)
+		}
+		return 0, false, fmt.Errorf("append %s: %w", ev.ID, err)
+	}
+	s.lg.diskFull.Store(false)
+	if !ack.Duplicate {
+		ev.Seq = ack.Sequence
+		s.commitAppended(ack.Sequence, ev)
+	}
+	// OnCommit of the event runs before its append returns: at once, unless
+	// another node's events before it are still on their way through the
+	// follower. The wait is bounded (and ends at Close): past it the event
+	// is durable all the same, and the lanes read it from the stream.
+	s.awaitCommit(ack.Sequence, max(time.Until(deadline), s.opts.RequestTimeout/2))
+	s.lg.m.append.Observe(time.Since(start).Seconds())
+	return ack.Sequence, ack.Duplicate, nil
+}
+
+// publishEvent sends m until a PubAck comes back, it fails for good, or deadline
+// passes.
+func (s *Store) publishEvent(m *nats.Msg, deadline time.Time) (*jetstream.PubAck, error) {
+	backoff := 10 * time.Millisecond
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		ack, err := s.publishAttempt(m, deadline, &timer)
+		if err == nil {
+			return ack, nil
+		}
+		if s.closed.Load() {
+			return nil, queue.ErrClosed
+		}
+		cause, err := s.classifyPublish(err)
+		s.lg.m.pubErrs.WithLabelValues(cause).Inc()
+		if !errors.Is(err, queue.ErrUnavailable) || cause == causeTimeout {
+			return nil, err
+		}
+		if cause == causeInProcess {
+			backoff = min(backoff, 5*time.Millisecond)
+		}
+		if time.Until(deadline) < backoff {
+			return nil, err
+		}
+		if !s.sleepOrQuit(backoff, &timer) {
+			return nil, queue.ErrClosed
+		}
+		backoff = min(backoff*2, 250*time.Millisecond)
+	}
+}
+
+// publishAttempt is one attempt: the asynchronous publish and the wait for its
+// answer, until deadline.
+func (s *Store) publishAttempt(m *nats.Msg, deadline time.Time, timer **time.Timer) (*jetstream.PubAck, error) {
+	wait := time.Until(deadline)
+	if wait <= 0 {
+		return nil, errPubAckTimeout
+	}
+	paf, err := s.lg.pjs.PublishMsgAsync(m, jetstream.WithStallWait(wait))
+	if err != nil {
+		return nil, err
+	}
+	if *timer == nil {
+		*timer = time.NewTimer(time.Until(deadline))
+	} else {
+		(*timer).Reset(time.Until(deadline))
+	}
+	select {
+	case ack := <-paf.Ok():
+		return ack, nil
+	case err := <-paf.Err():
+		return nil, err
+	case <-(*timer).C:
+		return nil, errPubAckTimeout
+	case <-s.quit:
+		return nil, queue.ErrClosed
+	}
+}
+
+// errPubAckTimeout: no PubAck arrived before the append's deadline.
+var errPubAckTimeout = errors.New("no PubAck in time")
+
+// sleepOrQuit waits d unless the store closes first.
+func (s *Store) sleepOrQuit(d time.Duration, timer **time.Timer) bool {
+	if *timer == nil {
+		*timer = time.NewTimer(d)
+	} else {
+		(*timer).Reset(d)
+	}
+	select {
+	case <-(*timer).C:
+		return true
+	case <-s.quit:
+		return false
+	}
+}
+
+// classifyPublish maps a failed publish attempt to its metric cause and the error
+// Append returns: queue.ErrUnavailable (retried until the deadline),
+// queue.ErrDiskFull, or the error itself when retrying cannot help.
+func (s *Store) classifyPublish(err error) (string, error) {
+	switch {
+	case errors.Is(err, queue.ErrClosed):
+		return causeOther, err
+	case errors.Is(err, errPubAckTimeout), errors.Is(err, jetstream.ErrAsyncPublishTimeout),
+		errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return causeTimeout, fmt.Errorf("%w: no PubAck within %s (no quorum of the stream's replicas?)", queue.ErrUnavailable, s.opts.RequestTimeout)
+	case errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrReconnectBufExceeded),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrConnectionClosed), !s.nc.IsConnected():
+		return causeNotConnected, fmt.Errorf("%w: not connected to NATS: %w", queue.ErrUnavailable, err)
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		return causeNoLeader, fmt.Errorf("%w: stream %s has no leader (no quorum of its replicas?): %w", queue.ErrUnavailable, s.opts.Stream, err)
+	case errors.Is(err, jetstream.ErrTooManyStalledMsgs):
+		return causeWindow, fmt.Errorf("%w: %d appends already wait for their PubAck: %w", queue.ErrUnavailable, s.opts.PublishWindow, err)
+	}
+	if ae := apiError(err); ae != nil {
+		switch {
+		case ae.ErrorCode == errCodeDupInProcess:
+			return causeInProcess, fmt.Errorf("%w: %w", queue.ErrUnavailable, err)
+		case ae.ErrorCode == errCodeStoreFailed && (strings.Contains(ae.Description, "maximum bytes") || strings.Contains(ae.Description, "maximum messages")):
+			return causeDiskFull, fmt.Errorf("%w: stream %s is at its max_bytes (max_disk_bytes): %s", queue.ErrDiskFull, s.opts.Stream, ae.Description)
+		case ae.Code == 503 || ae.ErrorCode == errCodeUnavailable:
+			return causeUnavailable, fmt.Errorf("%w: %w", queue.ErrUnavailable, err)
+		}
+	}
+	return causeOther, err
+}

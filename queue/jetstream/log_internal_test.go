@@ -1,0 +1,115 @@
+package jetstream
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// Hooks for the log tests of package jetstream_test (log_test.go).
+
+// OpenLog opens a Store with its connection and its log side only: the
+// event stream, the follower, Append and the reads. The delivery state
+// and the fleet are not opened; Compact asks ret (which may be nil when
+// the test does not compact) instead of the delivery state. The store is
+// closed at the end of the test (CloseLog), unless the test closed it.
+func OpenLog(tb testing.TB, o Options, ret *Retention) (*Store, error) {
+	tb.Helper()
+	o.withDefaults()
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	s := &Store{opts: o, log: o.Logger, quit: make(chan struct{})}
+	s.evSubj = o.Stream + ".ev."
+	s.statePfx = "$KV." + o.Stream + "_STATE."
+	if ret != nil {
+		s.lg.ret = ret
+	} else {
+		s.lg.ret = &Retention{}
+	}
+	if err := s.connect(); err != nil {
+		return nil, err
+	}
+	if err := s.setUpStream(); err != nil {
+		s.nc.Close()
+		return nil, err
+	}
+	if err := s.openLog(); err != nil {
+		s.nc.Close()
+		return nil, err
+	}
+	tb.Cleanup(func() { CloseLog(s) })
+	return s, nil
+}
+
+// CloseLog is what Close does to a store OpenLog opened.
+func CloseLog(s *Store) {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.quit)
+		s.closeLog()
+		s.nc.Close()
+	})
+}
+
+// CountEventsDirect is CountEvents by direct get batches only, for
+// BenchmarkEvents to compare with the consumer CountEvents uses for long
+// ranges.
+func CountEventsDirect(s *Store, from, to uint64, match func([]byte) bool, limit int) (int, error) {
+	return s.countDirect(from, to, match, limit)
+}
+
+// Retention is a delivery state for Compact to ask, set by the test: the
+// floor, the memberships and the seqs each subscription's retries hold.
+type Retention struct {
+	mu      sync.Mutex
+	floor   uint64 // 0: no membership or retry needs anything
+	members []queue.Membership
+	retries map[string][]uint64
+}
+
+// Set replaces what r answers.
+func (r *Retention) Set(floor uint64, members []queue.Membership, retries map[string][]uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.floor, r.members, r.retries = floor, members, retries
+}
+
+func (r *Retention) retentionFloor() (uint64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.floor == 0 {
+		return ^uint64(0), nil
+	}
+	return r.floor, nil
+}
+
+func (r *Retention) Memberships() ([]queue.Membership, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]queue.Membership(nil), r.members...), nil
+}
+
+// RetrySummaries answers as Badger's does: Ahead only for the
+// subscriptions cursors names.
+func (r *Retention) RetrySummaries(cursors map[string]uint64) (map[string]*queue.RetrySummary, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]*queue.RetrySummary{}
+	for sub, seqs := range r.retries {
+		rs := &queue.RetrySummary{Count: len(seqs)}
+		if c, ok := cursors[sub]; ok {
+			for _, seq := range seqs {
+				if seq > c {
+					if rs.Ahead == nil {
+						rs.Ahead = map[uint64]struct{}{}
+					}
+					rs.Ahead[seq] = struct{}{}
+				}
+			}
+		}
+		out[sub] = rs
+	}
+	return out, nil
+}
