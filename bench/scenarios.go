@@ -26,6 +26,7 @@ func (h *harness) stopSidecar(sc *sidecar) {
 		Name: sc.spec.Name, Subscriptions: sc.spec.subscriptions(), Durability: sc.spec.Durability,
 		ConfigBytes: sc.cfgBytes, ReadySeconds: sc.ready.Seconds(), StopSeconds: took.Seconds(), Killed: killed,
 		Accepted: sc.accepted, Delivered: h.recv.delivered() - sc.recvStart, Log: sc.logProblems(20),
+		Fleet: sc.fleetTotals,
 	})
 	if killed {
 		h.logf("  %s did not exit within 20 s of SIGTERM: killed", sc.spec.Name)

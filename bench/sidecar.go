@@ -97,6 +97,8 @@ type sidecar struct {
 	http      *http.Client // the debug paths (expvar, pprof), which are no API
 	recvStart int64        // receiver total when the sidecar became ready
 	accepted  int64        // events the producers got a 202 for
+	// fleetTotals: accepted and recvStart are its fleet's (fleet.stop).
+	fleetTotals bool
 }
 
 // errNotReady is returned when /readyz did not answer 200 in time.
