@@ -323,9 +323,9 @@ func (h *harness) runScenario(ctx context.Context, name string) error {
 	case "fleet-ingest":
 		return h.scenarioFleetIngest(ctx, name)
 	case "fleet-fanout-10":
-		return h.scenarioFleetFanout(ctx, name, []int{fleetNodes})
+		return h.scenarioFleetFanout(ctx, name, []int{fleetNodes}, true)
 	case "fleet-scale":
-		return h.scenarioFleetFanout(ctx, name, []int{1, 2, 3})
+		return h.scenarioFleetFanout(ctx, name, []int{1, 2, 3}, false)
 	case "fleet-latency":
 		return h.scenarioFleetLatency(ctx, name)
 	case "fleet-takeover":
