@@ -465,6 +465,9 @@ func (h *harness) scenarioFleetIngest(ctx context.Context, name string) error {
 		open = h.targetWindow(ctx, f.target, name+".open50", loadSpec{Conc: openWorkers, Rate: w.Load.PerSec / 2, Body: 512, Grace: openGrace}, winOpts{})
 	}
 	msgs, bytes, serr := f.nats.streamStats(f.stream)
+	// The id index (<S>_IDS) holds an entry per event compaction removed
+	// within the dedup window: with no subscription, every event.
+	idMsgs, _, iderr := f.nats.streamStats("KV_" + f.stream + "_IDS")
 
 	r := h.rep
 	perSec := func(b *baselineResult) float64 { return b.PerSec }
@@ -489,6 +492,12 @@ func (h *harness) scenarioFleetIngest(ctx context.Context, name string) error {
 	row := r.add(name, "sidecar allocated per request", w.BytesPerEvent, "B").note(fmt.Sprintf("%.1f allocs", w.AllocsPerEvent))
 	if serr == nil {
 		row.note(fmt.Sprintf("stream after the run: %d messages, %.0f B each", msgs, float64(bytes)/float64(max(msgs, 1))))
+	}
+	if iderr != nil {
+		h.logf("  id index of %s: %v", f.stream, iderr)
+	} else {
+		r.add(name, "id index entries written per accepted event", float64(idMsgs)/float64(max(*f.accepted, 1)), "").
+			note(fmt.Sprintf("KV %s_IDS holds %d entries for %d events accepted: compaction's KV write per removed event (no subscription keeps any)", f.stream, idMsgs, *f.accepted))
 	}
 	r.add(name, "start-up (process start → /readyz)", f.nodes[0].ready.Seconds()*1e3, "ms").note("connects, creates the stream and buckets")
 	return nil
@@ -630,6 +639,10 @@ func (h *harness) scenarioFleetLatency(ctx context.Context, name string) error {
 		return err
 	}
 	defer f.stop()
+	// At rest first: what three idle nodes and the cluster cost.
+	idle := h.idleFleet(ctx, f)
+	h.rep.add(name, fmt.Sprintf("idle CPU over %s: 3 nodes, 1 lane", h.opts.idle), idle.nodes, "ms/s").
+		note(fmt.Sprintf("NATS cluster %.0f ms/s beside them; 1 ms/s = 0.1%% of a core", idle.nats))
 	cw := h.targetWindow(ctx, f.target, name+".capacity", loadSpec{Conc: ingestProducers, Body: 512}, winOpts{Receipt: true, Drain: h.drainTimeout()})
 	capacity := min(cw.Load.PerSec, cw.DeliveriesPerSec)
 	r := h.rep
@@ -891,4 +904,17 @@ func (h *harness) takeoverRows(name string, tr *takeoverTrial, ttl time.Duration
 		lost.fail("no events accepted")
 	}
 	r.add(name, "duplicates"+at, float64(tr.Duplicates), "").note("deliveries in flight on the killed node, sent again: at-least-once")
+}
+
+// idleCPU is CPU ms per second at rest.
+type idleCPU struct{ nodes, nats float64 }
+
+// idleFleet measures f's nodes (summed) and the cluster with no load,
+// over the idle window of lanes-50k.
+func (h *harness) idleFleet(ctx context.Context, f *fleet) idleCPU {
+	s0 := h.snapshotTarget(f.target)
+	sleepUntil(ctx, s0.T.Add(h.opts.idle))
+	s1 := h.snapshotTarget(f.target)
+	secs := s1.T.Sub(s0.T).Seconds()
+	return idleCPU{nodes: float64(s1.CPU-s0.CPU) / 1e6 / secs, nats: float64(s1.NATS-s0.NATS) / 1e6 / secs}
 }
