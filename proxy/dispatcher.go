@@ -97,10 +97,11 @@ func (d *dispatcher) start(subs []*Subscription) error {
 			l.pump()
 		}
 	}
-	d.wg.Add(3)
+	d.wg.Add(4)
 	go d.kickLoop()
 	go d.timerLoop()
 	go d.flushLoop()
+	go d.maintainLoop()
 	if d.fleet != nil {
 		d.wg.Add(1)
 		go d.snapshotLoop()
@@ -214,7 +215,6 @@ func (d *dispatcher) flushLoop() {
 	defer d.wg.Done()
 	t := time.NewTicker(d.cursorInterval)
 	defer t.Stop()
-	last := time.Now()
 	for {
 		select {
 		case <-t.C:
@@ -223,12 +223,26 @@ func (d *dispatcher) flushLoop() {
 		}
 		if err := d.flush(); err != nil {
 			d.log.Error("save cursors", "err", err)
-			continue
 		}
-		if time.Since(last) >= maintainInterval {
-			d.maintain()
-			last = time.Now()
+	}
+}
+
+// maintainLoop retires drained lanes, enforces backlog quotas and
+// compacts the log, apart from the flush loop: a compaction of a shared
+// log waits on the network, and cursor writes must not wait for it (the
+// fleet demo's owner stopped writing its cursor for seconds behind one,
+// and its successor resent everything since).
+func (d *dispatcher) maintainLoop() {
+	defer d.wg.Done()
+	t := time.NewTicker(maintainInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-d.quit:
+			return
 		}
+		d.maintain()
 	}
 }
 

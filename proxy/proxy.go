@@ -125,7 +125,7 @@ type Server struct {
 	// adminSwitch serves the admin API of a store opened through
 	// OpenStore: the starting handler until the store is open.
 	adminSwitch handlerSwitch
-	im         *ingestMetrics
+	im          *ingestMetrics
 	// wrapStore, when set (by tests in this package only), wraps the
 	// store the engine drives, to inject faults the real one cannot be
 	// made to have on demand.
@@ -259,7 +259,9 @@ func (s *Server) Open() (err error) {
 // handlerSwitch is an http.Handler that can be replaced while it serves.
 type handlerSwitch struct{ h atomic.Pointer[http.Handler] }
 
-func (h *handlerSwitch) ServeHTTP(w http.ResponseWriter, r *http.Request) { (*h.h.Load()).ServeHTTP(w, r) }
+func (h *handlerSwitch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*h.h.Load()).ServeHTTP(w, r)
+}
 
 func (h *handlerSwitch) Store(x *http.Handler) { h.h.Store(x) }
 

@@ -58,6 +58,7 @@ func demoFleet(events int, maxWait time.Duration, stdout io.Writer) error {
 	nodes := make([]*demoNode, 3)
 	for i := range nodes {
 		n := &demoNode{id: fmt.Sprintf("node-%d", i), dir: filepath.Join(dir, fmt.Sprintf("node-%d", i))}
+		nodes[i] = n
 		if n.ingest, err = freeAddr(); err != nil {
 			return err
 		}
@@ -70,6 +71,9 @@ data_dir: %s
 node_id: %s
 log_level: warn
 allow_private_targets: true
+# Budgets at demo scale: the tour lasts seconds, not the minutes of the
+# production defaults.
+retry_budget: {ratio: 1, min_per_second: 500, window: 2s}
 log: {backend: jetstream}
 jetstream:
   urls: [%s]

@@ -31,19 +31,17 @@ const (
 type logSide struct {
 	api string              // JetStream API prefix, "$JS.API."
 	pjs jetstream.JetStream // the publishing context: its async window is Options.PublishWindow
-	fnc *nats.Conn          // the follower's own connection
-	fjs jetstream.JetStream // on fnc
 	m   *logMetrics
 
-	// head is the last seq the follower handed to OnCommit (or the
-	// stream's last seq at Open); low the seq below which Events sees
-	// nothing (compacted; some held events stay for their retries).
+	// head is the last seq handed to OnCommit, known from a PubAck or the
+	// follower (at Open, the stream's last seq); low the seq below which
+	// Events sees nothing (compacted; held events stay for their retries).
 	head atomic.Uint64
 	low  atomic.Uint64
 
 	fol follower
 	wmu sync.Mutex
-	wq  waitHeap // appends waiting for the follower to pass their seq
+	wq  waitHeap // appends waiting for the head to pass their seq
 	// warnedAt (unix nanos) rate-limits the warning of an append that
 	// returned before OnCommit saw it.
 	warnedAt atomic.Int64

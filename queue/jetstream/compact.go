@@ -35,13 +35,14 @@ import (
 // DefaultCompactInterval is how often a node compacts the stream at most.
 const DefaultCompactInterval = 5 * time.Second
 
-// retention is what Compact asks the delivery state: the Store itself; a
-// seam for the log side's tests.
+// retention is what Compact asks the delivery state (member.go): the
+// Store itself; a seam for the log side's tests.
 type retention interface {
 	// retentionFloor is the lowest seq any membership or retry still needs.
 	retentionFloor() (uint64, error)
-	Memberships() ([]queue.Membership, error)
-	RetrySummaries(cursors map[string]uint64) (map[string]*queue.RetrySummary, error)
+	// retentionHolds is the lowest seq a membership still needs
+	// (MaxUint64 if none) and the seqs in [from, to) retries hold.
+	retentionHolds(from, to uint64) (memberFloor uint64, held map[uint64]struct{}, err error)
 }
 
 // compactMax and deleteMax bound the events one Compact purges and
@@ -92,14 +93,12 @@ func (s *Store) Compact(below uint64) (int, error) {
 	var held map[uint64]struct{}
 	if floor < below {
 		// Something below `below` is still needed: which seqs, and by whom.
-		memberFloor := uint64(math.MaxUint64)
-		if s.inFleet() {
-			if memberFloor, err = s.memberFloor(); err != nil {
-				return 0, fmt.Errorf("compact: %w", err)
-			}
-		}
-		if held, err = s.retryHeld(); err != nil {
+		var memberFloor uint64
+		if memberFloor, held, err = lg.ret.retentionHolds(floor, below); err != nil {
 			return 0, fmt.Errorf("compact: %w", err)
+		}
+		if !s.inFleet() {
+			memberFloor = math.MaxUint64 // the caller's below is the lowest cursor
 		}
 		gapTo = min(below, memberFloor)
 		purgeTo = gapTo
@@ -152,50 +151,6 @@ func (s *Store) inFleet() bool {
 	_, _, fenced, done, _ := s.fence("")
 	done()
 	return fenced
-}
-
-// memberFloor is the lowest seq a membership still needs (MaxUint64 if
-// none): its durable cursor+1, for one that left only while the cursor is
-// below its Until.
-func (s *Store) memberFloor() (uint64, error) {
-	ms, err := s.lg.ret.Memberships()
-	if err != nil {
-		return 0, fmt.Errorf("memberships: %w", err)
-	}
-	floor := uint64(math.MaxUint64)
-	for _, m := range ms {
-		if m.Left && m.Cursor >= m.Until {
-			continue
-		}
-		floor = min(floor, m.Cursor+1)
-	}
-	return floor, nil
-}
-
-// retryHeld returns the seqs scheduled retries hold: the subscriptions
-// with retries, then, with a cursor of 0 for each, every seq they hold.
-func (s *Store) retryHeld() (map[uint64]struct{}, error) {
-	sums, err := s.lg.ret.RetrySummaries(nil)
-	if err != nil {
-		return nil, fmt.Errorf("retry summaries: %w", err)
-	}
-	held := map[uint64]struct{}{}
-	if len(sums) == 0 {
-		return held, nil
-	}
-	zero := make(map[string]uint64, len(sums))
-	for sub := range sums {
-		zero[sub] = 0
-	}
-	if sums, err = s.lg.ret.RetrySummaries(zero); err != nil {
-		return nil, fmt.Errorf("retry summaries: %w", err)
-	}
-	for _, rs := range sums {
-		for seq := range rs.Ahead {
-			held[seq] = struct{}{}
-		}
-	}
-	return held, nil
 }
 
 // purgeBelow removes every event below seq.

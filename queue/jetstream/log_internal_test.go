@@ -85,31 +85,23 @@ func (r *Retention) retentionFloor() (uint64, error) {
 	return r.floor, nil
 }
 
-func (r *Retention) Memberships() ([]queue.Membership, error) {
+func (r *Retention) retentionHolds(from, to uint64) (uint64, map[uint64]struct{}, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]queue.Membership(nil), r.members...), nil
-}
-
-// RetrySummaries answers as Badger's does: Ahead only for the
-// subscriptions cursors names.
-func (r *Retention) RetrySummaries(cursors map[string]uint64) (map[string]*queue.RetrySummary, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := map[string]*queue.RetrySummary{}
-	for sub, seqs := range r.retries {
-		rs := &queue.RetrySummary{Count: len(seqs)}
-		if c, ok := cursors[sub]; ok {
-			for _, seq := range seqs {
-				if seq > c {
-					if rs.Ahead == nil {
-						rs.Ahead = map[uint64]struct{}{}
-					}
-					rs.Ahead[seq] = struct{}{}
-				}
+	floor := ^uint64(0)
+	for _, m := range r.members {
+		if m.Left && m.Cursor >= m.Until {
+			continue
+		}
+		floor = min(floor, m.Cursor+1)
+	}
+	held := map[uint64]struct{}{}
+	for _, seqs := range r.retries {
+		for _, seq := range seqs {
+			if seq >= from && seq < to {
+				held[seq] = struct{}{}
 			}
 		}
-		out[sub] = rs
 	}
-	return out, nil
+	return floor, held, nil
 }

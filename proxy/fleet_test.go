@@ -1,0 +1,126 @@
+package proxy_test
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/natscluster"
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/jetstream"
+	"github.com/sluicehq/sluice/testbed"
+)
+
+// fleet is an embedded 3-node JetStream cluster and the sidecars of one
+// test sharing it (fleet mode in-process; cmd/sluice tests the same with
+// processes and kills).
+type fleet struct {
+	t       *testing.T
+	cluster *natscluster.Cluster
+	stream  string
+}
+
+func newFleet(t *testing.T) *fleet {
+	t.Helper()
+	c, err := natscluster.Start(natscluster.Options{Dir: t.TempDir(), MaxPayloadBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &fleet{t: t, cluster: c, stream: "FLEET"}
+}
+
+func (f *fleet) options(node string) jetstream.Options {
+	return jetstream.Options{URLs: f.cluster.URLs(), Stream: f.stream, Replicas: 3, NodeID: node,
+		LeaseTTL: 2 * time.Second, Logger: quietLogger()}
+}
+
+// node starts one sidecar of the fleet.
+func (f *fleet) node(id string, subs ...*proxy.Subscription) *proxy.Server {
+	f.t.Helper()
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
+		Subscriptions: subs, Logger: quietLogger(), CursorInterval: 10 * time.Millisecond,
+		OpenStore: func(onCommit func([]*queue.Event), reg prometheus.Registerer) (queue.Store, error) {
+			o := f.options(id)
+			o.OnCommit, o.Registerer = onCommit, reg
+			return jetstream.Open(o)
+		}})
+	if err := s.Open(); err != nil {
+		f.t.Fatalf("open node %s: %v", id, err)
+	}
+	f.t.Cleanup(func() { closeServer(f.t, s, 5*time.Second) })
+	return s
+}
+
+// observer is a store on the fleet's stream that owns nothing: it reads
+// the shared state as any node would.
+func (f *fleet) observer() *jetstream.Store {
+	f.t.Helper()
+	s, err := jetstream.Open(f.options("observer"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func ownerOf(s *proxy.Server, sub string) string {
+	for _, l := range s.Lanes() {
+		if l.Subscription == sub {
+			return l.Owner
+		}
+	}
+	return ""
+}
+
+// TestFleetCursorIsDurableWhileDelivering: the owner's cursor writes reach
+// the shared state as it delivers, so a new owner resumes close to where
+// the old one stopped (a cursor that stopped being written made a killed
+// node's successor resend hundreds of events in the fleet demo).
+func TestFleetCursorIsDurableWhileDelivering(t *testing.T) {
+	f := newFleet(t)
+	tb := startTestbed(t, testbed.ModeOK)
+	s1 := sub("s1", tb.URL()+"/s1", "*")
+	a := f.node("a", s1)
+	b := f.node("b", sub("s1", tb.URL()+"/s1", "*"))
+	obs := f.observer()
+	awaitCond(t, 20*time.Second, "one owner of s1", func() bool {
+		return ownerOf(a, "s1") != "" && ownerOf(a, "s1") == ownerOf(b, "s1")
+	})
+	const n = 300
+	for i := range n {
+		srv := a
+		if i%2 == 1 {
+			srv = b
+		}
+		if code, ans := post(t, srv, "t", fmt.Sprintf("k-%d", i), `{}`); code != http.StatusAccepted {
+			t.Fatalf("post %d: %d %s", i, code, ans.Error)
+		}
+		if i%50 == 0 {
+			time.Sleep(20 * time.Millisecond) // spread over several cursor flushes and lease renewals
+		}
+	}
+	awaitCond(t, 20*time.Second, "every event delivered", func() bool { return tb.Stats()["/s1"].Unique >= n })
+	awaitCond(t, 10*time.Second, "the durable cursor at the head", func() bool {
+		m, _, err := obs.Lane("s1")
+		return err == nil && m.Cursor >= n
+	})
+	if d := tb.Stats()["/s1"].Duplicates; d != 0 {
+		t.Errorf("%d duplicates without any kill", d)
+	}
+}
+
+func awaitCond(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
