@@ -42,6 +42,7 @@ const (
 const (
 	baseJSPublish = "jetstream-publish"        // 64 closed-loop async publishers
 	baseJSWindow  = "jetstream-publish-window" // one publisher, jsWindow in flight
+	baseJSFollow  = "jetstream-publish-follow" // 64 publishers, each waiting for an ordered consumer too
 )
 
 // fleetScenarios are opt-in: -scenarios fleet selects them all.
@@ -373,7 +374,7 @@ func (c *child) kill() {
 func (h *harness) jsBaseline(ctx context.Context, f *fleet, name string, window int) *baselineResult {
 	h.logf("baseline %s", name)
 	b := &baselineResult{Name: name}
-	r, err := h.runJSPub(ctx, f, window)
+	r, err := h.runJSPub(ctx, f, window, name == baseJSFollow)
 	if err == nil && r.PerSec <= 0 {
 		err = fmt.Errorf("no publish acknowledged in the window: %s", r.FirstErr)
 	}
@@ -393,7 +394,7 @@ func (h *harness) jsBaseline(ctx context.Context, f *fleet, name string, window 
 	return b
 }
 
-func (h *harness) runJSPub(ctx context.Context, f *fleet, window int) (*jspubResult, error) {
+func (h *harness) runJSPub(ctx context.Context, f *fleet, window int, follow bool) (*jspubResult, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -402,7 +403,8 @@ func (h *harness) runJSPub(ctx context.Context, f *fleet, window int) (*jspubRes
 	args := []string{"_jspub", "-urls", strings.Join(f.nats.urls, ","), "-like", f.stream, "-stream", f.stream + "_BASE",
 		"-publishers", strconv.Itoa(ingestProducers), "-window", strconv.Itoa(window), "-size", "512",
 		"-headers", jsEventHeaders, "-key-prefix", h.runID + "-" + h.nextID("jspub"),
-		"-warmup", h.opts.warmup.String(), "-duration", h.opts.duration.String(), "-nats-pid", strconv.Itoa(f.nats.pid)}
+		"-warmup", h.opts.warmup.String(), "-duration", h.opts.duration.String(), "-nats-pid", strconv.Itoa(f.nats.pid),
+		"-follow=" + strconv.FormatBool(follow)}
 	logPath := filepath.Join(h.tmp, h.nextID("jspub")+".log")
 	c, err := h.startChild("jspub", self, args, logPath, &syncWriter{w: &out})
 	if err != nil {
@@ -459,7 +461,22 @@ func (h *harness) scenarioFleetIngest(ctx context.Context, name string) error {
 	// which they do not write to).
 	pub := h.jsBaseline(ctx, f, baseJSPublish, 0)
 	win := h.jsBaseline(ctx, f, baseJSWindow, jsWindow)
-	w := h.targetWindow(ctx, f.target, name, loadSpec{Conc: ingestProducers, Body: 512}, winOpts{})
+	fol := h.jsBaseline(ctx, f, baseJSFollow, 0)
+	// The backend's own histogram of Append (publish, PubAck from the
+	// quorum, and OnCommit of the event by this node's stream follower),
+	// read around the window: how much of a request's time is the log's.
+	var a0, a1 [2]float64
+	appendStat := func() [2]float64 {
+		v, _ := f.nodes[0].metricValues("sluice_queue_append_duration_seconds_sum", "sluice_queue_append_duration_seconds_count")
+		return [2]float64{v[0], v[1]}
+	}
+	w := h.targetWindow(ctx, f.target, name, loadSpec{Conc: ingestProducers, Body: 512}, winOpts{Tick: func(phase int) {
+		if phase == 0 {
+			a0 = appendStat()
+		} else {
+			a1 = appendStat()
+		}
+	}})
 	var open *window
 	if w.Load.PerSec > 0 && ctx.Err() == nil {
 		open = h.targetWindow(ctx, f.target, name+".open50", loadSpec{Conc: openWorkers, Rate: w.Load.PerSec / 2, Body: 512, Grace: openGrace}, winOpts{})
@@ -474,8 +491,15 @@ func (h *harness) scenarioFleetIngest(ctx context.Context, name string) error {
 	r.add(name, "requests/s (64 producers, 512 B)", w.Load.PerSec, "req/s").vs(pub, perSec).want(onRatio, ">=", 0.5).
 		note(fmt.Sprintf("1 node, R%d on %d NATS servers", fleetReplicas, fleetNodes))
 	r.add(name, "requests/s vs one publisher, 4096 in flight", w.Load.PerSec, "req/s").vs(win, perSec)
+	r.add(name, "requests/s vs publishers that also await a follower", w.Load.PerSec, "req/s").vs(fol, perSec).
+		note("the bare form of Append's wait for OnCommit")
 	r.add(name, "P50 / P99 saturated", w.Load.Lat.P50, "ms").
 		note(fmt.Sprintf("P99 %.2f ms; bare publisher P50 %.2f, P99 %.2f ms", w.Load.Lat.P99, pub.Latency.P50, pub.Latency.P99))
+	if n := a1[1] - a0[1]; n > 0 {
+		r.add(name, "mean Append (publish + PubAck + OnCommit) vs mean request", (a1[0]-a0[0])/n*1e3, "ms").
+			vsValue("request", w.Load.Lat.Mean).
+			note(fmt.Sprintf("sluice_queue_append_duration_seconds over the window, %.0f appends; bare publisher's mean PubAck %.2f ms, PubAck + follower %.2f ms", n, pub.Latency.Mean, fol.Latency.Mean))
+	}
 	if open != nil {
 		r.add(name, fmt.Sprintf("P99 at 50%% load (%.0f/s, open loop)", open.RateOffered), open.Load.Lat.P99, "ms").
 			note(fmt.Sprintf("P50 %.2f ms, max %.1f ms%s", open.Load.Lat.P50, open.Load.Lat.Max, slipNote(open)))

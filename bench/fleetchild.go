@@ -94,6 +94,7 @@ type jspubResult struct {
 	Latency        latSummary `json:"latency"`
 	Stream         string     `json:"stream"`
 	Headers        []string   `json:"headers"`
+	Follow         bool       `json:"follow,omitempty"`
 }
 
 // jspubMain is the ceiling of fleet ingest: what a Go client gets from the
@@ -124,6 +125,7 @@ func jspubMain(args []string, stdout, stderr io.Writer) error {
 	warmup := fs.Duration("warmup", time.Second, "unmeasured start")
 	dur := fs.Duration("duration", 5*time.Second, "measured window")
 	natsPid := fs.Int("nats-pid", 0, "the cluster's process, whose CPU is read at the window's edges")
+	follow := fs.Bool("follow", false, "also read the stream with an ordered consumer (as a sidecar's follower) and wait, after each PubAck, until it has the message (with -window 0)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -189,6 +191,14 @@ func jspubMain(args []string, stdout, stderr io.Writer) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	var fol *follower
+	if *follow {
+		if fol, err = startFollower(ctx, js, *stream); err != nil {
+			return err
+		}
+		defer fol.stop()
+	}
+
 	start := time.Now()
 	winStart, winEnd := start.Add(*warmup), start.Add(*warmup+*dur)
 	maxPubs := int64(maxEventsPerSecond * (*warmup + *dur).Seconds())
@@ -229,7 +239,7 @@ func jspubMain(args []string, stdout, stderr io.Writer) error {
 			*mine = append(*mine, int64(done.Sub(sent)))
 		}
 	}
-	res := jspubResult{Stream: *stream, Headers: append([]string{jetstream.MsgIDHeader}, names...)}
+	res := jspubResult{Stream: *stream, Headers: append([]string{jetstream.MsgIDHeader}, names...), Follow: *follow}
 	if *window <= 0 {
 		res.Mode, res.Publishers, res.Window = "publishers", *publishers, pending
 		var wg sync.WaitGroup
@@ -247,7 +257,10 @@ func jspubMain(args []string, stdout, stderr io.Writer) error {
 					f, err := js.PublishMsgAsync(mkMsg(id, body), jetstream.WithMsgID(id))
 					if err == nil {
 						select {
-						case <-f.Ok():
+						case ack := <-f.Ok():
+							if fol != nil {
+								err = fol.await(ack.Sequence, 5*time.Second)
+							}
 						case err = <-f.Err():
 						case <-ctx.Done():
 							err = ctx.Err()
@@ -322,3 +335,65 @@ func jspubMain(args []string, stdout, stderr io.Writer) error {
 	}
 	return json.NewEncoder(stdout).Encode(res)
 }
+
+// follower reads a stream with an ordered consumer, as a fleet node's
+// stream follower does (the same pull limits), and lets publishers wait
+// until it has seen their message: the bare form of an Append that returns
+// only once OnCommit saw the event.
+type follower struct {
+	cc      jetstream.ConsumeContext
+	mu      sync.Mutex
+	seen    uint64
+	waiters map[uint64]chan struct{}
+}
+
+func startFollower(ctx context.Context, js jetstream.JetStream, stream string) (*follower, error) {
+	f := &follower{waiters: map[uint64]chan struct{}{}}
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		return nil, fmt.Errorf("follower: %w", err)
+	}
+	f.cc, err = cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		seq := md.Sequence.Stream
+		f.mu.Lock()
+		f.seen = max(f.seen, seq)
+		if ch := f.waiters[seq]; ch != nil {
+			close(ch)
+			delete(f.waiters, seq)
+		}
+		f.mu.Unlock()
+	}, jetstream.PullMaxBytes(32<<20), jetstream.PullExpiry(5*time.Second), jetstream.PullHeartbeat(time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("follower: %w", err)
+	}
+	return f, nil
+}
+
+// await returns once the follower has seen seq, or an error after d.
+func (f *follower) await(seq uint64, d time.Duration) error {
+	f.mu.Lock()
+	if f.seen >= seq {
+		f.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	f.waiters[seq] = ch
+	f.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		f.mu.Lock()
+		delete(f.waiters, seq)
+		f.mu.Unlock()
+		return fmt.Errorf("follower did not see seq %d within %s", seq, d)
+	}
+}
+
+func (f *follower) stop() { f.cc.Stop() }

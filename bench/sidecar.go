@@ -432,3 +432,28 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// metricValues reads unlabelled series from the sidecar's GET /metrics, in
+// the order asked; a series that is missing reads 0.
+func (s *sidecar) metricValues(names ...string) ([]float64, error) {
+	out := make([]float64, len(names))
+	code, b, err := s.get("/metrics", 10*time.Second)
+	if err != nil {
+		return out, err
+	}
+	if code != http.StatusOK {
+		return out, fmt.Errorf("/metrics: status %d", code)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		for i, n := range names {
+			if name == n {
+				out[i], _ = strconv.ParseFloat(strings.TrimSpace(val), 64)
+			}
+		}
+	}
+	return out, nil
+}
