@@ -425,3 +425,20 @@ func TestParseArgsAcceptsFlagsAnywhere(t *testing.T) {
 		t.Fatalf("parseArgs: %q %v force=%v n=%d", pos, err, *force, *n)
 	}
 }
+
+func TestCLIStatusNamesOwnersInFleetMode(t *testing.T) {
+	var out bytes.Buffer
+	writeStatus(&out, []proxy.LaneStatus{
+		{Subscription: "billing", State: "active", Cap: 4, Breaker: "closed", Owner: "pod-b"},
+		{Subscription: "fresh", State: "active", Cap: 4, Breaker: "closed"},
+	}, policy.BudgetStats{Available: 1})
+	if !regexp.MustCompile(`(?m)OWNER$`).MatchString(out.String()) || !regexp.MustCompile(`(?m)^billing .* pod-b$`).MatchString(out.String()) ||
+		!regexp.MustCompile(`(?m)^fresh .* \(none yet\)$`).MatchString(out.String()) {
+		t.Fatalf("status does not name the owners:\n%s", out.String())
+	}
+	out.Reset()
+	writeStatus(&out, []proxy.LaneStatus{{Subscription: "solo", State: "active", Cap: 4, Breaker: "closed"}}, policy.BudgetStats{Available: 1})
+	if strings.Contains(out.String(), "OWNER") {
+		t.Fatalf("a single sidecar's status shows an owner column:\n%s", out.String())
+	}
+}

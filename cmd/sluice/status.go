@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
@@ -61,7 +63,13 @@ func writeStatus(w io.Writer, lanes []proxy.LaneStatus, b policy.BudgetStats) {
 		fmt.Fprintln(w, "no subscriptions")
 	} else {
 		tw := newTable(w)
-		fmt.Fprintln(tw, "SUBSCRIPTION\tSTATE\tIN FLIGHT/CAP\tBACKLOG\tOLDEST\tRETRIES\tBREAKER\tDELIVERED\tRETRIED\tDEAD")
+		// Fleet mode names each lane's owner; a single sidecar owns all.
+		fleet := slices.ContainsFunc(lanes, func(l proxy.LaneStatus) bool { return l.Owner != "" })
+		head := "SUBSCRIPTION\tSTATE\tIN FLIGHT/CAP\tBACKLOG\tOLDEST\tRETRIES\tBREAKER\tDELIVERED\tRETRIED\tDEAD"
+		if fleet {
+			head += "\tOWNER"
+		}
+		fmt.Fprintln(tw, head)
 		for _, l := range lanes {
 			fill := fmt.Sprintf("%d/%d", l.InFlight, l.Cap)
 			if saturated(l.InFlight, l.Cap) {
@@ -71,8 +79,12 @@ func writeStatus(w io.Writer, lanes []proxy.LaneStatus, b policy.BudgetStats) {
 			if l.OldestAge > 0 {
 				oldest = (time.Duration(l.OldestAge * float64(time.Second))).Round(time.Second).String()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%d\t%d\n", l.Subscription, l.State, fill, l.Backlog,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%d\t%d", l.Subscription, l.State, fill, l.Backlog,
 				oldest, l.Scheduled, l.Breaker, l.Delivered, l.Retried, l.DeadLettered)
+			if fleet {
+				fmt.Fprintf(tw, "\t%s", cmp.Or(l.Owner, "(none yet)"))
+			}
+			fmt.Fprintln(tw)
 		}
 		tw.Flush()
 		for _, l := range lanes {

@@ -14,8 +14,8 @@ import (
 	"testing"
 )
 
-// metricNames are the series proxy/metrics.go and queue/badger/metrics.go
-// define. Histograms are listed by their base name.
+// metricNames are the series proxy/metrics.go, queue/badger/metrics.go and
+// queue/jetstream (own.go, append.go) define. Histograms are listed by their base name.
 var metricNames = []string{
 	"sluice_ingest_events_total",
 	"sluice_ingest_duration_seconds",
@@ -35,6 +35,14 @@ var metricNames = []string{
 	"sluice_log_disk_full",
 	"sluice_queue_append_duration_seconds",
 	"sluice_queue_sync_duration_seconds",
+	// Fleet mode (queue/jetstream).
+	"sluice_lane_owned",
+	"sluice_fleet_nodes_live",
+	"sluice_fleet_leases_held",
+	"sluice_fleet_heartbeat_age_seconds",
+	"sluice_fleet_lease_renewals_total",
+	"sluice_fleet_lease_takeovers_total",
+	"sluice_jetstream_publish_errors_total",
 }
 
 var metricRE = regexp.MustCompile(`sluice_[a-z_]+`)
@@ -58,7 +66,7 @@ func baseName(s string) string {
 // (and the dashboard) follow.
 func TestMetricListMatchesProxy(t *testing.T) {
 	var defined []string
-	for _, file := range []string{"../../proxy/metrics.go", "../../queue/badger/metrics.go"} {
+	for _, file := range []string{"../../proxy/metrics.go", "../../queue/badger/metrics.go", "../../queue/jetstream/own.go", "../../queue/jetstream/append.go"} {
 		src, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
