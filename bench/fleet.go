@@ -87,8 +87,9 @@ func (h *harness) startNATS(ctx context.Context) (*natsCluster, error) {
 	}
 	start := time.Now()
 	lw := newLineWriter()
-	c, err := h.startChild("nats", self, []string{"_nats", "-dir", filepath.Join(h.tmp, h.nextID("nats")),
-		"-nodes", strconv.Itoa(fleetNodes), "-max-life", "3h"}, filepath.Join(h.tmp, h.nextID("nats")+".log"), lw)
+	id := h.nextID("nats")
+	c, err := h.startChild("nats", self, []string{"_nats", "-dir", filepath.Join(h.tmp, id),
+		"-nodes", strconv.Itoa(fleetNodes), "-max-life", "3h"}, filepath.Join(h.tmp, id+".log"), lw)
 	if err != nil {
 		return nil, err
 	}
@@ -383,10 +384,10 @@ func (h *harness) jsBaseline(ctx context.Context, f *fleet, name string, window 
 		h.logf("baseline %s: %v", name, err)
 	} else {
 		b.PerSec, b.CPUPerOpUs, b.Latency, b.Seconds = r.PerSec, r.CPUPerPubUs, r.Latency, r.Seconds
-		b.Extra = map[string]float64{"nats_cpu_us_per_publish": r.NATSCPUPerPubU, "nats_cpu_cores": r.NATSCores,
+		b.Extra = map[string]float64{"nats_cpu_us_per_publish": r.NATSCPUPerPubUs, "nats_cpu_cores": r.NATSCores,
 			"window": float64(r.Window), "publishers": float64(r.Publishers), "errors": float64(r.Errors)}
 		h.logf("  %-24s %8.0f publishes/s  cpu %5.1f µs/publish  nats %5.1f µs/publish (%.2f cores)  P99 %.2f ms",
-			name, r.PerSec, r.CPUPerPubUs, r.NATSCPUPerPubU, r.NATSCores, r.Latency.P99)
+			name, r.PerSec, r.CPUPerPubUs, r.NATSCPUPerPubUs, r.NATSCores, r.Latency.P99)
 	}
 	h.base[name] = b
 	h.rep.Baselines[name] = b

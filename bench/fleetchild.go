@@ -81,20 +81,20 @@ func natsMain(args []string, stdout, stderr io.Writer) error {
 
 // jspubResult is what _jspub prints.
 type jspubResult struct {
-	Mode           string     `json:"mode"` // "publishers" or "window"
-	Publishers     int        `json:"publishers,omitempty"`
-	Window         int        `json:"window"`
-	PerSec         float64    `json:"publishes_per_s"`
-	CPUPerPubUs    float64    `json:"cpu_us_per_publish"`
-	NATSCPUPerPubU float64    `json:"nats_cpu_us_per_publish"`
-	NATSCores      float64    `json:"nats_cpu_cores"`
-	Seconds        float64    `json:"seconds"`
-	Errors         int64      `json:"errors"`
-	FirstErr       string     `json:"first_error,omitempty"`
-	Latency        latSummary `json:"latency"`
-	Stream         string     `json:"stream"`
-	Headers        []string   `json:"headers"`
-	Follow         bool       `json:"follow,omitempty"`
+	Mode            string     `json:"mode"` // "publishers" or "window"
+	Publishers      int        `json:"publishers,omitempty"`
+	Window          int        `json:"window"`
+	PerSec          float64    `json:"publishes_per_s"`
+	CPUPerPubUs     float64    `json:"cpu_us_per_publish"`
+	NATSCPUPerPubUs float64    `json:"nats_cpu_us_per_publish"`
+	NATSCores       float64    `json:"nats_cpu_cores"`
+	Seconds         float64    `json:"seconds"`
+	Errors          int64      `json:"errors"`
+	FirstErr        string     `json:"first_error,omitempty"`
+	Latency         latSummary `json:"latency"`
+	Stream          string     `json:"stream"`
+	Headers         []string   `json:"headers"`
+	Follow          bool       `json:"follow,omitempty"`
 }
 
 // jspubMain is the ceiling of fleet ingest: what a Go client gets from the
@@ -330,7 +330,7 @@ func jspubMain(args []string, stdout, stderr io.Writer) error {
 	if n := winOK.Load(); n > 0 && secs > 0 {
 		res.PerSec = float64(n) / secs
 		res.CPUPerPubUs = float64(cpu1-cpu0) / 1e3 / float64(n)
-		res.NATSCPUPerPubU = float64(n1-n0) / 1e3 / float64(n)
+		res.NATSCPUPerPubUs = float64(n1-n0) / 1e3 / float64(n)
 		res.NATSCores = (n1 - n0).Seconds() / secs
 	}
 	return json.NewEncoder(stdout).Encode(res)
