@@ -252,6 +252,18 @@ func (h *harness) baselineRows(b *baselineResult) {
 	case b.Name == baseAppender || b.Name == baseAppenderAsync:
 		r.add(b.Name, "appends/s (64 writers, 512 B)", b.PerSec, "/s")
 		r.add(b.Name, "CPU per append", b.CPUPerOpUs, "µs")
+	case b.Name == baseJSPublish || b.Name == baseJSWindow || b.Name == baseJSFollow:
+		what := "publishes/s (64 async publishers, 512 B, R3)"
+		switch b.Name {
+		case baseJSWindow:
+			what = fmt.Sprintf("publishes/s (1 publisher, %d in flight, 512 B, R3)", jsWindow)
+		case baseJSFollow:
+			what = "publishes/s (64 publishers, each awaiting PubAck and an ordered consumer)"
+		}
+		r.add(b.Name, what, b.PerSec, "/s").note(fmt.Sprintf("P50 %.2f ms, P99 %.2f ms", b.Latency.P50, b.Latency.P99))
+		r.add(b.Name, "publisher CPU per publish", b.CPUPerOpUs, "µs")
+		r.add(b.Name, "NATS cluster CPU per publish", b.Extra["nats_cpu_us_per_publish"], "µs").
+			note(fmt.Sprintf("%.2f cores busy", b.Extra["nats_cpu_cores"]))
 	case strings.HasPrefix(b.Name, baseNaivePrefix):
 		r.add(b.Name, "deliveries/s (64 producers)", b.PerSec, "/s")
 		r.add(b.Name, "publish P50 (all endpoints)", b.Latency.P50, "ms")

@@ -124,3 +124,52 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("summarize: %+v", s)
 	}
 }
+
+// TestQuickFleetIngest smokes one fleet scenario end to end: the NATS
+// cluster child, a fleet node, the bare-publisher baseline and the ratio
+// row. About 15 s; -short skips it.
+func TestQuickFleetIngest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream cluster and a sidecar; skipped with -short")
+	}
+	out := filepath.Join(t.TempDir(), "results.json")
+	args := []string{"-quick", "-scenarios", "fleet-ingest", "-json", out}
+	if raceEnabled {
+		args = append(args, "-duration", "500ms", "-warmup", "200ms")
+	}
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	t.Logf("harness took %s\n%s", time.Since(start).Round(time.Millisecond), stdout.String())
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if b := rep.Baselines[baseJSPublish]; b == nil || b.PerSec <= 0 || b.Extra["nats_cpu_us_per_publish"] <= 0 {
+		t.Errorf("baseline %s: %+v", baseJSPublish, b)
+	}
+	var w *window
+	for _, x := range rep.Windows {
+		if x.Name == "fleet-ingest" {
+			w = x
+		}
+	}
+	if w == nil || w.Load.PerSec <= 0 || w.CPUPerEventUs <= 0 || w.NATSPerEventUs <= 0 || len(w.Errors) > 0 {
+		t.Errorf("fleet-ingest window: %+v", w)
+	}
+	found := false
+	for _, r := range rep.Rows {
+		if r.Scenario == "fleet-ingest" && r.TargetLimit != nil && r.Ratio != nil && *r.Ratio > 0 {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no fleet-ingest row with a ratio against its target:\n%s", stdout.String())
+	}
+}

@@ -25,6 +25,8 @@ import (
 //
 //	_noop -listen ADDR       a fasthttp server answering 202 (or 200) at once
 //	_appender -dir D ...     a bare Badger group-commit appender; prints JSON
+//	_nats -dir D             an embedded 3-node JetStream cluster (fleet scenarios)
+//	_jspub -urls U -like S   a bare JetStream async publisher; prints JSON
 func childMain(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
@@ -33,6 +35,11 @@ func childMain(args []string, stdout, stderr io.Writer) int {
 	case "_appender":
 		initClockTicks()
 		err = appenderMain(args[1:], stdout, stderr)
+	case "_nats":
+		err = natsMain(args[1:], stdout, stderr)
+	case "_jspub":
+		initClockTicks()
+		err = jspubMain(args[1:], stdout, stderr)
 	default:
 		err = fmt.Errorf("unknown child command %q", args[0])
 	}

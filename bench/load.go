@@ -19,7 +19,11 @@ import (
 // whether or not earlier answers came back, and its latency counts from
 // that due time, so queueing shows).
 type loadSpec struct {
-	Addr   string   // host:port
+	Addr string // host:port
+	// Addrs, when set, spreads the producers over several hosts (a fleet's
+	// nodes): worker w posts to Addrs[w%len(Addrs)], as each replica of a
+	// service posts to its own sidecar. Addr is ignored then.
+	Addrs  []string
 	Paths  []string // POSTed one after another per event; more than one is the naive fan-out
 	Conc   int      // producers (closed) or workers and connections (open)
 	Rate   float64  // events/s; 0 = closed loop
@@ -72,16 +76,23 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 	}
 	winStart := s.Start.Add(s.Warmup)
 	winEnd := winStart.Add(s.Dur)
-	hc := &fasthttp.HostClient{
-		Addr:                s.Addr,
-		MaxConns:            s.Conc,
-		ReadTimeout:         30 * time.Second,
-		WriteTimeout:        30 * time.Second,
-		MaxIdleConnDuration: time.Minute,
-		MaxConnWaitTimeout:  30 * time.Second,
-		MaxResponseBodySize: 1 << 20,
+	addrs := s.Addrs
+	if len(addrs) == 0 {
+		addrs = []string{s.Addr}
 	}
-	defer hc.CloseIdleConnections()
+	hcs := make([]*fasthttp.HostClient, len(addrs))
+	for i, a := range addrs {
+		hcs[i] = &fasthttp.HostClient{
+			Addr:                a,
+			MaxConns:            (s.Conc + len(addrs) - 1) / len(addrs),
+			ReadTimeout:         30 * time.Second,
+			WriteTimeout:        30 * time.Second,
+			MaxIdleConnDuration: time.Minute,
+			MaxConnWaitTimeout:  30 * time.Second,
+			MaxResponseBodySize: 1 << 20,
+		}
+		defer hcs[i].CloseIdleConnections()
+	}
 
 	var (
 		res     loadResult
@@ -124,10 +135,11 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 			mine, mySlip                       []int64
 		)
 		body := newBody(s.Body)
+		hc := hcs[w%len(hcs)]
 		reqs := make([]*fasthttp.Request, len(s.Paths))
 		for i, p := range s.Paths {
 			r := fasthttp.AcquireRequest()
-			r.SetRequestURI("http://" + s.Addr + p)
+			r.SetRequestURI("http://" + hc.Addr + p)
 			r.Header.SetMethod(fasthttp.MethodPost)
 			r.Header.SetContentType("application/json")
 			r.SetBodyRaw(body)

@@ -39,7 +39,15 @@ import (
 var allScenarios = []string{
 	"ingest-fsync", "ingest-async", "fanout-1", "fanout-10", "fanout-40",
 	"latency", "lanes-50k", "payload", "blackhole", "outage",
+	"fleet-ingest", "fleet-fanout-10", "fleet-latency", "fleet-takeover", "fleet-scale",
 }
+
+// defaultScenarios run without -scenarios: all but the fleet ones, which
+// start a JetStream cluster and several sidecars and roughly double the
+// run (-scenarios fleet selects them all, -scenarios all everything).
+var defaultScenarios = slices.DeleteFunc(slices.Clone(allScenarios), func(s string) bool {
+	return slices.Contains(fleetScenarios, s)
+})
 
 // options are the command-line flags after defaults and -quick are applied.
 type options struct {
@@ -97,7 +105,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scen := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run")
+	scen := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run; \"fleet\" = every fleet-* scenario, \"all\" = every scenario")
 	dur := fs.Duration("duration", 5*time.Second, "length of each measurement window")
 	warm := fs.Duration("warmup", 0, "unmeasured run before each window (default 1s, 300ms with -quick)")
 	quick := fs.Bool("quick", false, "short windows, 5,000 instead of 50,000 lanes, shorter isolation phases (CI smoke run, about 90 s)")
@@ -158,14 +166,24 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	for _, s := range strings.Split(*scen, ",") {
 		s = strings.TrimSpace(s)
-		if s == "" {
+		var names []string
+		switch s {
+		case "":
 			continue
+		case "all":
+			names = allScenarios
+		case "fleet":
+			names = fleetScenarios
+		default:
+			if !slices.Contains(allScenarios, s) {
+				return nil, fmt.Errorf("unknown scenario %q (have %s; fleet, all)", s, strings.Join(allScenarios, ", "))
+			}
+			names = []string{s}
 		}
-		if !slices.Contains(allScenarios, s) {
-			return nil, fmt.Errorf("unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))
-		}
-		if !slices.Contains(o.scenarios, s) {
-			o.scenarios = append(o.scenarios, s)
+		for _, s := range names {
+			if !slices.Contains(o.scenarios, s) {
+				o.scenarios = append(o.scenarios, s)
+			}
 		}
 	}
 	if len(o.scenarios) == 0 {
@@ -197,6 +215,13 @@ type harness struct {
 	// baselines already measured, by name (see baselines.go).
 	base map[string]*baselineResult
 	seq  int // for nextID
+
+	// natsCl is the JetStream cluster of the fleet scenarios, started by
+	// the first of them (fleet.go); guarded by mu.
+	natsCl *natsCluster
+	// badgerLat50 is the latency scenario's publish→receipt at 50% load,
+	// which fleet-latency compares with when both run.
+	badgerLat50 *latSummary
 }
 
 func newHarness(opts *options, stdout, stderr io.Writer) (*harness, error) {
@@ -295,6 +320,16 @@ func (h *harness) runScenario(ctx context.Context, name string) error {
 		return h.scenarioBlackhole(ctx, name)
 	case "outage":
 		return h.scenarioOutage(ctx, name)
+	case "fleet-ingest":
+		return h.scenarioFleetIngest(ctx, name)
+	case "fleet-fanout-10":
+		return h.scenarioFleetFanout(ctx, name, []int{fleetNodes}, true)
+	case "fleet-scale":
+		return h.scenarioFleetFanout(ctx, name, []int{1, 2, 3}, false)
+	case "fleet-latency":
+		return h.scenarioFleetLatency(ctx, name)
+	case "fleet-takeover":
+		return h.scenarioFleetTakeover(ctx, name)
 	}
 	return fmt.Errorf("unknown scenario %q", name)
 }
@@ -304,11 +339,18 @@ func (h *harness) close() {
 	h.mu.Lock()
 	cs := make([]*child, 0, len(h.children))
 	for c := range h.children {
-		cs = append(cs, c)
+		if h.natsCl == nil || c != h.natsCl.child {
+			cs = append(cs, c)
+		}
 	}
+	nc := h.natsCl
 	h.mu.Unlock()
 	for _, c := range cs {
 		c.stop(5 * time.Second)
+	}
+	// The cluster last: sidecars still running want their log.
+	if nc != nil {
+		nc.close()
 	}
 	if h.recv != nil {
 		h.recv.close()

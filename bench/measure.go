@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -13,12 +14,16 @@ import (
 // snap is the state of the measured processes at one instant.
 type snap struct {
 	T    time.Time
-	CPU  time.Duration // the measured child (sidecar or no-op server)
+	CPU  time.Duration // the measured child (sidecar or no-op server); a fleet's nodes summed
 	Self time.Duration // the harness: producers, receiver
 	RSS  int64
 	MS   memStats
 	Recv int64
 	Err  error
+	// NodeCPU is each node's CPU (in target order) when the target is a
+	// fleet; NATS the JetStream cluster's process, when one runs.
+	NodeCPU []time.Duration
+	NATS    time.Duration
 }
 
 // snapshot reads the child's CPU and RSS from /proc, the harness's own CPU,
@@ -38,6 +43,57 @@ func (h *harness) snapshot(pid int, sc *sidecar) snap {
 		}
 	}
 	return s
+}
+
+// snapshotTarget is snapshot for every node of t (CPU, RSS and memstats
+// summed) and the NATS cluster's CPU.
+func (h *harness) snapshotTarget(t *target) snap {
+	s := snap{T: time.Now(), Recv: h.recv.delivered()}
+	for _, sc := range t.nodes {
+		c, err := procCPU(sc.pid)
+		if err != nil && s.Err == nil {
+			s.Err = err
+		}
+		s.CPU += c
+		s.NodeCPU = append(s.NodeCPU, c)
+	}
+	if t.nats != nil {
+		s.NATS, _ = procCPU(t.nats.pid)
+	}
+	s.Self, _ = procCPU(os.Getpid())
+	for _, sc := range t.nodes {
+		rss, _ := procRSS(sc.pid)
+		s.RSS += rss
+		ms, err := sc.memstats()
+		if err != nil && s.Err == nil {
+			s.Err = err
+		}
+		s.MS.TotalAlloc += ms.TotalAlloc
+		s.MS.Mallocs += ms.Mallocs
+		s.MS.HeapAlloc += ms.HeapAlloc
+		s.MS.HeapInuse += ms.HeapInuse
+		s.MS.Sys += ms.Sys
+		s.MS.NumGC += ms.NumGC
+	}
+	return s
+}
+
+// target is what one window loads and measures: one sidecar, or the nodes
+// of a fleet (producers spread over their ingest listeners; CPU and
+// allocations summed), with the NATS cluster's CPU beside them when one
+// runs.
+type target struct {
+	nodes []*sidecar
+	nats  *natsCluster // nil: none running
+	// recvStart is the receiver's count when the target was ready;
+	// accepted counts the events its producers got a 202 for, so far.
+	recvStart int64
+	accepted  *int64
+}
+
+// single is the target of one sidecar.
+func (h *harness) single(sc *sidecar) *target {
+	return &target{nodes: []*sidecar{sc}, nats: h.natsRunning(), recvStart: sc.recvStart, accepted: &sc.accepted}
 }
 
 // window is one measured interval of a sidecar under load, with every
@@ -72,6 +128,12 @@ type window struct {
 	RSSEnd           int64       `json:"sidecar_rss_end_bytes"`
 	HeapStart        uint64      `json:"sidecar_heap_start_bytes"`
 	HeapEnd          uint64      `json:"sidecar_heap_end_bytes"`
+	Nodes            int         `json:"nodes,omitempty"` // fleet windows: the sidecar figures sum this many nodes
+	NodeCPUms        []float64   `json:"node_cpu_ms,omitempty"`
+	NATSCPUms        float64     `json:"nats_cpu_ms,omitempty"`
+	NATSCores        float64     `json:"nats_cpu_cores,omitempty"`
+	NATSPerEventUs   float64     `json:"nats_cpu_us_per_event,omitempty"`
+	NATSPerDelivUs   float64     `json:"nats_cpu_us_per_delivery,omitempty"`
 	Receipt          *latSummary `json:"publish_to_receipt,omitempty"`
 	ReceiptDropped   int64       `json:"publish_to_receipt_dropped,omitempty"`
 	DrainSeconds     float64     `json:"drain_seconds,omitempty"`
@@ -101,9 +163,28 @@ type winOpts struct {
 // sidecarWindow runs one load against a sidecar and measures it. The
 // events the producers got accepted are added to sc.accepted.
 func (h *harness) sidecarWindow(ctx context.Context, sc *sidecar, name string, spec loadSpec, o winOpts) *window {
+	return h.targetWindow(ctx, h.single(sc), name, spec, o)
+}
+
+// targetWindow runs one load against t and measures it: the events the
+// producers got accepted are added to *t.accepted. With several nodes the
+// producers are spread over them (loadSpec.Addrs) and the sidecar figures
+// are the nodes' sums.
+func (h *harness) targetWindow(ctx context.Context, t *target, name string, spec loadSpec, o winOpts) *window {
+	sc := t.nodes[0]
 	w := &window{
 		Name: name, Scenario: sc.spec.Name, Subscriptions: sc.spec.subscriptions(), Durability: sc.spec.Durability,
 		Producers: spec.Conc, RateOffered: spec.Rate, BodyBytes: spec.Body,
+	}
+	if sc.spec.Fleet != nil {
+		w.Durability, w.Nodes = "jetstream", len(t.nodes)
+		w.Scenario = strings.TrimSuffix(sc.spec.Name, "."+sc.spec.Fleet.NodeID)
+	}
+	if len(t.nodes) > 1 {
+		spec.Addrs = nil
+		for _, n := range t.nodes {
+			spec.Addrs = append(spec.Addrs, n.ingest)
+		}
 	}
 	spec.Addr, spec.Paths, spec.Status, spec.Keys = sc.ingest, []string{eventsPath}, 202, true
 	spec.KeyID = h.runID + "-" + h.nextID("k")
@@ -127,26 +208,39 @@ func (h *harness) sidecarWindow(ctx context.Context, sc *sidecar, name string, s
 		profErr = make(chan error, 1)
 		profWG  sync.WaitGroup
 	)
-	cpuPath := ""
+	// Profiles: DIR/<window>.cpu.pprof for one sidecar;
+	// DIR/<window>.<node id>.cpu.pprof for each node of a fleet, and
+	// DIR/<window>.nats.cpu.pprof of the NATS cluster in fleet windows.
+	var profs []profTarget
 	if h.opts.profileDir != "" {
-		cpuPath = filepath.Join(h.opts.profileDir, name+".cpu.pprof")
+		for _, n := range t.nodes {
+			p := name
+			if len(t.nodes) > 1 {
+				p += "." + n.spec.Fleet.NodeID
+			}
+			profs = append(profs, profTarget{sc: n, path: filepath.Join(h.opts.profileDir, p)})
+		}
+		if t.nats != nil && sc.spec.Fleet != nil {
+			profs = append(profs, profTarget{nats: t.nats, path: filepath.Join(h.opts.profileDir, name+".nats")})
+		}
 	}
+	profErr = make(chan error, len(profs))
 	spec.Tick = func(phase int) {
 		if phase == 0 {
-			s0 = h.snapshot(sc.pid, sc)
-			if cpuPath != "" {
-				secs := max(1, int(math.Round(spec.Dur.Seconds())))
-				profWG.Go(func() { profErr <- sc.profile(cpuPath, secs) })
+			s0 = h.snapshotTarget(t)
+			secs := max(1, int(math.Round(spec.Dur.Seconds())))
+			for _, p := range profs {
+				profWG.Go(func() { profErr <- p.cpu(secs) })
 			}
 		} else {
-			s1 = h.snapshot(sc.pid, sc)
+			s1 = h.snapshotTarget(t)
 		}
 		if o.Tick != nil {
 			o.Tick(phase)
 		}
 	}
 	w.Load = runLoad(ctx, spec)
-	sc.accepted += w.Load.OK
+	*t.accepted += w.Load.OK
 	if w.Load.FirstErr != "" {
 		w.Errors = append(w.Errors, "producer: "+w.Load.FirstErr)
 	}
@@ -155,34 +249,61 @@ func (h *harness) sidecarWindow(ctx context.Context, sc *sidecar, name string, s
 	}
 	if o.Receipt {
 		if o.Drain > 0 && o.AfterLoad == nil {
-			w.drain(ctx, h, sc, sc.accepted, o.Drain)
+			w.drain(ctx, h, t, o.Drain)
 		}
 		lat := h.recv.stopRecording(rec)
 		sum := summarize(lat)
 		w.Receipt, w.ReceiptDropped = &sum, rec.dropped.Load()
 	}
 	profWG.Wait()
-	if cpuPath != "" {
+	for range profs {
 		if err := <-profErr; err != nil {
 			w.Errors = append(w.Errors, "cpu profile: "+err.Error())
-		} else {
-			w.Profiles = append(w.Profiles, cpuPath)
 		}
-		ap := filepath.Join(h.opts.profileDir, name+".allocs.pprof")
-		if err := sc.allocsProfile(ap); err != nil {
+	}
+	for _, p := range profs {
+		if _, err := os.Stat(p.path + ".cpu.pprof"); err == nil {
+			w.Profiles = append(w.Profiles, p.path+".cpu.pprof")
+		}
+		if p.sc == nil {
+			continue
+		}
+		ap := p.path + ".allocs.pprof"
+		if err := p.sc.allocsProfile(ap); err != nil {
 			w.Errors = append(w.Errors, "allocs profile: "+err.Error())
 		} else {
 			w.Profiles = append(w.Profiles, ap)
 		}
 	}
 	w.fill(s0, s1)
-	if !sc.running() {
-		w.Errors = append(w.Errors, fmt.Sprintf("sidecar exited during the window: %v", sc.err))
+	for _, n := range t.nodes {
+		if !n.running() {
+			w.Errors = append(w.Errors, fmt.Sprintf("sidecar %s exited during the window: %v", n.spec.Name, n.err))
+		}
 	}
 	h.rep.Windows = append(h.rep.Windows, w)
-	h.logf("  %-22s %8.0f events/s  %9.0f deliveries/s  cpu %6.1f µs/event  P99 %.2f ms%s",
-		name, w.Load.PerSec, w.DeliveriesPerSec, w.CPUPerEventUs, w.Load.Lat.P99, receiptNote(w))
+	nats := ""
+	if w.NATSCPUms > 0 {
+		nats = fmt.Sprintf("  nats %.2f cores", w.NATSCores)
+	}
+	h.logf("  %-22s %8.0f events/s  %9.0f deliveries/s  cpu %6.1f µs/event (%.2f cores)%s  P99 %.2f ms%s",
+		name, w.Load.PerSec, w.DeliveriesPerSec, w.CPUPerEventUs, w.CPUCores, nats, w.Load.Lat.P99, receiptNote(w))
 	return w
+}
+
+// profTarget is one process a window profiles: a sidecar, or the NATS
+// cluster (nats set). path is the profile's name without ".cpu.pprof".
+type profTarget struct {
+	sc   *sidecar
+	nats *natsCluster
+	path string
+}
+
+func (p profTarget) cpu(secs int) error {
+	if p.nats != nil {
+		return p.nats.profile(p.path+".cpu.pprof", secs)
+	}
+	return p.sc.profile(p.path+".cpu.pprof", secs)
 }
 
 func receiptNote(w *window) string {
@@ -193,18 +314,19 @@ func receiptNote(w *window) string {
 }
 
 // drain waits until the receiver has accepted×fan-out deliveries since the
-// sidecar started.
-func (w *window) drain(ctx context.Context, h *harness, sc *sidecar, accepted int64, timeout time.Duration) {
-	fan := int64(activeSubs(sc.spec))
+// target was ready.
+func (w *window) drain(ctx context.Context, h *harness, t *target, timeout time.Duration) {
+	fan := int64(activeSubs(t.nodes[0].spec))
+	accepted := *t.accepted
 	start := time.Now()
 	ok := waitFor(ctx, timeout, func() bool {
-		return h.recv.delivered()-sc.recvStart >= accepted*fan
+		return h.recv.delivered()-t.recvStart >= accepted*fan
 	})
 	w.DrainSeconds = time.Since(start).Seconds()
 	w.Drained = &ok
 	if !ok {
 		w.Errors = append(w.Errors, fmt.Sprintf("deliveries not drained after %s: %d of %d",
-			timeout, h.recv.delivered()-sc.recvStart, accepted*fan))
+			timeout, h.recv.delivered()-t.recvStart, accepted*fan))
 	}
 }
 
@@ -241,6 +363,21 @@ func (w *window) fill(s0, s1 snap) {
 	w.GCs = s1.MS.NumGC - s0.MS.NumGC
 	w.RSSStart, w.RSSEnd = s0.RSS, s1.RSS
 	w.HeapStart, w.HeapEnd = s0.MS.HeapAlloc, s1.MS.HeapAlloc
+	if len(s1.NodeCPU) > 1 {
+		for i := range s1.NodeCPU {
+			if i < len(s0.NodeCPU) {
+				w.NodeCPUms = append(w.NodeCPUms, float64(s1.NodeCPU[i]-s0.NodeCPU[i])/1e6)
+			}
+		}
+	}
+	nats := s1.NATS - s0.NATS
+	w.NATSCPUms, w.NATSCores = float64(nats)/1e6, nats.Seconds()/w.Seconds
+	if ev := w.Load.WinOK; ev > 0 {
+		w.NATSPerEventUs = float64(nats) / 1e3 / float64(ev)
+	}
+	if d := w.Deliveries; d > 0 {
+		w.NATSPerDelivUs = float64(nats) / 1e3 / float64(d)
+	}
 	if ev := w.Load.WinOK; ev > 0 {
 		w.CPUPerEventUs = float64(cpu) / 1e3 / float64(ev)
 		w.BytesPerEvent = float64(w.AllocBytes) / float64(ev)

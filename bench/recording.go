@@ -31,6 +31,7 @@ type receiver struct {
 	rec   atomic.Pointer[latRecorder]
 	tl    atomic.Pointer[timeline]
 	track atomic.Pointer[idTracker]
+	nodes atomic.Pointer[nodeWatch]
 }
 
 // maxHold bounds how long a black hole holds one request, whatever the
@@ -50,20 +51,26 @@ func newReceiver() (*receiver, error) {
 // hook feeds the instruments that are set; it never changes the answer.
 // It allocates nothing: the hot path of every throughput scenario.
 func (r *receiver) hook(req testbed.Request, status int) int {
-	rec, tl, tr := r.rec.Load(), r.tl.Load(), r.track.Load()
-	if rec == nil && tl == nil && tr == nil {
+	rec, tl, tr, nw := r.rec.Load(), r.tl.Load(), r.track.Load(), r.nodes.Load()
+	if rec == nil && tl == nil && tr == nil && nw == nil {
 		return status
 	}
 	now := req.Received()
 	if tl != nil {
 		tl.add(now, isRetry(req.Header("X-Attempt")), status == 200)
 	}
-	if status != 200 || (rec == nil && tr == nil) {
+	if status != 200 || (rec == nil && tr == nil && nw == nil) {
 		return status
 	}
 	i, ok := pathIndex(req.Path())
 	if !ok {
 		i = -1
+	}
+	if nw != nil {
+		nw.add(i, req.Header(nodeHeader), now)
+	}
+	if rec == nil && tr == nil {
+		return status
 	}
 	sent, ok := sentNs(req.Body())
 	if rec != nil && ok && sent >= rec.from && rec.wants(i) {
@@ -338,4 +345,70 @@ func (t *idTracker) stats() trackStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return trackStats{Unique: t.unique, Duplicates: t.dups, NoID: t.noID, UniqueBefore: t.uniqueBefore, Last: t.last}
+}
+
+// nodeWatch records, per path and sending node (the X-Node header a fleet
+// node adds to its deliveries), how many 200s it saw and when the first
+// and the last came, in all and since mark.
+type nodeWatch struct {
+	mu   sync.Mutex
+	mark time.Time
+	seen map[nodeKey]*nodeSeen
+}
+
+type nodeKey struct {
+	path int
+	node string
+}
+
+// nodeSeen is one (path, node) pair's record.
+type nodeSeen struct {
+	N              int64
+	First          time.Time
+	Last           time.Time
+	AfterMark      int64
+	FirstAfterMark time.Time
+	LastBeforeMark time.Time
+}
+
+func newNodeWatch() *nodeWatch { return &nodeWatch{seen: map[nodeKey]*nodeSeen{}} }
+
+func (w *nodeWatch) add(path int, node []byte, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.seen[nodeKey{path, string(node)}]
+	if s == nil {
+		s = &nodeSeen{First: now}
+		w.seen[nodeKey{path, string(node)}] = s
+	}
+	s.N++
+	s.Last = now
+	if w.mark.IsZero() || now.Before(w.mark) {
+		s.LastBeforeMark = now
+		return
+	}
+	if s.AfterMark == 0 {
+		s.FirstAfterMark = now
+	}
+	s.AfterMark++
+}
+
+// setMark starts counting deliveries "after" from t on.
+func (w *nodeWatch) setMark(t time.Time) {
+	w.mu.Lock()
+	w.mark = t
+	w.mu.Unlock()
+}
+
+// get returns a copy of path's record for each node that sent to it.
+func (w *nodeWatch) get(path int) map[string]nodeSeen {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]nodeSeen{}
+	for k, v := range w.seen {
+		if k.path == path {
+			out[k.node] = *v
+		}
+	}
+	return out
 }

@@ -42,6 +42,10 @@ type sidecarRecord struct {
 	Accepted      int64    `json:"events_accepted"`
 	Delivered     int64    `json:"deliveries_received"`
 	Log           []string `json:"log_warnings,omitempty"`
+	// Fleet is set on the nodes of a fleet: their events_accepted and
+	// deliveries_received are the fleet's (producers are spread over the
+	// nodes and any owner delivers), the same on each node's record.
+	Fleet bool `json:"fleet_totals,omitempty"`
 }
 
 func newReport(o *options) *report {

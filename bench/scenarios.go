@@ -26,6 +26,7 @@ func (h *harness) stopSidecar(sc *sidecar) {
 		Name: sc.spec.Name, Subscriptions: sc.spec.subscriptions(), Durability: sc.spec.Durability,
 		ConfigBytes: sc.cfgBytes, ReadySeconds: sc.ready.Seconds(), StopSeconds: took.Seconds(), Killed: killed,
 		Accepted: sc.accepted, Delivered: h.recv.delivered() - sc.recvStart, Log: sc.logProblems(20),
+		Fleet: sc.fleetTotals,
 	})
 	if killed {
 		h.logf("  %s did not exit within 20 s of SIGTERM: killed", sc.spec.Name)
@@ -157,6 +158,9 @@ func (h *harness) scenarioLatency(ctx context.Context, name string) error {
 		if pct == 50 {
 			p50.want(onValue, "<=", 2)
 			p99.want(onValue, "<=", 10)
+			if rc.N > 0 {
+				h.badgerLat50 = rc
+			}
 		}
 		if rc.N == 0 {
 			p50.fail("no deliveries recorded")

@@ -52,7 +52,25 @@ type sidecarSpec struct {
 	// be nil): the form a generated fleet would use, parsed by
 	// encoding/json.
 	JSON bool
+	// Fleet, when set, makes the sidecar a node of a fleet (log.backend:
+	// jetstream) on the cluster and stream it names.
+	Fleet *fleetNode
 }
+
+// fleetNode is what a fleet node's config adds (issue 11).
+type fleetNode struct {
+	NodeID   string
+	URLs     []string
+	Stream   string // its own per scenario, so scenarios share no state
+	Replicas int
+	LeaseTTL time.Duration // 0: the sidecar's default
+	// NodeHeader adds headers: {X-Node: <node id>} to every subscription,
+	// so the receiver sees which node sent a delivery (fleet-takeover).
+	NodeHeader bool
+}
+
+// nodeHeader is the header that names the sending node.
+const nodeHeader = "X-Node"
 
 func (s sidecarSpec) subscriptions() int {
 	n := 0
@@ -79,6 +97,8 @@ type sidecar struct {
 	http      *http.Client // the debug paths (expvar, pprof), which are no API
 	recvStart int64        // receiver total when the sidecar became ready
 	accepted  int64        // events the producers got a 202 for
+	// fleetTotals: accepted and recvStart are its fleet's (fleet.stop).
+	fleetTotals bool
 }
 
 // errNotReady is returned when /readyz did not answer 200 in time.
@@ -154,8 +174,8 @@ func (h *harness) tryStartSidecar(ctx context.Context, spec sidecarSpec, id stri
 // logging, a short shutdown grace, and the subscriptions, one a line (YAML
 // flow mappings, or JSON objects with spec.JSON).
 func (h *harness) writeConfig(s *sidecar) (int64, error) {
-	if s.spec.JSON && s.spec.SubYAML != nil {
-		return 0, errors.New("writeConfig: SubYAML is YAML; it cannot go into a JSON config")
+	if s.spec.JSON && (s.spec.SubYAML != nil || s.spec.Fleet != nil) {
+		return 0, errors.New("writeConfig: SubYAML and Fleet are written as YAML only")
 	}
 	f, err := os.Create(s.cfgPath)
 	if err != nil {
@@ -190,6 +210,14 @@ func (h *harness) writeYAMLConfig(w *bufio.Writer, s *sidecar) {
 	if s.spec.MaxInFlight > 0 {
 		fmt.Fprintf(w, "max_in_flight: %d\n", s.spec.MaxInFlight)
 	}
+	fl := s.spec.Fleet
+	if fl != nil {
+		fmt.Fprintf(w, "node_id: %s\nlog: {backend: jetstream}\njetstream:\n  urls: [%s]\n  stream: %s\n  replicas: %d\n",
+			fl.NodeID, strings.Join(fl.URLs, ", "), fl.Stream, fl.Replicas)
+		if fl.LeaseTTL > 0 {
+			fmt.Fprintf(w, "  lease_ttl: %s\n", yamlDur(fl.LeaseTTL))
+		}
+	}
 	if n := s.spec.subscriptions(); n == 0 {
 		fmt.Fprintf(w, "subscriptions: []\n")
 	} else {
@@ -202,6 +230,9 @@ func (h *harness) writeYAMLConfig(w *bufio.Writer, s *sidecar) {
 			pol := fmt.Sprintf("concurrency: {max: %d}", laneCap)
 			if s.spec.SubYAML != nil {
 				pol = s.spec.SubYAML(i)
+			}
+			if fl != nil && fl.NodeHeader {
+				pol += fmt.Sprintf(", headers: {%s: %s}", nodeHeader, fl.NodeID)
 			}
 			fmt.Fprintf(w, "  - {id: s%d, url: \"%s/s%d\", secret: %q, types: [%q], %s}\n",
 				i, base, i, benchSecret, g.Type, pol)
@@ -400,4 +431,29 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// metricValues reads unlabelled series from the sidecar's GET /metrics, in
+// the order asked; a series that is missing reads 0.
+func (s *sidecar) metricValues(names ...string) ([]float64, error) {
+	out := make([]float64, len(names))
+	code, b, err := s.get("/metrics", 10*time.Second)
+	if err != nil {
+		return out, err
+	}
+	if code != http.StatusOK {
+		return out, fmt.Errorf("/metrics: status %d", code)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		for i, n := range names {
+			if name == n {
+				out[i], _ = strconv.ParseFloat(strings.TrimSpace(val), 64)
+			}
+		}
+	}
+	return out, nil
 }

@@ -179,6 +179,9 @@
     tr.classList.toggle("saturated", ratio >= SATURATED);
 
     setText(c.id, l.subscription);
+    // Fleet mode: the node delivering the lane (any node serves this page).
+    tr.dataset.owner = l.owner || "";
+    c.id.title = l.owner ? "delivered by " + l.owner : "";
     setText(c.state, l.state);
     c.state.className = "state-" + l.state;
     c.state.title = l.paused_by || "";

@@ -252,6 +252,12 @@ func (r *recentRing) put(seq uint64, id, typ string, ts int64) {
 // does not keep and that are still inside the dedup window, and returns
 // once the bucket has them all.
 func (s *Store) indexIDs(from, to uint64, skip func(uint64) bool) error {
+	// An empty stream's first seq is 0, which no event has: a direct get
+	// from it is refused (408 Empty Request), logged at every compaction.
+	from = max(from, 1)
+	if to <= from {
+		return nil
+	}
 	horizon := time.Now().Add(-s.opts.DedupWindow - dedupSlack).UnixNano()
 	var entries []recentEntry
 	// The follower's recent headers, if they cover the range.

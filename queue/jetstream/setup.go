@@ -45,6 +45,13 @@ func (s *Store) setUpOnce() error {
 	if err := s.setUpBuckets(); err != nil {
 		return err
 	}
+	// The id index is made here, with everything else, not at the first
+	// compaction: the nodes of a fleet compact within milliseconds of
+	// each other, and their concurrent creations of the same R3 bucket
+	// timed out there (2-15 times a bench run), outside any retry.
+	if _, err := s.openIDIndex(true); err != nil {
+		return err
+	}
 	return s.setUpFleet()
 }
 
