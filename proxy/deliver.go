@@ -83,7 +83,23 @@ func (e *engine) deliver(j *job, w *workerState) result {
 	}
 	req.SetBodyRaw(ev.Body)
 
-	err := e.client.DoTimeout(req, resp, sub.Timeout)
+	timeout := sub.Timeout
+	if e.fleet != nil {
+		// A request must end before the lane's lease could pass to another
+		// node, or the lane's cap would hold per node again: when this
+		// node loses the lease it stops starting requests, but fasthttp
+		// cannot cancel those in flight, so their deadline is bounded
+		// from the start. With renewals every lease_ttl/3 this leaves a
+		// request at least about 2/3 of lease_ttl.
+		left := time.Until(e.fleet.LeaseExpiry(j.lane.id)) - leaseSafety
+		if left <= 0 {
+			var res result
+			res.Failure, res.Outcome = policy.FailTimeout, policy.Retry
+			return res // not sent; the outcome's write is fenced and the new owner sends it
+		}
+		timeout = min(timeout, left)
+	}
+	err := e.client.DoTimeout(req, resp, timeout)
 	var res result
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		// The status line arrived; an oversized answer does not change it.
@@ -146,3 +162,8 @@ func snippet(b []byte) string {
 func sortStatuses(s []LaneStatus) {
 	slices.SortFunc(s, func(a, b LaneStatus) int { return strings.Compare(a.Subscription, b.Subscription) })
 }
+
+// leaseSafety is how long before a lane's lease could pass elsewhere its
+// requests must have ended (fleet mode): scheduling and the servers'
+// clocks, which count the TTL, are not exact.
+const leaseSafety = 250 * time.Millisecond

@@ -155,6 +155,11 @@ type Fleet interface {
 	Owner(sub string) string
 	// Owns reports whether this node holds sub's lease now.
 	Owns(sub string) bool
+	// LeaseExpiry is the earliest moment another node could hold sub's
+	// lease, as far as this node knows (its last renewal sent, plus the
+	// TTL); zero when this node does not hold it. A delivery must end
+	// before it, or a lane could have two owners' requests in flight.
+	LeaseExpiry(sub string) time.Time
 	// Ready is nil while appends can be accepted, else why not (for
 	// /readyz).
 	Ready() error

@@ -150,6 +150,20 @@ func (s *Store) Owns(sub string) bool {
 	return l != nil && l.held && time.Since(l.okAt) <= validFor(s.opts.LeaseTTL)
 }
 
+// LeaseExpiry is the earliest moment another node could take sub's lease:
+// the server starts the TTL of a renewal when it stores it, after this
+// node sent it (okAt, monotonic), so okAt + LeaseTTL is never late.
+func (s *Store) LeaseExpiry(sub string) time.Time {
+	fl := &s.fl
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	l := fl.leases[sub]
+	if l == nil || !l.held {
+		return time.Time{}
+	}
+	return l.okAt.Add(s.opts.LeaseTTL)
+}
+
 // Owner returns the node holding sub's lease as this node last saw it, ""
 // when none does.
 func (s *Store) Owner(sub string) string {
