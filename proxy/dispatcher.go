@@ -215,6 +215,8 @@ func (d *dispatcher) flushLoop() {
 	defer d.wg.Done()
 	t := time.NewTicker(d.cursorInterval)
 	defer t.Stop()
+	var failed int
+	var loggedAt time.Time
 	for {
 		select {
 		case <-t.C:
@@ -222,7 +224,12 @@ func (d *dispatcher) flushLoop() {
 			return
 		}
 		if err := d.flush(); err != nil {
-			d.log.Error("save cursors", "err", err)
+			// Logged at most every few seconds: a shared log out of reach
+			// fails this every cursorInterval.
+			if failed++; time.Since(loggedAt) >= 5*time.Second {
+				d.log.Error("save cursors", "err", err, "failures", failed)
+				failed, loggedAt = 0, time.Now()
+			}
 		}
 	}
 }

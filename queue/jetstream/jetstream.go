@@ -329,6 +329,18 @@ func (s *Store) Ready() error {
 	if !s.connected.Load() {
 		return fmt.Errorf("%w: not connected to NATS", queue.ErrUnavailable)
 	}
+	// Connected is not enough: a link that holds traffic without closing
+	// (a stalled route, a partition) keeps the TCP connection up. A node
+	// whose heartbeat has not been written for validFor has stopped
+	// dispatching; it should not take traffic either.
+	s.fl.mu.Lock()
+	at := s.fl.hbAt
+	s.fl.mu.Unlock()
+	if !at.IsZero() {
+		if age := time.Since(at); age > validFor(s.opts.LeaseTTL) {
+			return fmt.Errorf("%w: no heartbeat written to NATS for %s", queue.ErrUnavailable, age.Round(time.Millisecond))
+		}
+	}
 	return nil
 }
 
