@@ -182,7 +182,14 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	if ev.ContentType != "" {
 		m.Header[hdrContentType] = []string{ev.ContentType}
 	}
-	ack, err := s.publishEvent(m, deadline)
+	ack, retried, err := s.publishEvent(m, deadline)
+	if err == nil && ack.Duplicate && retried && s.ownEarlierAttempt(ack.Sequence, ev, deadline) {
+		// An attempt of this very Append that timed out (a stream leader
+		// lost mid-publish) was stored after all: the event is new, and
+		// its producer must hear 202, not "duplicate" (the crash soak saw
+		// a first POST answered 200 duplicate).
+		ack.Duplicate = false
+	}
 	if err != nil {
 		if errors.Is(err, queue.ErrDiskFull) {
 			s.lg.diskFull.Store(true)
@@ -205,7 +212,7 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 
 // publishEvent sends m until a PubAck comes back, it fails for good, or deadline
 // passes.
-func (s *Store) publishEvent(m *nats.Msg, deadline time.Time) (*jetstream.PubAck, error) {
+func (s *Store) publishEvent(m *nats.Msg, deadline time.Time) (ack *jetstream.PubAck, retried bool, err error) {
 	backoff := 10 * time.Millisecond
 	var timer *time.Timer
 	defer func() {
@@ -213,29 +220,47 @@ func (s *Store) publishEvent(m *nats.Msg, deadline time.Time) (*jetstream.PubAck
 			timer.Stop()
 		}
 	}()
-	for {
+	for attempt := 0; ; attempt++ {
 		ack, err := s.publishAttempt(m, deadline, &timer)
 		if err == nil {
-			return ack, nil
+			return ack, attempt > 0, nil
 		}
 		if s.closed.Load() {
-			return nil, queue.ErrClosed
+			return nil, false, queue.ErrClosed
 		}
 		cause, err := s.classifyPublish(err)
 		s.lg.m.pubErrs.WithLabelValues(cause).Inc()
 		if !errors.Is(err, queue.ErrUnavailable) || cause == causeTimeout {
-			return nil, err
+			return nil, false, err
 		}
 		if cause == causeInProcess {
 			backoff = min(backoff, 5*time.Millisecond)
 		}
 		if time.Until(deadline) < backoff {
-			return nil, err
+			return nil, false, err
 		}
 		if !s.sleepOrQuit(backoff, &timer) {
-			return nil, queue.ErrClosed
+			return nil, false, queue.ErrClosed
 		}
 		backoff = min(backoff*2, 250*time.Millisecond)
+	}
+}
+
+// ownEarlierAttempt reports whether the event stored at seq is ev as this
+// Append published it (same id and accepted-at, which ingest stamps per
+// request), rather than an earlier request with the same id. Unsure (the
+// read keeps failing until deadline) counts as not: "duplicate" is then
+// reported, which loses nothing.
+func (s *Store) ownEarlierAttempt(seq uint64, ev *queue.Event, deadline time.Time) bool {
+	for {
+		stored, err := s.Event(seq)
+		if err == nil {
+			return stored.ID == ev.ID && stored.AcceptedAt.UnixNano() == ev.AcceptedAt.UnixNano()
+		}
+		if time.Until(deadline) < 50*time.Millisecond || s.closed.Load() {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
