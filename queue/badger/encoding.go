@@ -98,33 +98,12 @@ type retryRecord struct {
 	Replay       bool   `json:"replay,omitempty"`
 }
 
-// appendDeadLetter encodes version(1) | uvarint len + JSON header | body.
-func appendDeadLetter(dst []byte, d *queue.DeadLetter) ([]byte, error) {
-	h, err := json.Marshal(d)
-	if err != nil {
-		return nil, err
-	}
-	dst = append(dst, recordVersion)
-	dst = binary.AppendUvarint(dst, uint64(len(h)))
-	dst = append(dst, h...)
-	return append(dst, d.Body...), nil
-}
-
-func decodeDeadLetter(b []byte) (*queue.DeadLetter, error) {
-	if len(b) == 0 || b[0] != recordVersion {
-		return nil, fmt.Errorf("dead letter: record version: %w", queue.ErrCorrupt)
-	}
-	n, k := binary.Uvarint(b[1:])
-	if k <= 0 || uint64(len(b)-1-k) < n {
-		return nil, fmt.Errorf("dead letter: header length: %w", queue.ErrCorrupt)
-	}
-	d := &queue.DeadLetter{}
-	if err := json.Unmarshal(b[1+k:1+k+int(n)], d); err != nil {
-		return nil, fmt.Errorf("dead letter: %v: %w", err, queue.ErrCorrupt)
-	}
-	d.Body = b[1+k+int(n):]
-	return d, nil
-}
+// Dead letters are encoded by queue.AppendDeadLetter, the same bytes in
+// both backends.
+var (
+	appendDeadLetter = queue.AppendDeadLetter
+	decodeDeadLetter = queue.DecodeDeadLetter
+)
 
 // appendIDValue encodes a dedup index entry: seq:8 | type.
 func appendIDValue(dst []byte, seq uint64, typ string) []byte {

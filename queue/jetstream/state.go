@@ -445,34 +445,13 @@ func decodeRetry(sub string, seq uint64, v []byte) (queue.Retry, error) {
 		LastStatus: r.LastStatus, LastError: r.LastError, Replay: r.Replay}, nil
 }
 
-// encodeDeadLetter: version | uvarint len + JSON header | body.
+// encodeDeadLetter is queue.AppendDeadLetter into a buffer of its own:
+// the same bytes as Badger's.
 func encodeDeadLetter(d *queue.DeadLetter) ([]byte, error) {
-	h, err := json.Marshal(d)
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(h)+len(d.Body))
-	b = append(b, stateRecordVersion)
-	b = binary.AppendUvarint(b, uint64(len(h)))
-	b = append(b, h...)
-	return append(b, d.Body...), nil
+	return queue.AppendDeadLetter(make([]byte, 0, 1+binary.MaxVarintLen64+256+len(d.Body)), d)
 }
 
-func decodeDeadLetter(b []byte) (*queue.DeadLetter, error) {
-	if len(b) == 0 || b[0] != stateRecordVersion {
-		return nil, fmt.Errorf("dead letter: record version: %w", queue.ErrCorrupt)
-	}
-	n, k := binary.Uvarint(b[1:])
-	if k <= 0 || uint64(len(b)-1-k) < n {
-		return nil, fmt.Errorf("dead letter: header length: %w", queue.ErrCorrupt)
-	}
-	d := &queue.DeadLetter{}
-	if err := json.Unmarshal(b[1+k:1+k+int(n)], d); err != nil {
-		return nil, fmt.Errorf("dead letter: %v: %w", err, queue.ErrCorrupt)
-	}
-	d.Body = b[1+k+int(n):]
-	return d, nil
-}
+var decodeDeadLetter = queue.DecodeDeadLetter
 
 // Reads.
 
