@@ -203,8 +203,12 @@ type demoNode struct {
 	dead                           bool
 }
 
+// demoNodeCommand makes the command of one demo node: this binary's
+// serve. Tests replace it (a test binary runs sluice only when told to).
+var demoNodeCommand = func(exe, config string) *exec.Cmd { return exec.Command(exe, "serve", "--config", config) }
+
 func (n *demoNode) start(exe string) error {
-	n.cmd = exec.Command(exe, "serve", "--config", n.config)
+	n.cmd = demoNodeCommand(exe, n.config)
 	logf, err := os.Create(n.dir + ".log")
 	if err != nil {
 		return err

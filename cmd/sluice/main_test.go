@@ -453,3 +453,30 @@ func TestHealthcheckUsesConfigAndToken(t *testing.T) {
 		t.Fatalf("healthcheck without the token: %d %s", code, out.String())
 	}
 }
+
+// TestDemoFleetLosesNothing runs `sluice demo --fleet` as a user does
+// (the nodes are this test binary re-executed as sluice): one node is
+// SIGKILLed mid-stream, its lanes move, and the demo exits 0 only when
+// every subscription got every event it is owed.
+func TestDemoFleetLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fleet demo takes about 15 s")
+	}
+	old := demoNodeCommand
+	t.Cleanup(func() { demoNodeCommand = old })
+	demoNodeCommand = func(_, config string) *exec.Cmd {
+		a, _ := json.Marshal([]string{"serve", "--config", config})
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "SLUICETEST_MAIN=1", "SLUICETEST_ARGS="+string(a))
+		return cmd
+	}
+	var out bytes.Buffer
+	if code := run([]string{"demo", "--fleet", "--events", "40"}, &out, &out); code != 0 {
+		t.Fatalf("demo --fleet exit %d:\n%s", code, out.String())
+	}
+	for _, want := range []string{"SIGKILL node-1", "lanes moved", "published 120 events, 120 accepted", "LOST"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("demo --fleet output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
