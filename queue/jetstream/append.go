@@ -80,6 +80,10 @@ const (
 	causeOther        = "other"
 )
 
+// notConnectedPatience is how long Append retries while the client has no
+// connection at all, within RequestTimeout.
+const notConnectedPatience = time.Second
+
 // appendBuckets span a PubAck on loopback (a fraction of a millisecond) to
 // a leader election (seconds).
 var appendBuckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
@@ -214,6 +218,7 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 // passes.
 func (s *Store) publishEvent(m *nats.Msg, deadline time.Time) (ack *jetstream.PubAck, retried bool, err error) {
 	backoff := 10 * time.Millisecond
+	start := time.Now()
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -235,6 +240,13 @@ func (s *Store) publishEvent(m *nats.Msg, deadline time.Time) (ack *jetstream.Pu
 		}
 		if cause == causeInProcess {
 			backoff = min(backoff, 5*time.Millisecond)
+		}
+		if cause == causeNotConnected && time.Since(start) >= notConnectedPatience {
+			// A client that lost its server reconnects to another within
+			// milliseconds; one still disconnected after this is cut off,
+			// and its producer should hear 503 now, not at the deadline
+			// (a severed node held every request for ~5 s).
+			return nil, false, err
 		}
 		if time.Until(deadline) < backoff {
 			return nil, false, err
