@@ -298,9 +298,7 @@ func (d *dispatcher) maintain() {
 	below := head + 1
 	now := d.now()
 	for _, l := range d.laneList() {
-		l.mu.Lock()
-		foreign := l.foreign
-		l.mu.Unlock()
+		foreign := l.isForeign()
 		if foreign {
 			// Its owner enforces its quota, retires it and keeps its
 			// cursor; the shared store's compaction counts it from there.
@@ -487,20 +485,15 @@ func (d *dispatcher) statuses() []LaneStatus {
 		}
 	}
 	for _, l := range lanes {
-		if d.fleet != nil {
-			l.mu.Lock()
-			foreign := l.foreign
-			l.mu.Unlock()
-			if foreign {
-				out = append(out, d.foreignStatus(l, snaps))
-				continue
-			}
-			st := l.withOldestAge(l.status(), now)
-			st.Owner = d.fleet.NodeID()
-			out = append(out, st)
+		if d.fleet != nil && l.isForeign() {
+			out = append(out, d.foreignStatus(l, snaps))
 			continue
 		}
-		out = append(out, l.withOldestAge(l.status(), now))
+		st := l.withOldestAge(l.status(), now)
+		if d.fleet != nil {
+			st.Owner = d.fleet.NodeID()
+		}
+		out = append(out, st)
 	}
 	sortStatuses(out)
 	return out

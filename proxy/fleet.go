@@ -163,6 +163,13 @@ func (d *dispatcher) Changed(sub string) {
 	l.pump()
 }
 
+// isForeign reports whether another node owns the lane (fleet mode).
+func (l *lane) isForeign() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.foreign
+}
+
 // fenced reports whether err says the lane moved to another node: the
 // outcome is dropped, not retried (the new owner resends what is
 // unresolved).
@@ -185,9 +192,7 @@ func (d *dispatcher) snapshotLoop() {
 		now := d.now()
 		snaps := map[string][]byte{}
 		for _, l := range d.laneList() {
-			l.mu.Lock()
-			foreign := l.foreign
-			l.mu.Unlock()
+			foreign := l.isForeign()
 			if foreign {
 				continue
 			}

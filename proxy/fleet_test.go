@@ -88,7 +88,7 @@ func TestFleetCursorIsDurableWhileDelivering(t *testing.T) {
 	a := f.node("a", s1)
 	b := f.node("b", sub("s1", tb.URL()+"/s1", "*"))
 	obs := f.observer()
-	awaitCond(t, 20*time.Second, "one owner of s1", func() bool {
+	eventually(t, "one owner of s1", func() bool {
 		return ownerOf(a, "s1") != "" && ownerOf(a, "s1") == ownerOf(b, "s1")
 	})
 	const n = 300
@@ -104,23 +104,12 @@ func TestFleetCursorIsDurableWhileDelivering(t *testing.T) {
 			time.Sleep(20 * time.Millisecond) // spread over several cursor flushes and lease renewals
 		}
 	}
-	awaitCond(t, 20*time.Second, "every event delivered", func() bool { return tb.Stats()["/s1"].Unique >= n })
-	awaitCond(t, 10*time.Second, "the durable cursor at the head", func() bool {
+	eventually(t, "every event delivered", func() bool { return tb.Stats()["/s1"].Unique >= n })
+	eventually(t, "the durable cursor at the head", func() bool {
 		m, _, err := obs.Lane("s1")
 		return err == nil && m.Cursor >= n
 	})
 	if d := tb.Stats()["/s1"].Duplicates; d != 0 {
 		t.Errorf("%d duplicates without any kill", d)
-	}
-}
-
-func awaitCond(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

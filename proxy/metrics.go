@@ -145,9 +145,7 @@ func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
 		if c.d.fleet != nil {
 			// Every node says which lanes it owns; only the owner exports
 			// a lane's gauges, so a fleet-wide sum counts each lane once.
-			l.mu.Lock()
-			foreign := l.foreign
-			l.mu.Unlock()
+			foreign := l.isForeign()
 			owned := 1.0
 			if foreign {
 				owned = 0
