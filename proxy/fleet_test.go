@@ -68,15 +68,6 @@ func (f *fleet) observer() *jetstream.Store {
 	return s
 }
 
-func ownerOf(s *proxy.Server, sub string) string {
-	for _, l := range s.Lanes() {
-		if l.Subscription == sub {
-			return l.Owner
-		}
-	}
-	return ""
-}
-
 // TestFleetCursorIsDurableWhileDelivering: the owner's cursor writes reach
 // the shared state as it delivers, so a new owner resumes close to where
 // the old one stopped (a cursor that stopped being written made a killed
@@ -89,7 +80,7 @@ func TestFleetCursorIsDurableWhileDelivering(t *testing.T) {
 	b := f.node("b", sub("s1", tb.URL()+"/s1", "*"))
 	obs := f.observer()
 	eventually(t, "one owner of s1", func() bool {
-		return ownerOf(a, "s1") != "" && ownerOf(a, "s1") == ownerOf(b, "s1")
+		return lane(a, "s1").Owner != "" && lane(a, "s1").Owner == lane(b, "s1").Owner
 	})
 	const n = 300
 	for i := range n {

@@ -66,7 +66,7 @@ func baseName(s string) string {
 // (and the dashboard) follow.
 func TestMetricListMatchesProxy(t *testing.T) {
 	var defined []string
-	for _, file := range []string{"../../proxy/metrics.go", "../../queue/badger/metrics.go", "../../queue/jetstream/own.go", "../../queue/jetstream/append.go"} {
+	for _, file := range []string{"../../proxy/metrics.go", "../../queue/badger/metrics.go", "../../queue/metrics.go", "../../queue/jetstream/own.go", "../../queue/jetstream/append.go"} {
 		src, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)

@@ -1,10 +1,10 @@
 package badger
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluicehq/sluice/queue"
 )
 
 // metrics are the log's Prometheus series: one set per Log, registered
@@ -37,49 +37,17 @@ func newMetrics(reg prometheus.Registerer, l *Log) *metrics {
 	}
 	// The disk gauges keep the names and help they had in the proxy,
 	// which dashboards and alerts rely on.
-	m.collectors = []prometheus.Collector{m.append, m.sync,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_log_disk_used_bytes", Help: "Bytes allocated by the data dir (the log), measured every 250 ms.",
-		}, func() float64 { return float64(l.DiskUsage().Used) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_log_disk_free_bytes", Help: "Bytes free on the data dir's file system; -1 if unknown.",
-		}, func() float64 { return float64(l.DiskUsage().Free) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_log_disk_full", Help: "1 while ingest answers 507: the log is over max_disk_bytes or its file system below min_free_disk_bytes.",
-		}, func() float64 {
-			if l.DiskUsage().Full {
-				return 1
-			}
-			return 0
-		}),
-	}
+	m.collectors = append([]prometheus.Collector{m.append, m.sync}, queue.DiskGauges(l.DiskUsage,
+		"Bytes allocated by the data dir (the log), measured every 250 ms.",
+		"Bytes free on the data dir's file system; -1 if unknown.",
+		"1 while ingest answers 507: the log is over max_disk_bytes or its file system below min_free_disk_bytes.")...)
 	return m
 }
 
 // register registers every series, or none.
-func (m *metrics) register() error {
-	if m.reg == nil {
-		return nil
-	}
-	for i, c := range m.collectors {
-		if err := m.reg.Register(c); err != nil {
-			for _, c := range m.collectors[:i] {
-				m.reg.Unregister(c)
-			}
-			return fmt.Errorf("register queue metrics: %w", err)
-		}
-	}
-	return nil
-}
+func (m *metrics) register() error { return queue.RegisterAll(m.reg, m.collectors) }
 
-func (m *metrics) unregister() {
-	if m.reg == nil {
-		return
-	}
-	for _, c := range m.collectors {
-		m.reg.Unregister(c)
-	}
-}
+func (m *metrics) unregister() { queue.UnregisterAll(m.reg, m.collectors) }
 
 // sync fsyncs the log and times it.
 func (l *Log) sync() error {

@@ -106,48 +106,16 @@ func newLogMetrics(reg prometheus.Registerer, s *Store) *logMetrics {
 	}
 	// The disk gauges keep the Badger log's names, which dashboards and
 	// alerts rely on; here they measure the stream.
-	m.collectors = []prometheus.Collector{m.append, m.pubErrs,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_log_disk_used_bytes", Help: "Bytes the event stream holds (all replicas count once), measured every second.",
-		}, func() float64 { return float64(s.DiskUsage().Used) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_log_disk_free_bytes", Help: "Bytes left under the stream's max_bytes; -1 if unlimited.",
-		}, func() float64 { return float64(s.DiskUsage().Free) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_log_disk_full", Help: "1 while ingest answers 507: the event stream is at its max_bytes.",
-		}, func() float64 {
-			if s.DiskUsage().Full {
-				return 1
-			}
-			return 0
-		}),
-	}
+	m.collectors = append([]prometheus.Collector{m.append, m.pubErrs}, queue.DiskGauges(s.DiskUsage,
+		"Bytes the event stream holds (all replicas count once), measured every second.",
+		"Bytes left under the stream's max_bytes; -1 if unlimited.",
+		"1 while ingest answers 507: the event stream is at its max_bytes.")...)
 	return m
 }
 
-func (m *logMetrics) register() error {
-	if m.reg == nil {
-		return nil
-	}
-	for i, c := range m.collectors {
-		if err := m.reg.Register(c); err != nil {
-			for _, c := range m.collectors[:i] {
-				m.reg.Unregister(c)
-			}
-			return fmt.Errorf("register log metrics: %w", err)
-		}
-	}
-	return nil
-}
+func (m *logMetrics) register() error { return queue.RegisterAll(m.reg, m.collectors) }
 
-func (m *logMetrics) unregister() {
-	if m.reg == nil {
-		return
-	}
-	for _, c := range m.collectors {
-		m.reg.Unregister(c)
-	}
-}
+func (m *logMetrics) unregister() { queue.UnregisterAll(m.reg, m.collectors) }
 
 // eventSubject is the event's subject: the id in base64url, so any id is one
 // valid subject token.

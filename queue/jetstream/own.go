@@ -796,7 +796,6 @@ func (s *Store) closeFleet() {
 // Options.Registerer when it is set.
 type fleetMetrics struct {
 	reg        prometheus.Registerer
-	registered []prometheus.Collector
 	nodesLive  prometheus.Gauge
 	leasesHeld prometheus.Gauge
 	renewals   *prometheus.CounterVec
@@ -845,15 +844,8 @@ func newFleetMetrics(reg prometheus.Registerer, s *Store) *fleetMetrics {
 // register puts the series on the registerer (Own does: a store that
 // never joins the fleet, a tool's, exports none).
 func (m *fleetMetrics) register() error {
-	if m.reg == nil {
-		return nil
-	}
-	for _, c := range []prometheus.Collector{m.nodesLive, m.leasesHeld, m.renewals, m.takeovers, m.hbAge} {
-		if err := m.reg.Register(c); err != nil {
-			m.unregister()
-			return fmt.Errorf("fleet: register metrics: %w", err)
-		}
-		m.registered = append(m.registered, c)
+	if err := queue.RegisterAll(m.reg, m.all()); err != nil {
+		return fmt.Errorf("fleet: %w", err)
 	}
 	return nil
 }
@@ -861,11 +853,11 @@ func (m *fleetMetrics) register() error {
 // unregister takes the series off the registerer, so a store opened again
 // on it can register its own.
 func (m *fleetMetrics) unregister() {
-	if m == nil || m.reg == nil {
-		return
+	if m != nil {
+		queue.UnregisterAll(m.reg, m.all())
 	}
-	for _, c := range m.registered {
-		m.reg.Unregister(c)
-	}
-	m.registered = nil
+}
+
+func (m *fleetMetrics) all() []prometheus.Collector {
+	return []prometheus.Collector{m.nodesLive, m.leasesHeld, m.renewals, m.takeovers, m.hbAge}
 }
