@@ -68,10 +68,11 @@ func (f *fleet) observer() *jetstream.Store {
 	return s
 }
 
-// TestFleetCursorIsDurableWhileDelivering: the owner's cursor writes reach
-// the shared state as it delivers, so a new owner resumes close to where
-// the old one stopped (a cursor that stopped being written made a killed
-// node's successor resend hundreds of events in the fleet demo).
+// TestFleetCursorIsDurableWhileDelivering: in fleet mode the owner's
+// cursor reaches the shared state as it delivers, whichever node ingested
+// the events, so a new owner resumes where the old one stopped. (The
+// fleet demo's ~300 resent events came from compaction holding back the
+// cursor flusher: TestCursorsWrittenWhileCompactionWaits pins that.)
 func TestFleetCursorIsDurableWhileDelivering(t *testing.T) {
 	f := newFleet(t)
 	tb := startTestbed(t, testbed.ModeOK)

@@ -187,3 +187,38 @@ func TestLedgerReportsReadErrors(t *testing.T) {
 		t.Fatalf("ledger with a failing read: %+v, %v; want the error", st, err)
 	}
 }
+
+// compactStore holds every Compact until released, as a compaction that
+// waits on a shared log's servers does.
+type compactStore struct {
+	queue.Store
+	release chan struct{}
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (c *compactStore) Compact(below uint64) (int, error) {
+	c.once.Do(func() { close(c.entered) })
+	<-c.release
+	return c.Store.Compact(below)
+}
+
+// TestCursorsWrittenWhileCompactionWaits: a compaction that does not
+// return holds back no cursor write. Maintenance ran in the cursor
+// flusher's loop, so in the fleet demo a compaction waiting on NATS
+// stopped the owner's cursor for seconds, and its successor after a kill
+// resent ~300 events.
+func TestCursorsWrittenWhileCompactionWaits(t *testing.T) {
+	url, _ := endpoint(t, http.StatusOK)
+	c := &compactStore{release: make(chan struct{}), entered: make(chan struct{})}
+	s := startWith(t, func(st queue.Store) queue.Store { c.Store = st; return c }, testSub("a", url))
+	t.Cleanup(func() { close(c.release) }) // before the server closes (cleanups run last first)
+	<-c.entered                            // maintenance is now stuck in Compact
+	for i := range 20 {
+		ingestOne(t, s, "e-"+string(rune('a'+i)))
+	}
+	await(t, "the durable cursor at 20 while Compact waits", func() bool {
+		ms, err := c.Store.Memberships()
+		return err == nil && len(ms) == 1 && ms[0].Cursor >= 20
+	})
+}
