@@ -3,6 +3,7 @@ package jetstream
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/queue"
 )
@@ -104,4 +105,10 @@ func (r *Retention) retentionHolds(from, to uint64) (uint64, map[uint64]struct{}
 		}
 	}
 	return floor, held, nil
+}
+
+// OwnEarlierAttempt exposes how Append tells a duplicate PubAck for its own
+// timed-out attempt from one for an earlier request with the same id.
+func OwnEarlierAttempt(s *Store, seq uint64, ev *queue.Event) bool {
+	return s.ownEarlierAttempt(seq, ev, time.Now().Add(time.Second))
 }

@@ -548,3 +548,21 @@ func TestCompactInFleetKeepsWhatMembershipsOwe(t *testing.T) {
 		t.Fatalf("event 4 after compaction: %v", err)
 	}
 }
+
+// TestDuplicateAckOfOwnAttempt: when a publish attempt timed out but was
+// stored, Append's retry gets a duplicate PubAck; the event is still new
+// (202), unless an earlier request with the same id stored it: the stored
+// accepted-at, which ingest stamps per request, tells the two apart.
+func TestDuplicateAckOfOwnAttempt(t *testing.T) {
+	s := backend().Open(t, backend().NewPlace(t), queuetest.Options{}).(*jetstream.Store)
+	ev := queuetest.Event("own-1", "t", "{}")
+	seq, _ := queuetest.MustAppend(t, s, ev)
+	if !jetstream.OwnEarlierAttempt(s, seq, ev) {
+		t.Fatal("the stored event is this request's attempt, but was taken for another request's")
+	}
+	later := *ev
+	later.AcceptedAt = ev.AcceptedAt.Add(time.Millisecond) // a second request with the same id
+	if jetstream.OwnEarlierAttempt(s, seq, &later) {
+		t.Fatal("a later request with the same id was taken for the stored attempt: it would answer 202, not duplicate")
+	}
+}
