@@ -121,3 +121,98 @@ type HealthAnswer struct {
 type ErrorAnswer struct {
 	Error string `json:"error"`
 }
+
+// SubscriptionInfo answers GET, POST and PATCH of /v1/subscriptions/{id}:
+// the lane's state, who manages the subscription, and its settings in the
+// config file's keys with every secret redacted. Secret is set only in
+// the answer that made the secret: a create without one (a generated
+// whsec_ key) and rotate-secret; it is shown nowhere else, ever.
+type SubscriptionInfo struct {
+	LaneStatus
+	// Config is the subscription as the config file or the API gave it,
+	// in the config file's keys; "secret" and "secrets" are replaced by
+	// "secrets_count".
+	Config map[string]any `json:"config"`
+	Secret string         `json:"secret,omitempty"`
+}
+
+// Who manages a subscription (LaneStatus.ManagedBy).
+const (
+	ManagedByFile = "file" // the config file: the API may not change or delete it
+	ManagedByAPI  = "api"  // the API: a reload of the file never touches it
+)
+
+// RotateRequest is the body of POST /v1/subscriptions/{id}/rotate-secret;
+// Grace (a Go duration, "24h") is how long the old secrets keep signing
+// beside the new one; default DefaultRotationGrace, "0s" retires them at
+// once.
+type RotateRequest struct {
+	Grace string `json:"grace,omitempty"`
+}
+
+// RotateAnswer answers rotate-secret: the new secret, shown this once,
+// and until when the old ones still sign.
+type RotateAnswer struct {
+	Subscription string    `json:"subscription"`
+	Secret       string    `json:"secret"`
+	OldUntil     time.Time `json:"old_secrets_until,omitzero"`
+}
+
+// RecoverRequest is the body of POST /v1/subscriptions/{id}/recover: the
+// dead letters of the subscription whose events were accepted in
+// [Since, Until) are replayed, each at most once. Until defaults to now.
+type RecoverRequest struct {
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until,omitzero"`
+}
+
+// RecoverAnswer counts what recover did: Replayed letters scheduled
+// again, Skipped ones in the range that were not (already replayed, or a
+// retry scheduled), Matched = both.
+type RecoverAnswer struct {
+	Subscription string `json:"subscription"`
+	Matched      int    `json:"matched"`
+	Replayed     int    `json:"replayed"`
+	Skipped      int    `json:"skipped"`
+}
+
+// UndeliveredEvent is one event owed to a subscription that is not
+// acknowledged: State "retrying" (a retry is scheduled at Due) or
+// "dead_lettered" (Reason says why; a replay that was delivered is not
+// listed).
+type UndeliveredEvent struct {
+	Seq        uint64    `json:"seq"`
+	EventID    string    `json:"event_id"`
+	Type       string    `json:"type"`
+	AcceptedAt time.Time `json:"accepted_at,omitzero"`
+	State      string    `json:"state"`
+	Attempts   int       `json:"attempts"`
+	LastStatus int       `json:"last_status,omitempty"`
+	LastError  string    `json:"last_error,omitempty"`
+	Due        time.Time `json:"due,omitzero"`
+	Reason     string    `json:"reason,omitempty"`
+}
+
+// UndeliveredPage answers GET /v1/undelivered?subscription=S[&since=T]
+// [&limit=N][&cursor=C]: retrying events first, then dead letters, each
+// in seq order; Next, when not empty, is the cursor of the next page.
+type UndeliveredPage struct {
+	Subscription string             `json:"subscription"`
+	Events       []UndeliveredEvent `json:"events"`
+	Next         string             `json:"next"`
+}
+
+// TokenAnswer answers POST /v1/tenants/{tenant}/tokens: a new tenant
+// token, shown this once (sluice keeps only its SHA-256).
+type TokenAnswer struct {
+	Tenant string `json:"tenant"`
+	Token  string `json:"token"`
+}
+
+// WhoAmI answers GET /v1/whoami: the tenant a token is scoped to, or
+// Operator for the admin token (and when no token is configured). The
+// dashboard shows the tenant portal for a tenant token.
+type WhoAmI struct {
+	Operator bool   `json:"operator"`
+	Tenant   string `json:"tenant,omitempty"`
+}

@@ -691,7 +691,11 @@ type LaneStatus struct {
 	LastStatus   int    `json:"last_status"`
 	Breaker      string `json:"breaker"` // closed, half_open, open
 	// Owner is the node delivering the lane, in fleet mode.
-	Owner        string `json:"owner,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	// Tenant is the subscription's tenant, if it names one; ManagedBy is
+	// ManagedByFile or ManagedByAPI.
+	Tenant       string `json:"tenant,omitempty"`
+	ManagedBy    string `json:"managed_by"`
 	PausedBy     string `json:"paused_by,omitempty"`
 	Deferred     uint64 `json:"retries_deferred"`       // retries the shared budget pushed back
 	ShortCircuit uint64 `json:"short_circuits"`         // dispatches the open breaker refused

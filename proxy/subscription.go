@@ -42,6 +42,9 @@ type Subscription struct {
 	// Breaker configures the circuit breaker; zero fields take policy's
 	// defaults.
 	Breaker policy.BreakerConfig
+	// Tenant, when set, scopes the subscription to one tenant: its tokens
+	// see and manage it, and the tenant's limits bound it.
+	Tenant string
 }
 
 // RateLimit is a token bucket: PerSecond tokens a second, at most Burst at once.
