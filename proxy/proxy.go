@@ -106,7 +106,55 @@ type Options struct {
 	// register its metrics with reg. A store that is a queue.Fleet makes
 	// this node deliver only the lanes it owns.
 	OpenStore func(onCommit func([]*queue.Event), reg prometheus.Registerer) (queue.Store, error)
+
+	// Specs parses the subscription documents of the API (POST and PATCH
+	// of /v1/subscriptions) with the config file's validation; cmd wires
+	// config's. Nil: the API cannot create or change subscriptions.
+	Specs SpecParser
+	// Tenants are the tenants' own limits, above their subscriptions'.
+	Tenants []Tenant
+	// TenantTokens are admin tokens scoped to one tenant each (from the
+	// config); tokens issued through the API are kept in the store.
+	TenantTokens []TenantToken
+	// OperationalWebhook, when set, receives sluice's own events
+	// (subscription.paused, breaker changes, dead letters, backlog quota),
+	// delivered through a lane like any subscription. Its ID is
+	// OperationalID.
+	OperationalWebhook *Subscription
 }
+
+// SpecParser turns subscription documents (JSON in the config file's
+// keys) into Subscriptions.
+type SpecParser interface {
+	// Parse validates doc as the config file validates a subscription;
+	// its error names the key. Secrets must be inline (secret, secrets):
+	// an API client may not make the sidecar read its files or its
+	// environment.
+	Parse(doc []byte) (*Subscription, error)
+	// Redact returns doc as shown to API clients: no secret, no
+	// credential-like header value.
+	Redact(doc []byte) map[string]any
+}
+
+// Tenant is one tenant's limits; zero fields mean no limit.
+type Tenant struct {
+	ID string
+	// MaxSubscriptions bounds how many subscriptions name the tenant.
+	MaxSubscriptions int
+	// MaxConcurrency bounds the in-flight requests of all its
+	// subscriptions together: a bulkhead per tenant above the one per
+	// subscription.
+	MaxConcurrency int
+}
+
+// TenantToken is an admin token scoped to Tenant.
+type TenantToken struct {
+	Token  string
+	Tenant string
+}
+
+// OperationalID is the subscription id of the operational webhook's lane.
+const OperationalID = "sluice.operational"
 
 // Server is a running sidecar: ingest, lanes and admin API.
 type Server struct {

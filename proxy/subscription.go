@@ -45,6 +45,17 @@ type Subscription struct {
 	// Tenant, when set, scopes the subscription to one tenant: its tokens
 	// see and manage it, and the tenant's limits bound it.
 	Tenant string
+	// Filter, when set, passes only the events whose JSON body matches;
+	// the others count as resolved for this subscription.
+	Filter *policy.Filter
+	// ManagedBy is ManagedByFile (the zero value means it too) or
+	// ManagedByAPI.
+	ManagedBy string
+	// Spec is the subscription as the config file or the API wrote it
+	// (JSON in the config file's keys). For ManagedByAPI it holds the
+	// secrets and is what a PATCH merges into; for a file subscription it
+	// is already redacted.
+	Spec []byte
 }
 
 // RateLimit is a token bucket: PerSecond tokens a second, at most Burst at once.
