@@ -173,6 +173,24 @@ type Fleet interface {
 	LaneSnapshots() (map[string]LaneSnapshot, error)
 }
 
+// Records is what a Store may add for the admin API's own small records
+// (the hashes of tenant tokens issued through the API): named values kept
+// beside the delivery state, shared by every node in fleet mode. Both
+// backends implement it; the proxy asserts it on its Store.
+//
+// A key is one or more dot-separated segments of [A-Za-z0-9_-], the first
+// naming the kind ("token.<hash>"); a bad key is an error naming it.
+type Records interface {
+	// PutRecord stores value under key, durably, replacing what was there.
+	PutRecord(key string, value []byte) error
+	// GetRecord reads one record; ErrNotFound when there is none.
+	GetRecord(key string) ([]byte, error)
+	// ListRecords returns every record whose key starts with prefix.
+	ListRecords(prefix string) (map[string][]byte, error)
+	// DeleteRecord removes a record; deleting a missing one is no error.
+	DeleteRecord(key string) error
+}
+
 // LaneSnapshot is one lane's state as its owner last published it.
 type LaneSnapshot struct {
 	Node string
