@@ -47,3 +47,7 @@ var ErrFenced = errors.New("lane owned by another node")
 // event: its servers are unreachable or have no quorum. Nothing was
 // accepted; the producer retries (ingest answers 503 with Retry-After).
 var ErrUnavailable = errors.New("log unavailable")
+
+// ErrBadKey is returned by the Records methods for a key that cannot name
+// a record (CheckRecordKey); the error names the key.
+var ErrBadKey = errors.New("bad record key")

@@ -179,7 +179,8 @@ type Fleet interface {
 // backends implement it; the proxy asserts it on its Store.
 //
 // A key is one or more dot-separated segments of [A-Za-z0-9_-], the first
-// naming the kind ("token.<hash>"); a bad key is an error naming it.
+// naming the kind ("token.<hash>"), at most MaxRecordKeyBytes; a bad key
+// is an error naming it that wraps ErrBadKey (CheckRecordKey).
 type Records interface {
 	// PutRecord stores value under key, durably, replacing what was there.
 	PutRecord(key string, value []byte) error
