@@ -41,6 +41,12 @@ func Run(t *testing.T, b Backend) {
 			c.test(t, &env{b: b, place: b.NewPlace(t)})
 		})
 	}
+	// The optional interfaces a store may add; each subtest skips when
+	// it does not.
+	t.Run("Records", func(t *testing.T) {
+		t.Parallel()
+		runRecords(t, b)
+	})
 }
 
 // env is one subtest's place and the backend to open it with.
