@@ -25,10 +25,10 @@
 //
 // Files: badger.go opens and closes; append.go is the group committer;
 // read.go reads events; member.go memberships and cursors; outcome.go,
-// retry.go and deadletter.go the delivery state; compact.go, gc.go and
-// disk.go bound the space; recover.go rebuilds memory on open; datadir.go
-// checks a dir before Badger touches it; key.go and encoding.go are the
-// layout below.
+// retry.go and deadletter.go the delivery state; records.go the admin
+// API's records; compact.go, gc.go and disk.go bound the space;
+// recover.go rebuilds memory on open; datadir.go checks a dir before
+// Badger touches it; key.go and encoding.go are the layout below.
 //
 // Key layout (all integers big endian):
 //
@@ -42,6 +42,7 @@
 //	r/<subscription>/<due:8><seq:8> retry JSON: attempt, first attempt, last status/error, replay
 //	q/<subscription>/<seq:8>        due:8 of that retry record (RetryOf's index)
 //	d/<subscription>/<seq:8>        dead letter: version | JSON header | body copy
+//	a/<record key>                  an admin record (queue.Records: tenant token hashes), as given
 package badger
 
 import (

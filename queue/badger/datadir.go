@@ -300,7 +300,7 @@ func checkOwned(db *badgerdb.DB, dir string) error {
 }
 
 func ownKey(k []byte) bool {
-	for _, p := range [][]byte{prefixEvent, prefixID, prefixMember, prefixCursor, prefixRetry, prefixRetryIndex, prefixDeadLetter, []byte("m/")} {
+	for _, p := range [][]byte{prefixEvent, prefixID, prefixMember, prefixCursor, prefixRetry, prefixRetryIndex, prefixDeadLetter, prefixRecord, []byte("m/")} {
 		if len(k) >= len(p) && string(k[:len(p)]) == string(p) {
 			return true
 		}

@@ -17,6 +17,7 @@ var (
 	prefixRetry      = []byte("r/") // r/<subscription>/<due><seq>  → retry record
 	prefixDeadLetter = []byte("d/") // d/<subscription>/<seq>       → dead-letter record
 	prefixRetryIndex = []byte("q/") // q/<subscription>/<seq>       → due of its retry record (8 bytes)
+	prefixRecord     = []byte("a/") // a/<record key>               → the admin API's record (records.go)
 	keyHead          = []byte("m/head")
 	keyLow           = []byte("m/low")
 	keyFormat        = []byte("m/format")
