@@ -17,6 +17,7 @@
 //	  retry.<sub>.<seq>        a scheduled retry (JSON)
 //	  dead.<sub>.<seq>         a dead letter with its body copy
 //	  lease.<sub>              the node delivering sub's lane; TTL Options.LeaseTTL, renewed
+//	  record.<key>             the admin API's records (queue.Records: tenant token hashes), unfenced
 //	KV <S>_NODES               heartbeats: node.<id>, TTL, the live set
 //	KV <S>_LANES               lane snapshots the owners publish (admin API, dashboard)
 //	KV <S>_IDS                 id → seq, type of compacted events, for Lookup within the
@@ -29,8 +30,8 @@
 //
 // Files: jetstream.go opens and closes; stream.go sets up the event stream;
 // append.go and read.go are the log; state.go, retry.go, deadletter.go the
-// delivery state; lease.go and own.go the fleet (heartbeats, rendezvous,
-// leases); compact.go the retention.
+// delivery state; records.go the admin API's records; lease.go and own.go
+// the fleet (heartbeats, rendezvous, leases); compact.go the retention.
 package jetstream
 
 import (

@@ -15,6 +15,7 @@ package jetstream
 //	dead.<sub>.<seq>   version byte 1 | uvarint length | JSON header | body copy
 //	                   (the Badger backend's encoding)
 //	lease.<sub>        the fleet side's (lease.go)
+//	record.<key>       the admin API's records, of no lane (records.go)
 //
 // Deleting a key (a resolved retry, a retired membership) writes a purge
 // marker that expires (KV-Operation: PURGE, Nats-Rollup: sub, Nats-TTL
