@@ -14,10 +14,13 @@
 //     seconds). A Retry-After header is honoured but held to RetryWaitMax.
 //   - 4xx answers are never retried: asking again cannot change them.
 //   - A request whose repetition is not harmless (a forced replay, which
-//     would deliver the event once more) is retried only when the
-//     connection was never made, so the server cannot have seen it. Every
+//     would deliver the event once more; a create, a secret rotation, a
+//     tenant token: subscriptions.go) is retried only when the connection
+//     was never made, so the server cannot have seen it; IsMaybeDone tells
+//     when a failure leaves it unknown whether the server acted. Every
 //     other call is safe to repeat: reads, pause and resume (idempotent),
-//     and a replay without force (the server skips what was replayed).
+//     a replay without force and recover (the server skips what was
+//     replayed), a merge patch and a delete.
 //   - Nothing is retried once the call's context ends; the context bounds
 //     the call with all its retries, AttemptTimeout each attempt.
 //
@@ -273,7 +276,27 @@ func (c *Client) logRetry(_ retryablehttp.Logger, r *http.Request, retry int) {
 // answer into out when not nil. resend says whether repeating the request
 // after a lost answer is harmless; long lifts the attempt timeout.
 func (c *Client) do(ctx context.Context, method, path string, body, out any, resend, long bool) error {
-	cl := &call{noResend: !resend}
+	return c.send(ctx, request{method: method, path: path, body: body, resend: resend, long: long}, out)
+}
+
+// request is one call of send.
+type request struct {
+	method, path string
+	// body is encoded as JSON when not nil (a json.RawMessage as it is).
+	body any
+	// contentType is the body's; "application/json" when "".
+	contentType string
+	// resend: repeating the request after a lost answer is harmless.
+	resend bool
+	// long lifts the attempt timeout.
+	long bool
+}
+
+// send is do with every option: it sends r, and decodes a 2xx answer into
+// out when not nil.
+func (c *Client) send(ctx context.Context, r request, out any) error {
+	method, path, body := r.method, r.path, r.body
+	cl := &call{noResend: !r.resend}
 	ctx = context.WithValue(ctx, callKey{}, cl)
 	var raw any // nil, not a nil []byte: no body at all
 	if body != nil {
@@ -288,13 +311,17 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, res
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		ct := r.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	rc := c.short
-	if long {
+	if r.long {
 		rc = c.long
 	}
 	resp, err := rc.Do(req)
