@@ -230,11 +230,19 @@ func (l *lane) admit(now time.Time) (probe, ok bool) {
 	if !e.slots.acquire(l) {
 		return false, false
 	}
+	b := l.sub.bulkhead
+	if b != nil && !b.acquire(l) {
+		e.slots.giveBack()
+		return false, false
+	}
 	var res *rate.Reservation
 	if l.limiter != nil {
 		res = l.limiter.ReserveN(now, 1)
 		if wait := res.DelayFrom(now); !res.OK() || wait > 0 {
 			res.CancelAt(now)
+			if b != nil {
+				b.giveBack(e.feed)
+			}
 			e.slots.giveBack()
 			l.rateLimited.Add(1)
 			e.timers.add(l, now.Add(max(wait, time.Millisecond)))
@@ -245,6 +253,9 @@ func (l *lane) admit(now time.Time) (probe, ok bool) {
 	if !ok {
 		if res != nil {
 			res.CancelAt(now)
+		}
+		if b != nil {
+			b.giveBack(e.feed)
 		}
 		e.slots.giveBack()
 		l.shortCircuits.Add(1)
@@ -416,6 +427,12 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			if e.slots.acquire(l) {
 				e.slots.giveBack()
 			}
+			l.nextDue = now
+			return false
+		}
+		if b := l.sub.bulkhead; b != nil && b.full() {
+			// Nor for one the tenant's cap holds back.
+			b.park(l)
 			l.nextDue = now
 			return false
 		}
