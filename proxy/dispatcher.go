@@ -365,6 +365,9 @@ func (d *dispatcher) maintain() {
 				} else {
 					l.mu.Lock()
 					l.retired = true
+					if l.sub.Filter != nil {
+						d.feed.filtering.Add(-1)
+					}
 					l.mu.Unlock()
 					d.mu.Lock()
 					delete(d.lanes, l.id)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -121,15 +122,36 @@ func (s *Subscription) withDefaults() *Subscription {
 }
 
 // matcher returns the type filter of a subscription: nil matches all.
-func (s *Subscription) matcher() func(typ []byte) bool {
-	if slices.Contains(s.Types, "*") {
-		return nil
+func (s *Subscription) matcher() func(typ []byte) bool { return policy.MatchTypes(s.Types) }
+
+// typePatterns reports whether s's types hold a wildcard segment
+// ("geofence.*"). Such a lane cannot be woken by exact type like the
+// others: it wakes on every commit and lets its matcher decide.
+func (s *Subscription) typePatterns() bool { return slices.ContainsFunc(s.Types, policy.IsTypePattern) }
+
+// passes reports whether ev's body passes s's filter (true without one).
+// shared says ev is the ring's, seen by every lane at once: it is decoded
+// when committed if any lane filters, and one that was not (the filter
+// came later) is decoded here for this call only, never written to.
+func (s *Subscription) passes(ev *queue.Event, shared bool) bool {
+	if s.Filter == nil {
+		return true
 	}
-	set := make(map[string]struct{}, len(s.Types))
-	for _, t := range s.Types {
-		set[t] = struct{}{}
+	if ev.DocState == queue.DocUnknown {
+		doc, ok := policy.DecodeDocument(ev.Body)
+		if shared {
+			return ok && s.Filter.Match(doc)
+		}
+		decodeInto(ev, doc, ok)
 	}
-	return func(typ []byte) bool { _, ok := set[string(typ)]; return ok }
+	return ev.DocState == queue.DocDecoded && s.Filter.Match(ev.Doc)
+}
+
+func decodeInto(ev *queue.Event, doc any, ok bool) {
+	ev.Doc, ev.DocState = doc, queue.DocNotJSON
+	if ok {
+		ev.DocState = queue.DocDecoded
+	}
 }
 
 // snapshot is what the log keeps of a subscription's config so that one
