@@ -3,7 +3,8 @@
 // lives in config, proxy, queue, policy and signing.
 //
 // One file per subcommand (serve.go, healthcheck.go, demo.go, inject.go,
-// testbed.go, version.go; cli.go holds the admin-API clients). This file is
+// testbed.go, version.go; status.go, dlq.go, events.go, pause.go,
+// subscriptions.go and tenants.go are the admin-API clients). This file is
 // the process's lifecycle: signals in, run, exit status out. main is the
 // only caller of os.Exit.
 package main
@@ -34,13 +35,23 @@ Usage:
   sluice events show ID [--json]
   sluice pause ID [--reason TEXT]
   sluice resume ID
+  sluice subscriptions create (--file FILE | --id ID --url URL [--types a,b] [--tenant T] [--secret whsec_...])
+  sluice subscriptions list [--tenant T] [--json]
+  sluice subscriptions get ID [--json]
+  sluice subscriptions update ID (--file PATCH | --set KEY=VALUE ...)
+  sluice subscriptions delete ID
+  sluice subscriptions rotate-secret ID [--grace 24h]
+  sluice subscriptions recover ID --since TIME [--until TIME]
+  sluice tenants token TENANT
   sluice inject [FILE|-] [--image IMG] [--config-map NAME] [--pvc NAME] [--secret NAME] [--grace 10s] [--ingest-port 8700] [--admin-port 8701] [--jetstream-url URL]...
   sluice verify --secret whsec_... [--id ID --timestamp TS --signature SIG | --headers FILE] [--tolerance 5m] < BODY
   sluice version
 
-status, dlq, events, pause and resume call the admin API found like
-healthcheck finds it (--config FILE, else $SLUICE_CONFIG; --admin URL), and
-retry for a few seconds while the sidecar restarts.
+status, dlq, events, pause, resume, subscriptions and tenants call the
+admin API found like healthcheck finds it (--config FILE, else
+$SLUICE_CONFIG; --admin URL), and retry for a few seconds while the sidecar
+restarts; each takes --json. A secret or token the sidecar generates is
+printed once: store it then.
 
 Run 'sluice COMMAND -h' for the flags of a command.
 `
@@ -75,6 +86,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = eventsCmd(rest, stdout, stderr)
 	case "pause", "resume":
 		err = pauseCmd(rest, stdout, stderr, cmd == "pause")
+	case "subscriptions":
+		err = subscriptionsCmd(rest, stdout, stderr)
+	case "tenants":
+		err = tenantsCmd(rest, stdout, stderr)
 	case "verify":
 		err = verifyCmd(rest, stdout, stderr)
 	case "inject":

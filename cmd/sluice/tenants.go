@@ -1,0 +1,51 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/sluicehq/sluice/client"
+)
+
+// tenantsCmd: sluice tenants token TENANT issues an admin token scoped to
+// one tenant (it sees and manages that tenant's subscriptions only). The
+// sidecar keeps only the token's hash, so it is printed this once.
+func tenantsCmd(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "token" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprintln(stdout, "usage: sluice tenants token TENANT [--json]")
+			return flag.ErrHelp
+		}
+		return errors.New("tenants: want 'tenants token TENANT'")
+	}
+	const name = "tenants token"
+	fs, af := subFlags(name, stderr)
+	pos, err := parseArgs(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(name, pos, "TENANT"); err != nil {
+		return err
+	}
+	api, err := af.open(stderr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	ctx, cancel := callCtx(cliCallTimeout)
+	defer cancel()
+	ans, err := api.IssueTenantToken(ctx, pos[0])
+	if err != nil {
+		if client.IsMaybeDone(err) {
+			err = fmt.Errorf("%w (a token may have been issued that nobody was shown: issue another)", err)
+		}
+		return fmt.Errorf("%s %s: %w", name, pos[0], explain(err))
+	}
+	if *af.json {
+		fmt.Fprintln(stderr, "sluice: the answer holds the token: "+onceNote)
+		return printJSON(stdout, ans)
+	}
+	fmt.Fprintf(stdout, "token of tenant %s: %s\n  %s\n", ans.Tenant, ans.Token, onceNote)
+	return nil
+}
