@@ -196,6 +196,12 @@ func (s *Server) issueTenantToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "tenant: must match ^[a-z0-9][a-z0-9._-]{0,63}$, got "+strconv.Quote(tenant))
 		return
 	}
+	if s.opts.AdminToken == "" {
+		// Without an operator token a request with no token acts as the
+		// operator: a tenant token would scope nothing.
+		writeError(w, http.StatusConflict, "tenant tokens need an operator token: set admin.token_file first")
+		return
+	}
 	recs, ok := s.q.(queue.Records)
 	if !ok {
 		writeError(w, http.StatusNotImplemented, "this log keeps no records: tenant tokens can only come from admin.tokens")

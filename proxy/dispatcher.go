@@ -36,6 +36,9 @@ type dispatcher struct {
 
 	cursorInterval time.Duration
 	wg             sync.WaitGroup
+	// onMaintain, when set, runs at the end of each maintenance pass (the
+	// server retires the secrets whose rotation grace ended).
+	onMaintain func(now time.Time)
 }
 
 func newDispatcher(q queue.Store, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, cursorInterval time.Duration, budget policy.BudgetConfig) *dispatcher {
@@ -382,6 +385,9 @@ func (d *dispatcher) maintain() {
 	}
 	if _, err := d.store.Compact(below); err != nil {
 		d.log.Error("compact", "err", err)
+	}
+	if d.onMaintain != nil {
+		d.onMaintain(now)
 	}
 }
 

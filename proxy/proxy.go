@@ -282,6 +282,7 @@ func (s *Server) Open() (err error) {
 			d.bulkheads[t.ID] = newBulkhead(t.ID, t.MaxConcurrency)
 		}
 	}
+	d.onMaintain = s.retireExpiredSecrets
 	d.m = newMetrics(s.opts.Registry, d)
 	if err := d.start(subs); err != nil {
 		d.stop(context.Background())
