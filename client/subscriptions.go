@@ -202,9 +202,10 @@ func (c *Client) WhoAmI(ctx context.Context) (*proxy.WhoAmI, error) {
 // IsMaybeDone reports whether err, from a call that is not sent again
 // once it may have reached the sidecar (CreateSubscription, RotateSecret,
 // IssueTenantToken, a forced Replay), leaves it unknown whether the
-// sidecar acted: the connection was made but no answer came, or the
-// sidecar answered 5xx. It is false for an *APIError of 4xx or 501 (the
-// sidecar refused) and for a connection that was never made.
+// sidecar acted: the connection was made but no answer came, the sidecar
+// answered 5xx, or the error does not say (the context ended). It is
+// false for an *APIError of 4xx or 501 (the sidecar refused) and for a
+// connection that was never made.
 func IsMaybeDone(err error) bool {
 	if err == nil {
 		return false

@@ -29,8 +29,8 @@ func (l *Log) PutRecord(key string, value []byte) error {
 	if err := queue.CheckRecordKey(key); err != nil {
 		return fmt.Errorf("put record: %w", err)
 	}
-	v := append([]byte(nil), value...) // Badger keeps the slice until the commit
-	if err := l.update(func(txn *badgerdb.Txn) error { return txn.Set(recordKey(key), v) }); err != nil {
+	// Badger holds value only until the commit, which update waits for.
+	if err := l.update(func(txn *badgerdb.Txn) error { return txn.Set(recordKey(key), value) }); err != nil {
 		return fmt.Errorf("put record %s: %w", key, err)
 	}
 	return l.syncRecords("put record " + key)
