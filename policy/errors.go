@@ -20,6 +20,11 @@ var (
 	// AutoCapConfig field is out of range. The Validate methods return it
 	// wrapped in a *FieldError.
 	ErrInvalidConfig = errors.New("invalid configuration")
+
+	// ErrInvalidTypePattern means an entry of a subscription's types is
+	// neither "*", an exact event type nor a pattern of whole-segment
+	// wildcards. ValidTypePattern returns it wrapped with the reason.
+	ErrInvalidTypePattern = errors.New("invalid event type or pattern")
 )
 
 // FieldError is what the Validate methods return: one field out of its
