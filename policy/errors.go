@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors, wrapped with the offending value by the Parse functions
@@ -20,6 +21,15 @@ var (
 	// AutoCapConfig field is out of range. The Validate methods return it
 	// wrapped in a *FieldError.
 	ErrInvalidConfig = errors.New("invalid configuration")
+
+	// ErrInvalidFilter means ParseFilter refused a filter. It returns it
+	// wrapped in a *FilterError.
+	ErrInvalidFilter = errors.New("invalid filter")
+
+	// ErrInvalidTypePattern means an entry of a subscription's types is
+	// neither "*", an exact event type nor a pattern of whole-segment
+	// wildcards. ValidTypePattern returns it wrapped with the reason.
+	ErrInvalidTypePattern = errors.New("invalid event type or pattern")
 )
 
 // FieldError is what the Validate methods return: one field out of its
@@ -55,3 +65,41 @@ func (e *FieldError) Unwrap() error { return ErrInvalidConfig }
 func fieldError(field string, value any, format string, args ...any) error {
 	return &FieldError{Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
 }
+
+// FilterError is what ParseFilter returns: where in the filter it is
+// invalid and why. It wraps ErrInvalidFilter.
+type FilterError struct {
+	// At locates the filter object holding the problem among logical
+	// operators, such as "$or[1]" or "$and[0].$not"; "" for the top.
+	At string
+	// Path is the dotted path whose condition is invalid, as written; ""
+	// when the problem is not a path's.
+	Path string
+	// Op is the operator whose operand is invalid, such as "$gt" or "$or";
+	// "" when the problem is not an operand's (an unknown operator is
+	// named in Reason).
+	Op string
+	// Reason states what is wrong: "want a number or a string, got true",
+	// `unknown operator "$regex"`.
+	Reason string
+}
+
+// Error reads like "filter: data.speed: $gt: want a number or a string,
+// got true" or `filter: $or[1]: data.x: unknown operator "$regex"`,
+// leaving out the parts that are empty. Configuration puts the
+// subscription's key in front.
+func (e *FilterError) Error() string {
+	var b strings.Builder
+	b.WriteString("filter: ")
+	for _, part := range []string{e.At, e.Path, e.Op} {
+		if part != "" {
+			b.WriteString(part)
+			b.WriteString(": ")
+		}
+	}
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// Unwrap returns ErrInvalidFilter.
+func (e *FilterError) Unwrap() error { return ErrInvalidFilter }

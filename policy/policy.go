@@ -4,7 +4,11 @@
 // dead-letter reasons recorded when it is not; the retry budget shared by
 // every lane (Budget), the per-subscription circuit breaker (Breaker) and
 // the Little's-law concurrency cap (AutoCap). Token buckets come from
-// golang.org/x/time/rate, used directly by the lanes.
+// golang.org/x/time/rate, used directly by the lanes. Which events a
+// subscription takes is decided here too: MatchTypes compiles its types
+// (exact types and whole-segment wildcards) and ParseFilter its body
+// filter, each once per subscription, into predicates that allocate
+// nothing per event.
 //
 // Guarantees:
 //
@@ -15,6 +19,8 @@
 //   - The package imports only the standard library and nothing of sluice.
 //     In particular it does not import net/http, so queue (which must not
 //     depend on HTTP) may use the reason constants and Outcome.
+//   - Filter and the matchers of MatchTypes are immutable and safe for
+//     concurrent use.
 //   - Functions and value types (Outcome, Backoff, RetryPolicy) are safe for
 //     concurrent use as long as the caller does not mutate an overrides map
 //     or a Backoff.Rand that is shared between goroutines. Budget, Breaker
