@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -44,7 +45,20 @@ func (s *Server) adminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, s.RetryBudget())
 	})
 	mux.HandleFunc("GET /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, SubscriptionList{Subscriptions: s.Lanes(), Head: s.d.feed.head.Load()})
+		p, tenant := principalOf(r), r.URL.Query().Get("tenant")
+		var keep func(*lane) bool
+		if !p.operator() || tenant != "" {
+			if !p.operator() && tenant != "" && tenant != p.tenant {
+				tenant = "\x00" // another tenant's: nothing, as if it had none
+			}
+			tenant = cmp.Or(tenant, p.tenant)
+			keep = func(l *lane) bool {
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				return l.sub.Tenant == tenant
+			}
+		}
+		writeJSON(w, http.StatusOK, SubscriptionList{Subscriptions: s.d.statuses(keep), Head: s.d.feed.head.Load()})
 	})
 	// Profiles and runtime counters, for explaining a regression on a live
 	// sidecar (bench -profile uses them). Behind the admin token like
@@ -63,13 +77,35 @@ func (s *Server) adminHandler() http.Handler {
 				return
 			}
 		}
+		if !s.canSee(principalOf(r), r.PathValue("id")) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("subscription %q: not found", r.PathValue("id")))
+			return
+		}
 		adminResult(w, s.Pause(r.PathValue("id"), body.Reason), StateAnswer{Subscription: r.PathValue("id"), State: "paused"})
 	})
 	mux.HandleFunc("POST /v1/subscriptions/{id}/resume", func(w http.ResponseWriter, r *http.Request) {
+		if !s.canSee(principalOf(r), r.PathValue("id")) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("subscription %q: not found", r.PathValue("id")))
+			return
+		}
 		adminResult(w, s.Resume(r.PathValue("id")), StateAnswer{Subscription: r.PathValue("id"), State: "active"})
 	})
 	mux.HandleFunc("GET /v1/events/{id}", func(w http.ResponseWriter, r *http.Request) {
 		st, err := s.Event(r.PathValue("id"))
+		if p := principalOf(r); err == nil && !p.operator() {
+			// A tenant sees its own deliveries of the event, and the event
+			// only when one of them is entitled to it.
+			mine := st.Deliveries[:0:0]
+			for _, d := range st.Deliveries {
+				if s.canSee(p, d.Subscription) {
+					mine = append(mine, d)
+				}
+			}
+			if len(mine) == 0 {
+				err = fmt.Errorf("event %q: %w", r.PathValue("id"), ErrNotFound)
+			}
+			st.Deliveries = mine
+		}
 		adminResult(w, err, st)
 	})
 	mux.HandleFunc("GET /v1/dead-letters", s.listDeadLetters)
@@ -80,6 +116,9 @@ func (s *Server) adminHandler() http.Handler {
 			return
 		}
 		d, err := s.q.DeadLetter(r.PathValue("subscription"), seq)
+		if err == nil && !s.canSee(principalOf(r), d.Subscription) {
+			err = queue.ErrNotFound
+		}
 		if errors.Is(err, queue.ErrNotFound) {
 			err = fmt.Errorf("dead letter %s/%d: %w", r.PathValue("subscription"), seq, ErrNotFound)
 		}
@@ -90,6 +129,7 @@ func (s *Server) adminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, NewDeadLetterInfo(d, true))
 	})
 	mux.HandleFunc("POST /v1/dead-letters/replay", s.replayDeadLetters)
+	s.subscriptionRoutes(mux)
 	s.dashboardRoutes(mux)
 	s.attemptRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -98,22 +138,86 @@ func (s *Server) adminHandler() http.Handler {
 	return s.requireToken(mux)
 }
 
-// requireToken enforces the optional bearer token on every path but
-// /healthz (liveness probes carry no credentials) and the dashboard's
-// static shell (it holds no data; every request it makes for data carries
-// the token). The comparison is constant-time.
-func (s *Server) requireToken(next http.Handler) http.Handler {
-	want := []byte(s.opts.AdminToken)
+// tenantRoutes are the admin routes a tenant's token may use; each
+// handler scopes what it answers to the tenant (canSee). Every other
+// route answers a tenant 404, as a path that does not exist would: the
+// metrics, profiles and retry budget describe every tenant.
+var tenantRoutes = map[string]bool{
+	"GET /v1/subscriptions":                     true,
+	"POST /v1/subscriptions":                    true,
+	"GET /v1/subscriptions/{id}":                true,
+	"PATCH /v1/subscriptions/{id}":              true,
+	"DELETE /v1/subscriptions/{id}":             true,
+	"POST /v1/subscriptions/{id}/pause":         true,
+	"POST /v1/subscriptions/{id}/resume":        true,
+	"POST /v1/subscriptions/{id}/rotate-secret": true,
+	"POST /v1/subscriptions/{id}/recover":       true,
+	"GET /v1/subscriptions/{id}/attempts":       true,
+	"GET /v1/subscriptions/{id}/series":         true,
+	"GET /v1/events/{id}":                       true,
+	"GET /v1/dead-letters":                      true,
+	"GET /v1/dead-letters/{subscription}/{seq}": true,
+	"POST /v1/dead-letters/replay":              true,
+	"GET /v1/undelivered":                       true,
+	"GET /v1/whoami":                            true,
+	"GET /{$}":                                  true,
+	"GET /assets/{name}":                        true,
+}
+
+// requireToken finds who a request acts for (principal) from its bearer
+// token, on every path but /healthz (liveness probes carry no
+// credentials) and the dashboard's static shell (it holds no data; every
+// request it makes for data carries the token):
+//
+//   - the operator token (admin.token): everything;
+//   - a tenant token (admin.tokens, or issued by POST
+//     /v1/tenants/{t}/tokens): the routes of tenantRoutes, scoped to the
+//     tenant; any other route answers 404;
+//   - no token at all while no operator token is configured: the
+//     operator, as before tenants existed (the listener is on loopback
+//     by default). A token that is neither is refused, even then: a
+//     mistyped tenant token must not act as the operator.
+//
+// Comparisons of the operator token are constant-time; tenant tokens are
+// looked up by their SHA-256, which leaks nothing of the token.
+func (s *Server) requireToken(mux *http.ServeMux) http.Handler {
+	op := []byte(s.opts.AdminToken)
+	for _, t := range s.opts.TenantTokens {
+		s.tokens.put(tokenKey(t.Token), t.Tenant)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(want) > 0 && r.URL.Path != "/healthz" && !dashboardPublic(r) {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+		if r.URL.Path == "/healthz" || dashboardPublic(r) {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		got, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		var p principal
+		switch {
+		case hasBearer && len(op) > 0 && subtle.ConstantTimeCompare([]byte(got), op) == 1:
+		case hasBearer:
+			tenant, err := s.tenantOfToken(got)
+			if err != nil {
+				writeError(w, http.StatusServiceUnavailable, "check the token: "+err.Error())
+				return
+			}
+			if tenant == "" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 				writeError(w, http.StatusUnauthorized, "missing or wrong admin token")
 				return
 			}
+			p.tenant = tenant
+		case len(op) > 0:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong admin token")
+			return
 		}
-		next.ServeHTTP(w, r)
+		if !p.operator() {
+			if _, pattern := mux.Handler(r); !tenantRoutes[pattern] {
+				writeError(w, http.StatusNotFound, "not found: "+r.Method+" "+r.URL.Path)
+				return
+			}
+		}
+		mux.ServeHTTP(w, withPrincipal(r, p))
 	})
 }
 
@@ -177,7 +281,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 		afterSub, afterSeq = sub, n
 	}
-	sub, reason := q.Get("subscription"), q.Get("reason")
+	sub, reason, p := q.Get("subscription"), q.Get("reason"), principalOf(r)
 	// Never null: a script may take the length of an empty page.
 	out := DeadLetterPage{DeadLetters: []DeadLetterInfo{}}
 	for len(out.DeadLetters) < limit {
@@ -188,7 +292,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, d := range page {
 			afterSub, afterSeq = d.Subscription, d.Seq
-			if reason != "" && d.Reason != reason {
+			if reason != "" && d.Reason != reason || !s.canSee(p, d.Subscription) {
 				continue
 			}
 			out.DeadLetters = append(out.DeadLetters, NewDeadLetterInfo(d, false))
@@ -210,6 +314,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 // replays dead letters already replayed.
 func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 	var req ReplayRequest
+	p := principalOf(r)
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -235,7 +340,7 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 			}
 			for _, d := range page {
 				afterSub, afterSeq = d.Subscription, d.Seq
-				if req.Filter.Reason == "" || d.Reason == req.Filter.Reason {
+				if (req.Filter.Reason == "" || d.Reason == req.Filter.Reason) && s.canSee(p, d.Subscription) {
 					items = append(items, ReplayItem{d.Subscription, d.Seq})
 				}
 			}
@@ -250,7 +355,14 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	ans := ReplayAnswer{Results: make([]ReplayResult, 0, len(items))}
 	for _, it := range items {
-		res, err := s.Replay(it.Subscription, it.Seq, req.Force)
+		var res ReplayResult
+		var err error
+		if s.canSee(p, it.Subscription) {
+			res, err = s.Replay(it.Subscription, it.Seq, req.Force)
+		} else {
+			// Exactly what a subscription that does not exist answers.
+			res, err = ReplayResult{Subscription: it.Subscription, Seq: it.Seq}, fmt.Errorf("subscription %q: %w", it.Subscription, ErrNotFound)
+		}
 		if err != nil {
 			res.Skipped = err.Error()
 		}

@@ -64,8 +64,9 @@ func (e *engine) deliver(j *job, w *workerState) result {
 
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(sub.URL)
-	ts := e.now().Unix()
-	w.sig = signing.AppendSignature(w.sig[:0], sub.Secrets, ev.ID, ts, ev.Body)
+	now := e.now()
+	ts := now.Unix()
+	w.sig = signing.AppendSignature(w.sig[:0], sub.liveSecrets(now), ev.ID, ts, ev.Body)
 	w.num = strconv.AppendInt(w.num[:0], ts, 10)
 	h := &req.Header
 	h.Set(signing.HeaderID, ev.ID)

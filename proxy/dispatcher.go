@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -23,18 +25,27 @@ import (
 type dispatcher struct {
 	*engine
 
+	// reg serialises the changes of the set of subscriptions: a reload
+	// of the file and the API's creates, updates and deletes.
+	reg sync.Mutex
+
 	mu        sync.Mutex
 	lanes     map[string]*lane
-	laneSlice []*lane // cache of the lanes; nil when stale
+	bulkheads map[string]*bulkhead // by tenant, for those with a concurrency cap
+	laneSlice []*lane              // cache of the lanes; nil when stale
 
 	cursorInterval time.Duration
 	wg             sync.WaitGroup
+	// onMaintain, when set, runs at the end of each maintenance pass (the
+	// server retires the secrets whose rotation grace ended).
+	onMaintain func(now time.Time)
 }
 
 func newDispatcher(q queue.Store, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, cursorInterval time.Duration, budget policy.BudgetConfig) *dispatcher {
 	return &dispatcher{
 		engine:         newEngine(q, client, log, now, maxInFlight, budget),
 		lanes:          map[string]*lane{},
+		bulkheads:      map[string]*bulkhead{},
 		cursorInterval: cursorInterval,
 	}
 }
@@ -113,15 +124,49 @@ func (d *dispatcher) start(subs []*Subscription) error {
 	return nil
 }
 
-// apply reconciles lanes with a new set of subscriptions: new ones join at
-// the head, changed ones take their new settings, removed ones leave and
-// drain what they were entitled to (invariant 7).
+// apply reconciles lanes with the config file's subscriptions: new ones
+// join at the head, changed ones take their new settings, removed ones
+// leave and drain what they were entitled to (invariant 7). Lanes the API
+// manages are not the file's: apply never changes or removes them, and a
+// file that names one of them is refused whole.
 // known holds memberships just read from the log (at start-up), or nil.
 func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Membership) error {
+	d.reg.Lock()
+	defer d.reg.Unlock()
 	keep := map[string]bool{}
+	for _, s := range subs {
+		keep[s.ID] = true
+		if l := d.lane(s.ID); l != nil {
+			l.mu.Lock()
+			api := l.sub.managedByAPI() && !l.left
+			l.mu.Unlock()
+			if api {
+				return fmt.Errorf("subscription %s: %w: it was created through the admin API; delete it there, or give the file's subscription another id", s.ID, ErrManagedByAPI)
+			}
+		}
+	}
+	if err := d.join(subs, known); err != nil {
+		return err
+	}
+	for _, l := range d.laneList() {
+		l.mu.Lock()
+		leaving := !keep[l.id] && !l.left && !l.sub.managedByAPI()
+		l.mu.Unlock()
+		if leaving {
+			if _, err := d.leave(l); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// join makes each of subs a member (durably, before it returns) and gives
+// its lane the subscription's settings, making the lane if it is new.
+// d.reg is held.
+func (d *dispatcher) join(subs []*Subscription, known map[string]*queue.Membership) error {
 	reqs := make([]queue.JoinRequest, len(subs))
 	for i, s := range subs {
-		keep[s.ID] = true
 		reqs[i] = queue.JoinRequest{Subscription: s.ID, Snapshot: encodeSnapshot(s), Known: known[s.ID]}
 	}
 	ms, err := d.store.JoinAll(reqs)
@@ -130,6 +175,7 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 	}
 	for i, s := range subs {
 		d.feed.watchTypes(s)
+		s.bulkhead = d.bulkheadFor(s.Tenant)
 		d.mu.Lock()
 		l := d.lanes[s.ID]
 		if l == nil {
@@ -148,25 +194,23 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 		l.mu.Unlock()
 		l.pump()
 	}
-	for _, l := range d.laneList() {
-		l.mu.Lock()
-		leaving := !keep[l.id] && !l.left
-		l.mu.Unlock()
-		if !leaving {
-			continue
-		}
-		m, err := d.store.Leave(l.id)
-		if err != nil {
-			return err
-		}
-		l.mu.Lock()
-		l.left, l.until = true, m.Until
-		l.leaving.Store(true)
-		l.mu.Unlock()
-		d.log.Info("subscription removed; draining what it was entitled to", "subscription", l.id, "until_seq", m.Until)
-		l.pump()
-	}
 	return nil
+}
+
+// leave ends l's entitlement at the head: it drains what it was owed, then
+// retires. d.reg is held.
+func (d *dispatcher) leave(l *lane) (queue.Membership, error) {
+	m, err := d.store.Leave(l.id)
+	if err != nil {
+		return m, err
+	}
+	l.mu.Lock()
+	l.left, l.until = true, m.Until
+	l.leaving.Store(true)
+	l.mu.Unlock()
+	d.log.Info("subscription removed; draining what it was entitled to", "subscription", l.id, "until_seq", m.Until)
+	l.pump()
+	return m, nil
 }
 
 // laneList returns every lane. The slice is shared and rebuilt only when
@@ -324,6 +368,9 @@ func (d *dispatcher) maintain() {
 				} else {
 					l.mu.Lock()
 					l.retired = true
+					if l.sub.Filter != nil {
+						d.feed.filtering.Add(-1)
+					}
 					l.mu.Unlock()
 					d.mu.Lock()
 					delete(d.lanes, l.id)
@@ -338,6 +385,9 @@ func (d *dispatcher) maintain() {
 	}
 	if _, err := d.store.Compact(below); err != nil {
 		d.log.Error("compact", "err", err)
+	}
+	if d.onMaintain != nil {
+		d.onMaintain(now)
 	}
 }
 
@@ -473,30 +523,49 @@ func (d *dispatcher) timerLoop() {
 }
 
 // statuses returns every lane's status, sorted by subscription id.
-func (d *dispatcher) statuses() []LaneStatus {
+func (d *dispatcher) statuses(keep func(*lane) bool) []LaneStatus {
 	lanes := d.laneList()
 	out := make([]LaneStatus, 0, len(lanes))
-	now := d.now()
-	var snaps map[string]queue.LaneSnapshot
-	if d.fleet != nil {
-		var err error
-		if snaps, err = d.fleet.LaneSnapshots(); err != nil {
-			d.log.Warn("read lane snapshots", "err", err)
-		}
-	}
+	snaps := d.laneSnapshots()
 	for _, l := range lanes {
-		if d.fleet != nil && l.isForeign() {
-			out = append(out, d.foreignStatus(l, snaps))
-			continue
+		if keep == nil || keep(l) {
+			out = append(out, d.status(l, snaps))
 		}
-		st := l.withOldestAge(l.status(), now)
-		if d.fleet != nil {
-			st.Owner = d.fleet.NodeID()
-		}
-		out = append(out, st)
 	}
 	sortStatuses(out)
 	return out
+}
+
+// statusOf is one lane's status.
+func (d *dispatcher) statusOf(l *lane) LaneStatus { return d.status(l, d.laneSnapshots()) }
+
+// laneSnapshots are the owners' published lane statuses in fleet mode.
+func (d *dispatcher) laneSnapshots() map[string]queue.LaneSnapshot {
+	if d.fleet == nil {
+		return nil
+	}
+	snaps, err := d.fleet.LaneSnapshots()
+	if err != nil {
+		d.log.Warn("read lane snapshots", "err", err)
+	}
+	return snaps
+}
+
+func (d *dispatcher) status(l *lane, snaps map[string]queue.LaneSnapshot) LaneStatus {
+	var st LaneStatus
+	switch {
+	case d.fleet != nil && l.isForeign():
+		st = d.foreignStatus(l, snaps)
+	default:
+		st = l.withOldestAge(l.status(), d.now())
+		if d.fleet != nil {
+			st.Owner = d.fleet.NodeID()
+		}
+	}
+	l.mu.Lock()
+	st.Tenant, st.ManagedBy = l.sub.Tenant, cmp.Or(l.sub.ManagedBy, ManagedByFile)
+	l.mu.Unlock()
+	return st
 }
 
 // withOldestAge fills st.OldestAge from the entry just past the cursor:

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -39,6 +40,10 @@ type feed struct {
 	committed    bool          // something was committed since the kick loop last ran
 	kick         chan struct{} // wakes the kick loop
 
+	// filtering counts the lanes with a body filter: while there are
+	// any, onCommit decodes each body once for all of them.
+	filtering atomic.Int64
+
 	typeMu   sync.RWMutex
 	typeSeq  map[string]*atomic.Uint64        // last committed seq of each filtered-on type
 	matchers map[string]func(typ []byte) bool // one filter per distinct type list, shared by lanes
@@ -62,6 +67,14 @@ func newFeed(store queue.Store) *feed {
 // Order matters: ring, then type seqs, then head, then the kick, so that a
 // lane that reads the head also sees everything below it.
 func (f *feed) onCommit(evs []*queue.Event) {
+	if f.filtering.Load() > 0 {
+		// Decoded once here, before the ring shares the events, rather
+		// than once per filtering lane.
+		for _, ev := range evs {
+			doc, ok := policy.DecodeDocument(ev.Body)
+			decodeInto(ev, doc, ok)
+		}
+	}
 	f.ring.put(evs)
 	f.typeMu.RLock()
 	for _, ev := range evs {
@@ -101,7 +114,7 @@ func (f *feed) event(seq uint64) (*queue.Event, error) {
 // commit of something it takes.
 func (f *feed) markHungry(l *lane) {
 	f.mu.Lock()
-	if l.match == nil {
+	if l.match == nil || l.sub.typePatterns() {
 		f.hungry[l] = struct{}{}
 	} else {
 		for _, t := range l.sub.Types {
@@ -156,8 +169,8 @@ func (f *feed) woken(buf []*lane) []*lane {
 // watchTypes starts tracking the last seq of each type sub filters on. A
 // type starts at the head: events of it may already be in the log.
 func (f *feed) watchTypes(sub *Subscription) {
-	if slices.Contains(sub.Types, "*") {
-		return
+	if slices.Contains(sub.Types, "*") || sub.typePatterns() {
+		return // nothing to look up by exact type
 	}
 	f.typeMu.Lock()
 	defer f.typeMu.Unlock()
@@ -190,6 +203,7 @@ func (f *feed) seenSince(types []string, seq uint64) bool {
 	f.typeMu.RLock()
 	defer f.typeMu.RUnlock()
 	for _, t := range types {
+		// A pattern has no seq of its own (nil): it may match anything.
 		if v := f.typeSeq[t]; v == nil || v.Load() >= seq {
 			return true
 		}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -258,4 +259,85 @@ func (d *dispatcher) ownersCursors() map[string]uint64 {
 		}
 	}
 	return out
+}
+
+// MembersChanged applies memberships other nodes wrote (queue.MemberWatcher):
+// a subscription created through another node's API gets a lane here
+// (foreign until its lease is gained, so that every node's admin API
+// answers for it), one changed takes its new settings, one deleted
+// drains, one retired by its owner goes. The initial call lists every
+// membership; only those this node does not know yet are read.
+func (d *dispatcher) MembersChanged(subs []string, initial bool) {
+	for _, sub := range subs {
+		if d.stopping.Load() {
+			return
+		}
+		if initial && d.lane(sub) != nil {
+			continue
+		}
+		d.memberChanged(sub)
+	}
+}
+
+func (d *dispatcher) memberChanged(sub string) {
+	m, _, err := d.fleet.Lane(sub)
+	d.reg.Lock()
+	defer d.reg.Unlock()
+	l := d.lane(sub)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		if l != nil && l.isForeign() {
+			// Retired by its owner: nothing is owed here any more.
+			d.mu.Lock()
+			delete(d.lanes, sub)
+			d.laneSlice = nil
+			d.mu.Unlock()
+			l.mu.Lock()
+			l.retired = true
+			if l.sub.Filter != nil {
+				d.feed.filtering.Add(-1)
+			}
+			l.mu.Unlock()
+		}
+		return
+	case err != nil:
+		d.log.Warn("read a membership another node wrote", "subscription", sub, "err", err)
+		return
+	}
+	s, err := decodeSnapshot(sub, m.Snapshot)
+	if err != nil {
+		d.log.Error("membership has a bad snapshot", "subscription", sub, "err", err)
+		return
+	}
+	s.bulkhead = d.bulkheadFor(s.Tenant)
+	if l == nil {
+		d.feed.watchTypes(s)
+		l = newLane(d.engine, m, s)
+		d.mu.Lock()
+		if d.lanes[sub] == nil {
+			d.lanes[sub] = l
+			d.laneSlice = nil
+		}
+		d.mu.Unlock()
+		return
+	}
+	l.mu.Lock()
+	changed := !bytes.Equal(encodeSnapshot(l.sub), m.Snapshot)
+	if changed {
+		d.feed.watchTypes(s)
+		l.setPolicies(s)
+		l.match = d.feed.matcherFor(s)
+		if l.memo != nil {
+			l.memo.backlogTo, l.memo.backlogN = 0, 0
+		}
+	}
+	if m.Left && !l.left {
+		l.left, l.until = true, m.Until
+		l.leaving.Store(true)
+	} else if !m.Left && l.left {
+		l.left, l.until = false, 0
+		l.leaving.Store(false)
+	}
+	l.mu.Unlock()
+	l.pump()
 }

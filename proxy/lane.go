@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/time/rate"
 
@@ -117,6 +118,9 @@ func newLane(e *engine, m queue.Membership, sub *Subscription) *lane {
 	l.leaving.Store(m.Left)
 	l.pausedBy = m.Paused
 	l.foreign = e.fleet != nil // until the lease is gained
+	if sub.Filter != nil {
+		e.feed.filtering.Add(1)
+	}
 	l.setPolicies(sub)
 	return l
 }
@@ -127,6 +131,12 @@ func newLane(e *engine, m queue.Membership, sub *Subscription) *lane {
 func (l *lane) setPolicies(sub *Subscription) {
 	old := l.sub
 	now := l.e.now
+	switch {
+	case old.Filter == nil && sub.Filter != nil:
+		l.e.feed.filtering.Add(1)
+	case old.Filter != nil && sub.Filter == nil:
+		l.e.feed.filtering.Add(-1)
+	}
 	if l.breaker != nil && old.Breaker != sub.Breaker {
 		l.breaker = nil // made again, with the new settings, when next used
 	}
@@ -233,11 +243,19 @@ func (l *lane) admit(now time.Time) (probe, ok bool) {
 	if !e.slots.acquire(l) {
 		return false, false
 	}
+	b := l.sub.bulkhead
+	if b != nil && !b.acquire(l) {
+		e.slots.giveBack()
+		return false, false
+	}
 	var res *rate.Reservation
 	if l.limiter != nil {
 		res = l.limiter.ReserveN(now, 1)
 		if wait := res.DelayFrom(now); !res.OK() || wait > 0 {
 			res.CancelAt(now)
+			if b != nil {
+				b.giveBack(e.feed)
+			}
 			e.slots.giveBack()
 			l.rateLimited.Add(1)
 			e.timers.add(l, now.Add(max(wait, time.Millisecond)))
@@ -248,6 +266,9 @@ func (l *lane) admit(now time.Time) (probe, ok bool) {
 	if !ok {
 		if res != nil {
 			res.CancelAt(now)
+		}
+		if b != nil {
+			b.giveBack(e.feed)
 		}
 		e.slots.giveBack()
 		l.shortCircuits.Add(1)
@@ -282,7 +303,15 @@ func (l *lane) mayPass(now time.Time) bool {
 // (short) type list instead of calling match, whose []byte argument would
 // cost an allocation per event per filtered lane on the hot path.
 func (l *lane) wants(typ string) bool {
-	return l.match == nil || slices.Contains(l.sub.Types, typ)
+	if l.match == nil {
+		return true
+	}
+	if l.sub.typePatterns() {
+		// match does not keep its argument: a view of typ's bytes is safe
+		// and costs no allocation.
+		return l.match(unsafe.Slice(unsafe.StringData(typ), len(typ)))
+	}
+	return slices.Contains(l.sub.Types, typ)
 }
 
 func (l *lane) paused() bool { return l.sub.Paused || l.pausedBy != "" }
@@ -422,6 +451,12 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			l.nextDue = now
 			return false
 		}
+		if b := l.sub.bulkhead; b != nil && b.full() {
+			// Nor for one the tenant's cap holds back.
+			b.park(l)
+			l.nextDue = now
+			return false
+		}
 		if !e.budget.TryRetryPaced() {
 			// The shared budget is spent for now: defer, never drop. The
 			// retries stay due on disk and the lane looks again after a
@@ -519,7 +554,11 @@ func (l *lane) nextInLog() *queue.Event {
 			l.next++
 			if l.wants(ev.Type) {
 				l.took(ev.Seq)
-				return ev
+				if l.sub.passes(ev, true) {
+					return ev
+				}
+				// Filtered out: resolved for this lane, as an event of
+				// another type is (the cursor passes it).
 			}
 			continue
 		}
@@ -532,6 +571,16 @@ func (l *lane) nextInLog() *queue.Event {
 		l.next = max(next, l.next)
 		for _, ev := range evs {
 			l.took(ev.Seq)
+		}
+		if l.sub.Filter != nil {
+			kept := evs[:0]
+			for _, ev := range evs {
+				if l.sub.passes(ev, false) {
+					kept = append(kept, ev)
+				}
+			}
+			clear(evs[len(kept):])
+			evs = kept
 		}
 		l.buf = evs
 		if len(evs) == 0 && l.next > limit {

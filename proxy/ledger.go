@@ -49,7 +49,7 @@ func (s *Server) setPaused(id, reason string) error {
 // ledger.
 type Delivery struct {
 	Subscription string     `json:"subscription"`
-	State        string     `json:"state"` // pending, in_flight, retry_scheduled, delivered, dead_lettered
+	State        string     `json:"state"` // pending, in_flight, retry_scheduled, delivered, dead_lettered, filtered
 	Attempt      int        `json:"attempt,omitempty"`
 	DueAt        *time.Time `json:"due_at,omitempty"`
 	Reason       string     `json:"reason,omitempty"`
@@ -89,6 +89,12 @@ func (s *Server) Event(id string) (*EventStatus, error) {
 		dl, d := l.ledger(seq, st.Type, cursors)
 		if !dl {
 			continue
+		}
+		l.mu.Lock()
+		sub := l.sub
+		l.mu.Unlock()
+		if evErr == nil && !sub.passes(ev, true) {
+			d.State = "filtered" // resolved without a delivery: the body filter passed it over
 		}
 		if d.State == "" {
 			// Resolved (at or below the cursor), and neither retrying nor

@@ -38,7 +38,7 @@ func (l *lane) finish(j *job, res result) {
 		// Abandoned at shutdown: nothing written, so the delivery is
 		// still unresolved in the log and runs again after restart.
 		e.life.RUnlock()
-		e.slots.release()
+		l.releaseSlot(j)
 		return
 	}
 	now := e.now()
@@ -49,7 +49,7 @@ func (l *lane) finish(j *job, res result) {
 	if o.Pause == "" {
 		err = l.record(o)
 	}
-	e.slots.release()
+	l.releaseSlot(j)
 
 	// e.life stays held until the outcome is in the lane's cursor: stop
 	// waits for the slot to come back, then takes e.life and writes the
@@ -84,6 +84,15 @@ func (l *lane) finish(j *job, res result) {
 	e.life.RUnlock()
 	l.pumpLocked()
 	l.mu.Unlock()
+}
+
+// releaseSlot gives back the slots j held: the process's and its
+// tenant's. No lane lock is held.
+func (l *lane) releaseSlot(j *job) {
+	if b := j.sub.bulkhead; b != nil {
+		b.release(l.e.feed)
+	}
+	l.e.slots.release()
 }
 
 // observe counts one exchange: it happened, whatever becomes of its record.

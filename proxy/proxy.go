@@ -174,6 +174,7 @@ type Server struct {
 	// OpenStore: the starting handler until the store is open.
 	adminSwitch handlerSwitch
 	im          *ingestMetrics
+	tokens      tokenCache // tenant tokens by tokenKey
 	// wrapStore, when set (by tests in this package only), wraps the
 	// store the engine drives, to inject faults the real one cannot be
 	// made to have on demand.
@@ -276,6 +277,12 @@ func (s *Server) Open() (err error) {
 	}
 	d = newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval, s.opts.RetryBudget)
 	s.d = d
+	for _, t := range s.opts.Tenants {
+		if t.MaxConcurrency > 0 {
+			d.bulkheads[t.ID] = newBulkhead(t.ID, t.MaxConcurrency)
+		}
+	}
+	d.onMaintain = s.retireExpiredSecrets
 	d.m = newMetrics(s.opts.Registry, d)
 	if err := d.start(subs); err != nil {
 		d.stop(context.Background())
@@ -390,7 +397,7 @@ func (s *Server) Reload(subs []*Subscription) error {
 }
 
 // Lanes returns a status line per subscription, sorted by id.
-func (s *Server) Lanes() []LaneStatus { return s.d.statuses() }
+func (s *Server) Lanes() []LaneStatus { return s.d.statuses(nil) }
 
 // RetryBudget returns the shared retry budget's state over its window.
 func (s *Server) RetryBudget() policy.BudgetStats { return s.d.budget.Stats() }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -56,7 +57,32 @@ type Subscription struct {
 	// secrets and is what a PATCH merges into; for a file subscription it
 	// is already redacted.
 	Spec []byte
+	// SecretExpiry, when set, runs parallel to Secrets: a secret stops
+	// signing at its time (zero: never). Secrets are kept newest first and
+	// the expiring ones last, latest expiry first, so the secrets that
+	// still sign are always a prefix (liveSecrets slices, never copies).
+	SecretExpiry []time.Time
+
+	// bulkhead is the tenant's concurrency cap; nil for none. Set when the
+	// subscription joins.
+	bulkhead *bulkhead
 }
+
+// liveSecrets are the secrets that sign a delivery made at now: all of
+// them, or, during a rotation's grace, those not yet expired.
+func (s *Subscription) liveSecrets(now time.Time) []signing.Secret {
+	if s.SecretExpiry == nil {
+		return s.Secrets
+	}
+	n := len(s.Secrets)
+	for n > 1 && !s.SecretExpiry[n-1].IsZero() && !now.Before(s.SecretExpiry[n-1]) {
+		n--
+	}
+	return s.Secrets[:n]
+}
+
+// managedByAPI reports whether the API, not the config file, owns s.
+func (s *Subscription) managedByAPI() bool { return s.ManagedBy == ManagedByAPI }
 
 // RateLimit is a token bucket: PerSecond tokens a second, at most Burst at once.
 type RateLimit struct {
@@ -96,15 +122,36 @@ func (s *Subscription) withDefaults() *Subscription {
 }
 
 // matcher returns the type filter of a subscription: nil matches all.
-func (s *Subscription) matcher() func(typ []byte) bool {
-	if slices.Contains(s.Types, "*") {
-		return nil
+func (s *Subscription) matcher() func(typ []byte) bool { return policy.MatchTypes(s.Types) }
+
+// typePatterns reports whether s's types hold a wildcard segment
+// ("geofence.*"). Such a lane cannot be woken by exact type like the
+// others: it wakes on every commit and lets its matcher decide.
+func (s *Subscription) typePatterns() bool { return slices.ContainsFunc(s.Types, policy.IsTypePattern) }
+
+// passes reports whether ev's body passes s's filter (true without one).
+// shared says ev is the ring's, seen by every lane at once: it is decoded
+// when committed if any lane filters, and one that was not (the filter
+// came later) is decoded here for this call only, never written to.
+func (s *Subscription) passes(ev *queue.Event, shared bool) bool {
+	if s.Filter == nil {
+		return true
 	}
-	set := make(map[string]struct{}, len(s.Types))
-	for _, t := range s.Types {
-		set[t] = struct{}{}
+	if ev.DocState == queue.DocUnknown {
+		doc, ok := policy.DecodeDocument(ev.Body)
+		if shared {
+			return ok && s.Filter.Match(doc)
+		}
+		decodeInto(ev, doc, ok)
 	}
-	return func(typ []byte) bool { _, ok := set[string(typ)]; return ok }
+	return ev.DocState == queue.DocDecoded && s.Filter.Match(ev.Doc)
+}
+
+func decodeInto(ev *queue.Event, doc any, ok bool) {
+	ev.Doc, ev.DocState = doc, queue.DocNotJSON
+	if ok {
+		ev.DocState = queue.DocDecoded
+	}
 }
 
 // snapshot is what the log keeps of a subscription's config so that one
@@ -126,6 +173,16 @@ type snapshot struct {
 	Auto        *policy.AutoCapConfig `json:"auto,omitempty"`
 	Backlog     BacklogQuota          `json:"backlog"`
 	Breaker     policy.BreakerConfig  `json:"breaker"`
+	// Added with the subscription API (issue 12); absent in older
+	// snapshots, which are all file subscriptions.
+	Tenant  string          `json:"tenant,omitempty"`
+	Filter  json.RawMessage `json:"filter,omitempty"` // the filter as written
+	Managed string          `json:"managed,omitempty"`
+	Paused  bool            `json:"paused,omitempty"`
+	// Spec is an API subscription's document (a file subscription's is
+	// in the file), and Expiry its secrets' rotation deadlines.
+	Spec   json.RawMessage `json:"spec,omitempty"`
+	Expiry []time.Time     `json:"secret_expiry,omitempty"`
 }
 
 func encodeSnapshot(s *Subscription) []byte {
@@ -133,6 +190,13 @@ func encodeSnapshot(s *Subscription) []byte {
 		URL: s.URL, Types: s.Types, Timeout: s.Timeout, Concurrency: s.MaxConcurrency,
 		MaxAttempts: s.Retry.MaxAttempts, MaxAge: s.Retry.MaxAge, Base: s.Retry.Backoff.Base, Cap: s.Retry.Backoff.Cap,
 		Headers: s.Headers, Rate: s.Rate, Auto: s.Auto, Backlog: s.Backlog, Breaker: s.Breaker,
+		Tenant: s.Tenant, Expiry: s.SecretExpiry,
+	}
+	if s.managedByAPI() {
+		sn.Managed, sn.Spec, sn.Paused = s.ManagedBy, s.Spec, s.Paused
+	}
+	if s.Filter != nil {
+		sn.Filter = filterSpec(s.Spec)
 	}
 	for _, k := range s.Secrets {
 		sn.Secrets = append(sn.Secrets, k.Encode())
@@ -156,6 +220,21 @@ func decodeSnapshot(id string, b []byte) (*Subscription, error) {
 		ID: id, URL: sn.URL, Types: sn.Types, Timeout: sn.Timeout, MaxConcurrency: sn.Concurrency,
 		Retry:   policy.RetryPolicy{MaxAttempts: sn.MaxAttempts, MaxAge: sn.MaxAge, Backoff: policy.Backoff{Base: sn.Base, Cap: sn.Cap}},
 		Headers: sn.Headers, Rate: sn.Rate, Auto: sn.Auto, Backlog: sn.Backlog, Breaker: sn.Breaker,
+		Tenant: sn.Tenant, ManagedBy: sn.Managed, Spec: sn.Spec, SecretExpiry: sn.Expiry, Paused: sn.Paused,
+	}
+	if len(sn.Filter) > 0 {
+		var spec map[string]any
+		if err := json.Unmarshal(sn.Filter, &spec); err != nil {
+			return nil, fmt.Errorf("subscription %s: snapshot: filter: %w", id, err)
+		}
+		f, err := policy.ParseFilter(spec)
+		if err != nil {
+			return nil, fmt.Errorf("subscription %s: snapshot: %w", id, err)
+		}
+		s.Filter = f
+	}
+	if len(s.SecretExpiry) != len(s.Secrets) {
+		s.SecretExpiry = nil
 	}
 	for _, enc := range sn.Secrets {
 		k, err := signing.ParseSecret(enc)
@@ -172,4 +251,17 @@ func decodeSnapshot(id string, b []byte) (*Subscription, error) {
 		s.Classify = c
 	}
 	return s.withDefaults(), nil
+}
+
+// filterSpec is the "filter" of a subscription document, as written; nil
+// when there is none. The snapshot keeps it so that a subscription
+// removed from the config drains with the filter it was entitled by.
+func filterSpec(spec []byte) json.RawMessage {
+	var doc struct {
+		Filter json.RawMessage `json:"filter"`
+	}
+	if json.Unmarshal(spec, &doc) != nil {
+		return nil
+	}
+	return doc.Filter
 }

@@ -2,7 +2,14 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/queue"
 )
 
 // principal is who an admin request acts for: the operator (tenant "")
@@ -43,4 +50,155 @@ func (s *Server) canSee(p principal, sub string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.sub.Tenant == p.tenant
+}
+
+// tenantLimits returns tenant's limits, nil when it has none.
+func (s *Server) tenantLimits(tenant string) *Tenant {
+	if tenant == "" {
+		return nil
+	}
+	for i := range s.opts.Tenants {
+		if s.opts.Tenants[i].ID == tenant {
+			return &s.opts.Tenants[i]
+		}
+	}
+	return nil
+}
+
+// bulkhead bounds the in-flight requests of one tenant's subscriptions
+// together, above each subscription's own cap: a tenant with a hundred
+// endpoints at a black hole holds at most its cap of the process's slots,
+// not a hundred caps. It works like the process-wide slots: a lane that
+// finds it full is remembered and pumped when a request of the tenant
+// ends, so work past the cap waits in the log (invariant 6), not in
+// memory.
+type bulkhead struct {
+	tenant   string
+	max      int64
+	inflight atomic.Int64
+
+	mu      sync.Mutex
+	starved map[*lane]struct{}
+}
+
+func newBulkhead(tenant string, max int) *bulkhead {
+	return &bulkhead{tenant: tenant, max: int64(max), starved: map[*lane]struct{}{}}
+}
+
+func (b *bulkhead) full() bool { return b.inflight.Load() >= b.max }
+
+// acquire takes one of the tenant's slots, or parks l until one frees.
+func (b *bulkhead) acquire(l *lane) bool {
+	for {
+		n := b.inflight.Load()
+		if n >= b.max {
+			b.park(l)
+			return false
+		}
+		if b.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (b *bulkhead) park(l *lane) {
+	b.mu.Lock()
+	b.starved[l] = struct{}{}
+	b.mu.Unlock()
+	// A release between the check and the park found nobody to wake:
+	// look again, or l would wait for a wake-up that never comes.
+	if !b.full() {
+		b.wakeOne(l.e.feed, true)
+	}
+}
+
+// giveBack returns a slot taken inside a pump (a lane's mu held): the
+// lanes waiting are handed to the kick loop, never pumped here.
+func (b *bulkhead) giveBack(f *feed) {
+	b.inflight.Add(-1)
+	b.wakeOne(f, true)
+}
+
+// release returns the slot of a finished request (no lane lock held).
+func (b *bulkhead) release(f *feed) {
+	b.inflight.Add(-1)
+	b.wakeOne(f, false)
+}
+
+func (b *bulkhead) wakeOne(f *feed, viaKick bool) {
+	var next *lane
+	b.mu.Lock()
+	for l := range b.starved {
+		next = l
+		delete(b.starved, l)
+		break
+	}
+	b.mu.Unlock()
+	switch {
+	case next == nil:
+	case viaKick:
+		f.wake([]*lane{next})
+	default:
+		next.pump()
+	}
+}
+
+// bulkheadFor returns tenant's bulkhead, nil when it has no concurrency
+// cap. One per tenant for the process's life.
+func (d *dispatcher) bulkheadFor(tenant string) *bulkhead {
+	if tenant == "" {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.bulkheads[tenant]
+}
+
+// tokenCache maps token keys (tokenKey) to tenants: the configured
+// tenant tokens, and issued ones once looked up in the store.
+type tokenCache struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+func (c *tokenCache) get(key string) (string, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	t, ok := c.m[key]
+	return t, ok
+}
+
+func (c *tokenCache) put(key, tenant string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]string{}
+	}
+	c.m[key] = tenant
+}
+
+// tenantOfToken returns the tenant tok is scoped to, "" when it is no
+// tenant's token.
+func (s *Server) tenantOfToken(tok string) (string, error) {
+	key := tokenKey(tok)
+	if t, ok := s.tokens.get(key); ok {
+		return t, nil
+	}
+	recs, ok := s.q.(queue.Records)
+	if !ok {
+		return "", nil
+	}
+	v, err := recs.GetRecord(key)
+	if errors.Is(err, queue.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var rec tokenRecord
+	if err := json.Unmarshal(v, &rec); err != nil || rec.Tenant == "" {
+		return "", fmt.Errorf("token record: %v", err)
+	}
+	s.tokens.put(key, rec.Tenant)
+	return rec.Tenant, nil
 }

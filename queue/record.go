@@ -11,7 +11,23 @@ type Event struct {
 	ContentType string
 	AcceptedAt  time.Time
 	Body        []byte
+
+	// Doc is Body decoded as JSON for the delivery engine's body filters,
+	// when DocState is DocDecoded. The engine sets both before it shares
+	// the event between lanes (or on an event only one lane holds); no
+	// backend reads or stores them.
+	Doc      any
+	DocState DocState
 }
+
+// DocState says whether Event.Doc holds the decoded body.
+type DocState uint8
+
+const (
+	DocUnknown DocState = iota // not decoded (yet)
+	DocDecoded                 // Doc is the body decoded as JSON
+	DocNotJSON                 // the body is not JSON: no filter matches it
+)
 
 // Size is an estimate of the memory the event holds, for byte budgets.
 func (e *Event) Size() int { return len(e.Body) + len(e.ID) + len(e.Type) + len(e.ContentType) + 64 }

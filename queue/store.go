@@ -191,6 +191,17 @@ type Records interface {
 	DeleteRecord(key string) error
 }
 
+// MemberWatcher is what an OwnerHandler may add to hear of the
+// memberships any node writes: a subscription created, changed or deleted
+// through another node's admin API, or retired by its owner. After Own,
+// MembersChanged is called once with initial true and every subscription
+// with a membership then, and afterwards with each one whose membership
+// was written or removed; the handler reads what it needs (Fleet.Lane).
+// Calls never overlap.
+type MemberWatcher interface {
+	MembersChanged(subs []string, initial bool)
+}
+
 // LaneSnapshot is one lane's state as its owner last published it.
 type LaneSnapshot struct {
 	Node string

@@ -93,6 +93,10 @@ type fleetSide struct {
 	hbVal   []byte
 	live    map[string]bool          // node ids with a heartbeat (watched)
 	members map[string]bool          // subscriptions (watched)
+	// memberCalls wait for the one goroutine that makes them
+	// (tellMembers); memberCalling says it runs.
+	memberCalls   []memberCall
+	memberCalling bool
 	view    map[string]leaseView     // lease.<sub> as watched
 	leases  map[string]*lease        // every lease this process has held or tried
 	watched map[string]chan struct{} // watches started, by name; closed once their initial values were applied
@@ -317,6 +321,13 @@ func (s *Store) Own(h queue.OwnerHandler) error {
 	}
 	fl.changed = sub
 	fl.h = h
+	if mw, ok := h.(queue.MemberWatcher); ok {
+		all := make([]string, 0, len(fl.members))
+		for m := range fl.members {
+			all = append(all, m)
+		}
+		fl.tellMembers(mw, all, true)
+	}
 	fl.lastRec = s.nc.Stats().Reconnects
 	fl.spawn(s.heartbeatLoop)
 	fl.spawn(s.renewLoop)
@@ -529,6 +540,40 @@ func (s *Store) onMember(e jetstream.KeyValueEntry) {
 		delete(fl.members, sub)
 	}
 	fl.wake()
+	if mw, ok := fl.h.(queue.MemberWatcher); ok {
+		// After Own: the initial call listed everything before.
+		fl.tellMembers(mw, []string{sub}, false)
+	}
+}
+
+// tellMembers calls mw off the watch's goroutine, in order: calls never
+// overlap, and a slow handler never holds up the watch. mu is held.
+func (fl *fleetSide) tellMembers(mw queue.MemberWatcher, subs []string, initial bool) {
+	fl.memberCalls = append(fl.memberCalls, memberCall{subs, initial})
+	if fl.memberCalling {
+		return
+	}
+	fl.memberCalling = true
+	fl.spawn(func() {
+		for {
+			fl.mu.Lock()
+			if len(fl.memberCalls) == 0 || fl.closed {
+				fl.memberCalling = false
+				fl.mu.Unlock()
+				return
+			}
+			c := fl.memberCalls[0]
+			fl.memberCalls = fl.memberCalls[1:]
+			fl.mu.Unlock()
+			mw.MembersChanged(c.subs, c.initial)
+		}
+	})
+}
+
+// memberCall is one MembersChanged call waiting to be made.
+type memberCall struct {
+	subs    []string
+	initial bool
 }
 
 // onLease applies a lease entry to the view, and notices when a lease this

@@ -1,0 +1,248 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// subscriptionRoutes registers the subscription API of issue 12 (the
+// endpoint API, recovery, the undelivered list and tenant tokens).
+func (s *Server) subscriptionRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
+		body, ok := readBody(w, r, maxSpecBytes)
+		if !ok {
+			return
+		}
+		info, err := s.CreateSubscription(principalOf(r), body)
+		registryResult(w, http.StatusCreated, err, info)
+	})
+	mux.HandleFunc("GET /v1/subscriptions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		l := s.d.lane(id)
+		if l == nil || !s.canSee(principalOf(r), id) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("subscription %q: not found", id))
+			return
+		}
+		info, err := s.subscriptionInfo(l)
+		registryResult(w, http.StatusOK, err, info)
+	})
+	mux.HandleFunc("PATCH /v1/subscriptions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		body, ok := readBody(w, r, maxSpecBytes)
+		if !ok {
+			return
+		}
+		info, err := s.UpdateSubscription(principalOf(r), r.PathValue("id"), body)
+		registryResult(w, http.StatusOK, err, info)
+	})
+	mux.HandleFunc("DELETE /v1/subscriptions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		info, err := s.DeleteSubscription(principalOf(r), r.PathValue("id"))
+		registryResult(w, http.StatusAccepted, err, info)
+	})
+	mux.HandleFunc("POST /v1/subscriptions/{id}/rotate-secret", func(w http.ResponseWriter, r *http.Request) {
+		var req RotateRequest
+		if !decodeBody(w, r, &req, true) {
+			return
+		}
+		grace := DefaultRotationGrace
+		if req.Grace != "" {
+			g, err := time.ParseDuration(req.Grace)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "grace: want a duration such as 24h, got "+strconv.Quote(req.Grace))
+				return
+			}
+			grace = g
+		}
+		ans, err := s.RotateSecret(principalOf(r), r.PathValue("id"), grace)
+		registryResult(w, http.StatusOK, err, ans)
+	})
+	mux.HandleFunc("POST /v1/subscriptions/{id}/recover", func(w http.ResponseWriter, r *http.Request) {
+		var req RecoverRequest
+		if !decodeBody(w, r, &req, false) {
+			return
+		}
+		if req.Since.IsZero() {
+			writeError(w, http.StatusBadRequest, "since: required (RFC 3339)")
+			return
+		}
+		ans, err := s.Recover(principalOf(r), r.PathValue("id"), req.Since, req.Until)
+		registryResult(w, http.StatusOK, err, ans)
+	})
+	mux.HandleFunc("GET /v1/undelivered", s.listUndelivered)
+	mux.HandleFunc("POST /v1/tenants/{tenant}/tokens", s.issueTenantToken)
+	mux.HandleFunc("GET /v1/whoami", func(w http.ResponseWriter, r *http.Request) {
+		p := principalOf(r)
+		writeJSON(w, http.StatusOK, WhoAmI{Operator: p.operator(), Tenant: p.tenant})
+	})
+}
+
+// readBody reads a request body of at most limit bytes; a longer one is
+// answered 413 naming the limit.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: over %d bytes", limit))
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return nil, false
+	}
+	return b, true
+}
+
+// decodeBody decodes a small JSON body into v, refusing unknown fields;
+// optional lets the body be empty.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
+	b, ok := readBody(w, r, 4096)
+	if !ok {
+		return false
+	}
+	if len(b) == 0 && optional {
+		return true
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// registryResult writes v with status, or err with the status its kind
+// calls for.
+func registryResult(w http.ResponseWriter, status int, err error, v any) {
+	switch {
+	case err == nil:
+		writeJSON(w, status, v)
+	case errors.Is(err, ErrInvalid):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, ErrExists), errors.Is(err, ErrManagedByFile), errors.Is(err, ErrLimit):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, ErrNoSpecs):
+		writeError(w, http.StatusNotImplemented, err.Error())
+	case errors.Is(err, queue.ErrUnavailable):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// listUndelivered serves GET /v1/undelivered?subscription=S[&since=T]
+// [&limit=N][&cursor=C].
+func (s *Server) listUndelivered(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		switch k {
+		case "subscription", "since", "limit", "cursor":
+		default:
+			writeError(w, http.StatusBadRequest, "unknown parameter "+strconv.Quote(k)+" (want subscription, since, limit, cursor)")
+			return
+		}
+	}
+	sub := q.Get("subscription")
+	if sub == "" {
+		writeError(w, http.StatusBadRequest, "subscription: required")
+		return
+	}
+	var since time.Time
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "since: want an RFC 3339 time, got "+strconv.Quote(v))
+			return
+		}
+		since = t
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, http.StatusBadRequest, "limit: want 1..1000, got "+strconv.Quote(v))
+			return
+		}
+		limit = n
+	}
+	page, err := s.Undelivered(principalOf(r), sub, since, limit, q.Get("cursor"))
+	registryResult(w, http.StatusOK, err, page)
+}
+
+// tenantTokenPrefix marks the tokens sluice issues, so a leaked one is
+// recognisable (secret scanners key on such prefixes).
+const tenantTokenPrefix = "sltk_"
+
+// issueTenantToken serves POST /v1/tenants/{tenant}/tokens: a new token
+// scoped to the tenant, shown once; the store keeps only its SHA-256.
+// Only the operator issues tokens.
+func (s *Server) issueTenantToken(w http.ResponseWriter, r *http.Request) {
+	tenant := r.PathValue("tenant")
+	if !validTenant(tenant) {
+		writeError(w, http.StatusBadRequest, "tenant: must match ^[a-z0-9][a-z0-9._-]{0,63}$, got "+strconv.Quote(tenant))
+		return
+	}
+	if s.opts.AdminToken == "" {
+		// Without an operator token a request with no token acts as the
+		// operator: a tenant token would scope nothing.
+		writeError(w, http.StatusConflict, "tenant tokens need an operator token: set admin.token_file first")
+		return
+	}
+	recs, ok := s.q.(queue.Records)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "this log keeps no records: tenant tokens can only come from admin.tokens")
+		return
+	}
+	raw := make([]byte, 32)
+	rand.Read(raw) // never fails (crypto/rand)
+	tok := tenantTokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
+	v, _ := json.Marshal(tokenRecord{Tenant: tenant, IssuedAt: s.opts.Now().UTC()})
+	if err := recs.PutRecord(tokenKey(tok), v); err != nil {
+		registryResult(w, 0, fmt.Errorf("store the token: %w", err), nil)
+		return
+	}
+	s.log.Info("tenant token issued", "tenant", tenant)
+	writeJSON(w, http.StatusCreated, TokenAnswer{Tenant: tenant, Token: tok})
+}
+
+// tokenRecord is what the store keeps of an issued tenant token, under
+// tokenKey(token).
+type tokenRecord struct {
+	Tenant   string    `json:"tenant"`
+	IssuedAt time.Time `json:"issued_at"`
+}
+
+func tokenKey(tok string) string {
+	h := sha256.Sum256([]byte(tok))
+	return "token." + hex.EncodeToString(h[:])
+}
+
+func validTenant(t string) bool {
+	if len(t) == 0 || len(t) > 64 {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,579 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/signing"
+)
+
+// The registry: subscriptions created, changed and deleted through the
+// admin API while the sidecar runs (issue 12). An API subscription is
+// persisted as its membership's snapshot (queue.Membership.Snapshot), the
+// record that already keeps a removed subscription draining: the snapshot
+// carries the document it was made from, so it survives a restart and a
+// SIGKILL with nothing else to write, and in fleet mode the membership is
+// in the shared KV, so every node serves it. The membership is written
+// (create-only, with its cut-off, invariant 7) before the API answers: an
+// event accepted after the 201 is owed to the subscription.
+
+// Errors of the registry; the admin API maps each to a status.
+var (
+	// ErrInvalid: the request is malformed or a setting is invalid (400).
+	ErrInvalid = errors.New("invalid")
+	// ErrExists: a subscription with the id exists (409).
+	ErrExists = errors.New("already exists")
+	// ErrManagedByFile: the config file owns the subscription; the API may
+	// not change it (409).
+	ErrManagedByFile = errors.New("managed by the config file")
+	// ErrManagedByAPI: the API owns the subscription; the file may not
+	// name it (a reload naming one is refused).
+	ErrManagedByAPI = errors.New("managed by the admin API")
+	// ErrLimit: a tenant's limit refuses the request (409).
+	ErrLimit = errors.New("over a tenant's limit")
+	// ErrNoSpecs: the server was built without a SpecParser (501).
+	ErrNoSpecs = errors.New("subscription API not configured")
+)
+
+// DefaultRotationGrace is how long rotate-secret keeps the old secrets
+// signing beside the new one, when the request does not say: a day lets
+// every receiver pick up the new secret in its own deploy cycle.
+const DefaultRotationGrace = 24 * time.Hour
+
+// maxRotationGrace bounds the grace: a secret meant to be retired should
+// not sign for months by a typo.
+const maxRotationGrace = 90 * 24 * time.Hour
+
+// maxSpecBytes bounds a subscription document.
+const maxSpecBytes = 64 << 10
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// document decodes a JSON object, keeping numbers as written.
+func document(b []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, invalidf("body: not a JSON object: %v", err)
+	}
+	if doc == nil {
+		return nil, invalidf("body: not a JSON object")
+	}
+	if dec.More() {
+		return nil, invalidf("body: more than one JSON value")
+	}
+	return doc, nil
+}
+
+func encodeDocument(doc map[string]any) []byte {
+	b, _ := json.Marshal(doc) // decoded from JSON: cannot fail
+	return b
+}
+
+// parseSpec validates doc through the SpecParser, names the key in its
+// error, and marks the result as the API's.
+func (s *Server) parseSpec(doc []byte) (*Subscription, error) {
+	if s.opts.Specs == nil {
+		return nil, ErrNoSpecs
+	}
+	sub, err := s.opts.Specs.Parse(doc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if sub.ID == OperationalID {
+		return nil, invalidf("id: %q is the operational webhook's", OperationalID)
+	}
+	sub.ManagedBy, sub.Spec = ManagedByAPI, doc
+	return sub.withDefaults(), nil
+}
+
+// CreateSubscription makes an API subscription from doc (JSON in the
+// config file's keys) for p. Without a secret one is generated and
+// returned in the answer, once. A tenant's token makes subscriptions of
+// its own tenant only.
+func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo, error) {
+	doc, err := document(body)
+	if err != nil {
+		return SubscriptionInfo{}, err
+	}
+	if !p.operator() {
+		if t, ok := doc["tenant"]; ok && t != p.tenant {
+			return SubscriptionInfo{}, invalidf("tenant: a tenant's token creates subscriptions of its own tenant (%s) only", p.tenant)
+		}
+		doc["tenant"] = p.tenant
+	}
+	var generated string
+	_, hasSecret := doc["secret"]
+	_, hasSecrets := doc["secrets"]
+	_, hasFile := doc["secret_file"]
+	_, hasEnv := doc["secret_env"]
+	if !hasSecret && !hasSecrets && !hasFile && !hasEnv {
+		k, err := signing.GenerateSecret()
+		if err != nil {
+			return SubscriptionInfo{}, fmt.Errorf("generate a secret: %w", err)
+		}
+		generated = k.Encode()
+		doc["secret"] = generated
+	}
+	sub, err := s.parseSpec(encodeDocument(doc))
+	if err != nil {
+		return SubscriptionInfo{}, err
+	}
+	d := s.d
+	d.reg.Lock()
+	defer d.reg.Unlock()
+	if err := s.checkFree(sub.ID); err != nil {
+		return SubscriptionInfo{}, err
+	}
+	if err := s.checkTenantRoom(sub.Tenant, ""); err != nil {
+		return SubscriptionInfo{}, err
+	}
+	if err := d.join([]*Subscription{sub}, nil); err != nil {
+		return SubscriptionInfo{}, err
+	}
+	s.log.Info("subscription created through the API", "subscription", sub.ID, "tenant", sub.Tenant)
+	info, err := s.subscriptionInfo(d.lane(sub.ID))
+	info.Secret = generated
+	return info, err
+}
+
+// checkFree refuses an id that is taken: by a lane here (even one still
+// draining after a delete), or in fleet mode by a membership another
+// node wrote that this one has not heard of yet. d.reg is held.
+func (s *Server) checkFree(id string) error {
+	if l := s.d.lane(id); l != nil {
+		l.mu.Lock()
+		left, byAPI := l.left, l.sub.managedByAPI()
+		l.mu.Unlock()
+		switch {
+		case left:
+			return fmt.Errorf("subscription %s: %w: it was deleted and still drains what it was owed; use another id, or wait until it retires", id, ErrExists)
+		case !byAPI:
+			return fmt.Errorf("subscription %s: %w in the config file", id, ErrExists)
+		default:
+			return fmt.Errorf("subscription %s: %w", id, ErrExists)
+		}
+	}
+	if f := s.d.fleet; f != nil {
+		if _, _, err := f.Lane(id); err == nil {
+			return fmt.Errorf("subscription %s: %w (made through another node)", id, ErrExists)
+		} else if !errors.Is(err, queue.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkTenantRoom refuses a subscription of tenant past the tenant's
+// max_subscriptions; except is a subscription that moves within the
+// tenant (an update), not counted twice. d.reg is held.
+func (s *Server) checkTenantRoom(tenant, except string) error {
+	t := s.tenantLimits(tenant)
+	if t == nil || t.MaxSubscriptions <= 0 {
+		return nil
+	}
+	n := 0
+	for _, l := range s.d.laneList() {
+		l.mu.Lock()
+		if !l.left && l.sub.Tenant == tenant && l.id != except && l.id != OperationalID {
+			n++
+		}
+		l.mu.Unlock()
+	}
+	if n >= t.MaxSubscriptions {
+		return fmt.Errorf("tenant %s has %d subscriptions, its max_subscriptions: %w", tenant, n, ErrLimit)
+	}
+	return nil
+}
+
+// apiLane returns the lane of id if p may see it and the API manages it.
+func (s *Server) apiLane(p principal, id string) (*lane, *Subscription, error) {
+	l := s.d.lane(id)
+	if l == nil || !s.canSee(p, id) {
+		return nil, nil, fmt.Errorf("subscription %q: %w", id, ErrNotFound)
+	}
+	l.mu.Lock()
+	sub, left := l.sub, l.left
+	l.mu.Unlock()
+	switch {
+	case !sub.managedByAPI():
+		return nil, nil, fmt.Errorf("subscription %s: %w: change it in the file and reload (SIGHUP, or save the file)", id, ErrManagedByFile)
+	case left:
+		return nil, nil, fmt.Errorf("subscription %s: %w: it was deleted and drains what it was owed", id, ErrNotFound)
+	}
+	return l, sub, nil
+}
+
+// UpdateSubscription applies a JSON merge patch (RFC 7386) to an API
+// subscription's document. The new settings apply from the next dispatch;
+// the lane keeps its place, so nothing owed is lost.
+func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (SubscriptionInfo, error) {
+	pd, err := document(patch)
+	if err != nil {
+		return SubscriptionInfo{}, err
+	}
+	d := s.d
+	d.reg.Lock()
+	defer d.reg.Unlock()
+	l, cur, err := s.apiLane(p, id)
+	if err != nil {
+		return SubscriptionInfo{}, err
+	}
+	merged, err := jsonpatch.MergePatch(cur.Spec, patch)
+	if err != nil {
+		return SubscriptionInfo{}, invalidf("body: not a merge patch: %v", err)
+	}
+	doc, err := document(merged)
+	if err != nil {
+		return SubscriptionInfo{}, err
+	}
+	if doc["id"] != id {
+		return SubscriptionInfo{}, invalidf("id: cannot be changed (create a subscription with the new id, then delete this one)")
+	}
+	if !p.operator() && doc["tenant"] != p.tenant {
+		return SubscriptionInfo{}, invalidf("tenant: a tenant's token cannot move a subscription to another tenant")
+	}
+	sub, err := s.parseSpec(merged)
+	if err != nil {
+		return SubscriptionInfo{}, err
+	}
+	_, touchesSecret := pd["secret"]
+	_, touchesSecrets := pd["secrets"]
+	if !touchesSecret && !touchesSecrets {
+		// The same secrets, so the same rotation deadlines.
+		sub.SecretExpiry = cur.SecretExpiry
+	}
+	if sub.Tenant != cur.Tenant {
+		if err := s.checkTenantRoom(sub.Tenant, id); err != nil {
+			return SubscriptionInfo{}, err
+		}
+	}
+	if err := d.join([]*Subscription{sub}, nil); err != nil {
+		return SubscriptionInfo{}, err
+	}
+	s.log.Info("subscription updated through the API", "subscription", id)
+	return s.subscriptionInfo(l)
+}
+
+// DeleteSubscription ends an API subscription's entitlement at the head:
+// it takes no new events, drains what it is owed (invariant 7), then
+// retires.
+func (s *Server) DeleteSubscription(p principal, id string) (SubscriptionInfo, error) {
+	d := s.d
+	d.reg.Lock()
+	defer d.reg.Unlock()
+	l, _, err := s.apiLane(p, id)
+	if err != nil {
+		return SubscriptionInfo{}, err
+	}
+	if _, err := d.leave(l); err != nil {
+		return SubscriptionInfo{}, err
+	}
+	return s.subscriptionInfo(l)
+}
+
+// RotateSecret gives an API subscription a new secret. The old ones keep
+// signing beside it until grace ends, so a receiver verifies either while
+// it moves to the new one; then only the new one signs.
+func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (RotateAnswer, error) {
+	if grace < 0 || grace > maxRotationGrace {
+		return RotateAnswer{}, invalidf("grace: want 0s to %s, got %s", maxRotationGrace, grace)
+	}
+	d := s.d
+	d.reg.Lock()
+	defer d.reg.Unlock()
+	_, cur, err := s.apiLane(p, id)
+	if err != nil {
+		return RotateAnswer{}, err
+	}
+	k, err := signing.GenerateSecret()
+	if err != nil {
+		return RotateAnswer{}, fmt.Errorf("generate a secret: %w", err)
+	}
+	now := s.opts.Now()
+	until := now.Add(grace)
+	secrets := []signing.Secret{k}
+	expiry := []time.Time{{}}
+	if grace > 0 {
+		for i, old := range cur.liveSecrets(now) {
+			exp := until
+			if cur.SecretExpiry != nil && !cur.SecretExpiry[i].IsZero() && cur.SecretExpiry[i].Before(until) {
+				exp = cur.SecretExpiry[i] // an earlier rotation's deadline stands
+			}
+			secrets = append(secrets, old)
+			expiry = append(expiry, exp)
+		}
+	}
+	sortExpiring(secrets, expiry)
+	doc, err := document(cur.Spec)
+	if err != nil {
+		return RotateAnswer{}, err
+	}
+	delete(doc, "secret")
+	enc := make([]any, len(secrets))
+	for i, k := range secrets {
+		enc[i] = k.Encode()
+	}
+	doc["secrets"] = enc
+	sub, err := s.parseSpec(encodeDocument(doc))
+	if err != nil {
+		return RotateAnswer{}, err
+	}
+	if len(secrets) > 1 {
+		sub.SecretExpiry = expiry
+	}
+	if err := d.join([]*Subscription{sub}, nil); err != nil {
+		return RotateAnswer{}, err
+	}
+	s.log.Info("subscription secret rotated", "subscription", id, "old_secrets_until", until)
+	ans := RotateAnswer{Subscription: id, Secret: k.Encode()}
+	if len(secrets) > 1 {
+		ans.OldUntil = until
+	}
+	return ans, nil
+}
+
+// sortExpiring orders secrets as Subscription.SecretExpiry requires: the
+// ones that never expire first, then latest expiry first.
+func sortExpiring(secrets []signing.Secret, expiry []time.Time) {
+	idx := make([]int, len(secrets))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		ea, eb := expiry[a], expiry[b]
+		switch {
+		case ea.IsZero() && eb.IsZero():
+			return 0
+		case ea.IsZero():
+			return -1
+		case eb.IsZero():
+			return 1
+		}
+		return eb.Compare(ea)
+	})
+	ks, es := slices.Clone(secrets), slices.Clone(expiry)
+	for i, j := range idx {
+		secrets[i], expiry[i] = ks[j], es[j]
+	}
+}
+
+// retireExpiredSecrets rewrites the API subscriptions whose rotation
+// grace ended without the old secrets (they stopped signing already:
+// liveSecrets); only the lane's owner does it, once.
+func (s *Server) retireExpiredSecrets(now time.Time) {
+	for _, l := range s.d.laneList() {
+		l.mu.Lock()
+		sub, foreign, left := l.sub, l.foreign, l.left
+		l.mu.Unlock()
+		if foreign || left || !sub.managedByAPI() || sub.SecretExpiry == nil {
+			continue
+		}
+		if live := sub.liveSecrets(now); len(live) < len(sub.Secrets) {
+			s.dropSecrets(l.id, now)
+		}
+	}
+}
+
+func (s *Server) dropSecrets(id string, now time.Time) {
+	d := s.d
+	d.reg.Lock()
+	defer d.reg.Unlock()
+	l := d.lane(id)
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	cur := l.sub
+	l.mu.Unlock()
+	live := cur.liveSecrets(now)
+	doc, err := document(cur.Spec)
+	if err != nil {
+		return
+	}
+	delete(doc, "secret")
+	enc := make([]any, len(live))
+	for i, k := range live {
+		enc[i] = k.Encode()
+	}
+	doc["secrets"] = enc
+	sub, err := s.parseSpec(encodeDocument(doc))
+	if err != nil {
+		s.log.Error("retire expired secrets", "subscription", id, "err", err)
+		return
+	}
+	if len(live) > 1 {
+		sub.SecretExpiry = cur.SecretExpiry[:len(live)]
+	}
+	if err := d.join([]*Subscription{sub}, nil); err != nil {
+		s.log.Error("retire expired secrets", "subscription", id, "err", err)
+		return
+	}
+	s.log.Info("rotation grace over: the old secrets no longer sign", "subscription", id)
+}
+
+// Recover replays every dead letter of sub whose event was accepted in
+// [since, until), each once (a letter already replayed is skipped).
+func (s *Server) Recover(p principal, sub string, since, until time.Time) (RecoverAnswer, error) {
+	ans := RecoverAnswer{Subscription: sub}
+	if s.d.lane(sub) == nil || !s.canSee(p, sub) {
+		return ans, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
+	}
+	if until.IsZero() {
+		until = s.opts.Now()
+	}
+	if !since.Before(until) {
+		return ans, invalidf("since: must be before until (%s), got %s", until.Format(time.RFC3339), since.Format(time.RFC3339))
+	}
+	var after uint64
+	for {
+		page, err := s.q.DeadLetters(sub, sub, after, 500)
+		if err != nil {
+			return ans, err
+		}
+		for _, dl := range page {
+			after = dl.Seq
+			if dl.AcceptedAt.Before(since) || !dl.AcceptedAt.Before(until) || !dl.DeliveredAt.IsZero() {
+				continue
+			}
+			ans.Matched++
+			res, err := s.Replay(sub, dl.Seq, false)
+			if err == nil && res.Replayed {
+				ans.Replayed++
+			} else {
+				ans.Skipped++
+			}
+		}
+		if len(page) < 500 {
+			return ans, nil
+		}
+	}
+}
+
+// Undelivered lists the events owed to sub that are not acknowledged:
+// those with a retry scheduled, in seq order, then its dead letters not
+// delivered by a replay, in seq order; accepted at or after since. cursor
+// is the Next of the previous page.
+func (s *Server) Undelivered(p principal, sub string, since time.Time, limit int, cursor string) (UndeliveredPage, error) {
+	page := UndeliveredPage{Subscription: sub, Events: []UndeliveredEvent{}}
+	if s.d.lane(sub) == nil || !s.canSee(p, sub) {
+		return page, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
+	}
+	phase, after, err := parseUndeliveredCursor(cursor)
+	if err != nil {
+		return page, err
+	}
+	if phase == "retry" {
+		// The schedule is kept by due time; the page is in seq order, so
+		// read it whole (bounded: it is what the retry budget let
+		// through) and sort.
+		rs, err := s.q.Retries(sub, maxUndeliveredRetries)
+		if err != nil {
+			return page, err
+		}
+		slices.SortFunc(rs, func(a, b queue.Retry) int { return cmpSeq(a.Seq, b.Seq) })
+		for _, r := range rs {
+			if r.Seq <= after {
+				continue
+			}
+			u := UndeliveredEvent{Seq: r.Seq, State: "retrying", Attempts: r.Attempt, LastStatus: r.LastStatus, LastError: r.LastError, Due: r.Due}
+			if ev, err := s.d.feed.event(r.Seq); err == nil {
+				u.EventID, u.Type, u.AcceptedAt = ev.ID, ev.Type, ev.AcceptedAt
+			}
+			if !since.IsZero() && u.AcceptedAt.Before(since) {
+				continue
+			}
+			page.Events = append(page.Events, u)
+			if len(page.Events) == limit {
+				page.Next = "retry/" + fmt.Sprint(r.Seq)
+				return page, nil
+			}
+		}
+		phase, after = "dead", 0
+	}
+	for {
+		dls, err := s.q.DeadLetters(sub, sub, after, 500)
+		if err != nil {
+			return page, err
+		}
+		for _, dl := range dls {
+			after = dl.Seq
+			if !dl.DeliveredAt.IsZero() || (!since.IsZero() && dl.AcceptedAt.Before(since)) {
+				continue
+			}
+			page.Events = append(page.Events, UndeliveredEvent{
+				Seq: dl.Seq, EventID: dl.EventID, Type: dl.Type, AcceptedAt: dl.AcceptedAt, State: "dead_lettered",
+				Attempts: dl.Attempts, LastStatus: dl.LastStatus, LastError: dl.LastError, Reason: dl.Reason,
+			})
+			if len(page.Events) == limit {
+				page.Next = "dead/" + fmt.Sprint(dl.Seq)
+				return page, nil
+			}
+		}
+		if len(dls) < 500 {
+			return page, nil
+		}
+	}
+}
+
+// maxUndeliveredRetries bounds the retries Undelivered reads at once.
+const maxUndeliveredRetries = 100_000
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func parseUndeliveredCursor(c string) (phase string, after uint64, err error) {
+	if c == "" {
+		return "retry", 0, nil
+	}
+	phase, n, ok := strings.Cut(c, "/")
+	if ok && (phase == "retry" || phase == "dead") {
+		if _, err := fmt.Sscan(n, &after); err == nil {
+			return phase, after, nil
+		}
+	}
+	return "", 0, invalidf("cursor: want the next of a previous page (retry/SEQ or dead/SEQ), got %q", c)
+}
+
+// subscriptionInfo is l as GET /v1/subscriptions/{id} shows it.
+func (s *Server) subscriptionInfo(l *lane) (SubscriptionInfo, error) {
+	if l == nil {
+		return SubscriptionInfo{}, ErrNotFound
+	}
+	var info SubscriptionInfo
+	info.LaneStatus = s.d.statusOf(l)
+	l.mu.Lock()
+	sub := l.sub
+	l.mu.Unlock()
+	if len(sub.Spec) > 0 {
+		if s.opts.Specs != nil {
+			info.Config = s.opts.Specs.Redact(sub.Spec)
+		} else if sub.managedByAPI() {
+			info.Config = map[string]any{"secrets_count": len(sub.Secrets)} // never the secrets themselves
+		} else {
+			json.Unmarshal(sub.Spec, &info.Config) // already redacted
+		}
+	}
+	if sub.SecretExpiry != nil && info.Config != nil {
+		info.Config["secrets_expire"] = sub.SecretExpiry
+	}
+	return info, nil
+}
