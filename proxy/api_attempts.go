@@ -3,8 +3,8 @@ package proxy
 import "time"
 
 // AttemptList answers GET /v1/subscriptions/{id}/attempts: the last
-// attempts this node made for the subscription, newest first (at most
-// 32, never null). In fleet mode Owner is the node delivering the lane;
+// attempts this node made for the subscription, newest first in the
+// order they ended (at most 32, never null). In fleet mode Owner is the node delivering the lane;
 // another node answers only what it made itself while it owned the lane.
 type AttemptList struct {
 	Subscription string        `json:"subscription"`

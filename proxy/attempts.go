@@ -185,11 +185,4 @@ func (s *Server) attemptRoutes(mux *http.ServeMux) {
 		v, err := s.Series(id)
 		adminResult(w, err, v)
 	})
-	// The dashboard asks who it is for (the tenant portal). A stand-in
-	// until the tenant-token work brings its own GET /v1/whoami: keep
-	// exactly one of the two when they meet (ServeMux panics on both).
-	mux.HandleFunc("GET /v1/whoami", func(w http.ResponseWriter, r *http.Request) {
-		p := principalOf(r)
-		writeJSON(w, http.StatusOK, WhoAmI{Operator: p.operator(), Tenant: p.tenant})
-	})
 }

@@ -155,12 +155,6 @@ func TestAttemptRoutesScopedToTheTenant(t *testing.T) {
 			t.Errorf("the operator's %s of theirs: %d", route, code)
 		}
 	}
-	if code, body := get(acme, "/v1/whoami"); code != http.StatusOK || !strings.Contains(body, `"tenant": "acme"`) || !strings.Contains(body, `"operator": false`) {
-		t.Errorf("whoami as acme: %d %s", code, body)
-	}
-	if code, body := get(principal{}, "/v1/whoami"); code != http.StatusOK || strings.TrimSpace(body) != "{\n  \"operator\": true\n}" {
-		t.Errorf("whoami as the operator: %d %s", code, body)
-	}
 }
 
 // TestSeriesRotation: with the clock stepped, not slept: attempts count in

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,10 +62,14 @@ func TestAttemptsAndSeriesOverHTTP(t *testing.T) {
 	if code != http.StatusOK || al.Subscription != "ok" || len(al.Attempts) != 5 {
 		t.Fatalf("ok's attempts: %d %+v", code, al)
 	}
-	for i, a := range al.Attempts {
-		if i > 0 && a.Seq >= al.Attempts[i-1].Seq {
-			t.Errorf("attempts not newest first: seq %d after %d", a.Seq, al.Attempts[i-1].Seq)
+	// Newest first is the order in which they ended (TestAttemptLogOrderAndBound):
+	// with a cap of 16 that need not be the order of seq.
+	seen := map[uint64]bool{}
+	for _, a := range al.Attempts {
+		if seen[a.Seq] {
+			t.Errorf("seq %d listed twice", a.Seq)
 		}
+		seen[a.Seq] = true
 		if a.EventID != ids[a.Seq-1] || a.Attempt != 1 || a.Status != 200 || a.Outcome != "ack" || a.Error != "" || a.Response != "" || a.DurationMS <= 0 || a.At.IsZero() {
 			t.Errorf("ok's attempt %+v", a)
 		}
@@ -132,5 +137,39 @@ func TestAttemptsAndSeriesOverHTTP(t *testing.T) {
 	}
 	if _, al = attempts("ok"); len(al.Attempts) != 5 {
 		t.Errorf("15 minutes later: %d attempts; want the 5 still", len(al.Attempts))
+	}
+}
+
+// TestAttemptsScopedByTenantToken: with a tenant's token, its own
+// subscription's attempts and series answer; another tenant's answer the
+// same 404 as an id that does not exist.
+func TestAttemptsScopedByTenantToken(t *testing.T) {
+	tb := startTestbed(t, testbed.ModeOK)
+	mine, theirs := sub("mine", tb.URL()+"/mine"), sub("theirs", tb.URL()+"/theirs")
+	mine.Tenant, theirs.Tenant = "acme", "other"
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(),
+		AdminToken: "op", TenantTokens: []proxy.TenantToken{{Token: "acme-tok", Tenant: "acme"}},
+		Logger: quietLogger(), CursorInterval: 10 * time.Millisecond, Subscriptions: []*proxy.Subscription{mine, theirs}})
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeServer(t, s, 5*time.Second) })
+	publish(t, s, "t", "e", 2)
+	waitFor(t, tb, "both delivered", func(m map[string]testbed.PathStats) bool {
+		return m["/mine"].Unique == 2 && m["/theirs"].Unique == 2
+	})
+	for _, route := range []string{"attempts", "series"} {
+		if code, _, body := getPage(t, s, "GET", "/v1/subscriptions/mine/"+route, "acme-tok"); code != http.StatusOK {
+			t.Errorf("acme's own %s: %d %s", route, code, body)
+		}
+		code, _, hidden := getPage(t, s, "GET", "/v1/subscriptions/theirs/"+route, "acme-tok")
+		codeU, _, unknown := getPage(t, s, "GET", "/v1/subscriptions/nope/"+route, "acme-tok")
+		if code != http.StatusNotFound || codeU != http.StatusNotFound ||
+			strings.ReplaceAll(hidden, "theirs", "X") != strings.ReplaceAll(unknown, "nope", "X") {
+			t.Errorf("other's %s with acme's token: %d %q; an unknown id: %d %q; want the same 404", route, code, hidden, codeU, unknown)
+		}
+		if code, _, _ := getPage(t, s, "GET", "/v1/subscriptions/theirs/"+route, "op"); code != http.StatusOK {
+			t.Errorf("other's %s with the operator's token: %d", route, code)
+		}
 	}
 }
