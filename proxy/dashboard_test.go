@@ -384,3 +384,90 @@ func runChromiumConsole(t *testing.T, bin string, args ...string) (stdout, conso
 	out := runChromiumTo(t, bin, &errs, append([]string{"--enable-logging=stderr", "--v=0"}, args...)...)
 	return string(out), errs.String()
 }
+
+// TestDashboardTenantPortalInChromium: opened with a tenant's token, the
+// page is that tenant's portal: a banner naming it, its two subscriptions
+// (each with a drawn chart, its attempts, recover and rotate-secret) and
+// their dead letters, and nothing of the other tenant's subscription, not
+// even its id; the retry budget, the log head, the operator's tools and
+// the selected-subscription table are hidden. The operator's token, on
+// the same sidecar, shows all three and no banner.
+func TestDashboardTenantPortalInChromium(t *testing.T) {
+	chromium := findChromium(t)
+	tb := startTestbed(t, testbed.ModeOK)
+	tb.SetMode("/fail-b", testbed.ModeFail)
+	tb.SetMode("/fail-x", testbed.ModeFail)
+	a, b, x := sub("acme-a", tb.URL()+"/ok-a"), sub("acme-b", tb.URL()+"/fail-b"), sub("other-x", tb.URL()+"/fail-x")
+	a.Tenant, b.Tenant, x.Tenant = "acme", "acme", "other"
+	b.Retry, x.Retry = fastRetry(1), fastRetry(1)
+	const opToken, acmeToken = "op-s3cret", "acme-s3cret"
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(),
+		AdminToken: opToken, TenantTokens: []proxy.TenantToken{{Token: acmeToken, Tenant: "acme"}},
+		Logger: quietLogger(), CursorInterval: 10 * time.Millisecond, Subscriptions: []*proxy.Subscription{a, b, x}})
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeServer(t, s, time.Second) })
+	publish(t, s, "t", "e", 6)
+	eventually(t, "every event resolved", func() bool {
+		return lane(s, "acme-a").Delivered == 6 && lane(s, "acme-b").DeadLettered == 6 && lane(s, "other-x").DeadLettered == 6
+	})
+
+	dom, console := runChromiumConsole(t, chromium, "--dump-dom", s.AdminURL()+"/#token="+acmeToken)
+	defer func() {
+		if t.Failed() {
+			t.Logf("dumped DOM:\n%s\nconsole:\n%s", dom, lastBytes([]byte(console), 4000))
+		}
+	}()
+	if !strings.Contains(dom, `<p id="portal" class="portal-banner">tenant portal: acme</p>`) {
+		t.Error("no tenant portal banner naming acme")
+	}
+	if strings.Contains(dom, "other-x") {
+		t.Error("the portal of acme shows something of other's subscription other-x")
+	}
+	rows := laneRows(dom)
+	if _, ok := rows["acme-a"]; !ok || len(rows) != 2 {
+		t.Errorf("subscription rows %v; want acme-a and acme-b", rows)
+	}
+	for _, id := range []string{"acme-a", "acme-b"} {
+		c := card(dom, id)
+		if !strings.Contains(c, `data-drawn="true"`) || !strings.Contains(c, ">Rotate secret</button>") ||
+			!strings.Contains(c, ">Recover dead letters (24 h)</button>") {
+			t.Errorf("%s's card lacks its chart or its actions:\n%s", id, c)
+		}
+		want := map[string]string{"acme-a": "ack", "acme-b": "dead_letter"}[id]
+		attempts := attemptRow.FindAllStringSubmatch(c, -1)
+		if len(attempts) != 6 {
+			t.Errorf("%s's card lists %d attempts; want its 6", id, len(attempts))
+		}
+		for _, r := range attempts {
+			if r[3] != want {
+				t.Errorf("%s's attempt of seq %s: %s; want %s", id, r[1], r[3], want)
+			}
+		}
+	}
+	if n := strings.Count(dom, `data-key="acme-b/`); n != 6 {
+		t.Errorf("%d dead letters of acme-b shown; want 6", n)
+	}
+	for _, tag := range operatorOnly.FindAllString(dom, -1) {
+		if !strings.Contains(tag, ` hidden=""`) {
+			t.Errorf("operator-only element shown in the portal: %s", tag)
+		}
+	}
+	if n := len(operatorOnly.FindAllString(dom, -1)); n < 4 {
+		t.Errorf("%d operator-only elements in the page; want the tools, the budget, the log head and the attempts table", n)
+	}
+	if strings.Contains(console, "Content Security Policy") || strings.Contains(console, "Refused to") {
+		t.Errorf("Chromium reports a CSP violation:\n%s", console)
+	}
+
+	// The operator sees every tenant's subscriptions, and no portal.
+	op := string(runChromium(t, chromium, "--dump-dom", s.AdminURL()+"/#token="+opToken))
+	if rows := laneRows(op); len(rows) != 3 || card(op, "other-x") == "" || !strings.Contains(op, `<p id="portal" class="portal-banner" hidden="">`) {
+		t.Errorf("the operator's page: rows %v, card of other-x %t, banner hidden %t", rows, card(op, "other-x") != "",
+			strings.Contains(op, `<p id="portal" class="portal-banner" hidden="">`))
+	}
+}
+
+// operatorOnly matches the opening tags of the page's operator-only parts.
+var operatorOnly = regexp.MustCompile(`<[a-z]+\b[^>]*\sdata-operator=""[^>]*>`)

@@ -76,7 +76,7 @@
   function markSelected() {
     cards.forEach(function (c, id) { c.el.classList.toggle("selected", id === selected && who && who.operator); });
     Array.prototype.forEach.call($("subs").tBodies[0].rows, function (tr) {
-      tr.classList.toggle("selected", tr.dataset.key === selected);
+      tr.classList.toggle("selected", tr.dataset.key === selected && !portal());
     });
     setText($("attempts-sub"), selected ? "· " + selected : "");
   }
@@ -279,7 +279,7 @@
     tr.classList.toggle("saturated", ratio >= SATURATED);
 
     setText(c.pick, l.subscription);
-    tr.classList.toggle("selected", l.subscription === selected);
+    tr.classList.toggle("selected", l.subscription === selected && !portal());
     // Fleet mode: the node delivering the lane (any node serves this page).
     tr.dataset.owner = l.owner || "";
     c.id.title = l.owner ? "delivered by " + l.owner : "";
