@@ -435,6 +435,9 @@ func TestDashboardTenantPortalInChromium(t *testing.T) {
 			!strings.Contains(c, ">Recover dead letters (24 h)</button>") {
 			t.Errorf("%s's card lacks its chart or its actions:\n%s", id, c)
 		}
+		if !fileRotate.MatchString(c) {
+			t.Errorf("%s (the config file's) may be rotated from the page; want the button disabled", id)
+		}
 		want := map[string]string{"acme-a": "ack", "acme-b": "dead_letter"}[id]
 		attempts := attemptRow.FindAllStringSubmatch(c, -1)
 		if len(attempts) != 6 {
@@ -468,6 +471,10 @@ func TestDashboardTenantPortalInChromium(t *testing.T) {
 			strings.Contains(op, `<p id="portal" class="portal-banner" hidden="">`))
 	}
 }
+
+// fileRotate matches a rotate-secret button disabled for a subscription
+// of the config file.
+var fileRotate = regexp.MustCompile(`<button\b[^>]*\sdisabled=""[^>]*\stitle="managed by the config file[^"]*">Rotate secret</button>`)
 
 // operatorOnly matches the opening tags of the page's operator-only parts.
 var operatorOnly = regexp.MustCompile(`<[a-z]+\b[^>]*\sdata-operator=""[^>]*>`)

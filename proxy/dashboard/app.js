@@ -467,6 +467,12 @@
         cards.set(id, c);
       }
       var l = byID[id];
+      if (c.rotate) {
+        // The config file's subscriptions change in the file, not here.
+        var byFile = !!l && l.managed_by === "file";
+        c.rotate.disabled = byFile;
+        c.rotate.title = byFile ? "managed by the config file: its secret changes there" : "";
+      }
       setText(c.state, l ? l.state : "");
       c.state.className = "card-state" + (l ? " state-" + l.state : "");
       if (box.children[i] !== c.el) box.insertBefore(c.el, box.children[i] || null);
@@ -686,7 +692,7 @@
     } catch (e) {
       showCardResult(c, e.unauthorized ? "failed: the token was refused" : "failed: " + e.message, false);
     } finally {
-      c.rotate.disabled = false;
+      c.rotate.disabled = false; // a file's subscription never gets here
     }
   }
 
