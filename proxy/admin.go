@@ -131,6 +131,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("POST /v1/dead-letters/replay", s.replayDeadLetters)
 	s.subscriptionRoutes(mux)
 	s.dashboardRoutes(mux)
+	s.attemptRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not found: "+r.Method+" "+r.URL.Path)
 	})

@@ -214,6 +214,13 @@ func findChromium(t *testing.T) string {
 // letting the page run for 5 s of virtual time, and returns its stdout.
 func runChromium(t *testing.T, bin string, args ...string) []byte {
 	t.Helper()
+	return runChromiumTo(t, bin, nil, args...)
+}
+
+// runChromiumTo is runChromium that also copies Chromium's stderr to
+// errs (when not nil).
+func runChromiumTo(t *testing.T, bin string, errs *bytes.Buffer, args ...string) []byte {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Not t.TempDir: a Chromium helper process still exiting could make its
@@ -232,7 +239,11 @@ func runChromium(t *testing.T, bin string, args ...string) []byte {
 	cmd.WaitDelay = 5 * time.Second // helpers may hold the pipes open after the browser exits
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	err = cmd.Run()
+	if errs != nil {
+		errs.Write(stderr.Bytes())
+	}
+	if err != nil {
 		t.Fatalf("chromium %s: %v (context: %v)\n%s", strings.Join(args, " "), err, ctx.Err(), lastBytes(stderr.Bytes(), 4000))
 	}
 	return stdout.Bytes()
@@ -277,3 +288,193 @@ func laneRows(dom string) map[string]laneRow {
 	}
 	return rows
 }
+
+// TestDashboardChartsAndAttemptsInChromium: for a subscription that
+// delivered, the page draws its chart (inline SVG from /series) and lists
+// its recent attempts (from /attempts); the subscription is chosen by the
+// link's #sub=, and a failing one's card is drawn beside it. Chromium's
+// console must report no Content-Security-Policy violation.
+func TestDashboardChartsAndAttemptsInChromium(t *testing.T) {
+	chromium := findChromium(t)
+	tb := startTestbed(t, testbed.ModeOK)
+	tb.SetMode("/fail", testbed.ModeFail)
+	fail := sub("fail", tb.URL()+"/fail")
+	fail.Retry = fastRetry(2)
+	const token = "dash-s3cret"
+	s := startAdminServer(t, "", token, sub("ok", tb.URL()+"/ok"), fail)
+	publish(t, s, "t", "e", 10)
+	eventually(t, "every event resolved", func() bool {
+		return lane(s, "ok").Delivered == 10 && lane(s, "fail").DeadLettered == 10
+	})
+
+	dom, console := runChromiumConsole(t, chromium, "--dump-dom", s.AdminURL()+"/#token="+token+"&sub=ok")
+	defer func() {
+		if t.Failed() {
+			t.Logf("dumped DOM:\n%s\nconsole:\n%s", dom, lastBytes([]byte(console), 4000))
+		}
+	}()
+	for _, id := range []string{"ok", "fail"} {
+		c := card(dom, id)
+		if c == "" {
+			t.Errorf("no chart card for %s", id)
+			continue
+		}
+		if !strings.Contains(c, `<svg class="chart"`) || !strings.Contains(c, `data-drawn="true"`) {
+			t.Errorf("%s's card has no drawn chart:\n%s", id, c)
+		}
+		// Each band is one path; a subscription with attempts has lines.
+		if n := len(drawnPath.FindAllString(c, -1)); n < 2 {
+			t.Errorf("%s's chart: %d drawn lines, want at least deliveries (or failures) and P99", id, n)
+		}
+	}
+	if c := card(dom, "ok"); !strings.Contains(c, `class="card selected"`) {
+		t.Errorf("the card of ok (#sub=ok) is not selected:\n%s", c)
+	}
+	table := between(dom, `<table id="attempts"`, `</table>`)
+	rows := attemptRow.FindAllStringSubmatch(table, -1)
+	if len(rows) != 10 {
+		t.Errorf("%d attempt rows for ok; want its 10 attempts:\n%s", len(rows), table)
+	}
+	for _, r := range rows {
+		if r[2] != "1" || r[3] != "ack" {
+			t.Errorf("ok's attempt row seq %s attempt %s outcome %s; want attempt 1, ack", r[1], r[2], r[3])
+		}
+	}
+	if !strings.Contains(dom, `<span id="attempts-sub" class="sub-name">· ok</span>`) {
+		t.Error("the attempts table does not name ok")
+	}
+	if strings.Contains(console, "Content Security Policy") || strings.Contains(console, "Refused to") {
+		t.Errorf("Chromium reports a CSP violation:\n%s", console)
+	}
+}
+
+var (
+	attemptRow = regexp.MustCompile(`<tr\b[^>]*\sdata-attempt="(\d+)/(\d+)"[^>]*\sdata-outcome="([a-z_]+)"`)
+	drawnPath  = regexp.MustCompile(`<path class="line" d="M[0-9]`)
+)
+
+// card is the chart card of subscription id in a dumped DOM, "" if none.
+func card(dom, id string) string {
+	i := strings.Index(dom, `data-subscription="`+id+`"><h3>`)
+	if i < 0 {
+		return ""
+	}
+	start := strings.LastIndex(dom[:i], "<article")
+	return between(dom[start:], "<article", "</article>")
+}
+
+// between is s from the first from up to the next to, "" if either is missing.
+func between(s, from, to string) string {
+	i := strings.Index(s, from)
+	if i < 0 {
+		return ""
+	}
+	j := strings.Index(s[i:], to)
+	if j < 0 {
+		return ""
+	}
+	return s[i : i+j+len(to)]
+}
+
+// runChromiumConsole is runChromium with the page's console logged: it
+// returns stdout and what Chromium wrote to stderr.
+func runChromiumConsole(t *testing.T, bin string, args ...string) (stdout, console string) {
+	t.Helper()
+	var errs bytes.Buffer
+	out := runChromiumTo(t, bin, &errs, append([]string{"--enable-logging=stderr", "--v=0"}, args...)...)
+	return string(out), errs.String()
+}
+
+// TestDashboardTenantPortalInChromium: opened with a tenant's token, the
+// page is that tenant's portal: a banner naming it, its two subscriptions
+// (each with a drawn chart, its attempts, recover and rotate-secret) and
+// their dead letters, and nothing of the other tenant's subscription, not
+// even its id; the retry budget, the log head, the operator's tools and
+// the selected-subscription table are hidden. The operator's token, on
+// the same sidecar, shows all three and no banner.
+func TestDashboardTenantPortalInChromium(t *testing.T) {
+	chromium := findChromium(t)
+	tb := startTestbed(t, testbed.ModeOK)
+	tb.SetMode("/fail-b", testbed.ModeFail)
+	tb.SetMode("/fail-x", testbed.ModeFail)
+	a, b, x := sub("acme-a", tb.URL()+"/ok-a"), sub("acme-b", tb.URL()+"/fail-b"), sub("other-x", tb.URL()+"/fail-x")
+	a.Tenant, b.Tenant, x.Tenant = "acme", "acme", "other"
+	b.Retry, x.Retry = fastRetry(1), fastRetry(1)
+	const opToken, acmeToken = "op-s3cret", "acme-s3cret"
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(),
+		AdminToken: opToken, TenantTokens: []proxy.TenantToken{{Token: acmeToken, Tenant: "acme"}},
+		Logger: quietLogger(), CursorInterval: 10 * time.Millisecond, Subscriptions: []*proxy.Subscription{a, b, x}})
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeServer(t, s, time.Second) })
+	publish(t, s, "t", "e", 6)
+	eventually(t, "every event resolved", func() bool {
+		return lane(s, "acme-a").Delivered == 6 && lane(s, "acme-b").DeadLettered == 6 && lane(s, "other-x").DeadLettered == 6
+	})
+
+	dom, console := runChromiumConsole(t, chromium, "--dump-dom", s.AdminURL()+"/#token="+acmeToken)
+	defer func() {
+		if t.Failed() {
+			t.Logf("dumped DOM:\n%s\nconsole:\n%s", dom, lastBytes([]byte(console), 4000))
+		}
+	}()
+	if !strings.Contains(dom, `<p id="portal" class="portal-banner">tenant portal: acme</p>`) {
+		t.Error("no tenant portal banner naming acme")
+	}
+	if strings.Contains(dom, "other-x") {
+		t.Error("the portal of acme shows something of other's subscription other-x")
+	}
+	rows := laneRows(dom)
+	if _, ok := rows["acme-a"]; !ok || len(rows) != 2 {
+		t.Errorf("subscription rows %v; want acme-a and acme-b", rows)
+	}
+	for _, id := range []string{"acme-a", "acme-b"} {
+		c := card(dom, id)
+		if !strings.Contains(c, `data-drawn="true"`) || !strings.Contains(c, ">Rotate secret</button>") ||
+			!strings.Contains(c, ">Recover dead letters (24 h)</button>") {
+			t.Errorf("%s's card lacks its chart or its actions:\n%s", id, c)
+		}
+		if !fileRotate.MatchString(c) {
+			t.Errorf("%s (the config file's) may be rotated from the page; want the button disabled", id)
+		}
+		want := map[string]string{"acme-a": "ack", "acme-b": "dead_letter"}[id]
+		attempts := attemptRow.FindAllStringSubmatch(c, -1)
+		if len(attempts) != 6 {
+			t.Errorf("%s's card lists %d attempts; want its 6", id, len(attempts))
+		}
+		for _, r := range attempts {
+			if r[3] != want {
+				t.Errorf("%s's attempt of seq %s: %s; want %s", id, r[1], r[3], want)
+			}
+		}
+	}
+	if n := strings.Count(dom, `data-key="acme-b/`); n != 6 {
+		t.Errorf("%d dead letters of acme-b shown; want 6", n)
+	}
+	for _, tag := range operatorOnly.FindAllString(dom, -1) {
+		if !strings.Contains(tag, ` hidden=""`) {
+			t.Errorf("operator-only element shown in the portal: %s", tag)
+		}
+	}
+	if n := len(operatorOnly.FindAllString(dom, -1)); n < 4 {
+		t.Errorf("%d operator-only elements in the page; want the tools, the budget, the log head and the attempts table", n)
+	}
+	if strings.Contains(console, "Content Security Policy") || strings.Contains(console, "Refused to") {
+		t.Errorf("Chromium reports a CSP violation:\n%s", console)
+	}
+
+	// The operator sees every tenant's subscriptions, and no portal.
+	op := string(runChromium(t, chromium, "--dump-dom", s.AdminURL()+"/#token="+opToken))
+	if rows := laneRows(op); len(rows) != 3 || card(op, "other-x") == "" || !strings.Contains(op, `<p id="portal" class="portal-banner" hidden="">`) {
+		t.Errorf("the operator's page: rows %v, card of other-x %t, banner hidden %t", rows, card(op, "other-x") != "",
+			strings.Contains(op, `<p id="portal" class="portal-banner" hidden="">`))
+	}
+}
+
+// fileRotate matches a rotate-secret button disabled for a subscription
+// of the config file.
+var fileRotate = regexp.MustCompile(`<button\b[^>]*\sdisabled=""[^>]*\stitle="managed by the config file[^"]*">Rotate secret</button>`)
+
+// operatorOnly matches the opening tags of the page's operator-only parts.
+var operatorOnly = regexp.MustCompile(`<[a-z]+\b[^>]*\sdata-operator=""[^>]*>`)

@@ -56,7 +56,10 @@ type lane struct {
 	timerAt int64
 	// memo is what the lane remembers to keep periodic reads small; nil
 	// until a quota check or a scrape needs it (most idle lanes never do).
-	memo     *laneMemo
+	memo *laneMemo
+	// activity is the lane's last attempts and its charts' series
+	// (attempts.go); nil until its first attempt.
+	activity *activity
 	pausedBy string // why deliveries are paused at run time (410 Gone, an operator)
 	// The flags sit together so that they pack into one word with leaving:
 	// apart, their padding cost 24 bytes, and with 50,000 lanes the struct

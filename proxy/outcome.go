@@ -43,7 +43,8 @@ func (l *lane) finish(j *job, res result) {
 	}
 	now := e.now()
 	l.observe(j, res, now)
-	o := l.outcome(j, res, policy.Resolve(res.Exchange, j.sub.Retry, j.attempt, j.first, now), now)
+	rs := policy.Resolve(res.Exchange, j.sub.Retry, j.attempt, j.first, now)
+	o := l.outcome(j, res, rs, now)
 	var err error
 	if o.Pause == "" {
 		err = l.record(o)
@@ -63,6 +64,7 @@ func (l *lane) finish(j *job, res result) {
 		err = l.record(o)
 	}
 	l.inFlight--
+	l.noteAttempt(j, res, rs, now) // the attempt log: what was answered, recorded or not
 	l.brk().Record(res.Outcome == policy.Retry, res.Timeout(), j.probe)
 	if l.auto != nil {
 		l.auto.Completed(now.Sub(j.started), res.Timeout())

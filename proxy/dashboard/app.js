@@ -1,18 +1,39 @@
 // sluice dashboard: polls the admin API once a second and renders it.
 // No dependencies and no build step. Every value from the API goes into the
-// page through textContent, never as markup.
+// page through textContent (or an SVG attribute it computed), never as
+// markup. With a tenant's token it is the tenant portal: only that tenant's
+// subscriptions (the API shows it nothing else), each with its charts, its
+// recent attempts, recover and rotate-secret; operator-only parts (marked
+// data-operator in the page) are hidden.
 (function () {
   "use strict";
 
   var POLL_MS = 1000;
+  var SERIES_MS = 5000; // the series move in 10 s steps
+  var MAX_CARDS = 24; // charts drawn, besides the selected subscription's
+  var PORTAL_ATTEMPTS = 10; // attempts listed per subscription in the portal
+  var RECOVER_HOURS = 24;
   var SATURATED = 0.8; // in_flight / cap at which a lane is highlighted
   var TOKEN_KEY = "sluice.adminToken";
+  var SVG_NS = "http://www.w3.org/2000/svg";
+  // The chart's bands, top to bottom, as GET /v1/subscriptions/{id}/series
+  // names them; gaps: a bucket with no exchange has no P99 (0), not a fast one.
+  var BANDS = [
+    { key: "deliveries", cls: "deliveries", label: "delivered/s", fmt: fmtRate },
+    { key: "failures", cls: "failures", label: "failed/s", fmt: fmtRate },
+    { key: "p99_ms", cls: "p99", label: "P99 exchange", fmt: fmtMs, gaps: true }
+  ];
+  var CHART_W = 300, BAND_H = 46, BAND_GAP = 6;
 
   var $ = function (id) { return document.getElementById(id); };
   var intFmt = new Intl.NumberFormat();
   var token = readToken();
+  var who = null; // GET /v1/whoami: {operator: true} or {operator: false, tenant}
+  var selected = readSelected();
   var prev = null; // the last poll: {at: ms, lanes: {id: lane}}
   var replays = new Map(); // "sub/seq" -> {text, ok}, what a Replay click answered
+  var cards = new Map(); // subscription -> its chart card
+  var seriesAt = new Map(); // subscription -> when its series was last asked for (ms)
   var timer = 0;
 
   // readToken takes the admin token from the URL fragment (#token=..., never
@@ -34,6 +55,53 @@
     return t;
   }
 
+  // readSelected is the subscription named by #sub=... (a link to one
+  // subscription's attempts), or "" for the first one.
+  function readSelected() {
+    return new URLSearchParams(location.hash.slice(1)).get("sub") || "";
+  }
+
+  function select(id) {
+    selected = id;
+    var hash = new URLSearchParams(location.hash.slice(1));
+    hash.set("sub", id);
+    history.replaceState(null, "", location.pathname + location.search + "#" + hash.toString());
+    markSelected();
+    var c = cards.get(id);
+    if (portal() && c) c.el.scrollIntoView({ block: "nearest" });
+    clearTimeout(timer);
+    poll();
+  }
+
+  function markSelected() {
+    cards.forEach(function (c, id) { c.el.classList.toggle("selected", id === selected && who && who.operator); });
+    Array.prototype.forEach.call($("subs").tBodies[0].rows, function (tr) {
+      tr.classList.toggle("selected", tr.dataset.key === selected && !portal());
+    });
+    setText($("attempts-sub"), selected ? "· " + selected : "");
+  }
+
+  function portal() { return !!who && !who.operator; }
+
+  // loadWho asks whom the token speaks for. A sidecar without
+  // GET /v1/whoami (404) only has operators.
+  async function loadWho() {
+    try {
+      who = await api("v1/whoami");
+    } catch (e) {
+      if (e.unauthorized) throw e;
+      who = { operator: true };
+    }
+    who = who || { operator: true };
+    var isPortal = portal();
+    document.body.classList.toggle("portal", isPortal);
+    document.querySelectorAll("[data-operator]").forEach(function (el) { el.hidden = isPortal; });
+    var banner = $("portal");
+    banner.hidden = !isPortal;
+    setText(banner, isPortal ? "tenant portal: " + (who.tenant || "") : "");
+    document.title = isPortal ? "sluice · " + who.tenant : "sluice";
+  }
+
   // api calls the admin API on this origin; paths are relative so the page
   // also works behind a path prefix.
   async function api(path, init) {
@@ -51,9 +119,27 @@
       err.unauthorized = true;
       throw err;
     }
-    if (!resp.ok) throw new Error(path + " answered " + resp.status + (body && body.error ? ": " + body.error : ""));
+    if (!resp.ok) {
+      var e2 = new Error(path + " answered " + resp.status + (body && body.error ? ": " + body.error : ""));
+      e2.status = resp.status;
+      throw e2;
+    }
     return body;
   }
+
+  // tryApi is api for the parts of the page that may fail alone (one
+  // chart, one attempts table): null instead of an error, but a refused
+  // token still stops the poll.
+  async function tryApi(path, init) {
+    try {
+      return await api(path, init);
+    } catch (e) {
+      if (e.unauthorized) throw e;
+      return null;
+    }
+  }
+
+  function subPath(id, what) { return "v1/subscriptions/" + encodeURIComponent(id) + "/" + what; }
 
   function schedule() {
     clearTimeout(timer);
@@ -63,8 +149,15 @@
   async function poll() {
     try {
       if (!document.hidden || !prev) {
-        var all = await Promise.all([api("v1/subscriptions"), api("v1/retry-budget"), api("v1/dead-letters?limit=20")]);
+        if (!who) await loadWho();
+        var p = portal();
+        var all = await Promise.all([
+          api("v1/subscriptions"),
+          p ? null : api("v1/retry-budget"),
+          p ? tryApi("v1/dead-letters?limit=20") : api("v1/dead-letters?limit=20")
+        ]);
         render(all[0], all[1], all[2]);
+        await renderActivity((all[0] && all[0].subscriptions) || []);
         $("token-form").hidden = true;
         status("live, updated every second", false);
       }
@@ -119,8 +212,13 @@
     setText($("t-dead"), fmtRate(totals.dead));
     setText($("t-head"), subs && subs.head !== undefined ? intFmt.format(subs.head) : "–");
 
-    renderBudget(budget || {});
-    renderDeadLetters((dls && dls.dead_letters) || [], !!(dls && dls.next));
+    if (budget) renderBudget(budget);
+    var letters = (dls && dls.dead_letters) || [];
+    if (portal()) {
+      // The API shows a tenant only its own; the page holds to that too.
+      letters = letters.filter(function (d) { return lanesByID[d.subscription]; });
+    }
+    renderDeadLetters(letters, !!(dls && dls.next));
     setText($("updated"), "· " + new Date().toLocaleTimeString());
   }
 
@@ -151,6 +249,8 @@
     var c = tr._cells = {};
     c.id = cell(tr, "th", "id");
     c.id.scope = "row";
+    c.pick = pickButton(l.subscription);
+    c.id.appendChild(c.pick);
     c.state = cell(tr, "td");
     c.breaker = document.createElement("span");
     cell(tr, "td").appendChild(c.breaker);
@@ -178,7 +278,8 @@
     tr.dataset.saturation = ratio.toFixed(2);
     tr.classList.toggle("saturated", ratio >= SATURATED);
 
-    setText(c.id, l.subscription);
+    setText(c.pick, l.subscription);
+    tr.classList.toggle("selected", l.subscription === selected && !portal());
     // Fleet mode: the node delivering the lane (any node serves this page).
     tr.dataset.owner = l.owner || "";
     c.id.title = l.owner ? "delivered by " + l.owner : "";
@@ -243,7 +344,7 @@
     c.attempts = cell(tr, "td", "n");
     c.status = cell(tr, "td", "n");
     c.dead = cell(tr, "td");
-    var action = cell(tr, "td");
+    var action = cell(tr, "td", "replay");
     var btn = document.createElement("button");
     btn.type = "button";
     btn.textContent = "Replay";
@@ -304,6 +405,333 @@
     tr._cells.result.className = "result" + (res.ok ? " ok" : " bad");
   }
 
+  // renderActivity draws the charts and the attempt tables: the series of
+  // the first MAX_CARDS subscriptions and the selected one (every
+  // SERIES_MS; a new card at once), and the attempts of the selected one
+  // (in the portal, of each).
+  async function renderActivity(lanes) {
+    var ids = lanes.map(function (l) { return l.subscription; });
+    var byID = {};
+    lanes.forEach(function (l) { byID[l.subscription] = l; });
+    if (!byID[selected]) selected = ids[0] || "";
+    var shown = ids.slice(0, MAX_CARDS);
+    if (selected && shown.indexOf(selected) < 0) shown.push(selected);
+    $("charts-more").hidden = ids.length <= MAX_CARDS;
+    syncCards(shown, byID);
+    markSelected();
+
+    var now = Date.now();
+    var jobs = [];
+    shown.forEach(function (id) {
+      if (now - (seriesAt.get(id) || 0) < SERIES_MS) return;
+      seriesAt.set(id, now);
+      jobs.push(tryApi(subPath(id, "series")).then(function (s) {
+        var c = cards.get(id);
+        if (s && c) drawChart(c, s);
+      }));
+    });
+    if (portal()) {
+      shown.forEach(function (id) {
+        jobs.push(tryApi(subPath(id, "attempts")).then(function (a) {
+          var c = cards.get(id);
+          if (a && c && c.attempts) renderAttempts(c.attempts, c.attemptsEmpty, a.attempts.slice(0, PORTAL_ATTEMPTS));
+        }));
+      });
+    } else if (selected) {
+      var sel = selected;
+      jobs.push(tryApi(subPath(sel, "attempts")).then(function (a) {
+        if (sel !== selected) return;
+        renderAttempts($("attempts").tBodies[0], $("attempts-empty"), (a && a.attempts) || []);
+        var owner = $("attempts-owner");
+        owner.hidden = !(a && a.owner);
+        setText(owner, a && a.owner ? "Delivered by " + a.owner + "; these are the attempts this node made." : "");
+      }));
+    }
+    await Promise.all(jobs);
+  }
+
+  function syncCards(ids, byID) {
+    var box = $("charts");
+    var seen = new Set(ids);
+    cards.forEach(function (c, id) {
+      if (!seen.has(id)) {
+        c.el.remove();
+        cards.delete(id);
+        seriesAt.delete(id);
+      }
+    });
+    ids.forEach(function (id, i) {
+      var c = cards.get(id);
+      if (!c) {
+        c = newCard(id);
+        cards.set(id, c);
+      }
+      var l = byID[id];
+      if (c.rotate) {
+        // The config file's subscriptions change in the file, not here.
+        var byFile = !!l && l.managed_by === "file";
+        c.rotate.disabled = byFile;
+        c.rotate.title = byFile ? "managed by the config file: its secret changes there" : "";
+      }
+      setText(c.state, l ? l.state : "");
+      c.state.className = "card-state" + (l ? " state-" + l.state : "");
+      if (box.children[i] !== c.el) box.insertBefore(c.el, box.children[i] || null);
+    });
+  }
+
+  function pickButton(id) {
+    var b = document.createElement("button");
+    b.type = "button";
+    b.className = "pick";
+    b.textContent = id;
+    b.setAttribute("aria-label", "Show the attempts of " + id);
+    b.addEventListener("click", function () { select(id); });
+    return b;
+  }
+
+  function svgEl(name, attrs) {
+    var el = document.createElementNS(SVG_NS, name);
+    Object.keys(attrs || {}).forEach(function (k) { el.setAttribute(k, String(attrs[k])); });
+    return el;
+  }
+
+  // newCard makes one subscription's card: a three-band chart, and in the
+  // portal its actions and its recent attempts.
+  function newCard(id) {
+    var c = { id: id, bands: [] };
+    c.el = document.createElement("article");
+    c.el.className = "card";
+    c.el.dataset.subscription = id;
+    var h = document.createElement("h3");
+    h.appendChild(portal() ? document.createTextNode(id) : pickButton(id));
+    c.state = document.createElement("span");
+    c.state.className = "card-state";
+    h.appendChild(c.state);
+    c.el.appendChild(h);
+
+    var height = BANDS.length * (BAND_H + BAND_GAP) - BAND_GAP;
+    c.svg = svgEl("svg", { "class": "chart", viewBox: "0 0 " + CHART_W + " " + height, role: "img",
+      "aria-label": id + ": no data yet", "data-subscription": id });
+    BANDS.forEach(function (b, i) {
+      var g = svgEl("g", { "class": "band band-" + b.cls, transform: "translate(0," + i * (BAND_H + BAND_GAP) + ")" });
+      g.appendChild(svgEl("rect", { "class": "frame", x: 0, y: 0, width: CHART_W, height: BAND_H, rx: 3 }));
+      var line = svgEl("path", { "class": "line", d: "" });
+      var label = svgEl("text", { "class": "label", x: 6, y: 13 });
+      label.textContent = b.label;
+      var value = svgEl("text", { "class": "value", x: CHART_W - 6, y: 13, "text-anchor": "end" });
+      g.appendChild(line);
+      g.appendChild(label);
+      g.appendChild(value);
+      c.svg.appendChild(g);
+      c.bands.push({ line: line, value: value });
+    });
+    c.el.appendChild(c.svg);
+    var axis = document.createElement("p");
+    axis.className = "axis";
+    ["15 min ago", "now"].forEach(function (t) {
+      var s = document.createElement("span");
+      s.textContent = t;
+      axis.appendChild(s);
+    });
+    c.el.appendChild(axis);
+
+    if (portal()) {
+      var actions = document.createElement("div");
+      actions.className = "actions";
+      c.rotate = actionButton("Rotate secret", "Rotate the signing secret of " + id);
+      c.recover = actionButton("Recover dead letters (" + RECOVER_HOURS + " h)", "Replay the dead letters of " + id + " from the last " + RECOVER_HOURS + " hours");
+      c.result = document.createElement("span");
+      c.result.className = "result";
+      c.result.setAttribute("aria-live", "polite");
+      c.rotate.addEventListener("click", function () { rotate(c); });
+      c.recover.addEventListener("click", function () { recover(c); });
+      actions.appendChild(c.rotate);
+      actions.appendChild(c.recover);
+      actions.appendChild(c.result);
+      c.el.appendChild(actions);
+
+      var h4 = document.createElement("h4");
+      h4.textContent = "Recent attempts";
+      c.el.appendChild(h4);
+      var wrap = document.createElement("div");
+      wrap.className = "scroll";
+      var table = document.createElement("table");
+      table.className = "attempts";
+      table.appendChild($("attempts").tHead.cloneNode(true));
+      c.attempts = document.createElement("tbody");
+      table.appendChild(c.attempts);
+      wrap.appendChild(table);
+      c.el.appendChild(wrap);
+      c.attemptsEmpty = document.createElement("p");
+      c.attemptsEmpty.className = "hint";
+      c.attemptsEmpty.textContent = "No attempts yet.";
+      c.attemptsEmpty.hidden = true;
+      c.el.appendChild(c.attemptsEmpty);
+    }
+    return c;
+  }
+
+  function actionButton(text, label) {
+    var b = document.createElement("button");
+    b.type = "button";
+    b.textContent = text;
+    b.setAttribute("aria-label", label);
+    return b;
+  }
+
+  // drawChart draws each band's values, scaled to the band's maximum.
+  function drawChart(c, s) {
+    var summary = [];
+    BANDS.forEach(function (b, i) {
+      var v = s[b.key] || [];
+      var max = 0;
+      v.forEach(function (x) { if (x > max) max = x; });
+      var top = 18, bottom = BAND_H - 3, step = CHART_W / Math.max(v.length - 1, 1);
+      var d = "", pen = false;
+      v.forEach(function (x, j) {
+        if (b.gaps && !(x > 0)) { pen = false; return; }
+        var y = bottom - (max > 0 ? x / max * (bottom - top) : 0);
+        // A point that starts a line gets a short stroke of its own, so a
+        // bucket between gaps still shows.
+        d += (pen ? "L" : "M") + (j * step).toFixed(1) + "," + y.toFixed(1) + (pen ? "" : "h1.5");
+        pen = true;
+      });
+      c.bands[i].line.setAttribute("d", d);
+      var last = v.length ? v[v.length - 1] : 0;
+      setText(c.bands[i].value, "now " + b.fmt(last) + " · max " + b.fmt(max));
+      summary.push(b.label + " now " + b.fmt(last) + ", max " + b.fmt(max));
+    });
+    c.svg.setAttribute("aria-label", c.id + ", last 15 minutes: " + summary.join("; "));
+    c.svg.dataset.start = s.start || "";
+    c.svg.dataset.drawn = "true";
+  }
+
+  function renderAttempts(tbody, empty, list) {
+    empty.hidden = list.length > 0;
+    syncRows(tbody, list, function (a) { return a.seq + "/" + a.attempt + "/" + a.at; }, newAttemptRow, updateAttemptRow);
+  }
+
+  function newAttemptRow() {
+    var tr = document.createElement("tr");
+    var c = tr._cells = {};
+    c.when = cell(tr, "td");
+    c.seq = cell(tr, "td", "n");
+    c.event = cell(tr, "td");
+    c.attempt = cell(tr, "td", "n");
+    c.status = cell(tr, "td", "n");
+    c.duration = cell(tr, "td", "n");
+    c.outcome = document.createElement("span");
+    cell(tr, "td").appendChild(c.outcome);
+    c.error = cell(tr, "td");
+    c.response = cell(tr, "td", "response");
+    return tr;
+  }
+
+  function updateAttemptRow(tr, a) {
+    var c = tr._cells;
+    tr.dataset.attempt = a.seq + "/" + a.attempt;
+    tr.dataset.outcome = a.outcome || "";
+    setText(c.when, a.at ? ago(Date.parse(a.at)) : "");
+    c.when.title = a.at || "";
+    setText(c.seq, String(a.seq));
+    setText(c.event, a.event_id || "");
+    setText(c.attempt, String(a.attempt));
+    setText(c.status, a.status ? String(a.status) : "no answer");
+    setText(c.duration, fmtMs(a.duration_ms));
+    setText(c.outcome, (a.outcome || "").replace("_", " "));
+    c.outcome.className = "badge outcome-" + (/^(ack|retry|timeout|dead_letter)$/.test(a.outcome) ? a.outcome : "other");
+    setText(c.error, a.error || "");
+    var r = a.response || "";
+    setText(c.response, r.length > 60 ? r.slice(0, 60) + "…" : r);
+    c.response.title = r;
+  }
+
+  // recover replays the subscription's dead letters of the last
+  // RECOVER_HOURS (each at most once; the server skips the rest).
+  async function recover(c) {
+    c.recover.disabled = true;
+    showCardResult(c, "recovering…", true);
+    try {
+      var since = new Date(Date.now() - RECOVER_HOURS * 3600 * 1000).toISOString();
+      var r = await api(subPath(c.id, "recover"), {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ since: since })
+      });
+      r = r || {};
+      showCardResult(c, r.matched ? "replayed " + intFmt.format(r.replayed || 0) + " of " + intFmt.format(r.matched) +
+        " dead letters" + (r.skipped ? " (" + intFmt.format(r.skipped) + " skipped: already replayed or retrying)" : "") :
+        "no dead letters in the last " + RECOVER_HOURS + " h", true);
+    } catch (e) {
+      showCardResult(c, e.unauthorized ? "failed: the token was refused" : "failed: " + e.message, false);
+    } finally {
+      c.recover.disabled = false;
+    }
+  }
+
+  // rotate makes a new signing secret, after a second click to confirm;
+  // the old ones keep signing beside it for the server's grace period.
+  async function rotate(c) {
+    if (!c.confirming) {
+      c.confirming = setTimeout(function () { resetRotate(c); }, 5000);
+      setText(c.rotate, "Confirm: rotate secret");
+      c.rotate.classList.add("confirm");
+      return;
+    }
+    resetRotate(c);
+    c.rotate.disabled = true;
+    showCardResult(c, "rotating…", true);
+    try {
+      var r = await api(subPath(c.id, "rotate-secret"), {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: "{}"
+      });
+      showCardResult(c, "secret rotated", true);
+      showSecret(c.id, r || {});
+    } catch (e) {
+      showCardResult(c, e.unauthorized ? "failed: the token was refused" : "failed: " + e.message, false);
+    } finally {
+      c.rotate.disabled = false; // a file's subscription never gets here
+    }
+  }
+
+  function resetRotate(c) {
+    clearTimeout(c.confirming);
+    c.confirming = 0;
+    setText(c.rotate, "Rotate secret");
+    c.rotate.classList.remove("confirm");
+  }
+
+  function showCardResult(c, text, ok) {
+    setText(c.result, text);
+    c.result.className = "result " + (ok ? "ok" : "bad");
+  }
+
+  // showSecret shows a new secret once; closing the dialog forgets it.
+  function showSecret(id, r) {
+    setText($("secret-sub"), id);
+    $("secret-value").value = r.secret || "";
+    setText($("secret-grace"), r.old_secrets_until ?
+      "The old secrets keep signing beside it until " + new Date(r.old_secrets_until).toLocaleString() + "." :
+      "The old secrets no longer sign.");
+    setText($("secret-copied"), "");
+    var dlg = $("secret-dialog");
+    if (typeof dlg.showModal === "function") dlg.showModal(); else dlg.setAttribute("open", "");
+    $("secret-value").select();
+  }
+
+  $("secret-copy").addEventListener("click", function () {
+    var input = $("secret-value");
+    input.select();
+    var done = function () { setText($("secret-copied"), "copied"); };
+    var manual = function () { setText($("secret-copied"), "selected: press Ctrl+C (⌘C) to copy"); };
+    if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(input.value).then(done, manual);
+    else manual();
+  });
+  $("secret-close").addEventListener("click", function () { $("secret-dialog").close(); });
+  $("secret-dialog").addEventListener("close", function () { $("secret-value").value = ""; });
+
   // syncRows makes tbody's rows match items, in order, reusing the row of
   // each key so that focus and replay results survive the next poll.
   function syncRows(tbody, items, keyOf, create, update) {
@@ -341,6 +769,14 @@
     return v < 10 ? v.toFixed(1) : intFmt.format(Math.round(v));
   }
 
+  function fmtMs(v) {
+    if (typeof v !== "number" || !(v > 0)) return v === 0 ? "0" : "–";
+    if (v < 1) return v.toFixed(2) + " ms";
+    if (v < 10) return v.toFixed(1) + " ms";
+    if (v < 1000) return Math.round(v) + " ms";
+    return (v / 1000).toFixed(v < 10000 ? 2 : 1) + " s";
+  }
+
   function fmtAge(s) {
     s = Math.floor(s);
     if (s < 60) return s + "s";
@@ -360,6 +796,11 @@
     token = $("token-input").value.trim();
     $("token-input").value = "";
     try { localStorage.setItem(TOKEN_KEY, token); } catch (e) { /* keep it in memory */ }
+    // Another token may speak for someone else: ask again, draw anew.
+    who = null;
+    cards.forEach(function (c) { c.el.remove(); });
+    cards.clear();
+    seriesAt.clear();
     clearTimeout(timer);
     poll();
   });
