@@ -2,15 +2,20 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -206,5 +211,132 @@ func TestAPISubscriptionsConcurrentCreates(t *testing.T) {
 	}
 	if created != 1 {
 		t.Fatalf("%d creates succeeded, want 1: %v", created, codes)
+	}
+}
+
+// sigRecorder is an endpoint that keeps every delivery's body and headers,
+// for verifying them with the official Standard Webhooks library.
+type sigRecorder struct {
+	mu   sync.Mutex
+	reqs []recorded
+	srv  *httptest.Server
+}
+
+type recorded struct {
+	body   []byte
+	header http.Header
+}
+
+func newSigRecorder(t *testing.T) *sigRecorder {
+	r := &sigRecorder{}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.reqs = append(r.reqs, recorded{b, req.Header.Clone()})
+		r.mu.Unlock()
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *sigRecorder) since(n int) []recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.reqs[min(n, len(r.reqs)):])
+}
+
+// verifies reports whether the official library accepts rec with secret.
+func verifies(t *testing.T, secret string, rec recorded) bool {
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatalf("the official library refuses the secret: %v", err)
+	}
+	return wh.Verify(rec.body, rec.header) == nil
+}
+
+// TestAPIRotateSecret: a generated secret signs; after rotate-secret both
+// the old and the new one verify with the official Standard Webhooks
+// library during the grace, and only the new one after it.
+func TestAPIRotateSecret(t *testing.T) {
+	dir := t.TempDir()
+	rec := newSigRecorder(t)
+	a := newAPIProc(t, dir, "")
+	a.start()
+	a.awaitAdmin(t)
+	code, body := a.call(t, "POST", "/v1/subscriptions", fmt.Sprintf(`{"id": "rot", "url": %q, "types": ["*"]}`, rec.srv.URL))
+	if code != 201 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	var created struct {
+		Secret string `json:"secret"`
+	}
+	if err := json.Unmarshal([]byte(body), &created); err != nil || !strings.HasPrefix(created.Secret, "whsec_") {
+		t.Fatalf("create answer has no generated secret: %s", body)
+	}
+	if code, body := a.call(t, "GET", "/v1/subscriptions/rot", ""); code != 200 || strings.Contains(body, created.Secret) {
+		t.Fatalf("get: %d, and the secret must not be shown again: %s", code, body)
+	}
+	deliver := func(prefix string) recorded {
+		t.Helper()
+		n := len(rec.since(0))
+		a.publish(t, prefix, 1)
+		deadline := time.Now().Add(10 * time.Second)
+		for len(rec.since(n)) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never delivered; log:\n%s", prefix, a.log.String())
+			}
+			time.Sleep(5 * time.Millisecond) // a delivery over the network; polled
+		}
+		return rec.since(n)[0]
+	}
+	first := deliver("first")
+	if !verifies(t, created.Secret, first) {
+		t.Fatalf("the generated secret does not verify its delivery: %v", first.header)
+	}
+
+	const grace = 2 * time.Second
+	code, body = a.call(t, "POST", "/v1/subscriptions/rot/rotate-secret", fmt.Sprintf(`{"grace": %q}`, grace))
+	if code != 200 {
+		t.Fatalf("rotate: %d %s", code, body)
+	}
+	rotatedAt := time.Now()
+	var rot struct {
+		Secret string `json:"secret"`
+	}
+	json.Unmarshal([]byte(body), &rot)
+	if rot.Secret == "" || rot.Secret == created.Secret {
+		t.Fatalf("rotate gave no new secret: %s", body)
+	}
+	during := deliver("during")
+	if time.Since(rotatedAt) < grace {
+		if !verifies(t, created.Secret, during) || !verifies(t, rot.Secret, during) {
+			t.Fatalf("during the grace both secrets must verify: %v", during.header)
+		}
+	}
+	// After the grace only the new one signs. Deliveries are awaited, not
+	// slept for: each is checked until one is past the grace.
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; ; i++ {
+		r := deliver(fmt.Sprintf("after-%d", i))
+		if !verifies(t, rot.Secret, r) {
+			t.Fatalf("the new secret does not verify: %v", r.header)
+		}
+		if !verifies(t, created.Secret, r) {
+			if time.Since(rotatedAt) < grace {
+				t.Fatalf("the old secret stopped signing before its grace ended")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the old secret still signs long after its grace")
+		}
+		time.Sleep(100 * time.Millisecond) // the grace is wall-clock time in a real process
+	}
+	// The retirement survives a restart: the old secret does not come back.
+	a.kill()
+	a.start()
+	a.awaitAdmin(t)
+	if r := deliver("restarted"); verifies(t, created.Secret, r) || !verifies(t, rot.Secret, r) {
+		t.Fatalf("after a restart only the new secret may sign: %v", r.header)
 	}
 }
