@@ -94,6 +94,21 @@ func markExplicit(subs []SubscriptionConfig, raw any) {
 	}
 }
 
+// markTenants records which tenants of raw, the parsed list, spell out
+// concurrency.max, so that an explicit 0 is refused rather than read as
+// "no limit".
+func markTenants(tenants []TenantConfig, raw any) {
+	v := reflect.ValueOf(raw)
+	if v.Kind() != reflect.Slice {
+		return
+	}
+	for i := range min(v.Len(), len(tenants)) {
+		m, _ := v.Index(i).Interface().(map[string]any)
+		c, _ := m["concurrency"].(map[string]any)
+		tenants[i].Concurrency.maxSet = c["max"] != nil
+	}
+}
+
 // decode unmarshals k onto out (which holds the defaults) strictly: unknown
 // keys are errors, keys match tags exactly, durations need a unit.
 func decode(k *koanf.Koanf, out *Config) error {
