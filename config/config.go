@@ -439,6 +439,9 @@ type SubscriptionConfig struct {
 	// explicit records which keys the source spelled out where leaving a
 	// key out differs from setting it to zero; see keySet.
 	explicit keySet
+	// spec is the subscription as its source wrote it, redacted, as JSON
+	// (see Spec); nil for a SubscriptionConfig built by hand.
+	spec []byte
 }
 
 // RateConfig is a subscription's token bucket: deliveries start at most

@@ -1103,6 +1103,7 @@ func assertConfig(t *testing.T, got, want *Config) {
 		g.Subscriptions[i].ClassifyOverrides = nil
 		g.Subscriptions[i].ParsedFilter = nil
 		g.Subscriptions[i].explicit = 0
+		g.Subscriptions[i].spec = nil
 	}
 	for i := range w.Subscriptions {
 		w.Subscriptions[i].Resolved = nil

@@ -171,7 +171,7 @@ func Load(path string, environ []string, overrides map[string]any) (*Config, err
 	} else {
 		subs = nil
 		if len(cfg.Subscriptions) > 0 { // from the overrides
-			markExplicit(cfg.Subscriptions, merged.Get("subscriptions"))
+			markSource(cfg.Subscriptions, merged.Get("subscriptions"))
 		}
 	}
 	markTenants(cfg.Tenants, merged.Get("tenants"))
@@ -279,7 +279,7 @@ func decodeSubs(raw any, source string) ([]SubscriptionConfig, error) {
 		}
 		return nil, err
 	}
-	markExplicit(out.Subscriptions, raw)
+	markSource(out.Subscriptions, raw)
 	return out.Subscriptions, nil
 }
 

@@ -199,6 +199,7 @@ func (s SubscriptionConfig) redacted() SubscriptionConfig {
 		s.ClassifyOverrides = maps.Clone(s.ClassifyOverrides)
 	}
 	s.Resolved = nil
+	s.spec = nil
 	return s
 }
 
@@ -466,7 +467,7 @@ func (s SubscriptionConfig) toMap() map[string]any {
 		m["classify"] = s.Classify
 	}
 	if len(s.Filter) > 0 {
-		m["filter"] = s.Filter
+		m["filter"] = jsonable(s.Filter)
 	}
 	if s.Tenant != "" {
 		m["tenant"] = s.Tenant

@@ -18,6 +18,11 @@ const maxSecretFileSize = 1 << 20
 
 var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// errNotOverAPI refuses secret_file and secret_env in a subscription
+// document of the API: a client must not make the sidecar read its files
+// or its environment.
+var errNotOverAPI = invalidf("not accepted over the API: give the secret inline")
+
 func (a *AdminConfig) resolveToken() error {
 	a.ResolvedToken = ""
 	switch {
@@ -131,12 +136,16 @@ func (s *SubscriptionConfig) resolveSecrets(p string, lookup func(string) (strin
 	if s.SecretEnv != "" {
 		sources = append(sources, "secret_env")
 	}
-	switch len(sources) {
-	case 0:
+	inline := lookup == nil
+	switch {
+	case len(sources) == 0 && inline:
+		return fieldErr(joinPath(p, "secret"), nil, newReason(ErrMissingValue, "no secret: set secret or secrets"))
+	case len(sources) == 0:
 		return fieldErr(p+".secret", nil, newReason(ErrMissingValue, "no secret: set one of secret, secrets, secret_file or secret_env"))
-	case 1:
-	default:
+	case len(sources) > 1:
 		return fieldErr(p, nil, newReason(ErrConflict, "several secret sources (%s): set exactly one", strings.Join(sources, ", ")))
+	case inline && (sources[0] == "secret_file" || sources[0] == "secret_env"):
+		return fieldErr(joinPath(p, sources[0]), nil, errNotOverAPI)
 	}
 
 	var out []signing.Secret

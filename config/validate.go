@@ -273,7 +273,8 @@ func validateListen(field, v string) error {
 }
 
 // validate checks one subscription, p being its key, and resolves its
-// secrets.
+// secrets; with lookup nil only inline secrets (secret, secrets) are
+// accepted (ParseSubscription).
 func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, bool)) error {
 	if err := validateID(p+".id", s.ID); err != nil {
 		return err
