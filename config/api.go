@@ -3,7 +3,9 @@ package config
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -130,12 +132,7 @@ func redactDoc(m map[string]any) map[string]any {
 			}
 		case k == "headers":
 			if h, ok := jsonable(v).(map[string]any); ok {
-				for name := range h {
-					if sensitiveHeader(name) {
-						h[name] = redactedText
-					}
-				}
-				out[k] = h
+				out[k] = redactHeaders(h)
 				continue
 			}
 		}
@@ -147,36 +144,77 @@ func redactDoc(m map[string]any) map[string]any {
 	return out
 }
 
+// redactHeaders returns h with the values of credential-like headers
+// redacted: h itself when there are none, else a copy.
+func redactHeaders(h map[string]any) map[string]any {
+	var out map[string]any
+	for name := range h {
+		if sensitiveHeader(name) {
+			if out == nil {
+				out = maps.Clone(h)
+			}
+			out[name] = redactedText
+		}
+	}
+	if out == nil {
+		return h
+	}
+	return out
+}
+
 // jsonable returns v with the shapes YAML may give that encoding/json
 // cannot take turned into ones it can: maps with other keys than strings
-// (classify: {409: ack}) and NaN or infinite numbers (.nan). Maps and
-// lists are copied.
+// (classify: {409: ack}) and NaN or infinite numbers (.nan). What needs
+// no change is returned as it is, not copied (most of a file's 50,000
+// subscriptions); what does is copied, never changed in place.
 func jsonable(v any) any {
+	out, _ := fixJSON(v)
+	return out
+}
+
+// fixJSON is jsonable, and reports whether anything was changed.
+func fixJSON(v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
-		out := make(map[string]any, len(x))
+		var out map[string]any
 		for k, e := range x {
-			out[k] = jsonable(e)
+			if f, changed := fixJSON(e); changed {
+				if out == nil {
+					out = maps.Clone(x)
+				}
+				out[k] = f
+			}
 		}
-		return out
+		if out == nil {
+			return x, false
+		}
+		return out, true
 	case map[any]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
 			out[formatKey(k)] = jsonable(e)
 		}
-		return out
+		return out, true
 	case []any:
-		out := make([]any, len(x))
+		var out []any
 		for i, e := range x {
-			out[i] = jsonable(e)
+			if f, changed := fixJSON(e); changed {
+				if out == nil {
+					out = slices.Clone(x)
+				}
+				out[i] = f
+			}
 		}
-		return out
+		if out == nil {
+			return x, false
+		}
+		return out, true
 	case float64:
 		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return strconv.FormatFloat(x, 'g', -1, 64)
+			return strconv.FormatFloat(x, 'g', -1, 64), true
 		}
 	}
-	return v
+	return v, false
 }
 
 func formatKey(k any) string {
