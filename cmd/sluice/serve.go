@@ -22,7 +22,6 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/jetstream"
-	"github.com/sluicehq/sluice/signing"
 )
 
 // errAborted is serve's error when a second signal ends the drain: the
@@ -184,6 +183,10 @@ func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Log
 		RetryBudget:         cfg.RetryBudget.Policy(),
 		Subscriptions:       subs,
 		Logger:              log,
+		Specs:               specParser{allowPrivate: cfg.AllowPrivateTargets},
+		Tenants:             tenants(cfg),
+		TenantTokens:        tenantTokens(cfg),
+		OperationalWebhook:  operationalWebhook(cfg),
 	}
 	if cfg.Log.Backend == config.BackendJetStream {
 		// Fleet mode: the log, the delivery state and the registry are in
@@ -233,49 +236,6 @@ func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
-}
-
-// subscriptions copies validated config onto the proxy's subscriptions.
-// Identical secrets and type lists are shared between subscriptions (one
-// HMAC state, one slice), which keeps a lane small when thousands of
-// subscriptions repeat them.
-func subscriptions(cfg *config.Config) []*proxy.Subscription {
-	out := make([]*proxy.Subscription, 0, len(cfg.Subscriptions))
-	secrets := map[string]signing.Secret{}
-	typeLists := map[string][]string{}
-	for _, sc := range cfg.Subscriptions {
-		for j, k := range sc.Resolved {
-			enc := k.Encode()
-			if prev, ok := secrets[enc]; ok {
-				sc.Resolved[j] = prev
-			} else {
-				secrets[enc] = k
-			}
-		}
-		tk := strings.Join(sc.Types, "\x00")
-		if prev, ok := typeLists[tk]; ok {
-			sc.Types = prev
-		} else {
-			typeLists[tk] = sc.Types
-		}
-		out = append(out, &proxy.Subscription{
-			ID:             sc.ID,
-			URL:            sc.URL,
-			Secrets:        sc.Resolved,
-			Types:          sc.Types,
-			Timeout:        sc.Timeout,
-			MaxConcurrency: sc.Concurrency.Max,
-			Retry:          sc.Retry.Policy(),
-			Headers:        sc.Headers,
-			Classify:       sc.ClassifyOverrides,
-			Paused:         sc.Paused,
-			Rate:           proxy.RateLimit{PerSecond: sc.Rate.PerSecond, Burst: sc.Rate.Burst},
-			Auto:           sc.Concurrency.AutoCap(),
-			Backlog:        proxy.BacklogQuota{MaxEvents: sc.Backlog.MaxEvents, MaxAge: sc.Backlog.MaxAge},
-			Breaker:        sc.Breaker.Policy(),
-		})
-	}
-	return out
 }
 
 // loopback reports whether a listen address is reachable only from this
