@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -31,10 +32,12 @@ import (
 var errAborted = errors.New("second signal: stopped without finishing the drain; deliveries in flight run again after restart")
 
 // serve runs the sidecar until SIGTERM or SIGINT; SIGHUP reloads the
-// subscriptions from the config file. The first SIGTERM drains (ingest
-// answers 503, deliveries in flight get shutdown_grace, cursors are
-// written, the log is closed) and serve returns Close's error; a second one
-// makes serve return errAborted at once, even if closing is stuck.
+// subscriptions from the config file, and so does a change of the file on
+// disk (config.Watcher: a Kubernetes ConfigMap update swaps a symlink and
+// sends no signal). The first SIGTERM drains (ingest answers 503,
+// deliveries in flight get shutdown_grace, cursors are written, the log is
+// closed) and serve returns Close's error; a second one makes serve return
+// errAborted at once, even if closing is stuck.
 func serve(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -52,6 +55,12 @@ func serve(args []string, stderr io.Writer) error {
 		}
 	}
 	load := func() (*config.Config, error) { return config.Load(*configPath, os.Environ(), overrides) }
+	// The watcher's baseline is taken before the file is read, so a change
+	// made while sluice starts is reloaded once it is serving.
+	var watcher *config.Watcher
+	if *configPath != "" {
+		watcher = config.NewWatcher(*configPath)
+	}
 	cfg, err := load()
 	if err != nil {
 		return err
@@ -94,18 +103,23 @@ func serve(args []string, stderr io.Writer) error {
 	if nsubs == 0 {
 		log.Warn("no subscriptions configured: events are accepted and kept, but go nowhere. " +
 			"Add one under 'subscriptions:' in a config file (id, url, secret: whsec_..., types) " +
-			"and start with --config FILE, or send SIGHUP after editing it")
+			"and start with --config FILE: it is re-read on SIGHUP and when it changes")
 	}
 
+	changed, stopWatching := watch(watcher)
 wait:
 	for {
 		select {
 		case <-life.reload:
 			reload(srv, cfg, load, log)
+		case <-changed:
+			log.Info("config file changed; reloading", "file", *configPath)
+			reload(srv, cfg, load, log)
 		case <-life.drain.Done():
 			break wait
 		}
 	}
+	stopWatching()
 	log.Info("draining", "signal", signalName(life.drain), "grace", cfg.ShutdownGrace)
 	// The second signal cancels the grace early, so Close abandons what is
 	// in flight at once, and ends the wait below.
@@ -145,6 +159,27 @@ func reload(srv *proxy.Server, running *config.Config, load func() (*config.Conf
 		}
 	}
 	log.Error("config reload failed; keeping the running config", "err", err)
+}
+
+// watch runs w until stop is called, which waits for it; changed receives
+// once for any number of changes since it was last read, like
+// lifecycle.reload. A nil w watches nothing.
+func watch(w *config.Watcher) (changed <-chan struct{}, stop func()) {
+	if w == nil {
+		return nil, func() {}
+	}
+	ch := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		w.Run(ctx, func() {
+			select {
+			case ch <- struct{}{}:
+			default: // a reload is pending already
+			}
+		})
+	})
+	return ch, func() { cancel(); wg.Wait() }
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
