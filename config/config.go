@@ -8,8 +8,8 @@
 //  2. a YAML file, or JSON when its name ends in .json;
 //  3. the environment: SLUICE_<KEY>, lowercased, "__" for nesting
 //     (SLUICE_ADMIN__LISTEN sets admin.listen), a list comma-separated
-//     (SLUICE_JETSTREAM__URLS=nats://a:4222,nats://b:4222); subscriptions
-//     cannot be set there;
+//     (SLUICE_JETSTREAM__URLS=nats://a:4222,nats://b:4222); the lists of
+//     mappings (subscriptions, tenants, admin.tokens) cannot be set there;
 //  4. overrides, usually from flags ("listen", "admin.listen").
 //
 // Guarantees of Load:
@@ -25,10 +25,13 @@
 //     concurrency caps are policy's (policy.BreakerConfig.Validate and the
 //     like), and so are their defaults; this package adds the key's path and
 //     source.
-//   - The result has passed Validate: secrets and the admin token are read
-//     and parsed (SubscriptionConfig.Resolved, AdminConfig.ResolvedToken),
-//     and classify overrides parsed (SubscriptionConfig.ClassifyOverrides),
-//     so callers never read files or the environment again.
+//   - The result has passed Validate: secrets and the admin tokens are read
+//     and parsed (SubscriptionConfig.Resolved, AdminConfig.ResolvedToken,
+//     AdminConfig.ResolvedTenantTokens, WebhookConfig.Resolved), and
+//     classify overrides and body filters parsed
+//     (SubscriptionConfig.ClassifyOverrides, SubscriptionConfig.ParsedFilter,
+//     the filter by policy.ParseFilter), so callers never read files or the
+//     environment again.
 //   - Fleet mode (log.backend: jetstream, DESIGN.md §6) is all or nothing:
 //     its jetstream.* keys are refused with the default badger backend, and
 //     with jetstream the servers are required and the credentials and TLS
@@ -149,6 +152,10 @@ type Config struct {
 	// Subscriptions are the endpoints events are delivered to. They can be
 	// set in the file or the overrides, not in the environment.
 	Subscriptions []SubscriptionConfig `koanf:"subscriptions"`
+	// Tenants are the limits of tenants, above those of their
+	// subscriptions. A subscription may name a tenant that is not listed:
+	// such a tenant has no limits of its own. File or overrides only.
+	Tenants []TenantConfig `koanf:"tenants"`
 
 	// IgnoredEnv names SLUICE_* variables that are no config key. They are
 	// not errors: Kubernetes injects SLUICE_PORT and friends for a Service
@@ -276,9 +283,83 @@ type AdminConfig struct {
 	// ignored.
 	TokenFile string `koanf:"token_file"`
 
+	// Tokens are admin tokens scoped to one tenant each, beside the
+	// operator's (Token or TokenFile), which they need: without an
+	// operator token the admin API asks no request for a token. File or
+	// overrides only.
+	Tokens []TenantTokenConfig `koanf:"tokens"`
+	// OperationalWebhook, when its URL is set, receives sluice's own
+	// events (a subscription paused, a breaker opening, dead letters).
+	OperationalWebhook WebhookConfig `koanf:"operational_webhook"`
+
 	// ResolvedToken is the token from Token or TokenFile, filled in by
 	// Validate so callers never read the file again. Empty means no token.
 	ResolvedToken string `koanf:"-" json:"-"`
+	// ResolvedTenantTokens are Tokens read (TokenFile) and checked, in
+	// their order, filled in by Validate.
+	ResolvedTenantTokens []TenantToken `koanf:"-" json:"-"`
+}
+
+// TenantTokenConfig is one admin token scoped to a tenant: a request
+// bearing it acts for Tenant and sees only its subscriptions. Set Token or
+// TokenFile, not both. A tenant may have several (rotation).
+type TenantTokenConfig struct {
+	// Token is the token itself: printable ASCII without spaces.
+	Token string `koanf:"token" json:"-"`
+	// TokenFile names a file holding the token; surrounding whitespace is
+	// ignored.
+	TokenFile string `koanf:"token_file"`
+	// Tenant is the tenant the token acts for; required, an id like a
+	// subscription's.
+	Tenant string `koanf:"tenant"`
+}
+
+// TenantToken is a resolved tenant token. Printing one (String, %v, %#v,
+// log/slog, encoding/json) never shows the token.
+type TenantToken struct {
+	Token  string
+	Tenant string
+}
+
+// WebhookConfig is an endpoint of sluice's own: a URL and its secrets,
+// the keys and rules of a subscription's. The zero value means none.
+type WebhookConfig struct {
+	// URL is an absolute http or https URL, as a subscription's url.
+	URL string `koanf:"url"`
+	// Exactly one of Secret, Secrets, SecretFile and SecretEnv must be
+	// set, as for a subscription.
+	Secret     string   `koanf:"secret" json:"-"`
+	Secrets    []string `koanf:"secrets" json:"-"`
+	SecretFile string   `koanf:"secret_file"`
+	SecretEnv  string   `koanf:"secret_env"`
+
+	// Resolved holds the parsed secrets, filled in by Validate.
+	Resolved []signing.Secret `koanf:"-" json:"-"`
+}
+
+// TenantConfig is one tenant's limits; the zero value of a field means no
+// limit.
+type TenantConfig struct {
+	// ID is the tenant, as subscriptions and tenant tokens name it: it
+	// matches ^[a-z0-9][a-z0-9._-]{0,63}$ and is unique.
+	ID string `koanf:"id"`
+	// MaxSubscriptions bounds how many subscriptions name the tenant, those
+	// of the file and those made through the API together; 0 (default)
+	// means no limit.
+	MaxSubscriptions int `koanf:"max_subscriptions"`
+	// Concurrency bounds the deliveries in flight of all the tenant's
+	// subscriptions together.
+	Concurrency TenantConcurrencyConfig `koanf:"concurrency"`
+}
+
+// TenantConcurrencyConfig is a tenant's bulkhead.
+type TenantConcurrencyConfig struct {
+	// Max is the cap, 1..100000; left out, no limit. An explicit 0 is an
+	// error.
+	Max int `koanf:"max"`
+
+	// maxSet records that the source spelled max out (see keySet).
+	maxSet bool
 }
 
 // SubscriptionConfig is one endpoint and its delivery policy. Load fills
@@ -308,9 +389,19 @@ type SubscriptionConfig struct {
 	SecretEnv string `koanf:"secret_env"`
 
 	// Types are the event types delivered: names matching
-	// ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$, or "*" alone for all. Default
-	// ["*"].
+	// ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$, patterns whose dot-separated
+	// segments may be "*" ("geofence.*", policy.ValidTypePattern), or "*"
+	// alone for all. Default ["*"].
 	Types []string `koanf:"types"`
+	// Filter passes only the events whose JSON body matches it
+	// (policy.ParseFilter): a map of dotted paths or operators ($and,
+	// $or, $not) to values or operator maps ($eq, $in, $gt, ...). Empty
+	// means every event of Types.
+	Filter map[string]any `koanf:"filter"`
+	// Tenant, when set, scopes the subscription to one tenant: that
+	// tenant's tokens see and manage it, and its limits (Config.Tenants)
+	// bound it. An id like ID.
+	Tenant string `koanf:"tenant"`
 	// Timeout bounds one HTTP exchange, 1ms to 5m. Default proxy.DefaultTimeout.
 	Timeout time.Duration `koanf:"timeout"`
 	// Rate limits how fast deliveries start. The zero RateConfig (rate
@@ -341,10 +432,16 @@ type SubscriptionConfig struct {
 	// ClassifyOverrides is Classify parsed for policy.Classify, filled in
 	// by Validate; nil when Classify is empty.
 	ClassifyOverrides map[int]policy.Outcome `koanf:"-" json:"-"`
+	// ParsedFilter is Filter parsed, filled in by Validate; nil when
+	// Filter is empty.
+	ParsedFilter *policy.Filter `koanf:"-" json:"-"`
 
 	// explicit records which keys the source spelled out where leaving a
 	// key out differs from setting it to zero; see keySet.
 	explicit keySet
+	// spec is the subscription as its source wrote it, redacted, as JSON
+	// (see Spec); nil for a SubscriptionConfig built by hand.
+	spec []byte
 }
 
 // RateConfig is a subscription's token bucket: deliveries start at most

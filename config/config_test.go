@@ -31,6 +31,8 @@ const (
 
 	adminToken   = "admin-token-7f3c9a1e5b" // testdata/admin-token
 	headerSecret = "fleet-header-token"     // Authorization header in full.good.yaml
+	acmeToken    = "acme-token-91b0c4d2"    // testdata/tenant-token
+	globexToken  = "globex-token-4d2b8e07"  // admin.tokens[1] in full.good.yaml
 )
 
 // goodEnviron is the environment the good files are loaded with.
@@ -51,13 +53,28 @@ func TestLoadConfigFull(t *testing.T) {
 	if cfg.Admin.ResolvedToken != adminToken {
 		t.Errorf("Admin.ResolvedToken = %q, want the content of testdata/admin-token", cfg.Admin.ResolvedToken)
 	}
+	wantTokens := []TenantToken{{Token: acmeToken, Tenant: "acme"}, {Token: globexToken, Tenant: "globex"}}
+	if !slices.Equal(cfg.Admin.ResolvedTenantTokens, wantTokens) {
+		t.Errorf("Admin.ResolvedTenantTokens = %q, want %q", dump(cfg.Admin.ResolvedTenantTokens), dump(wantTokens))
+	}
+	if got := encodeAll(cfg.Admin.OperationalWebhook.Resolved); !slices.Equal(got, []string{secretD, secretA}) {
+		t.Errorf("Admin.OperationalWebhook.Resolved = %q, want testdata/cards.secrets", got)
+	}
+	if cfg.Subscriptions[0].ParsedFilter == nil || cfg.Subscriptions[1].ParsedFilter != nil {
+		t.Errorf("ParsedFilter = %v, %v; want the billing filter parsed, none for fleet.ops-2", cfg.Subscriptions[0].ParsedFilter, cfg.Subscriptions[1].ParsedFilter)
+	}
 
 	defaultRetry := RetryConfig{MaxAttempts: 8, MaxAge: 24 * time.Hour, Base: time.Second, Cap: time.Hour}
 	defaultBreaker := BreakerConfig{FailureRatio: 0.5, MinRequests: 20, Window: 10 * time.Second,
 		ConsecutiveTimeouts: 5, CoolDown: 5 * time.Second, MaxCoolDown: 5 * time.Minute}
 	want := &Config{
-		Listen:           "127.0.0.1:8700",
-		Admin:            AdminConfig{Listen: "127.0.0.1:8701", TokenFile: "testdata/admin-token", ResolvedToken: adminToken},
+		Listen: "127.0.0.1:8700",
+		Admin: AdminConfig{
+			Listen: "127.0.0.1:8701", TokenFile: "testdata/admin-token", ResolvedToken: adminToken,
+			Tokens:               []TenantTokenConfig{{TokenFile: "testdata/tenant-token", Tenant: "acme"}, {Token: globexToken, Tenant: "globex"}},
+			ResolvedTenantTokens: []TenantToken{{Token: acmeToken, Tenant: "acme"}, {Token: globexToken, Tenant: "globex"}},
+			OperationalWebhook:   WebhookConfig{URL: "https://ops.example.com/sluice", SecretFile: "testdata/cards.secrets"},
+		},
 		DataDir:          "./sluice-data",
 		Durability:       "fsync",
 		MaxBodyBytes:     1048576,
@@ -75,12 +92,21 @@ func TestLoadConfigFull(t *testing.T) {
 		Log:              LogConfig{Backend: BackendBadger},
 		JetStream:        JetStreamConfig{Stream: "SLUICE_EVENTS", Replicas: 3, LeaseTTL: 10 * time.Second},
 		NodeID:           "pod-a",
+		Tenants: []TenantConfig{
+			{ID: "acme", MaxSubscriptions: 2, Concurrency: TenantConcurrencyConfig{Max: 32, maxSet: true}},
+			{ID: "globex"},
+		},
 		Subscriptions: []SubscriptionConfig{
 			{
-				ID:          "billing",
-				URL:         "https://billing.example.com/hooks",
-				Secret:      secretA,
-				Types:       []string{"geofence.enter", "geofence.exit"},
+				ID:     "billing",
+				URL:    "https://billing.example.com/hooks",
+				Secret: secretA,
+				Types:  []string{"geofence.enter", "geofence.exit"},
+				Tenant: "acme",
+				Filter: map[string]any{
+					"data.speed": map[string]any{"$gt": 30},
+					"$or":        []any{map[string]any{"data.zone": "depot"}, map[string]any{"data.zone": map[string]any{"$in": []any{"north", "south"}}}},
+				},
 				Timeout:     5 * time.Second,
 				Rate:        RateConfig{PerSecond: 100, Burst: 200},
 				Concurrency: ConcurrencyConfig{Max: 16},
@@ -110,6 +136,7 @@ func TestLoadConfigFull(t *testing.T) {
 				ID:          "cards",
 				URL:         "https://cards.example.com/in",
 				SecretFile:  "testdata/cards.secrets",
+				Tenant:      "initech",
 				Types:       []string{"card.shipment:dispatched"},
 				Timeout:     10 * time.Second,
 				Concurrency: ConcurrencyConfig{Auto: true, Min: 1, Max: 64, Headroom: 4},
@@ -195,6 +222,9 @@ func TestLoadConfigBad(t *testing.T) {
 		want    []string
 		notWant []string // besides the secrets found in the file
 		is      error    // errors.Is target, if any
+		// policy: the case needs policy's real filter parser or type
+		// patterns, and is skipped while they are stubs (issue 12).
+		policy bool
 	}{
 		// Unknown keys.
 		{file: "unknown_top_key", want: []string{`config: unknown key "colour"`, `unknown_top_key.bad.yaml`}, is: ErrUnknownKey},
@@ -317,6 +347,43 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "token_and_token_file", want: []string{`admin: token and token_file are both set; use one`}, is: ErrConflict},
 		{file: "token_with_space", want: []string{`admin.token: [redacted]: token must be printable ASCII`}, notWant: []string{"has space"}},
 
+		// Tenants (issue 12).
+		{file: "tenant_bad_id", want: []string{`subscriptions[0].tenant: "Acme Corp": must match`}, is: ErrInvalidValue},
+		{file: "tenants_duplicate_id", want: []string{`tenants[2].id: "acme": duplicate id: tenants[0] and tenants[2] both use it`}, is: ErrDuplicate},
+		{file: "tenants_bad_id", want: []string{`tenants[0].id: "ACME": must match`}, is: ErrInvalidValue},
+		{file: "tenants_missing_id", want: []string{`tenants[0].id: required`}, is: ErrMissingValue},
+		{file: "tenants_not_a_list", want: []string{`tenants: expected a list`}, is: ErrInvalidValue},
+		{file: "tenant_max_subscriptions_negative", want: []string{`tenants[0].max_subscriptions: -1: must not be negative (0 means no limit)`}, is: ErrInvalidValue},
+		{file: "tenant_concurrency_zero", want: []string{`tenants[0].concurrency.max: 0: must be between 1 and 100000; omit it for no limit`}, is: ErrInvalidValue},
+		{file: "tenant_concurrency_too_big", want: []string{`tenants[0].concurrency.max: 100001: must be between 1 and 100000`}, is: ErrInvalidValue},
+		{file: "tenant_concurrency_unknown_key", want: []string{`unknown key "tenants[0].concurrency.auto"`}, is: ErrUnknownKey},
+		{file: "tenant_too_many_subscriptions", want: []string{`tenants[1].max_subscriptions: 1: tenant "acme" has 2 subscriptions in the file, more than it allows`}, is: ErrInvalidValue},
+
+		// Filters and type patterns (issue 12).
+		{file: "filter_bad_operator", want: []string{`subscriptions[0].filter: `, `$regex`}, is: ErrInvalidValue, policy: true},
+		{file: "filter_not_a_mapping", want: []string{`subscriptions[0].filter: expected a mapping`}, is: ErrInvalidValue},
+		{file: "type_pattern_bad", want: []string{`subscriptions[0].types[0]: "geo fence.*": `}, is: ErrInvalidValue},
+
+		// Tenant tokens (issue 12).
+		{file: "admin_tokens_without_operator", want: []string{`admin.tokens: tenant tokens need an operator token (admin.token or admin.token_file)`}, is: ErrMissingValue},
+		{file: "admin_tokens_both", want: []string{`admin.tokens[0]: token and token_file are both set; use one`}, is: ErrConflict},
+		{file: "admin_tokens_none", want: []string{`admin.tokens[0].token: no token: set token or token_file`}, is: ErrMissingValue},
+		{file: "admin_tokens_no_tenant", want: []string{`admin.tokens[0].tenant: required`}, is: ErrMissingValue},
+		{file: "admin_tokens_bad_tenant", want: []string{`admin.tokens[0].tenant: "acme/eu": must match`}, is: ErrInvalidValue},
+		{file: "admin_tokens_same_as_operator", want: []string{`admin.tokens[1].token: the same token as the operator's`}, is: ErrDuplicate},
+		{file: "admin_tokens_duplicate", want: []string{`admin.tokens[1].token: the same token as admin.tokens[0]`}, is: ErrDuplicate, notWant: []string{acmeToken}},
+		{file: "admin_tokens_file_missing", want: []string{`admin.tokens[0].token_file: "testdata/no-such-token"`, "no such file"}, is: fs.ErrNotExist},
+		{file: "admin_tokens_with_space", want: []string{`admin.tokens[0].token: [redacted]: token must be printable ASCII`}, notWant: []string{"acme token"}},
+		{file: "admin_tokens_unknown_key", want: []string{`unknown key "admin.tokens[0].scope"`}, is: ErrUnknownKey},
+
+		// The operational webhook (issue 12).
+		{file: "operational_webhook_no_secret", want: []string{`admin.operational_webhook.secret: no secret: set one of secret, secrets, secret_file or secret_env`}, is: ErrMissingValue},
+		{file: "operational_webhook_no_url", want: []string{`admin.operational_webhook.url: required`}, is: ErrMissingValue},
+		{file: "operational_webhook_bad_url", want: []string{`admin.operational_webhook.url: "ftp://ops.example.com/sluice": must be http or https`}, is: ErrInvalidValue},
+		{file: "operational_webhook_private", want: []string{`admin.operational_webhook.url: "http://10.1.2.3/ops": is a private address`, "allow_private_targets"}, is: ErrInvalidValue},
+		{file: "operational_webhook_bad_secret", want: []string{`admin.operational_webhook.secret: [redacted]: invalid secret`}, is: signing.ErrBadSecret},
+		{file: "operational_webhook_unknown_key", want: []string{`unknown key "admin.operational_webhook.types"`}, is: ErrUnknownKey},
+
 		// YAML itself.
 		{file: "syntax", want: []string{`testdata/syntax.bad.yaml`, `line 4`}},
 		{file: "duplicate_yaml_key", want: []string{`testdata/duplicate_yaml_key.bad.yaml`, `line 2`, `line 2: mapping key […] already defined at line 1`}},
@@ -338,6 +405,9 @@ func TestLoadConfigBad(t *testing.T) {
 
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
+			if tt.policy {
+				skipPolicyStub(t)
+			}
 			path := "testdata/" + tt.file + ".bad.yaml"
 			cfg, err := Load(path, goodEnviron, nil)
 			if err == nil {
@@ -483,6 +553,9 @@ func TestLoadConfigEnvErrors(t *testing.T) {
 		{"bare duration", "SLUICE_DEDUP_WINDOW=60", `dedup_window: "60": duration needs a unit`},
 		{"invalid value", "SLUICE_DURABILITY=sometimes", `durability: "sometimes": must be "fsync" or "async" (from environment variable SLUICE_DURABILITY)`},
 		{"subscriptions", "SLUICE_SUBSCRIPTIONS__0__URL=https://x", `subscriptions: cannot be set from the environment`},
+		{"tenants", "SLUICE_TENANTS=acme", `tenants: cannot be set from the environment; use the config file (from environment variable SLUICE_TENANTS)`},
+		{"tenant tokens", "SLUICE_ADMIN__TOKENS=bad token value", `admin.tokens: cannot be set from the environment`},
+		{"webhook url", "SLUICE_ADMIN__OPERATIONAL_WEBHOOK__URL=ftp://x", `admin.operational_webhook.url: "ftp://x": must be http or https (from environment variable SLUICE_ADMIN__OPERATIONAL_WEBHOOK__URL)`},
 		{"empty segment", "SLUICE_ADMIN____LISTEN=x", `cannot be mapped to a key`},
 		{"token redacted", "SLUICE_ADMIN__TOKEN=bad token value", `admin.token: [redacted]`},
 		{"not a float", "SLUICE_RETRY_BUDGET__RATIO=lots", `retry_budget.ratio: "lots": must be a number (from environment variable SLUICE_RETRY_BUDGET__RATIO)`},
@@ -818,8 +891,10 @@ func TestLoadConfigStringRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := cfg.String()
-	// Put distinct secrets back where String redacted them.
-	for _, sec := range []string{secretA, secretB, secretC, secretD} {
+	// Put distinct secrets back where String redacted them, in the order
+	// String prints them (keys sorted): admin.tokens[1].token, then the
+	// subscriptions' secrets and the Authorization header.
+	for _, sec := range []string{globexToken, secretA, secretB, secretC, secretD} {
 		out = strings.Replace(out, "'[redacted]'", sec, 1)
 	}
 	path := filepath.Join(t.TempDir(), "printed.yaml")
@@ -929,7 +1004,11 @@ func TestRedaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inline, err := Load("testdata/minimal.good.yaml", []string{"SLUICE_ADMIN__TOKEN=" + adminToken}, nil)
+	inline, err := Load("testdata/minimal.good.yaml", []string{
+		"SLUICE_ADMIN__TOKEN=" + adminToken,
+		"SLUICE_ADMIN__OPERATIONAL_WEBHOOK__URL=https://ops.example/in?key=ops-query-secret",
+		"SLUICE_ADMIN__OPERATIONAL_WEBHOOK__SECRET=" + secretC,
+	}, map[string]any{"admin.tokens": []any{map[string]any{"token": "inline-tenant-token", "tenant": "acme"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -944,7 +1023,17 @@ func TestRedaction(t *testing.T) {
 			fmt.Sprintf("%v %+v %#v %s", *c, *c, *c, *c),
 			fmt.Sprintf("%v %+v %#v", c.Subscriptions, c.Subscriptions[0], c.Subscriptions[0]),
 			fmt.Sprintf("%v %+v %#v", c.Admin, c.Admin, c.Admin),
+			fmt.Sprintf("%v %+v %#v", c.Admin.Tokens, c.Admin.Tokens[0], c.Admin.Tokens[0]),
+			fmt.Sprintf("%v %+v %#v", c.Admin.ResolvedTenantTokens, c.Admin.ResolvedTenantTokens[0], c.Admin.ResolvedTenantTokens[0]),
+			fmt.Sprintf("%v %+v %#v", c.Admin.OperationalWebhook, c.Admin.OperationalWebhook, c.Admin.OperationalWebhook),
 		)
+		for _, v := range []any{c.Admin.Tokens, c.Admin.ResolvedTenantTokens, c.Admin.OperationalWebhook} {
+			b, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outputs = append(outputs, string(b))
+		}
 		b, err := json.Marshal(c)
 		if err != nil {
 			t.Fatal(err)
@@ -960,13 +1049,14 @@ func TestRedaction(t *testing.T) {
 			func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, nil) },
 		} {
 			var buf bytes.Buffer
-			slog.New(h(&buf)).Info("config", "cfg", c, "sub", c.Subscriptions[0], "admin", c.Admin, "subs", c.Subscriptions)
+			slog.New(h(&buf)).Info("config", "cfg", c, "sub", c.Subscriptions[0], "admin", c.Admin, "subs", c.Subscriptions,
+				"token", c.Admin.ResolvedTenantTokens[0], "token_config", c.Admin.Tokens[0], "webhook", c.Admin.OperationalWebhook)
 			outputs = append(outputs, buf.String())
 		}
 	}
 
 	secrets := []string{secretA, secretB, secretC, secretD, adminToken, headerSecret, "pw-in-url", "query-secret",
-		strings.TrimPrefix(secretA, "whsec_")}
+		strings.TrimPrefix(secretA, "whsec_"), acmeToken, globexToken, "inline-tenant-token", "ops-query-secret"}
 	for _, out := range outputs {
 		for _, s := range secrets {
 			if strings.Contains(out, s) {
@@ -985,11 +1075,18 @@ func TestRedaction(t *testing.T) {
 	if !strings.Contains(inline.String(), "token: '[redacted]'") {
 		t.Errorf("String() does not mark the admin token as redacted:\n%s", inline.String())
 	}
+	for _, w := range []string{"tenant: acme", "token_file: testdata/tenant-token", "url: https://ops.example.com/sluice", "tenant: initech", "data.speed:"} {
+		if !strings.Contains(s, w) {
+			t.Errorf("String() lacks %q:\n%s", w, s)
+		}
+	}
 
 	// redacted does not modify the original.
 	_ = cfg.redacted()
+	_ = inline.redacted()
 	if cfg.Subscriptions[0].Secret != secretA || cfg.Subscriptions[1].Headers["Authorization"] != "Bearer "+headerSecret ||
-		len(cfg.Subscriptions[0].Resolved) != 1 {
+		len(cfg.Subscriptions[0].Resolved) != 1 || cfg.Admin.Tokens[1].Token != globexToken ||
+		inline.Admin.OperationalWebhook.Secret != secretC || inline.Admin.Tokens[0].Token != "inline-tenant-token" {
 		t.Error("redacted modified the original Config")
 	}
 }
@@ -998,12 +1095,15 @@ func assertConfig(t *testing.T, got, want *Config) {
 	t.Helper()
 	g, w := *got, *want
 	g.lookupEnv, w.lookupEnv = nil, nil
+	g.Admin.OperationalWebhook.Resolved = nil
 	g.Subscriptions = slices.Clone(g.Subscriptions)
 	w.Subscriptions = slices.Clone(w.Subscriptions)
 	for i := range g.Subscriptions {
 		g.Subscriptions[i].Resolved = nil
 		g.Subscriptions[i].ClassifyOverrides = nil
+		g.Subscriptions[i].ParsedFilter = nil
 		g.Subscriptions[i].explicit = 0
+		g.Subscriptions[i].spec = nil
 	}
 	for i := range w.Subscriptions {
 		w.Subscriptions[i].Resolved = nil
@@ -1036,6 +1136,13 @@ func dump(v any) string {
 	if a, ok := v.(AdminConfig); ok {
 		type plain AdminConfig
 		return fmt.Sprintf("%+v", plain(a))
+	}
+	if tt, ok := v.([]TenantToken); ok {
+		var b strings.Builder
+		for _, t := range tt {
+			fmt.Fprintf(&b, "{%s %s}", t.Token, t.Tenant)
+		}
+		return b.String()
 	}
 	return fmt.Sprintf("%+v", v)
 }
@@ -1124,5 +1231,18 @@ func TestPolicyOwnsTheBounds(t *testing.T) {
 		if !errors.As(err, &ve) || ve.Field != tt.field || !errors.As(err, &fe) || !errors.Is(err, policy.ErrInvalidConfig) {
 			t.Errorf("%s: %v (%#v), want a ValidationError for %s caused by a policy.FieldError", tt.file, err, ve, tt.field)
 		}
+	}
+}
+
+// skipPolicyStub skips a test that needs policy's body filter and type
+// patterns while they are the stubs of issue 12, which accept everything:
+// the case runs once the real ones are merged.
+func skipPolicyStub(t *testing.T) {
+	t.Helper()
+	if _, err := policy.ParseFilter(map[string]any{"a": map[string]any{"$nosuchop": 1}}); err == nil {
+		t.Skip("policy.ParseFilter is the issue 12 stub (accepts an unknown operator)")
+	}
+	if !policy.IsTypePattern("a.*") {
+		t.Skip(`policy.IsTypePattern is the issue 12 stub ("a.*" is no pattern)`)
 	}
 }

@@ -82,15 +82,33 @@ func explicitKeys(raw any) keySet {
 	return set
 }
 
-// markExplicit records explicitKeys for subs decoded from raw, the parsed
-// list (a []any of maps, or any other slice of maps from the overrides).
-func markExplicit(subs []SubscriptionConfig, raw any) {
+// markSource records, for subs decoded from raw (the parsed list: a []any
+// of maps, or any other slice of maps from the overrides), explicitKeys
+// and the redacted document of each, for Spec.
+func markSource(subs []SubscriptionConfig, raw any) {
 	v := reflect.ValueOf(raw)
 	if v.Kind() != reflect.Slice {
 		return
 	}
 	for i := range min(v.Len(), len(subs)) {
-		subs[i].explicit = explicitKeys(v.Index(i).Interface())
+		e := v.Index(i).Interface()
+		subs[i].explicit = explicitKeys(e)
+		subs[i].spec = specOf(e)
+	}
+}
+
+// markTenants records which tenants of raw, the parsed list, spell out
+// concurrency.max, so that an explicit 0 is refused rather than read as
+// "no limit".
+func markTenants(tenants []TenantConfig, raw any) {
+	v := reflect.ValueOf(raw)
+	if v.Kind() != reflect.Slice {
+		return
+	}
+	for i := range min(v.Len(), len(tenants)) {
+		m, _ := v.Index(i).Interface().(map[string]any)
+		c, _ := m["concurrency"].(map[string]any)
+		tenants[i].Concurrency.maxSet = c["max"] != nil
 	}
 }
 

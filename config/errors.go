@@ -44,6 +44,10 @@ type ValidationError struct {
 	// `file "sluice.yaml"`, "environment variable SLUICE_LISTEN" or "flags".
 	// Empty for defaults and for Validate called directly.
 	Source string
+
+	// bare drops the "config: " prefix: ParseSubscription's errors go to
+	// an API client, for whom the document is no config file.
+	bare bool
 }
 
 // Error reads like
@@ -52,7 +56,9 @@ type ValidationError struct {
 //	config: unknown key "subscriptions[0].colour" (in file "sluice.yaml")
 func (e *ValidationError) Error() string {
 	var b strings.Builder
-	b.WriteString("config: ")
+	if !e.bare {
+		b.WriteString("config: ")
+	}
 	if errors.Is(e.Err, ErrUnknownKey) {
 		fmt.Fprintf(&b, "unknown key %q", e.Field)
 	} else {

@@ -49,6 +49,11 @@ func TestLoadConfigJSONMatchesYAML(t *testing.T) {
 		}
 		a.Resolved, b.Resolved = nil, nil
 	}
+	if a, b := &fromJSON.Admin.OperationalWebhook, &fromYAML.Admin.OperationalWebhook; !slices.Equal(encodeAll(a.Resolved), encodeAll(b.Resolved)) {
+		t.Error("admin.operational_webhook: resolved secrets differ")
+	} else {
+		a.Resolved, b.Resolved = nil, nil
+	}
 	fromYAML.lookupEnv, fromJSON.lookupEnv = nil, nil
 	if !reflect.DeepEqual(fromJSON, fromYAML) {
 		t.Fatalf("from JSON:\n%s\nfrom YAML:\n%s", fromJSON, fromYAML)

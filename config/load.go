@@ -30,30 +30,50 @@ const EnvFile = "SLUICE_CONFIG"
 
 // envKeys is every config key the environment may set; envListKeys are
 // those that hold a list, which a variable gives comma-separated
-// (SLUICE_JETSTREAM__URLS=nats://a:4222,nats://b:4222).
-var envKeys, envListKeys = func() (map[string]bool, map[string]bool) {
-	keys, lists := map[string]bool{}, map[string]bool{}
+// (SLUICE_JETSTREAM__URLS=nats://a:4222,nats://b:4222). fileOnlyKeys hold
+// lists of mappings (subscriptions, tenants, admin.tokens), which a
+// variable cannot spell: setting one from the environment is an error.
+var envKeys, envListKeys, fileOnlyKeys = func() (map[string]bool, map[string]bool, map[string]bool) {
+	keys, lists, fileOnly := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	var walk func(t reflect.Type, prefix string)
 	walk = func(t reflect.Type, prefix string) {
 		for i := range t.NumField() {
 			f := t.Field(i)
 			tag := f.Tag.Get("koanf")
-			if tag == "" || tag == "-" || tag == "subscriptions" {
+			if tag == "" || tag == "-" {
 				continue
 			}
-			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[time.Duration]() {
+			switch {
+			case f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[time.Duration]():
 				walk(f.Type, prefix+tag+".")
-				continue
-			}
-			keys[prefix+tag] = true
-			if f.Type.Kind() == reflect.Slice {
-				lists[prefix+tag] = true
+			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+				fileOnly[prefix+tag] = true
+			default:
+				keys[prefix+tag] = true
+				if f.Type.Kind() == reflect.Slice {
+					lists[prefix+tag] = true
+				}
 			}
 		}
 	}
 	walk(reflect.TypeFor[Config](), "")
-	return keys, lists
+	return keys, lists, fileOnly
 }()
+
+// fileOnlyKey returns the key of fileOnlyKeys that key is or lies under,
+// or "".
+func fileOnlyKey(key string) string {
+	for k := key; ; {
+		if fileOnlyKeys[k] {
+			return k
+		}
+		i := strings.LastIndexByte(k, '.')
+		if i < 0 {
+			return ""
+		}
+		k = k[:i]
+	}
+}
 
 // Load builds a Config from, later sources winning:
 //
@@ -151,9 +171,10 @@ func Load(path string, environ []string, overrides map[string]any) (*Config, err
 	} else {
 		subs = nil
 		if len(cfg.Subscriptions) > 0 { // from the overrides
-			markExplicit(cfg.Subscriptions, merged.Get("subscriptions"))
+			markSource(cfg.Subscriptions, merged.Get("subscriptions"))
 		}
 	}
+	markTenants(cfg.Tenants, merged.Get("tenants"))
 	cfg.applyDefaults()
 	cfg.lookupEnv = envLookup(environ)
 	cfg.IgnoredEnv = envLayer.ignored
@@ -258,7 +279,7 @@ func decodeSubs(raw any, source string) ([]SubscriptionConfig, error) {
 		}
 		return nil, err
 	}
-	markExplicit(out.Subscriptions, raw)
+	markSource(out.Subscriptions, raw)
 	return out.Subscriptions, nil
 }
 
@@ -326,15 +347,15 @@ func loadEnv(environ []string) (layer, error) {
 				return "", nil
 			}
 		}
-		if parts[0] == "subscriptions" {
+		key := strings.Join(parts, ".")
+		if k := fileOnlyKey(key); k != "" {
 			bad = append(bad, &ValidationError{
-				Field:  "subscriptions",
+				Field:  k,
 				Err:    invalidf("cannot be set from the environment; use the config file"),
 				Source: "environment variable " + name,
 			})
 			return "", nil
 		}
-		key := strings.Join(parts, ".")
 		if name == EnvFile {
 			return "", nil // names the file itself, read by main
 		}

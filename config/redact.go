@@ -142,7 +142,35 @@ func (a AdminConfig) redacted() AdminConfig {
 		a.Token = redactedText
 	}
 	a.ResolvedToken = ""
+	if a.Tokens != nil {
+		tokens := make([]TenantTokenConfig, len(a.Tokens))
+		for i, t := range a.Tokens {
+			tokens[i] = t.redacted()
+		}
+		a.Tokens = tokens
+	}
+	a.ResolvedTenantTokens = nil
+	a.OperationalWebhook = a.OperationalWebhook.redacted()
 	return a
+}
+
+func (t TenantTokenConfig) redacted() TenantTokenConfig {
+	if t.Token != "" {
+		t.Token = redactedText
+	}
+	return t
+}
+
+func (w WebhookConfig) redacted() WebhookConfig {
+	w.URL = safeURL(w.URL)
+	if w.Secret != "" {
+		w.Secret = redactedText
+	}
+	if w.Secrets != nil {
+		w.Secrets = slices.Repeat([]string{redactedText}, len(w.Secrets))
+	}
+	w.Resolved = nil
+	return w
 }
 
 func (s SubscriptionConfig) redacted() SubscriptionConfig {
@@ -171,6 +199,7 @@ func (s SubscriptionConfig) redacted() SubscriptionConfig {
 		s.ClassifyOverrides = maps.Clone(s.ClassifyOverrides)
 	}
 	s.Resolved = nil
+	s.spec = nil
 	return s
 }
 
@@ -219,6 +248,46 @@ func (s SubscriptionConfig) LogValue() slog.Value { return slog.StringValue(s.St
 // MarshalJSON encodes the redacted form.
 func (s SubscriptionConfig) MarshalJSON() ([]byte, error) { return json.Marshal(s.redacted().toMap()) }
 
+// String returns a redacted one-line form.
+func (t TenantTokenConfig) String() string { return oneLine(t.redacted().toMap()) }
+
+// GoString makes %#v print the redacted form.
+func (t TenantTokenConfig) GoString() string { return t.String() }
+
+// LogValue makes log/slog print the redacted form.
+func (t TenantTokenConfig) LogValue() slog.Value { return slog.StringValue(t.String()) }
+
+// MarshalJSON encodes the redacted form.
+func (t TenantTokenConfig) MarshalJSON() ([]byte, error) { return json.Marshal(t.redacted().toMap()) }
+
+// String returns a redacted one-line form: the tenant, never the token.
+func (t TenantToken) String() string {
+	return oneLine(map[string]any{"tenant": t.Tenant, "token": redactedText})
+}
+
+// GoString makes %#v print the redacted form.
+func (t TenantToken) GoString() string { return t.String() }
+
+// LogValue makes log/slog print the redacted form.
+func (t TenantToken) LogValue() slog.Value { return slog.StringValue(t.String()) }
+
+// MarshalJSON encodes the redacted form.
+func (t TenantToken) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]any{"tenant": t.Tenant, "token": redactedText})
+}
+
+// String returns a redacted one-line form.
+func (w WebhookConfig) String() string { return oneLine(w.redacted().toMap()) }
+
+// GoString makes %#v print the redacted form.
+func (w WebhookConfig) GoString() string { return w.String() }
+
+// LogValue makes log/slog print the redacted form.
+func (w WebhookConfig) LogValue() slog.Value { return slog.StringValue(w.String()) }
+
+// MarshalJSON encodes the redacted form.
+func (w WebhookConfig) MarshalJSON() ([]byte, error) { return json.Marshal(w.redacted().toMap()) }
+
 // toMap expects a redacted Config.
 func (c *Config) toMap() map[string]any {
 	subs := make([]any, len(c.Subscriptions))
@@ -253,6 +322,20 @@ func (c *Config) toMap() map[string]any {
 			"window":         c.RetryBudget.Window.String(),
 		},
 		"subscriptions": subs,
+	}
+	if len(c.Tenants) > 0 {
+		tenants := make([]any, len(c.Tenants))
+		for i, t := range c.Tenants {
+			tm := map[string]any{"id": t.ID}
+			if t.MaxSubscriptions != 0 {
+				tm["max_subscriptions"] = t.MaxSubscriptions
+			}
+			if t.Concurrency.Max != 0 {
+				tm["concurrency"] = map[string]any{"max": t.Concurrency.Max}
+			}
+			tenants[i] = tm
+		}
+		m["tenants"] = tenants
 	}
 	m["log"] = map[string]any{"backend": c.Log.Backend}
 	// Fleet keys only where they mean something: with badger they are
@@ -292,6 +375,42 @@ func (a AdminConfig) toMap() map[string]any {
 	}
 	if a.TokenFile != "" {
 		m["token_file"] = a.TokenFile
+	}
+	if len(a.Tokens) > 0 {
+		tokens := make([]any, len(a.Tokens))
+		for i, t := range a.Tokens {
+			tokens[i] = t.toMap()
+		}
+		m["tokens"] = tokens
+	}
+	if w := a.OperationalWebhook.toMap(); len(w) > 0 {
+		m["operational_webhook"] = w
+	}
+	return m
+}
+
+// toMap expects a redacted TenantTokenConfig.
+func (t TenantTokenConfig) toMap() map[string]any {
+	m := map[string]any{"tenant": t.Tenant}
+	if t.Token != "" {
+		m["token"] = t.Token
+	}
+	if t.TokenFile != "" {
+		m["token_file"] = t.TokenFile
+	}
+	return m
+}
+
+// toMap expects a redacted WebhookConfig; it leaves out what is not set.
+func (w WebhookConfig) toMap() map[string]any {
+	m := map[string]any{}
+	for k, v := range map[string]string{"url": w.URL, "secret": w.Secret, "secret_file": w.SecretFile, "secret_env": w.SecretEnv} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	if w.Secrets != nil {
+		m["secrets"] = w.Secrets
 	}
 	return m
 }
@@ -346,6 +465,12 @@ func (s SubscriptionConfig) toMap() map[string]any {
 	}
 	if len(s.Classify) > 0 {
 		m["classify"] = s.Classify
+	}
+	if len(s.Filter) > 0 {
+		m["filter"] = jsonable(s.Filter)
+	}
+	if s.Tenant != "" {
+		m["tenant"] = s.Tenant
 	}
 	return m
 }

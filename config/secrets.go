@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/signing"
@@ -16,6 +17,11 @@ import (
 const maxSecretFileSize = 1 << 20
 
 var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// errNotOverAPI refuses secret_file and secret_env in a subscription
+// document of the API: a client must not make the sidecar read its files
+// or its environment.
+var errNotOverAPI = invalidf("not accepted over the API: give the secret inline")
 
 func (a *AdminConfig) resolveToken() error {
 	a.ResolvedToken = ""
@@ -41,6 +47,65 @@ func (a *AdminConfig) resolveToken() error {
 		}
 		a.ResolvedToken = tok
 	}
+	return nil
+}
+
+// resolveTenantTokens reads and checks admin.tokens into
+// ResolvedTenantTokens; it runs after resolveToken. No error shows a
+// token.
+func (a *AdminConfig) resolveTenantTokens() error {
+	a.ResolvedTenantTokens = nil
+	if len(a.Tokens) == 0 {
+		return nil
+	}
+	if a.ResolvedToken == "" {
+		return fieldErr("admin.tokens", nil, newReason(ErrMissingValue,
+			"tenant tokens need an operator token (admin.token or admin.token_file): without one the admin API asks no request for a token, so a tenant token would restrict nothing"))
+	}
+	out := make([]TenantToken, 0, len(a.Tokens))
+	for i, t := range a.Tokens {
+		p := fmt.Sprintf("admin.tokens[%d]", i)
+		var tok, field string
+		switch {
+		case t.Token != "" && t.TokenFile != "":
+			return fieldErr(p, nil, newReason(ErrConflict, "token and token_file are both set; use one"))
+		case t.Token != "":
+			field, tok = p+".token", t.Token
+			if err := checkToken(tok); err != nil {
+				return fieldErr(field, redactedText, err)
+			}
+		case t.TokenFile != "":
+			field = p + ".token_file"
+			b, err := readSmallFile(t.TokenFile)
+			if err != nil {
+				return fieldErr(field, t.TokenFile, &reason{kind: ErrInvalidValue, msg: err.Error(), cause: err})
+			}
+			if tok = strings.TrimSpace(string(b)); tok == "" {
+				return fieldErr(field, t.TokenFile, newReason(ErrMissingValue, "file is empty"))
+			}
+			if err := checkToken(tok); err != nil {
+				return fieldErr(field, t.TokenFile, err)
+			}
+		default:
+			return fieldErr(p+".token", nil, newReason(ErrMissingValue, "no token: set token or token_file"))
+		}
+		if t.Tenant == "" {
+			return fieldErr(p+".tenant", nil, newReason(ErrMissingValue, "required: the tenant the token acts for"))
+		}
+		if !idPattern.MatchString(t.Tenant) {
+			return fieldErr(p+".tenant", t.Tenant, invalidf("must match %s", idPattern))
+		}
+		// A token must say who is asking: one shared with the operator or
+		// another tenant would act for both.
+		if tok == a.ResolvedToken {
+			return fieldErr(field, nil, newReason(ErrDuplicate, "the same token as the operator's (admin.token or admin.token_file)"))
+		}
+		if j := slices.IndexFunc(out, func(o TenantToken) bool { return o.Token == tok }); j >= 0 {
+			return fieldErr(field, nil, newReason(ErrDuplicate, "the same token as admin.tokens[%d]", j))
+		}
+		out = append(out, TenantToken{Token: tok, Tenant: t.Tenant})
+	}
+	a.ResolvedTenantTokens = out
 	return nil
 }
 
@@ -71,12 +136,16 @@ func (s *SubscriptionConfig) resolveSecrets(p string, lookup func(string) (strin
 	if s.SecretEnv != "" {
 		sources = append(sources, "secret_env")
 	}
-	switch len(sources) {
-	case 0:
+	inline := lookup == nil
+	switch {
+	case len(sources) == 0 && inline:
+		return fieldErr(joinPath(p, "secret"), nil, newReason(ErrMissingValue, "no secret: set secret or secrets"))
+	case len(sources) == 0:
 		return fieldErr(p+".secret", nil, newReason(ErrMissingValue, "no secret: set one of secret, secrets, secret_file or secret_env"))
-	case 1:
-	default:
+	case len(sources) > 1:
 		return fieldErr(p, nil, newReason(ErrConflict, "several secret sources (%s): set exactly one", strings.Join(sources, ", ")))
+	case inline && (sources[0] == "secret_file" || sources[0] == "secret_env"):
+		return fieldErr(joinPath(p, sources[0]), nil, errNotOverAPI)
 	}
 
 	var out []signing.Secret

@@ -28,6 +28,9 @@ const (
 	maxRatePerSecond = 1e6 // keeps the default burst, ceil(per_second), a sane int
 	minBacklogMaxAge = time.Second
 	maxUnixPathLen   = 107 // sun_path is 108 bytes including the NUL on Linux
+	// maxTenantConcurrency bounds a tenant's bulkhead: ten subscriptions at
+	// the largest cap each (policy.ValidateCap's 10,000).
+	maxTenantConcurrency = 100_000
 )
 
 var (
@@ -55,6 +58,9 @@ func (c *Config) Validate() error {
 		return fieldErr("admin.listen", c.Admin.Listen, invalidf("must differ from listen"))
 	}
 	if err := c.Admin.resolveToken(); err != nil {
+		return err
+	}
+	if err := c.Admin.resolveTenantTokens(); err != nil {
 		return err
 	}
 	if strings.TrimSpace(c.DataDir) == "" {
@@ -108,7 +114,14 @@ func (c *Config) Validate() error {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
+	if err := c.Admin.OperationalWebhook.validate("admin.operational_webhook", lookup, c.AllowPrivateTargets); err != nil {
+		return err
+	}
+	if err := c.validateTenants(); err != nil {
+		return err
+	}
 	seen := make(map[string]int, len(c.Subscriptions))
+	perTenant := map[string]int{}
 	for i := range c.Subscriptions {
 		s := &c.Subscriptions[i]
 		p := fmt.Sprintf("subscriptions[%d]", i)
@@ -119,12 +132,89 @@ func (c *Config) Validate() error {
 			return fieldErr(p+".id", s.ID, newReason(ErrDuplicate, "duplicate id: subscriptions[%d] and subscriptions[%d] both use it", j, i))
 		}
 		if !c.AllowPrivateTargets {
-			if why := privateHost(s.URL); why != "" {
-				return fieldErr(p+".url", safeURL(s.URL), invalidf("is %s; set allow_private_targets: true to deliver there", why))
+			if err := checkTarget(p+".url", s.URL); err != nil {
+				return err
 			}
 		}
 		seen[s.ID] = i
+		if s.Tenant != "" {
+			perTenant[s.Tenant]++
+		}
 	}
+	for i, t := range c.Tenants {
+		if n := perTenant[t.ID]; t.MaxSubscriptions > 0 && n > t.MaxSubscriptions {
+			return fieldErr(fmt.Sprintf("tenants[%d].max_subscriptions", i), t.MaxSubscriptions,
+				invalidf("tenant %q has %d subscriptions in the file, more than it allows", t.ID, n))
+		}
+	}
+	return nil
+}
+
+// checkTarget refuses a URL the SSRF guard would refuse when that is
+// known without DNS (privateHost).
+func checkTarget(field, raw string) error {
+	if why := privateHost(raw); why != "" {
+		return fieldErr(field, safeURL(raw), invalidf("is %s; set allow_private_targets: true to deliver there", why))
+	}
+	return nil
+}
+
+// validateTenants checks the tenants' ids and limits; Validate checks
+// max_subscriptions against the file's subscriptions.
+func (c *Config) validateTenants() error {
+	ids := make(map[string]int, len(c.Tenants))
+	for i, t := range c.Tenants {
+		p := fmt.Sprintf("tenants[%d]", i)
+		if err := validateID(p+".id", t.ID); err != nil {
+			return err
+		}
+		if j, dup := ids[t.ID]; dup {
+			return fieldErr(p+".id", t.ID, newReason(ErrDuplicate, "duplicate id: tenants[%d] and tenants[%d] both use it", j, i))
+		}
+		ids[t.ID] = i
+		if t.MaxSubscriptions < 0 {
+			return fieldErr(p+".max_subscriptions", t.MaxSubscriptions, invalidf("must not be negative (0 means no limit)"))
+		}
+		if m := t.Concurrency.Max; m != 0 || t.Concurrency.maxSet {
+			if m < 1 || m > maxTenantConcurrency {
+				return fieldErr(p+".concurrency.max", m, invalidf("must be between 1 and %d; omit it for no limit", maxTenantConcurrency))
+			}
+		}
+	}
+	return nil
+}
+
+// validateID checks a required id: a subscription's, a tenant's.
+func validateID(field, id string) error {
+	if id == "" {
+		return fieldErr(field, nil, newReason(ErrMissingValue, "required"))
+	}
+	if !idPattern.MatchString(id) {
+		return fieldErr(field, id, invalidf("must match %s", idPattern))
+	}
+	return nil
+}
+
+// validate checks a webhook of sluice's own (p is its key) and resolves
+// its secrets, by a subscription's rules; the zero WebhookConfig is none.
+func (w *WebhookConfig) validate(p string, lookup func(string) (string, bool), allowPrivate bool) error {
+	w.Resolved = nil
+	if w.URL == "" && w.Secret == "" && w.Secrets == nil && w.SecretFile == "" && w.SecretEnv == "" {
+		return nil
+	}
+	if err := validateURL(p+".url", w.URL); err != nil {
+		return err
+	}
+	if !allowPrivate {
+		if err := checkTarget(p+".url", w.URL); err != nil {
+			return err
+		}
+	}
+	s := SubscriptionConfig{Secret: w.Secret, Secrets: w.Secrets, SecretFile: w.SecretFile, SecretEnv: w.SecretEnv}
+	if err := s.resolveSecrets(p, lookup); err != nil {
+		return err
+	}
+	w.Resolved = s.Resolved
 	return nil
 }
 
@@ -182,18 +272,21 @@ func validateListen(field, v string) error {
 	return nil
 }
 
+// validate checks one subscription, p being its key, and resolves its
+// secrets; with lookup nil only inline secrets (secret, secrets) are
+// accepted (ParseSubscription).
 func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, bool)) error {
-	if s.ID == "" {
-		return fieldErr(p+".id", nil, newReason(ErrMissingValue, "required"))
-	}
-	if !idPattern.MatchString(s.ID) {
-		return fieldErr(p+".id", s.ID, invalidf("must match %s", idPattern))
+	if err := validateID(p+".id", s.ID); err != nil {
+		return err
 	}
 	if err := validateURL(p+".url", s.URL); err != nil {
 		return err
 	}
 	if err := s.resolveSecrets(p, lookup); err != nil {
 		return err
+	}
+	if s.Tenant != "" && !idPattern.MatchString(s.Tenant) {
+		return fieldErr(p+".tenant", s.Tenant, invalidf("must match %s", idPattern))
 	}
 
 	if len(s.Types) == 0 {
@@ -202,8 +295,12 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 	types := make(map[string]bool, len(s.Types))
 	for i, t := range s.Types {
 		f := fmt.Sprintf("%s.types[%d]", p, i)
-		if t != "*" && !typePattern.MatchString(t) {
-			return fieldErr(f, t, invalidf(`must be "*" or an event type matching %s`, typePattern))
+		if t != "*" && policy.IsTypePattern(t) {
+			if err := policy.ValidTypePattern(t); err != nil {
+				return fieldErr(f, t, &reason{kind: ErrInvalidValue, msg: err.Error(), cause: err})
+			}
+		} else if t != "*" && !typePattern.MatchString(t) {
+			return fieldErr(f, t, invalidf(`must be "*" or an event type matching %s, or a pattern like "geofence.*"`, typePattern))
 		}
 		if types[t] {
 			return fieldErr(f, t, newReason(ErrDuplicate, "listed twice"))
@@ -212,6 +309,9 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 	}
 	if types["*"] && len(s.Types) > 1 {
 		return fieldErr(p+".types", s.Types, newReason(ErrConflict, `"*" already matches every type; list it alone`))
+	}
+	if err := s.parseFilter(p); err != nil {
+		return err
 	}
 
 	if s.Timeout < minTimeout || s.Timeout > maxTimeout {
@@ -253,6 +353,21 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 	}
 
 	return s.parseClassify(p)
+}
+
+// parseFilter checks the body filter with policy's parser and keeps the
+// result in ParsedFilter; policy's message names the operator and path.
+func (s *SubscriptionConfig) parseFilter(p string) error {
+	s.ParsedFilter = nil
+	if len(s.Filter) == 0 {
+		return nil
+	}
+	f, err := policy.ParseFilter(s.Filter)
+	if err != nil {
+		return fieldErr(p+".filter", nil, &reason{kind: ErrInvalidValue, msg: err.Error(), cause: err})
+	}
+	s.ParsedFilter = f
+	return nil
 }
 
 // parseClassify checks the classify overrides and keeps them parsed in

@@ -675,13 +675,15 @@ func (l *lane) updateCursor() {
 // black-holed lane must not grow without bound. Events already in flight or
 // scheduled for retry are not counted.
 func (l *lane) enforceQuota(now time.Time) {
+	e := l.e
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// l.sub is read under mu: Reload replaces it (setPolicies, under mu)
+	// while this runs on the maintenance goroutine.
 	q := l.sub.Backlog
 	if q.MaxEvents <= 0 && q.MaxAge <= 0 {
 		return
 	}
-	e := l.e
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.foreign {
 		return // its owner enforces it
 	}

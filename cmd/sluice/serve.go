@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,7 +23,6 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/jetstream"
-	"github.com/sluicehq/sluice/signing"
 )
 
 // errAborted is serve's error when a second signal ends the drain: the
@@ -32,10 +32,12 @@ import (
 var errAborted = errors.New("second signal: stopped without finishing the drain; deliveries in flight run again after restart")
 
 // serve runs the sidecar until SIGTERM or SIGINT; SIGHUP reloads the
-// subscriptions from the config file. The first SIGTERM drains (ingest
-// answers 503, deliveries in flight get shutdown_grace, cursors are
-// written, the log is closed) and serve returns Close's error; a second one
-// makes serve return errAborted at once, even if closing is stuck.
+// subscriptions from the config file, and so does a change of the file on
+// disk (config.Watcher: a Kubernetes ConfigMap update swaps a symlink and
+// sends no signal). The first SIGTERM drains (ingest answers 503,
+// deliveries in flight get shutdown_grace, cursors are written, the log is
+// closed) and serve returns Close's error; a second one makes serve return
+// errAborted at once, even if closing is stuck.
 func serve(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -53,6 +55,12 @@ func serve(args []string, stderr io.Writer) error {
 		}
 	}
 	load := func() (*config.Config, error) { return config.Load(*configPath, os.Environ(), overrides) }
+	// The watcher's baseline is taken before the file is read, so a change
+	// made while sluice starts is reloaded once it is serving.
+	var watcher *config.Watcher
+	if *configPath != "" {
+		watcher = config.NewWatcher(*configPath)
+	}
 	cfg, err := load()
 	if err != nil {
 		return err
@@ -95,18 +103,23 @@ func serve(args []string, stderr io.Writer) error {
 	if nsubs == 0 {
 		log.Warn("no subscriptions configured: events are accepted and kept, but go nowhere. " +
 			"Add one under 'subscriptions:' in a config file (id, url, secret: whsec_..., types) " +
-			"and start with --config FILE, or send SIGHUP after editing it")
+			"and start with --config FILE: it is re-read on SIGHUP and when it changes")
 	}
 
+	changed, stopWatching := watch(watcher)
 wait:
 	for {
 		select {
 		case <-life.reload:
 			reload(srv, cfg, load, log)
+		case <-changed:
+			log.Info("config file changed; reloading", "file", *configPath)
+			reload(srv, cfg, load, log)
 		case <-life.drain.Done():
 			break wait
 		}
 	}
+	stopWatching()
 	log.Info("draining", "signal", signalName(life.drain), "grace", cfg.ShutdownGrace)
 	// The second signal cancels the grace early, so Close abandons what is
 	// in flight at once, and ends the wait below.
@@ -148,6 +161,27 @@ func reload(srv *proxy.Server, running *config.Config, load func() (*config.Conf
 	log.Error("config reload failed; keeping the running config", "err", err)
 }
 
+// watch runs w until stop is called, which waits for it; changed receives
+// once for any number of changes since it was last read, like
+// lifecycle.reload. A nil w watches nothing.
+func watch(w *config.Watcher) (changed <-chan struct{}, stop func()) {
+	if w == nil {
+		return nil, func() {}
+	}
+	ch := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		w.Run(ctx, func() {
+			select {
+			case ch <- struct{}{}:
+			default: // a reload is pending already
+			}
+		})
+	})
+	return ch, func() { cancel(); wg.Wait() }
+}
+
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config.Load
@@ -184,6 +218,10 @@ func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Log
 		RetryBudget:         cfg.RetryBudget.Policy(),
 		Subscriptions:       subs,
 		Logger:              log,
+		Specs:               specParser{allowPrivate: cfg.AllowPrivateTargets},
+		Tenants:             tenants(cfg),
+		TenantTokens:        tenantTokens(cfg),
+		OperationalWebhook:  operationalWebhook(cfg),
 	}
 	if cfg.Log.Backend == config.BackendJetStream {
 		// Fleet mode: the log, the delivery state and the registry are in
@@ -233,49 +271,6 @@ func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
-}
-
-// subscriptions copies validated config onto the proxy's subscriptions.
-// Identical secrets and type lists are shared between subscriptions (one
-// HMAC state, one slice), which keeps a lane small when thousands of
-// subscriptions repeat them.
-func subscriptions(cfg *config.Config) []*proxy.Subscription {
-	out := make([]*proxy.Subscription, 0, len(cfg.Subscriptions))
-	secrets := map[string]signing.Secret{}
-	typeLists := map[string][]string{}
-	for _, sc := range cfg.Subscriptions {
-		for j, k := range sc.Resolved {
-			enc := k.Encode()
-			if prev, ok := secrets[enc]; ok {
-				sc.Resolved[j] = prev
-			} else {
-				secrets[enc] = k
-			}
-		}
-		tk := strings.Join(sc.Types, "\x00")
-		if prev, ok := typeLists[tk]; ok {
-			sc.Types = prev
-		} else {
-			typeLists[tk] = sc.Types
-		}
-		out = append(out, &proxy.Subscription{
-			ID:             sc.ID,
-			URL:            sc.URL,
-			Secrets:        sc.Resolved,
-			Types:          sc.Types,
-			Timeout:        sc.Timeout,
-			MaxConcurrency: sc.Concurrency.Max,
-			Retry:          sc.Retry.Policy(),
-			Headers:        sc.Headers,
-			Classify:       sc.ClassifyOverrides,
-			Paused:         sc.Paused,
-			Rate:           proxy.RateLimit{PerSecond: sc.Rate.PerSecond, Burst: sc.Rate.Burst},
-			Auto:           sc.Concurrency.AutoCap(),
-			Backlog:        proxy.BacklogQuota{MaxEvents: sc.Backlog.MaxEvents, MaxAge: sc.Backlog.MaxAge},
-			Breaker:        sc.Breaker.Policy(),
-		})
-	}
-	return out
 }
 
 // loopback reports whether a listen address is reachable only from this

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/signing"
+)
+
+// The conversion of validated config onto the proxy's plain values: the
+// file's subscriptions and the API's go through the one function,
+// newSubscription.
+
+// subscriptions copies the config file's validated subscriptions onto the
+// proxy's. Identical secrets and type lists are shared between
+// subscriptions (one HMAC state, one slice), which keeps a lane small when
+// thousands of subscriptions repeat them. Each one's Spec is the document
+// the file wrote, redacted (config.SubscriptionConfig.Spec), encoded once
+// while the file was decoded: no work here, and the bytes of that
+// document kept per lane (117 for the lanes-50k bench's subscriptions,
+// 128 of heap; BenchmarkStartupSubscriptions50k).
+func subscriptions(cfg *config.Config) []*proxy.Subscription {
+	out := make([]*proxy.Subscription, 0, len(cfg.Subscriptions))
+	in := newInterner()
+	for i := range cfg.Subscriptions {
+		sc := &cfg.Subscriptions[i]
+		out = append(out, newSubscription(sc, proxy.ManagedByFile, sc.Spec(), in))
+	}
+	return out
+}
+
+// newSubscription copies one validated subscription onto the proxy's;
+// in, if not nil, shares secrets and type lists with the others it saw.
+func newSubscription(sc *config.SubscriptionConfig, managedBy string, spec []byte, in *interner) *proxy.Subscription {
+	secrets, types := sc.Resolved, sc.Types
+	if in != nil {
+		secrets, types = in.secrets(secrets), in.types(types)
+	}
+	return &proxy.Subscription{
+		ID:             sc.ID,
+		URL:            sc.URL,
+		Secrets:        secrets,
+		Types:          types,
+		Timeout:        sc.Timeout,
+		MaxConcurrency: sc.Concurrency.Max,
+		Retry:          sc.Retry.Policy(),
+		Headers:        sc.Headers,
+		Classify:       sc.ClassifyOverrides,
+		Paused:         sc.Paused,
+		Rate:           proxy.RateLimit{PerSecond: sc.Rate.PerSecond, Burst: sc.Rate.Burst},
+		Auto:           sc.Concurrency.AutoCap(),
+		Backlog:        proxy.BacklogQuota{MaxEvents: sc.Backlog.MaxEvents, MaxAge: sc.Backlog.MaxAge},
+		Breaker:        sc.Breaker.Policy(),
+		Tenant:         sc.Tenant,
+		Filter:         sc.ParsedFilter,
+		ManagedBy:      managedBy,
+		Spec:           spec,
+	}
+}
+
+// interner shares identical secrets and type lists between subscriptions.
+type interner struct {
+	secretsByKey map[string]signing.Secret
+	typeLists    map[string][]string
+}
+
+func newInterner() *interner {
+	return &interner{secretsByKey: map[string]signing.Secret{}, typeLists: map[string][]string{}}
+}
+
+// secrets replaces each secret seen before by the first copy, in place.
+func (in *interner) secrets(ss []signing.Secret) []signing.Secret {
+	for j, k := range ss {
+		enc := k.Encode()
+		if prev, ok := in.secretsByKey[enc]; ok {
+			ss[j] = prev
+		} else {
+			in.secretsByKey[enc] = k
+		}
+	}
+	return ss
+}
+
+// types returns the first list seen equal to ts.
+func (in *interner) types(ts []string) []string {
+	key := strings.Join(ts, "\x00")
+	if prev, ok := in.typeLists[key]; ok {
+		return prev
+	}
+	in.typeLists[key] = ts
+	return ts
+}
+
+// specParser is proxy.SpecParser over config's parser: the API's
+// subscription documents are checked exactly as the file's subscriptions
+// are, and converted by newSubscription.
+type specParser struct {
+	// allowPrivate is allow_private_targets: without it a document whose
+	// URL is known to be private is refused, as in the file.
+	allowPrivate bool
+}
+
+var _ proxy.SpecParser = specParser{}
+
+// Parse validates doc (config.ParseSubscription); the subscription's Spec
+// is doc as given, secrets included: it is what a PATCH merges into.
+func (p specParser) Parse(doc []byte) (*proxy.Subscription, error) {
+	sc, err := config.ParseSubscription(doc)
+	if err != nil {
+		return nil, err
+	}
+	if !p.allowPrivate {
+		if err := sc.CheckPrivateTarget(); err != nil {
+			return nil, err
+		}
+	}
+	return newSubscription(sc, proxy.ManagedByAPI, slices.Clone(doc), nil), nil
+}
+
+// Redact returns doc as API clients are shown it
+// (config.RedactSubscriptionDoc).
+func (specParser) Redact(doc []byte) map[string]any { return config.RedactSubscriptionDoc(doc) }
+
+// tenants copies the tenants' limits.
+func tenants(cfg *config.Config) []proxy.Tenant {
+	var out []proxy.Tenant
+	for _, t := range cfg.Tenants {
+		out = append(out, proxy.Tenant{ID: t.ID, MaxSubscriptions: t.MaxSubscriptions, MaxConcurrency: t.Concurrency.Max})
+	}
+	return out
+}
+
+// tenantTokens copies admin.tokens as config resolved them.
+func tenantTokens(cfg *config.Config) []proxy.TenantToken {
+	var out []proxy.TenantToken
+	for _, t := range cfg.Admin.ResolvedTenantTokens {
+		out = append(out, proxy.TenantToken{Token: t.Token, Tenant: t.Tenant})
+	}
+	return out
+}
+
+// operationalWebhook is admin.operational_webhook as a subscription, or
+// nil when none is configured. Its types match every event: the proxy
+// decides which of its own events go there; its delivery settings are the
+// proxy's defaults.
+func operationalWebhook(cfg *config.Config) *proxy.Subscription {
+	w := cfg.Admin.OperationalWebhook
+	if w.URL == "" {
+		return nil
+	}
+	return &proxy.Subscription{ID: proxy.OperationalID, URL: w.URL, Secrets: w.Resolved, Types: []string{"*"}, ManagedBy: proxy.ManagedByFile}
+}

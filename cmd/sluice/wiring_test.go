@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/signing"
+)
+
+const (
+	wiringSecretB = "whsec_95HV3WjcsNP1TmBWW+BmZF+8Aa9L91ijURIkte4Mxcw="
+	opsSecret     = "whsec_5gboqfClPJIcOpFFyCKCMO7MQpWPxyDda+f/AePM6Xo="
+)
+
+// wiringDoc is one subscription with the keys of issue 12, in JSON: the
+// API's document, and the same in a config file.
+const wiringDoc = `{"id": "billing", "url": "https://billing.example.com/hooks", "secret": "` + e2eSecret + `",
+	"types": ["geofence.enter"], "tenant": "acme", "filter": {"data.speed": {"$gt": 30}},
+	"timeout": "5s", "rate": {"per_second": 10}, "concurrency": {"auto": true}, "retry": {"max_attempts": 3},
+	"backlog": {"max_events": 100}, "breaker": {"failure_ratio": 1}, "classify": {"409": "ack"},
+	"headers": {"Authorization": "Bearer header-secret", "X-Tenant": "acme"}, "paused": true}`
+
+// loadWiringConfig loads a JSON config file with wiringDoc, a second
+// subscription sharing its secret and types, tenants, tenant tokens and
+// the operational webhook.
+func loadWiringConfig(t *testing.T) *config.Config {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.json")
+	writeFile(t, path, `{
+		"admin": {"token": "operator-token-1", "tokens": [{"token": "acme-token-1", "tenant": "acme"}],
+			"operational_webhook": {"url": "https://ops.example.com/sluice", "secret": "`+opsSecret+`"}},
+		"tenants": [{"id": "acme", "max_subscriptions": 5, "concurrency": {"max": 40}}, {"id": "globex"}],
+		"subscriptions": [`+wiringDoc+`,
+			{"id": "audit", "url": "https://audit.example.com/in", "secrets": ["`+e2eSecret+`", "`+wiringSecretB+`"], "types": ["geofence.enter"]}]}`)
+	cfg, err := config.Load(path, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestSubscriptionsWiring: a file subscription carries its tenant, parsed
+// filter, ManagedByFile and its redacted document; identical secrets and
+// type lists are still shared.
+func TestSubscriptionsWiring(t *testing.T) {
+	cfg := loadWiringConfig(t)
+	parsed := []*config.SubscriptionConfig{&cfg.Subscriptions[0], &cfg.Subscriptions[1]}
+	subs := subscriptions(cfg)
+	if len(subs) != 2 {
+		t.Fatalf("%d subscriptions", len(subs))
+	}
+	b := subs[0]
+	if b.Tenant != "acme" || b.Filter == nil || b.Filter != parsed[0].ParsedFilter || b.ManagedBy != proxy.ManagedByFile {
+		t.Errorf("billing: tenant %q, filter %p (parsed %p), managed by %q", b.Tenant, b.Filter, parsed[0].ParsedFilter, b.ManagedBy)
+	}
+	if !bytes.Equal(b.Spec, parsed[0].Spec()) {
+		t.Errorf("billing Spec = %s, want config's %s", b.Spec, parsed[0].Spec())
+	}
+	var spec map[string]any
+	if err := json.Unmarshal(b.Spec, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if spec["secrets_count"] != 1.0 || spec["tenant"] != "acme" || spec["secret"] != nil {
+		t.Errorf("billing Spec = %s", b.Spec)
+	}
+	for _, s := range subs {
+		for _, leak := range []string{e2eSecret, strings.TrimPrefix(e2eSecret, "whsec_"), wiringSecretB, "header-secret"} {
+			if bytes.Contains(s.Spec, []byte(leak)) {
+				t.Errorf("%s Spec %s reveals %q", s.ID, s.Spec, leak)
+			}
+		}
+	}
+	if &subs[0].Types[0] != &subs[1].Types[0] {
+		t.Error("identical type lists are not shared")
+	}
+	if !reflect.DeepEqual(subs[0].Secrets[0], subs[1].Secrets[0]) {
+		t.Error("identical secrets are not shared")
+	}
+}
+
+// TestSpecParser: the API's documents become subscriptions through the
+// same conversion as the file's; only ManagedBy and Spec differ.
+func TestSpecParser(t *testing.T) {
+	fromFile := subscriptions(loadWiringConfig(t))[0]
+	doc := []byte(wiringDoc)
+	got, err := specParser{}.Parse(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ManagedBy != proxy.ManagedByAPI || !bytes.Equal(got.Spec, doc) || &got.Spec[0] == &doc[0] {
+		t.Errorf("ManagedBy %q, Spec %s (a copy of the document wanted)", got.ManagedBy, got.Spec)
+	}
+	g, w := *got, *fromFile
+	g.ManagedBy, w.ManagedBy = "", ""
+	g.Spec, w.Spec = nil, nil
+	if !reflect.DeepEqual(encodeSecrets(g.Secrets), encodeSecrets(w.Secrets)) {
+		t.Errorf("secrets differ")
+	}
+	g.Secrets, w.Secrets = nil, nil
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("from the API:\n %+v\nfrom the file:\n %+v", g, w)
+	}
+
+	// Errors name the key; the SSRF guard follows allow_private_targets.
+	for _, tt := range []struct {
+		p    specParser
+		doc  string
+		want string
+	}{
+		{specParser{}, `{"id": "a", "url": "https://a.example/", "secret_file": "/etc/passwd"}`, "secret_file: not accepted over the API: give the secret inline"},
+		{specParser{}, `{"id": "a", "url": "https://a.example/", "secret": "` + e2eSecret + `", "retry": {"max_attempts": 0.5}}`, "retry.max_attempts: 0.5: must be a whole number"},
+		{specParser{}, `{"id": "a", "url": "http://10.0.0.7/", "secret": "` + e2eSecret + `"}`, `url: "http://10.0.0.7/": is a private address; set allow_private_targets: true`},
+	} {
+		if _, err := tt.p.Parse([]byte(tt.doc)); err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+			t.Errorf("Parse(%s) = %v, want %q", tt.doc, err, tt.want)
+		}
+	}
+	if _, err := (specParser{allowPrivate: true}).Parse([]byte(`{"id": "a", "url": "http://10.0.0.7/", "secret": "` + e2eSecret + `"}`)); err != nil {
+		t.Errorf("with allow_private_targets: %v", err)
+	}
+
+	red := specParser{}.Redact(doc)
+	if red["secrets_count"] != 1 || red["secret"] != nil || red["headers"].(map[string]any)["Authorization"] != "[redacted]" {
+		t.Errorf("Redact = %v", red)
+	}
+}
+
+// TestServerOptionsTenants: tenants, tenant tokens, the operational webhook
+// and the document parser reach proxy.Options.
+func TestServerOptionsTenants(t *testing.T) {
+	cfg := loadWiringConfig(t)
+	opts := serverOptions(cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if want := []proxy.Tenant{{ID: "acme", MaxSubscriptions: 5, MaxConcurrency: 40}, {ID: "globex"}}; !slices.Equal(opts.Tenants, want) {
+		t.Errorf("Tenants = %+v, want %+v", opts.Tenants, want)
+	}
+	if want := []proxy.TenantToken{{Token: "acme-token-1", Tenant: "acme"}}; !slices.Equal(opts.TenantTokens, want) || opts.AdminToken != "operator-token-1" {
+		t.Errorf("TenantTokens = %+v, AdminToken %q", opts.TenantTokens, opts.AdminToken)
+	}
+	ow := opts.OperationalWebhook
+	if ow == nil || ow.ID != proxy.OperationalID || ow.URL != "https://ops.example.com/sluice" ||
+		!slices.Equal(encodeSecrets(ow.Secrets), []string{opsSecret}) || !slices.Equal(ow.Types, []string{"*"}) {
+		t.Errorf("OperationalWebhook = %+v", ow)
+	}
+	if _, ok := opts.Specs.(specParser); !ok {
+		t.Errorf("Specs = %T, want specParser", opts.Specs)
+	}
+
+	none, err := config.Load("", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts := serverOptions(none, nil, slog.New(slog.NewTextHandler(io.Discard, nil))); opts.OperationalWebhook != nil || opts.Tenants != nil || opts.TenantTokens != nil {
+		t.Errorf("defaults: webhook %v, tenants %v, tokens %v", opts.OperationalWebhook, opts.Tenants, opts.TenantTokens)
+	}
+}
+
+func encodeSecrets(ss []signing.Secret) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.Encode()
+	}
+	return out
+}
