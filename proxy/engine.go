@@ -31,6 +31,7 @@ type engine struct {
 	now    func() time.Time
 	client *fasthttp.Client
 	quit   chan struct{} // closed at stop
+	ops    *operational  // the operational webhook; nil when not configured
 
 	stopping atomic.Bool  // no new deliveries
 	life     sync.RWMutex // finish holds it shared while writing outcomes and moving the cursor

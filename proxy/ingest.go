@@ -245,6 +245,11 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 		jsonError(ctx, fasthttp.StatusBadRequest, "invalid event type "+strconv.Quote(string(typ))+": "+msg)
 		return
 	}
+	if operationalType(string(typ)) {
+		// Always, configured or not: see operational.go.
+		jsonError(ctx, fasthttp.StatusBadRequest, "event type "+strconv.Quote(string(typ))+" is reserved for sluice's operational webhook")
+		return
+	}
 	id := ctx.Request.Header.Peek("Idempotency-Key")
 	var idStr string
 	if len(id) == 0 {

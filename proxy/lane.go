@@ -303,6 +303,9 @@ func (l *lane) mayPass(now time.Time) bool {
 // (short) type list instead of calling match, whose []byte argument would
 // cost an allocation per event per filtered lane on the hot path.
 func (l *lane) wants(typ string) bool {
+	if hidden(l.id, typ) { // operational events are the operational lane's (operational.go)
+		return false
+	}
 	if l.match == nil {
 		return true
 	}
@@ -572,6 +575,7 @@ func (l *lane) nextInLog() *queue.Event {
 		for _, ev := range evs {
 			l.took(ev.Seq)
 		}
+		evs = hideOperational(l.id, evs) // as wants does (operational.go)
 		if l.sub.Filter != nil {
 			kept := evs[:0]
 			for _, ev := range evs {
@@ -696,6 +700,7 @@ func (l *lane) enforceQuota(now time.Time) {
 		}
 		excess = n + int64(len(l.buf)) - q.MaxEvents
 	}
+	rejected := l.quotaRejections.Load()
 	for {
 		ev := l.nextFresh()
 		if ev == nil {
@@ -718,6 +723,7 @@ func (l *lane) enforceQuota(now time.Time) {
 		e.m.rejections.WithLabelValues(l.id, policy.ReasonBacklogQuota).Inc()
 		excess--
 	}
+	e.ops.quotaExceeded(l.id, l.quotaRejections.Load()-rejected, q, now)
 	l.updateCursor()
 }
 

@@ -38,6 +38,9 @@ func (s *Server) setPaused(id, reason string) error {
 	if err := s.q.SetPaused(id, reason); err != nil {
 		return err
 	}
+	if reason != "" && reason != l.pausedBy {
+		s.d.ops.paused(id, reason, pausedByOperator)
+	}
 	l.pausedBy = reason
 	if reason == "" {
 		l.pumpLocked()

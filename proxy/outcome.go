@@ -65,7 +65,7 @@ func (l *lane) finish(j *job, res result) {
 	}
 	l.inFlight--
 	l.noteAttempt(j, res, rs, now) // the attempt log: what was answered, recorded or not
-	l.brk().Record(res.Outcome == policy.Retry, res.Timeout(), j.probe)
+	l.recordBreaker(res, j.probe)
 	if l.auto != nil {
 		l.auto.Completed(now.Sub(j.started), res.Timeout())
 	}
@@ -180,6 +180,7 @@ func (l *lane) resolved(j *job, o queue.Outcome) {
 	if o.Pause != "" && l.pausedBy != o.Pause {
 		l.pausedBy = o.Pause
 		e.log.Warn("subscription paused: "+o.Pause, "subscription", l.id)
+		e.ops.paused(l.id, o.Pause, pausedByEndpoint)
 	}
 	if j == nil {
 		return
@@ -203,6 +204,7 @@ func (l *lane) resolved(j *job, o queue.Outcome) {
 func (l *lane) noteDeadLetter(dl *queue.DeadLetter) {
 	l.deadLettered.Add(1)
 	l.e.m.deadLetters.WithLabelValues(l.id, dl.Reason).Inc()
+	l.e.ops.deadLetter(l.id, dl)
 	if dl.Reason == policy.ReasonBacklogQuota {
 		return
 	}

@@ -22,7 +22,8 @@
 // commits, in-flight slots and workers, the retry timer), deliver.go and
 // dial.go (the outbound client and its SSRF guard), ledger.go (pause,
 // replay, the completion ledger), admin.go and api.go (the admin API and
-// its wire types), metrics.go.
+// its wire types), operational.go (the operational webhook: sluice's own
+// events, appended to the log and delivered by their own lane), metrics.go.
 //
 // A Server is created with New, started with Open and stopped with Close.
 package proxy
@@ -118,8 +119,11 @@ type Options struct {
 	TenantTokens []TenantToken
 	// OperationalWebhook, when set, receives sluice's own events
 	// (subscription.paused, breaker changes, dead letters, backlog quota),
-	// delivered through a lane like any subscription. Its ID is
-	// OperationalID.
+	// appended to the log and delivered through a lane like any
+	// subscription (operational.go). Open gives it the ID OperationalID,
+	// the operational event types, no tenant and no filter, and makes it
+	// the file's (the API cannot change it); URL, Secrets and the delivery
+	// settings are used as given.
 	OperationalWebhook *Subscription
 }
 
@@ -284,8 +288,14 @@ func (s *Server) Open() (err error) {
 	}
 	d.onMaintain = s.retireExpiredSecrets
 	d.m = newMetrics(s.opts.Registry, d)
-	if err := d.start(subs); err != nil {
+	d.ops = newOperational(s.opts.OperationalWebhook, s.q, s.log, s.opts.Now, s.opts.Registry)
+	d.ops.start()
+	if subs, err = d.ops.with(subs); err == nil {
+		err = d.start(subs)
+	}
+	if err != nil {
 		d.stop(context.Background())
+		d.ops.stop()
 		s.q.Close()
 		s.q, s.d = nil, nil // Close closes only what is open
 		return err
@@ -388,8 +398,14 @@ func baseURL(ln net.Listener) string {
 // Reload applies a new set of subscriptions without a restart (the server
 // owns them from here): new ones are
 // entitled to events accepted from now on, removed ones drain what they
-// were entitled to, changed ones deliver with their new settings.
+// were entitled to, changed ones deliver with their new settings. The
+// operational webhook stays whatever subs hold; a subscription with its
+// id (OperationalID) is refused.
 func (s *Server) Reload(subs []*Subscription) error {
+	subs, err := s.d.ops.with(subs) // the operational webhook stays
+	if err != nil {
+		return err
+	}
 	for _, sub := range subs {
 		sub.withDefaults()
 	}
@@ -444,6 +460,9 @@ func (s *Server) Close(ctx context.Context) error {
 		if err := shutdownClosingFresh(sctx, s.admin.Shutdown, &s.adminFresh); err != nil {
 			keep(fmt.Errorf("admin shutdown: %w", err))
 		}
+	}
+	if s.d != nil {
+		s.d.ops.stop() // it appends: before the log closes
 	}
 	if s.q != nil {
 		if err := s.q.Close(); err != nil {
