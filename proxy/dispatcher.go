@@ -103,8 +103,12 @@ func (d *dispatcher) start(subs []*Subscription) error {
 	// wake-up nothing sends (no commit concerns it, no timer is set, and
 	// maintain only pumps lanes compactSlack behind the head), and what it
 	// owes stays undelivered (invariant 7).
+	// The API's lanes are not the file's either: pump them as well.
 	for _, l := range d.laneList() {
-		if l.leaving.Load() {
+		l.mu.Lock()
+		api := l.sub.managedByAPI()
+		l.mu.Unlock()
+		if l.leaving.Load() || api {
 			l.pump()
 		}
 	}

@@ -196,7 +196,7 @@ func encodeSnapshot(s *Subscription) []byte {
 		sn.Managed, sn.Spec, sn.Paused = s.ManagedBy, s.Spec, s.Paused
 	}
 	if s.Filter != nil {
-		sn.Filter = filterSpec(s.Spec)
+		sn.Filter = json.RawMessage(s.Filter.String()) // canonical: equal filters, equal snapshots
 	}
 	for _, k := range s.Secrets {
 		sn.Secrets = append(sn.Secrets, k.Encode())
@@ -233,15 +233,15 @@ func decodeSnapshot(id string, b []byte) (*Subscription, error) {
 		}
 		s.Filter = f
 	}
-	if len(s.SecretExpiry) != len(s.Secrets) {
-		s.SecretExpiry = nil
-	}
 	for _, enc := range sn.Secrets {
 		k, err := signing.ParseSecret(enc)
 		if err != nil {
 			return nil, fmt.Errorf("subscription %s: snapshot: %w", id, err)
 		}
 		s.Secrets = append(s.Secrets, k)
+	}
+	if len(s.SecretExpiry) != len(s.Secrets) {
+		s.SecretExpiry = nil
 	}
 	if len(sn.Classify) > 0 {
 		c, err := policy.ParseClassify(sn.Classify)
@@ -251,17 +251,4 @@ func decodeSnapshot(id string, b []byte) (*Subscription, error) {
 		s.Classify = c
 	}
 	return s.withDefaults(), nil
-}
-
-// filterSpec is the "filter" of a subscription document, as written; nil
-// when there is none. The snapshot keeps it so that a subscription
-// removed from the config drains with the filter it was entitled by.
-func filterSpec(spec []byte) json.RawMessage {
-	var doc struct {
-		Filter json.RawMessage `json:"filter"`
-	}
-	if json.Unmarshal(spec, &doc) != nil {
-		return nil
-	}
-	return doc.Filter
 }

@@ -100,10 +100,11 @@ func serve(args []string, stderr io.Writer) error {
 		log.Info("sluice serving", "version", version, "ingest", srv.URL(), "admin", srv.AdminURL(),
 			"data_dir", cfg.DataDir, "durability", cfg.Durability, "subscriptions", nsubs)
 	}
-	if nsubs == 0 {
+	if nsubs == 0 && len(srv.Lanes()) == 0 {
 		log.Warn("no subscriptions configured: events are accepted and kept, but go nowhere. " +
 			"Add one under 'subscriptions:' in a config file (id, url, secret: whsec_..., types) " +
-			"and start with --config FILE: it is re-read on SIGHUP and when it changes")
+			"and start with --config FILE (it is re-read on SIGHUP and when it changes), " +
+			"or create one through the admin API: POST /v1/subscriptions")
 	}
 
 	changed, stopWatching := watch(watcher)
