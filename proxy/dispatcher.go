@@ -31,7 +31,6 @@ type dispatcher struct {
 
 	mu        sync.Mutex
 	lanes     map[string]*lane
-	bulkheads map[string]*bulkhead // by tenant, for those with a concurrency cap
 	laneSlice []*lane              // cache of the lanes; nil when stale
 
 	cursorInterval time.Duration
@@ -45,7 +44,6 @@ func newDispatcher(q queue.Store, client *fasthttp.Client, log *slog.Logger, now
 	return &dispatcher{
 		engine:         newEngine(q, client, log, now, maxInFlight, budget),
 		lanes:          map[string]*lane{},
-		bulkheads:      map[string]*bulkhead{},
 		cursorInterval: cursorInterval,
 	}
 }
@@ -179,7 +177,6 @@ func (d *dispatcher) join(subs []*Subscription, known map[string]*queue.Membersh
 	}
 	for i, s := range subs {
 		d.feed.watchTypes(s)
-		s.bulkhead = d.bulkheadFor(s.Tenant)
 		d.mu.Lock()
 		l := d.lanes[s.ID]
 		if l == nil {

@@ -32,6 +32,9 @@ type engine struct {
 	client *fasthttp.Client
 	quit   chan struct{} // closed at stop
 	ops    *operational  // the operational webhook; nil when not configured
+	// bulkheads are the tenants' concurrency caps, by tenant; made before
+	// any lane and never changed, so read without a lock.
+	bulkheads map[string]*bulkhead
 
 	stopping atomic.Bool  // no new deliveries
 	life     sync.RWMutex // finish holds it shared while writing outcomes and moving the cursor
@@ -41,11 +44,12 @@ type engine struct {
 func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, budget policy.BudgetConfig) *engine {
 	e := &engine{
 		store: store, client: client, log: log, now: now,
-		feed:   newFeed(store),
-		timers: &timerHeap{wake: make(chan struct{}, 1)},
-		dirty:  &dirtySet{m: map[*lane]struct{}{}},
-		budget: policy.NewBudget(budget, now),
-		quit:   make(chan struct{}),
+		feed:      newFeed(store),
+		timers:    &timerHeap{wake: make(chan struct{}, 1)},
+		dirty:     &dirtySet{m: map[*lane]struct{}{}},
+		budget:    policy.NewBudget(budget, now),
+		quit:      make(chan struct{}),
+		bulkheads: map[string]*bulkhead{},
 	}
 	e.fleet, _ = store.(queue.Fleet)
 	e.slots = newSlots(maxInFlight, e.feed, e.quit, func(j *job, w *workerState) {

@@ -309,7 +309,6 @@ func (d *dispatcher) memberChanged(sub string) {
 		d.log.Error("membership has a bad snapshot", "subscription", sub, "err", err)
 		return
 	}
-	s.bulkhead = d.bulkheadFor(s.Tenant)
 	if l == nil {
 		d.feed.watchTypes(s)
 		l = newLane(d.engine, m, s)

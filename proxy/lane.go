@@ -153,6 +153,7 @@ func (l *lane) setPolicies(sub *Subscription) {
 		l.auto = policy.NewAutoCap(*sub.Auto, now)
 	}
 	l.horizon.Store(int64(horizon(sub)))
+	sub.bulkhead = l.e.bulkheads[sub.Tenant] // before the lane hands sub to a job
 	l.sub = sub
 }
 

@@ -283,7 +283,7 @@ func (s *Server) Open() (err error) {
 	s.d = d
 	for _, t := range s.opts.Tenants {
 		if t.MaxConcurrency > 0 {
-			d.bulkheads[t.ID] = newBulkhead(t.ID, t.MaxConcurrency)
+			d.bulkheads[t.ID] = newBulkhead(t.ID, t.MaxConcurrency) // before any lane exists
 		}
 	}
 	d.onMaintain = s.retireExpiredSecrets

@@ -143,16 +143,6 @@ func (b *bulkhead) wakeOne(f *feed, viaKick bool) {
 	}
 }
 
-// bulkheadFor returns tenant's bulkhead, nil when it has no concurrency
-// cap. One per tenant for the process's life.
-func (d *dispatcher) bulkheadFor(tenant string) *bulkhead {
-	if tenant == "" {
-		return nil
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.bulkheads[tenant]
-}
 
 // tokenCache maps token keys (tokenKey) to tenants: the configured
 // tenant tokens, and issued ones once looked up in the store.
