@@ -81,6 +81,7 @@ func TestParseSubscriptionErrors(t *testing.T) {
 		{name: "bare duration", doc: `{` + ok + `, "timeout": 10}`, field: "timeout", want: `timeout: 10: bare number is not a duration`},
 		{name: "out of range", doc: `{` + ok + `, "retry": {"max_attempts": 101}}`, field: "retry.max_attempts", want: `retry.max_attempts: 101: must be between 1 and 100`},
 		{name: "explicit zero", doc: `{` + ok + `, "rate": {"per_second": 0}}`, field: "rate.per_second", want: `rate.per_second: 0: must be greater than 0`},
+		{name: "operational id", doc: `{"id": "sluice.operational", "url": "https://a.example/", "secret": "` + secretA + `"}`, field: "id", want: `id: "sluice.operational": is the operational webhook's lane`},
 		{name: "missing id", doc: `{"url": "https://a.example/", "secret": "` + secretA + `"}`, field: "id", want: `id: required`, is: ErrMissingValue},
 		{name: "bad tenant", doc: `{` + ok + `, "tenant": "Acme"}`, field: "tenant", want: `tenant: "Acme": must match`},
 		{name: "bad type", doc: `{` + ok + `, "types": ["geofence enter"]}`, field: "types[0]", want: `types[0]: "geofence enter": must be "*" or an event type`},

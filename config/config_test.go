@@ -382,6 +382,7 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "operational_webhook_bad_url", want: []string{`admin.operational_webhook.url: "ftp://ops.example.com/sluice": must be http or https`}, is: ErrInvalidValue},
 		{file: "operational_webhook_private", want: []string{`admin.operational_webhook.url: "http://10.1.2.3/ops": is a private address`, "allow_private_targets"}, is: ErrInvalidValue},
 		{file: "operational_webhook_bad_secret", want: []string{`admin.operational_webhook.secret: [redacted]: invalid secret`}, is: signing.ErrBadSecret},
+		{file: "operational_id", want: []string{`subscriptions[0].id: "sluice.operational": is the operational webhook's lane`}, is: ErrInvalidValue},
 		{file: "operational_webhook_unknown_key", want: []string{`unknown key "admin.operational_webhook.types"`}, is: ErrUnknownKey},
 
 		// YAML itself.
@@ -1244,5 +1245,32 @@ func skipPolicyStub(t *testing.T) {
 	}
 	if !policy.IsTypePattern("a.*") {
 		t.Skip(`policy.IsTypePattern is the issue 12 stub ("a.*" is no pattern)`)
+	}
+}
+
+// TestLoadConfigTypePatterns: types may hold patterns beside exact types,
+// checked by policy; "*" must still stand alone.
+func TestLoadConfigTypePatterns(t *testing.T) {
+	skipPolicyStub(t)
+	load := func(types ...any) error {
+		_, err := Load("", nil, map[string]any{"subscriptions": []any{map[string]any{
+			"id": "s", "url": "https://s.example", "secret": secretA, "types": types,
+		}}})
+		return err
+	}
+	if err := load("geofence.*", "*.created", "card.shipment:dispatched"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		types []any
+		want  string
+	}{
+		{[]any{"geo*.enter"}, `subscriptions[0].types[0]: "geo*.enter": `},
+		{[]any{"geofence.*", "*"}, `subscriptions[0].types: `},
+		{[]any{"geofence.*", "geofence.*"}, `subscriptions[0].types[1]: "geofence.*": listed twice`},
+	} {
+		if err := load(tt.types...); err == nil || !strings.HasPrefix(err.Error(), "config: "+tt.want) {
+			t.Errorf("types %v: %v, want %q", tt.types, err, tt.want)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy"
 )
 
 // Limits checked by Validate. The bounds of the retry budget, the
@@ -279,6 +280,9 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 	if err := validateID(p+".id", s.ID); err != nil {
 		return err
 	}
+	if s.ID == proxy.OperationalID {
+		return fieldErr(p+".id", s.ID, invalidf("is the operational webhook's lane (admin.operational_webhook)"))
+	}
 	if err := validateURL(p+".url", s.URL); err != nil {
 		return err
 	}
@@ -364,7 +368,9 @@ func (s *SubscriptionConfig) parseFilter(p string) error {
 	}
 	f, err := policy.ParseFilter(s.Filter)
 	if err != nil {
-		return fieldErr(p+".filter", nil, &reason{kind: ErrInvalidValue, msg: err.Error(), cause: err})
+		// policy's message starts "filter: ", which the key already says.
+		msg := strings.TrimPrefix(err.Error(), "filter: ")
+		return fieldErr(p+".filter", nil, &reason{kind: ErrInvalidValue, msg: msg, cause: err})
 	}
 	s.ParsedFilter = f
 	return nil
