@@ -35,6 +35,10 @@ type engine struct {
 	// bulkheads are the tenants' concurrency caps, by tenant; made before
 	// any lane and never changed, so read without a lock.
 	bulkheads map[string]*bulkhead
+	// rotating is set when a lane takes a subscription whose old secrets
+	// expire (a rotation's grace): the maintenance pass looks for expired
+	// ones only then, not over 50,000 lanes every second.
+	rotating atomic.Bool
 
 	stopping atomic.Bool  // no new deliveries
 	life     sync.RWMutex // finish holds it shared while writing outcomes and moving the cursor

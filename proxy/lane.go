@@ -154,6 +154,9 @@ func (l *lane) setPolicies(sub *Subscription) {
 	}
 	l.horizon.Store(int64(horizon(sub)))
 	sub.bulkhead = l.e.bulkheads[sub.Tenant] // before the lane hands sub to a job
+	if sub.SecretExpiry != nil {
+		l.e.rotating.Store(true)
+	}
 	l.sub = sub
 }
 

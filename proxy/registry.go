@@ -373,16 +373,28 @@ func sortExpiring(secrets []signing.Secret, expiry []time.Time) {
 // grace ended without the old secrets (they stopped signing already:
 // liveSecrets); only the lane's owner does it, once.
 func (s *Server) retireExpiredSecrets(now time.Time) {
+	if !s.d.rotating.Swap(false) {
+		return
+	}
+	pending := false
 	for _, l := range s.d.laneList() {
 		l.mu.Lock()
 		sub, foreign, left := l.sub, l.foreign, l.left
 		l.mu.Unlock()
-		if foreign || left || !sub.managedByAPI() || sub.SecretExpiry == nil {
+		if sub.SecretExpiry == nil {
+			continue
+		}
+		if foreign || left || !sub.managedByAPI() {
+			pending = true // its owner retires them; it may be this node later
 			continue
 		}
 		if live := sub.liveSecrets(now); len(live) < len(sub.Secrets) {
 			s.dropSecrets(l.id, now)
 		}
+		pending = pending || len(sub.liveSecrets(now)) > 1
+	}
+	if pending {
+		s.d.rotating.Store(true)
 	}
 }
 
