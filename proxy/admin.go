@@ -249,6 +249,20 @@ func adminResult(w http.ResponseWriter, err error, v any) {
 	}
 }
 
+// pageLimit parses a page's limit parameter: 1..1000, 100 when absent;
+// a bad one is answered 400.
+func pageLimit(w http.ResponseWriter, v string) (int, bool) {
+	if v == "" {
+		return 100, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		writeError(w, http.StatusBadRequest, "limit: want 1..1000, got "+strconv.Quote(v))
+		return 0, false
+	}
+	return n, true
+}
+
 // listDeadLetters serves GET /v1/dead-letters?subscription=&reason=&limit=&cursor=.
 // cursor is the "next" value of the previous page.
 func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
@@ -261,14 +275,9 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			writeError(w, http.StatusBadRequest, "limit: want 1..1000, got "+strconv.Quote(v))
-			return
-		}
-		limit = n
+	limit, ok := pageLimit(w, q.Get("limit"))
+	if !ok {
+		return
 	}
 	var afterSub string
 	var afterSeq uint64

@@ -170,14 +170,9 @@ func (s *Server) listUndelivered(w http.ResponseWriter, r *http.Request) {
 		}
 		since = t
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			writeError(w, http.StatusBadRequest, "limit: want 1..1000, got "+strconv.Quote(v))
-			return
-		}
-		limit = n
+	limit, ok := pageLimit(w, q.Get("limit"))
+	if !ok {
+		return
 	}
 	page, err := s.Undelivered(principalOf(r), sub, since, limit, q.Get("cursor"))
 	registryResult(w, http.StatusOK, err, page)

@@ -316,22 +316,9 @@ func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (Rota
 		}
 	}
 	sortExpiring(secrets, expiry)
-	doc, err := document(cur.Spec)
+	sub, err := s.withSecrets(cur, secrets, expiry)
 	if err != nil {
 		return RotateAnswer{}, err
-	}
-	delete(doc, "secret")
-	enc := make([]any, len(secrets))
-	for i, k := range secrets {
-		enc[i] = k.Encode()
-	}
-	doc["secrets"] = enc
-	sub, err := s.parseSpec(encodeDocument(doc))
-	if err != nil {
-		return RotateAnswer{}, err
-	}
-	if len(secrets) > 1 {
-		sub.SecretExpiry = expiry
 	}
 	if err := d.join([]*Subscription{sub}, nil); err != nil {
 		return RotateAnswer{}, err
@@ -342,6 +329,29 @@ func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (Rota
 		ans.OldUntil = until
 	}
 	return ans, nil
+}
+
+// withSecrets is cur with these secrets (in Subscription.SecretExpiry's
+// order) and their deadlines: its document lists them under "secrets".
+func (s *Server) withSecrets(cur *Subscription, secrets []signing.Secret, expiry []time.Time) (*Subscription, error) {
+	doc, err := document(cur.Spec)
+	if err != nil {
+		return nil, err
+	}
+	delete(doc, "secret")
+	enc := make([]any, len(secrets))
+	for i, k := range secrets {
+		enc[i] = k.Encode()
+	}
+	doc["secrets"] = enc
+	sub, err := s.parseSpec(encodeDocument(doc))
+	if err != nil {
+		return nil, err
+	}
+	if len(secrets) > 1 {
+		sub.SecretExpiry = expiry
+	}
+	return sub, nil
 }
 
 // sortExpiring orders secrets as Subscription.SecretExpiry requires: the
@@ -410,23 +420,10 @@ func (s *Server) dropSecrets(id string, now time.Time) {
 	cur := l.sub
 	l.mu.Unlock()
 	live := cur.liveSecrets(now)
-	doc, err := document(cur.Spec)
-	if err != nil {
-		return
-	}
-	delete(doc, "secret")
-	enc := make([]any, len(live))
-	for i, k := range live {
-		enc[i] = k.Encode()
-	}
-	doc["secrets"] = enc
-	sub, err := s.parseSpec(encodeDocument(doc))
+	sub, err := s.withSecrets(cur, live, cur.SecretExpiry[:len(live)])
 	if err != nil {
 		s.log.Error("retire expired secrets", "subscription", id, "err", err)
 		return
-	}
-	if len(live) > 1 {
-		sub.SecretExpiry = cur.SecretExpiry[:len(live)]
 	}
 	if err := d.join([]*Subscription{sub}, nil); err != nil {
 		s.log.Error("retire expired secrets", "subscription", id, "err", err)
