@@ -121,6 +121,23 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// oneArg parses the arguments of an admin command that takes one
+// positional argument (what names it in the usage) and opens the client.
+func oneArg(name, what string, fs *flag.FlagSet, af adminFlags, args []string, stderr io.Writer) (string, *client.Client, error) {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := wantArgs(name, pos, what); err != nil {
+		return "", nil, err
+	}
+	api, err := af.open(stderr)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return pos[0], api, nil
+}
+
 func wantArgs(cmd string, pos []string, names ...string) error {
 	if len(pos) != len(names) {
 		if len(names) == 0 {

@@ -21,35 +21,28 @@ func pauseCmd(args []string, stdout, stderr io.Writer, pause bool) error {
 	if pause {
 		reason = fs.String("reason", "", "why, shown by status (default: paused by an operator)")
 	}
-	pos, err := parseArgs(fs, args)
+	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
 		return err
-	}
-	if err := wantArgs(name, pos, "ID"); err != nil {
-		return err
-	}
-	api, err := af.open(stderr)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
 	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
 	var st *proxy.StateAnswer
 	if pause {
-		st, err = api.Pause(ctx, pos[0], *reason)
+		st, err = api.Pause(ctx, id, *reason)
 	} else {
-		st, err = api.Resume(ctx, pos[0])
+		st, err = api.Resume(ctx, id)
 	}
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", name, pos[0], explain(err))
+		return fmt.Errorf("%s %s: %w", name, id, explain(err))
 	}
 	if *af.json {
 		return printJSON(stdout, st)
 	}
 	if pause {
-		fmt.Fprintf(stdout, "paused %s: its events are kept and wait until 'sluice resume %s'\n", pos[0], pos[0])
+		fmt.Fprintf(stdout, "paused %s: its events are kept and wait until 'sluice resume %s'\n", id, id)
 	} else {
-		fmt.Fprintf(stdout, "resumed %s\n", pos[0])
+		fmt.Fprintf(stdout, "resumed %s\n", id)
 	}
 	return nil
 }

@@ -169,20 +169,13 @@ func subList(args []string, stdout, stderr io.Writer) error {
 func subGet(args []string, stdout, stderr io.Writer) error {
 	const name = "subscriptions get"
 	fs, af := subFlags(name, stderr)
-	pos, err := parseArgs(fs, args)
+	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
 		return err
-	}
-	if err := wantArgs(name, pos, "ID"); err != nil {
-		return err
-	}
-	api, err := af.open(stderr)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
 	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	info, err := api.Subscription(ctx, pos[0])
+	info, err := api.Subscription(ctx, id)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, explain(err))
 	}
@@ -244,11 +237,8 @@ func subUpdate(args []string, stdout, stderr io.Writer) error {
 		sets = append(sets, s)
 		return nil
 	})
-	pos, err := parseArgs(fs, args)
+	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(name, pos, "ID"); err != nil {
 		return err
 	}
 	patch := map[string]any{}
@@ -265,13 +255,9 @@ func subUpdate(args []string, stdout, stderr io.Writer) error {
 	if len(patch) == 0 {
 		return fmt.Errorf("%s: give --file PATCH or --set KEY=VALUE", name)
 	}
-	api, err := af.open(stderr)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	info, err := api.UpdateSubscription(ctx, pos[0], patch)
+	info, err := api.UpdateSubscription(ctx, id, patch)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, explain(err))
 	}
@@ -330,20 +316,13 @@ func setPatch(patch map[string]any, kv string) error {
 func subDelete(args []string, stdout, stderr io.Writer) error {
 	const name = "subscriptions delete"
 	fs, af := subFlags(name, stderr)
-	pos, err := parseArgs(fs, args)
+	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
 		return err
-	}
-	if err := wantArgs(name, pos, "ID"); err != nil {
-		return err
-	}
-	api, err := af.open(stderr)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
 	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	info, err := api.DeleteSubscription(ctx, pos[0])
+	info, err := api.DeleteSubscription(ctx, id)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, explain(err))
 	}
@@ -359,11 +338,8 @@ func subRotate(args []string, stdout, stderr io.Writer) error {
 	const name = "subscriptions rotate-secret"
 	fs, af := subFlags(name, stderr)
 	grace := fs.String("grace", "", "how long the old secrets keep signing beside the new one, e.g. 24h; 0s retires them at once (default: the sidecar's, 24h)")
-	pos, err := parseArgs(fs, args)
+	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(name, pos, "ID"); err != nil {
 		return err
 	}
 	g := time.Duration(-1) // the sidecar's default
@@ -372,13 +348,9 @@ func subRotate(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s: --grace: want a duration such as 24h or 0s, got %q", name, *grace)
 		}
 	}
-	api, err := af.open(stderr)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	ans, err := api.RotateSecret(ctx, pos[0], g)
+	ans, err := api.RotateSecret(ctx, id, g)
 	if err != nil {
 		if client.IsMaybeDone(err) {
 			err = fmt.Errorf("%w (the secret may have been rotated: run rotate-secret again for one you know; the one lost stops signing after the grace)", err)
@@ -403,11 +375,8 @@ func subRecover(args []string, stdout, stderr io.Writer) error {
 	fs, af := subFlags(name, stderr)
 	sinceF := fs.String("since", "", "replay dead letters of events accepted from this time: RFC 3339 (2026-11-30T12:00:00Z) or a duration before now (24h)")
 	untilF := fs.String("until", "", "... and before this time, the same forms (default: now)")
-	pos, err := parseArgs(fs, args)
+	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(name, pos, "ID"); err != nil {
 		return err
 	}
 	now := time.Now()
@@ -424,13 +393,9 @@ func subRecover(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s: --until: %w", name, err)
 		}
 	}
-	api, err := af.open(stderr)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
 	ctx, cancel := callCtx(cliReplayTimeout)
 	defer cancel()
-	ans, err := api.Recover(ctx, pos[0], since, until)
+	ans, err := api.Recover(ctx, id, since, until)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, explain(err))
 	}

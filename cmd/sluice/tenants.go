@@ -22,25 +22,18 @@ func tenantsCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	const name = "tenants token"
 	fs, af := subFlags(name, stderr)
-	pos, err := parseArgs(fs, args[1:])
+	id, api, err := oneArg(name, "TENANT", fs, af, args[1:], stderr)
 	if err != nil {
 		return err
-	}
-	if err := wantArgs(name, pos, "TENANT"); err != nil {
-		return err
-	}
-	api, err := af.open(stderr)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
 	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	ans, err := api.IssueTenantToken(ctx, pos[0])
+	ans, err := api.IssueTenantToken(ctx, id)
 	if err != nil {
 		if client.IsMaybeDone(err) {
 			err = fmt.Errorf("%w (a token may have been issued that nobody was shown: issue another)", err)
 		}
-		return fmt.Errorf("%s %s: %w", name, pos[0], explain(err))
+		return fmt.Errorf("%s %s: %w", name, id, explain(err))
 	}
 	if *af.json {
 		fmt.Fprintln(stderr, "sluice: the answer holds the token: "+onceNote)
