@@ -280,9 +280,17 @@ func (d *dispatcher) MembersChanged(subs []string, initial bool) {
 }
 
 func (d *dispatcher) memberChanged(sub string) {
-	m, _, err := d.fleet.Lane(sub)
+	// Member, not Lane: Lane loads the retry schedule's index afresh, a
+	// scan of the subscription's retries for every change, on every node,
+	// one change after another (about 30 ms each on loopback: a PATCH
+	// reached its owner only after events posted after its 200 were sent
+	// with the old settings, and 10,000 creates would take the other
+	// nodes minutes to hear of).
+	// Read under reg, so that it is not older than what this node's own
+	// API wrote meanwhile (applying it would undo that write).
 	d.reg.Lock()
 	defer d.reg.Unlock()
+	m, err := d.fleet.Member(sub)
 	l := d.lane(sub)
 	switch {
 	case errors.Is(err, queue.ErrNotFound):

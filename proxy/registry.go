@@ -166,7 +166,7 @@ func (s *Server) checkFree(id string) error {
 		}
 	}
 	if f := s.d.fleet; f != nil {
-		if _, _, err := f.Lane(id); err == nil {
+		if _, err := f.Member(id); err == nil {
 			return fmt.Errorf("subscription %s: %w (made through another node)", id, ErrExists)
 		} else if !errors.Is(err, queue.ErrNotFound) {
 			return err

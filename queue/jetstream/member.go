@@ -472,6 +472,27 @@ func (s *Store) SaveCursors(cursors map[string]uint64) error {
 	return nil
 }
 
+// Member reads sub's membership and its cursor, and nothing of its retry
+// schedule. Lane loads the schedule's index afresh (a scan of sub's
+// retries, tens of ms, for every change another node makes, on every
+// node); the member watch and a create's check need only the settings.
+func (s *Store) Member(sub string) (queue.Membership, error) {
+	if err := s.checkOpen(); err != nil {
+		return queue.Membership{}, err
+	}
+	if err := checkSub(sub); err != nil {
+		return queue.Membership{}, fmt.Errorf("member: %w", err)
+	}
+	m, ok, err := s.readMember(s.st.ctx, sub)
+	if err != nil {
+		return queue.Membership{}, fmt.Errorf("member %s: %w", sub, s.stateErr(err))
+	}
+	if !ok {
+		return queue.Membership{}, fmt.Errorf("member %s: %w", sub, queue.ErrNotFound)
+	}
+	return m.m, nil
+}
+
 // Lane reads sub's durable state for a lane just gained on this node: its
 // membership with the cursor, and its retry schedule, whose index it
 // loads afresh (what another owner wrote before is in it).
