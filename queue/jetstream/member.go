@@ -121,7 +121,8 @@ func (s *Store) readMember(ctx context.Context, sub string) (m member, ok bool, 
 // created with a create-only write and From = the event stream's last seq
 // + 1, read from the stream: whichever node sees the subscription first,
 // every node then reads the same cut-off, and a create that loses the
-// race takes the winner's. A known one takes the new snapshot and one that
+// race takes the winner's (a request with Create set fails instead, with
+// ErrExists). A known one takes the new snapshot and one that
 // was leaving becomes active again, by compare-and-set on its revision
 // (read again and retried on a conflict); unchanged ones are not
 // rewritten. Writes are pipelined, so 50,000 new subscriptions cost a few
@@ -177,6 +178,15 @@ func (s *Store) JoinAll(reqs []queue.JoinRequest) ([]queue.Membership, error) {
 	}
 	deadline := time.Now().Add(s.opts.RequestTimeout)
 	for round := 0; len(todo) > 0; round++ {
+		// A create finds one there (read first, or read again after its
+		// create-only write lost to another node's): refused, not
+		// overwritten, or both creators would be told 201 and one of
+		// them would hold settings (a secret) the subscription lacks.
+		for _, i := range todo {
+			if found[i] && reqs[i].Create {
+				return nil, fmt.Errorf("join %s: %w", reqs[i].Subscription, queue.ErrExists)
+			}
+		}
 		// Known memberships that change: read for their revision.
 		for _, i := range todo {
 			if found[i] && !read[i] && changes(cur[i].m, reqs[i]) {
