@@ -79,6 +79,9 @@ func (d *dispatcher) start(subs []*Subscription) error {
 			if sub, err = decodeSnapshot(m.Subscription, m.Snapshot); err != nil {
 				return err
 			}
+			// An API subscription's tenant cap holds after a restart too
+			// (join sets it for the file's, which apply joins below).
+			sub.bulkhead = d.bulkheadFor(sub.Tenant)
 		}
 		l := newLane(d.engine, m, sub)
 		if rs := retries[m.Subscription]; rs != nil {

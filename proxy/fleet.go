@@ -59,6 +59,7 @@ func (d *dispatcher) Gained(sub string) {
 			d.log.Error("gained lane has a bad snapshot", "subscription", sub, "err", err)
 			return
 		}
+		s.bulkhead = d.bulkheadFor(s.Tenant) // the tenant's cap holds here too
 		d.feed.watchTypes(s)
 		l = newLane(d.engine, m, s)
 		d.mu.Lock()
