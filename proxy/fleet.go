@@ -230,6 +230,12 @@ func (d *dispatcher) foreignStatus(l *lane, snaps map[string]queue.LaneSnapshot)
 		var st LaneStatus
 		if err := json.Unmarshal(sn.Data, &st); err == nil && st.Subscription == l.id {
 			st.Owner = sn.Node
+			if l.leaving.Load() {
+				// The membership says so, and it is newer than the owner's
+				// snapshot (published every snapshotInterval): a DELETE
+				// through this node answers "draining", as on the owner.
+				st.State = "draining"
+			}
 			return st
 		}
 	}
