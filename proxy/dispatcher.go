@@ -147,7 +147,7 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 			}
 		}
 	}
-	if err := d.join(subs, known); err != nil {
+	if err := d.join(subs, known, false); err != nil {
 		return err
 	}
 	for _, l := range d.laneList() {
@@ -165,11 +165,12 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 
 // join makes each of subs a member (durably, before it returns) and gives
 // its lane the subscription's settings, making the lane if it is new.
+// create refuses one that has a membership already (queue.ErrExists).
 // d.reg is held.
-func (d *dispatcher) join(subs []*Subscription, known map[string]*queue.Membership) error {
+func (d *dispatcher) join(subs []*Subscription, known map[string]*queue.Membership, create bool) error {
 	reqs := make([]queue.JoinRequest, len(subs))
 	for i, s := range subs {
-		reqs[i] = queue.JoinRequest{Subscription: s.ID, Snapshot: encodeSnapshot(s), Known: known[s.ID]}
+		reqs[i] = queue.JoinRequest{Subscription: s.ID, Snapshot: encodeSnapshot(s), Known: known[s.ID], Create: create}
 	}
 	ms, err := d.store.JoinAll(reqs)
 	if err != nil {

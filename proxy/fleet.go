@@ -29,7 +29,10 @@ var _ queue.OwnerHandler = (*dispatcher)(nil)
 
 // Gained makes the lane of sub deliver from the state its previous owner
 // left: the cursor, the retry schedule, the pause, all read after the
-// lease was taken, so nothing the old owner wrote is missed.
+// lease was taken, so nothing the old owner wrote is missed. The settings
+// are the membership's too: the member watch may not have told this node
+// of a change yet (a subscription created or patched through another
+// node a moment ago), and the lease's read is the newest there is.
 func (d *dispatcher) Gained(sub string) {
 	var (
 		m   queue.Membership
@@ -39,6 +42,12 @@ func (d *dispatcher) Gained(sub string) {
 	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 2*time.Second) {
 		if m, rs, err = d.fleet.Lane(sub); err == nil || d.stopping.Load() {
 			break
+		}
+		if errors.Is(err, queue.ErrNotFound) {
+			// Retired meanwhile (its drain ended): no state will come, and
+			// retrying for ever would hold up this lease's Release.
+			d.log.Info("gained lane has no membership any more: retired", "subscription", sub)
+			return
 		}
 		d.log.Error("read gained lane", "subscription", sub, "err", err)
 		select {
@@ -50,26 +59,43 @@ func (d *dispatcher) Gained(sub string) {
 	if err != nil {
 		return
 	}
+	// Under reg, as memberChanged: the two must not both make the lane,
+	// nor apply settings over each other's. The membership is read again
+	// under it: memberChanged may have applied a change (a PATCH, a
+	// DELETE) written after the read above, which that older read must
+	// not undo, since no later call would set it right.
+	d.reg.Lock()
+	switch cur, err := d.fleet.Member(sub); {
+	case err == nil:
+		cur.Cursor = m.Cursor // the one the retry summary was made against
+		m = cur
+	case errors.Is(err, queue.ErrNotFound):
+		d.reg.Unlock()
+		d.log.Info("gained lane has no membership any more: retired", "subscription", sub)
+		return
+	default:
+		d.log.Warn("read gained lane's membership again; the first read stands", "subscription", sub, "err", err)
+	}
 	l := d.lane(sub)
 	if l == nil {
 		// Joined on another node (a config this node has not seen yet):
 		// its snapshot says how to deliver.
 		s, err := decodeSnapshot(sub, m.Snapshot)
 		if err != nil {
+			d.reg.Unlock()
 			d.log.Error("gained lane has a bad snapshot", "subscription", sub, "err", err)
 			return
 		}
 		d.feed.watchTypes(s)
 		l = newLane(d.engine, m, s)
 		d.mu.Lock()
-		if old := d.lanes[sub]; old != nil {
-			l = old
-		} else {
-			d.lanes[sub] = l
-			d.laneSlice = nil
-		}
+		d.lanes[sub] = l
+		d.laneSlice = nil
 		d.mu.Unlock()
+	} else if err := d.applySnapshot(l, m.Snapshot); err != nil {
+		d.log.Error("gained lane has a bad snapshot; it keeps the settings it had", "subscription", sub, "err", err)
 	}
+	d.reg.Unlock()
 	l.mu.Lock()
 	l.takeOver(m, rs)
 	l.mu.Unlock()
@@ -112,6 +138,11 @@ func (d *dispatcher) Release(ctx context.Context, sub string) {
 	// whatever holds it then starts nothing more.
 	l.releasing.Store(true)
 	l.mu.Lock()
+	// A lane that never took over (Gained found its membership retired,
+	// or its snapshot bad) has no cursor of its own to write: its stale
+	// one, written under the lease, would outlive the retired membership
+	// and be read as the cursor of a later subscription with the id.
+	delivered := !l.foreign
 	l.foreign = true
 	l.mu.Unlock()
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -121,7 +152,7 @@ func (d *dispatcher) Release(ctx context.Context, sub string) {
 		n, c := l.inFlight, l.cursor
 		l.mu.Unlock()
 		if n == 0 {
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && delivered {
 				if err := d.store.SaveCursors(map[string]uint64{sub: c}); err != nil {
 					d.log.Warn("save cursor of released lane", "subscription", sub, "err", err)
 				} else {
@@ -229,6 +260,12 @@ func (d *dispatcher) foreignStatus(l *lane, snaps map[string]queue.LaneSnapshot)
 		var st LaneStatus
 		if err := json.Unmarshal(sn.Data, &st); err == nil && st.Subscription == l.id {
 			st.Owner = sn.Node
+			if l.leaving.Load() {
+				// The membership says so, and it is newer than the owner's
+				// snapshot (published every snapshotInterval): a DELETE
+				// through this node answers "draining", as on the owner.
+				st.State = "draining"
+			}
 			return st
 		}
 	}
@@ -277,12 +314,35 @@ func (d *dispatcher) MembersChanged(subs []string, initial bool) {
 		}
 		d.memberChanged(sub)
 	}
+	if initial {
+		// A lane start read from the store whose membership was retired
+		// before the watch began (its drain ended on its owner meanwhile)
+		// is in no call, initial or later: look at it now, or this node
+		// serves a retired subscription, and refuses its id, for ever.
+		listed := make(map[string]bool, len(subs))
+		for _, sub := range subs {
+			listed[sub] = true
+		}
+		for _, l := range d.laneList() {
+			if !listed[l.id] && !d.stopping.Load() {
+				d.memberChanged(l.id)
+			}
+		}
+	}
 }
 
 func (d *dispatcher) memberChanged(sub string) {
-	m, _, err := d.fleet.Lane(sub)
+	// Member, not Lane: Lane loads the retry schedule's index afresh, a
+	// scan of the subscription's retries for every change, on every node,
+	// one change after another (about 30 ms each on loopback: a PATCH
+	// reached its owner only after events posted after its 200 were sent
+	// with the old settings, and 10,000 creates would take the other
+	// nodes minutes to hear of).
+	// Read under reg, so that it is not older than what this node's own
+	// API wrote meanwhile (applying it would undo that write).
 	d.reg.Lock()
 	defer d.reg.Unlock()
+	m, err := d.fleet.Member(sub)
 	l := d.lane(sub)
 	switch {
 	case errors.Is(err, queue.ErrNotFound):
@@ -304,32 +364,25 @@ func (d *dispatcher) memberChanged(sub string) {
 		d.log.Warn("read a membership another node wrote", "subscription", sub, "err", err)
 		return
 	}
-	s, err := decodeSnapshot(sub, m.Snapshot)
-	if err != nil {
-		d.log.Error("membership has a bad snapshot", "subscription", sub, "err", err)
-		return
-	}
 	if l == nil {
+		s, err := decodeSnapshot(sub, m.Snapshot)
+		if err != nil {
+			d.log.Error("membership has a bad snapshot", "subscription", sub, "err", err)
+			return
+		}
 		d.feed.watchTypes(s)
 		l = newLane(d.engine, m, s)
 		d.mu.Lock()
-		if d.lanes[sub] == nil {
-			d.lanes[sub] = l
-			d.laneSlice = nil
-		}
+		d.lanes[sub] = l // reg is held: nobody else makes lanes meanwhile
+		d.laneSlice = nil
 		d.mu.Unlock()
 		return
 	}
-	l.mu.Lock()
-	changed := !bytes.Equal(encodeSnapshot(l.sub), m.Snapshot)
-	if changed {
-		d.feed.watchTypes(s)
-		l.setPolicies(s)
-		l.match = d.feed.matcherFor(s)
-		if l.memo != nil {
-			l.memo.backlogTo, l.memo.backlogN = 0, 0
-		}
+	if err := d.applySnapshot(l, m.Snapshot); err != nil {
+		d.log.Error("membership has a bad snapshot", "subscription", sub, "err", err)
+		return
 	}
+	l.mu.Lock()
 	if m.Left && !l.left {
 		l.left, l.until = true, m.Until
 		l.leaving.Store(true)
@@ -339,4 +392,29 @@ func (d *dispatcher) memberChanged(sub string) {
 	}
 	l.mu.Unlock()
 	l.pump()
+}
+
+// applySnapshot gives l the settings of a membership's snapshot, when they
+// differ from its own (a breaker or limiter whose settings stay is kept).
+// d.reg is held.
+func (d *dispatcher) applySnapshot(l *lane, snap []byte) error {
+	l.mu.Lock()
+	same := bytes.Equal(encodeSnapshot(l.sub), snap)
+	l.mu.Unlock()
+	if same {
+		return nil
+	}
+	s, err := decodeSnapshot(l.id, snap)
+	if err != nil {
+		return err
+	}
+	d.feed.watchTypes(s)
+	l.mu.Lock()
+	l.setPolicies(s)
+	l.match = d.feed.matcherFor(s)
+	if l.memo != nil {
+		l.memo.backlogTo, l.memo.backlogN = 0, 0 // the filter may have changed: count afresh
+	}
+	l.mu.Unlock()
+	return nil
 }

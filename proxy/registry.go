@@ -139,7 +139,12 @@ func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo,
 	if err := s.checkTenantRoom(sub.Tenant, ""); err != nil {
 		return SubscriptionInfo{}, err
 	}
-	if err := d.join([]*Subscription{sub}, nil); err != nil {
+	// Create-only: checkFree saw no membership, but in fleet mode another
+	// node's create of the id may land between that read and this write
+	// (d.reg serialises this node's creates only).
+	if err := d.join([]*Subscription{sub}, nil, true); errors.Is(err, queue.ErrExists) {
+		return SubscriptionInfo{}, fmt.Errorf("subscription %s: %w (made through another node at the same time)", sub.ID, ErrExists)
+	} else if err != nil {
 		return SubscriptionInfo{}, err
 	}
 	s.log.Info("subscription created through the API", "subscription", sub.ID, "tenant", sub.Tenant)
@@ -166,7 +171,7 @@ func (s *Server) checkFree(id string) error {
 		}
 	}
 	if f := s.d.fleet; f != nil {
-		if _, _, err := f.Lane(id); err == nil {
+		if _, err := f.Member(id); err == nil {
 			return fmt.Errorf("subscription %s: %w (made through another node)", id, ErrExists)
 		} else if !errors.Is(err, queue.ErrNotFound) {
 			return err
@@ -259,7 +264,7 @@ func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (Subsc
 			return SubscriptionInfo{}, err
 		}
 	}
-	if err := d.join([]*Subscription{sub}, nil); err != nil {
+	if err := d.join([]*Subscription{sub}, nil, false); err != nil {
 		return SubscriptionInfo{}, err
 	}
 	s.log.Info("subscription updated through the API", "subscription", id)
@@ -320,7 +325,7 @@ func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (Rota
 	if err != nil {
 		return RotateAnswer{}, err
 	}
-	if err := d.join([]*Subscription{sub}, nil); err != nil {
+	if err := d.join([]*Subscription{sub}, nil, false); err != nil {
 		return RotateAnswer{}, err
 	}
 	s.log.Info("subscription secret rotated", "subscription", id, "old_secrets_until", until)
@@ -425,7 +430,7 @@ func (s *Server) dropSecrets(id string, now time.Time) {
 		s.log.Error("retire expired secrets", "subscription", id, "err", err)
 		return
 	}
-	if err := d.join([]*Subscription{sub}, nil); err != nil {
+	if err := d.join([]*Subscription{sub}, nil, false); err != nil {
 		s.log.Error("retire expired secrets", "subscription", id, "err", err)
 		return
 	}

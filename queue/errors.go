@@ -36,6 +36,11 @@ var (
 // once usage is back under the limits.
 var ErrDiskFull = errors.New("disk full")
 
+// ErrExists is returned by JoinAll for a request with Create set whose
+// subscription has a membership already: another node (fleet mode) made
+// it first.
+var ErrExists = errors.New("membership exists")
+
 // ErrFenced is returned by a write about a subscription whose lane this
 // node no longer owns (fleet mode): another node took its lease, or this
 // one could not renew it. Nothing was written; the lane's new owner

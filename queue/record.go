@@ -57,6 +57,12 @@ type JoinRequest struct {
 	// Known, when set, is the membership as Memberships returned it, which
 	// saves reading it again (the caller must be its only writer).
 	Known *Membership
+	// Create makes a new membership only: when sub has one already, or
+	// another writer makes one first, JoinAll fails with an error wrapping
+	// ErrExists and changes nothing of it. Meant for one request alone
+	// (the API's create): what the call did for other requests is then
+	// not told.
+	Create bool
 }
 
 // Retry is a scheduled redelivery of one event to one subscription.

@@ -166,6 +166,11 @@ type Fleet interface {
 	// Lane reads sub's durable state, for a lane that was just gained: its
 	// membership with the cursor, and its retry schedule.
 	Lane(sub string) (Membership, *RetrySummary, error)
+	// Member reads sub's membership (with its cursor) alone, in one point
+	// read: for a node that needs a subscription's settings, not its
+	// retry schedule (MemberWatcher, a create's check that the id is
+	// free). ErrNotFound when there is none.
+	Member(sub string) (Membership, error)
 	// PublishLanes stores snapshots of the lanes this node owns (opaque
 	// JSON the proxy makes); LaneSnapshots returns the latest snapshot of
 	// every lane, whichever node published it.

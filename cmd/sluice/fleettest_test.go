@@ -151,6 +151,9 @@ type fleetConfig struct {
 	// top-level keys.
 	JetStream, Top string
 	Subs           []fleetSub
+	// AdminToken, when set, is the operator token (admin.token_file, in
+	// the node's directory); the node's API client and metrics() send it.
+	AdminToken string
 }
 
 // fleetNode is one `sluice serve` process of the fleet, on unix sockets in
@@ -163,6 +166,7 @@ type fleetNode struct {
 	ingestSock string
 	adminSock  string
 	log        *syncBuffer
+	token      string // the operator token; "" for none
 	ingest     *http.Client
 	admin      *http.Client
 	api        *client.Client
@@ -181,11 +185,11 @@ func newFleetNode(t *testing.T, parent, id, recvURL string, c fleetConfig) *flee
 	n := &fleetNode{
 		t: t, id: id, dir: dir, config: filepath.Join(dir, "sluice.yaml"),
 		ingestSock: filepath.Join(dir, "in.sock"), adminSock: filepath.Join(dir, "adm.sock"),
-		log: &syncBuffer{},
+		log: &syncBuffer{}, token: c.AdminToken,
 	}
 	n.ingest = unixClient(n.ingestSock)
 	n.admin = unixClient(n.adminSock)
-	api, err := client.New("unix://"+n.adminSock, client.Options{RetryMax: -1, AttemptTimeout: 5 * time.Second})
+	api, err := client.New("unix://"+n.adminSock, client.Options{Token: n.token, RetryMax: -1, AttemptTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,10 +220,18 @@ func (n *fleetNode) writeConfig(c fleetConfig, recvURL string) {
 	for i, u := range c.URLs {
 		urls[i] = strconv.Quote(u)
 	}
+	tokenFile := ""
+	if c.AdminToken != "" {
+		f := filepath.Join(n.dir, "admin-token")
+		if err := os.WriteFile(f, []byte(c.AdminToken), 0o600); err != nil {
+			n.t.Fatal(err)
+		}
+		tokenFile = "  token_file: " + f + "\n"
+	}
 	fmt.Fprintf(&b, `listen: unix://%s
 admin:
   listen: unix://%s
-data_dir: %s
+%sdata_dir: %s
 node_id: %s
 log_level: %s
 allow_private_targets: true
@@ -230,7 +242,7 @@ jetstream:
   urls: [%s]
   replicas: %d
   lease_ttl: %s
-`, n.ingestSock, n.adminSock, filepath.Join(n.dir, "data"), n.id, cmp.Or(os.Getenv("SLUICE_FLEET_LOG_LEVEL"), c.LogLevel, "info"),
+`, n.ingestSock, n.adminSock, tokenFile, filepath.Join(n.dir, "data"), n.id, cmp.Or(os.Getenv("SLUICE_FLEET_LOG_LEVEL"), c.LogLevel, "info"),
 		strings.Join(urls, ", "), cmp.Or(c.Replicas, 3), cmp.Or(c.LeaseTTL, 2*time.Second))
 	if c.Stream != "" {
 		fmt.Fprintf(&b, "  stream: %s\n", c.Stream)
@@ -415,7 +427,11 @@ func (n *fleetNode) owners() (map[string]string, error) {
 
 // metrics reads the node's GET /metrics.
 func (n *fleetNode) metrics() (string, error) {
-	resp, err := n.admin.Get("http://sluice/metrics")
+	req, _ := http.NewRequest(http.MethodGet, "http://sluice/metrics", nil)
+	if n.token != "" {
+		req.Header.Set("Authorization", "Bearer "+n.token)
+	}
+	resp, err := n.admin.Do(req)
 	if err != nil {
 		return "", err
 	}
@@ -508,6 +524,7 @@ func fleetBody(key, typ string) string { return fmt.Sprintf(`{"key":%q,"type":%q
 // fleetReq is one request the receiver got.
 type fleetReq struct {
 	node    string // X-Node: the node that sent it
+	version string // X-Version, when the subscription sets it
 	attempt int
 	status  int // the answer; 0 for a black hole
 	at      time.Time
@@ -565,6 +582,7 @@ func (r *fleetRecorder) answer(req testbed.Request, status int) int {
 	sub := strings.TrimPrefix(string(req.Path()), "/")
 	id := string(req.Header("webhook-id"))
 	node := string(req.Header("X-Node"))
+	version := string(req.Header("X-Version"))
 	attempt, _ := strconv.Atoi(string(req.Header("X-Attempt")))
 	typ, okKey := fleetType(id)
 	var problem string
@@ -625,7 +643,7 @@ func (r *fleetRecorder) answer(req testbed.Request, status int) int {
 		r.reqs[sub] = m
 		r.acks[sub] = map[string]int{}
 	}
-	m[id] = append(m[id], fleetReq{node: node, attempt: attempt, status: status, at: at})
+	m[id] = append(m[id], fleetReq{node: node, version: version, attempt: attempt, status: status, at: at})
 	if status/100 == 2 {
 		r.acks[sub][id]++
 	}

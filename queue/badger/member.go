@@ -124,6 +124,8 @@ func (l *Log) JoinAll(reqs []queue.JoinRequest) ([]queue.Membership, error) {
 				changed[i], isNew[i] = true, true
 			case err != nil:
 				return err
+			case r.Create:
+				return fmt.Errorf("%s: %w", r.Subscription, queue.ErrExists)
 			default:
 				changed[i] = m.Left || !bytes.Equal(m.Snapshot, r.Snapshot)
 			}

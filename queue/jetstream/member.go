@@ -121,7 +121,8 @@ func (s *Store) readMember(ctx context.Context, sub string) (m member, ok bool, 
 // created with a create-only write and From = the event stream's last seq
 // + 1, read from the stream: whichever node sees the subscription first,
 // every node then reads the same cut-off, and a create that loses the
-// race takes the winner's. A known one takes the new snapshot and one that
+// race takes the winner's (a request with Create set fails instead, with
+// ErrExists). A known one takes the new snapshot and one that
 // was leaving becomes active again, by compare-and-set on its revision
 // (read again and retried on a conflict); unchanged ones are not
 // rewritten. Writes are pipelined, so 50,000 new subscriptions cost a few
@@ -177,6 +178,15 @@ func (s *Store) JoinAll(reqs []queue.JoinRequest) ([]queue.Membership, error) {
 	}
 	deadline := time.Now().Add(s.opts.RequestTimeout)
 	for round := 0; len(todo) > 0; round++ {
+		// A create finds one there (read first, or read again after its
+		// create-only write lost to another node's): refused, not
+		// overwritten, or both creators would be told 201 and one of
+		// them would hold settings (a secret) the subscription lacks.
+		for _, i := range todo {
+			if found[i] && reqs[i].Create {
+				return nil, fmt.Errorf("join %s: %w", reqs[i].Subscription, queue.ErrExists)
+			}
+		}
 		// Known memberships that change: read for their revision.
 		for _, i := range todo {
 			if found[i] && !read[i] && changes(cur[i].m, reqs[i]) {
@@ -470,6 +480,27 @@ func (s *Store) SaveCursors(cursors map[string]uint64) error {
 		return fmt.Errorf("save cursors: %d of %d failed (%s first): %w", len(failed), len(cursors), failed[0], s.stateErr(first))
 	}
 	return nil
+}
+
+// Member reads sub's membership and its cursor, and nothing of its retry
+// schedule. Lane loads the schedule's index afresh (a scan of sub's
+// retries, tens of ms, for every change another node makes, on every
+// node); the member watch and a create's check need only the settings.
+func (s *Store) Member(sub string) (queue.Membership, error) {
+	if err := s.checkOpen(); err != nil {
+		return queue.Membership{}, err
+	}
+	if err := checkSub(sub); err != nil {
+		return queue.Membership{}, fmt.Errorf("member: %w", err)
+	}
+	m, ok, err := s.readMember(s.st.ctx, sub)
+	if err != nil {
+		return queue.Membership{}, fmt.Errorf("member %s: %w", sub, s.stateErr(err))
+	}
+	if !ok {
+		return queue.Membership{}, fmt.Errorf("member %s: %w", sub, queue.ErrNotFound)
+	}
+	return m.m, nil
 }
 
 // Lane reads sub's durable state for a lane just gained on this node: its

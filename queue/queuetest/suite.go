@@ -24,6 +24,7 @@ func Run(t *testing.T, b Backend) {
 		{"OnCommitBeforeAppendReturns", testOnCommit},
 		{"ConcurrentAppends", testConcurrentAppends},
 		{"MembershipCutoff", testMembershipCutoff},
+		{"JoinCreateOnly", testJoinCreate},
 		{"Pause", testPause},
 		{"CursorsSurviveReopen", testCursors},
 		{"RetrySchedule", testRetrySchedule},

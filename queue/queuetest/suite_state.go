@@ -63,6 +63,33 @@ func testMembershipCutoff(t *testing.T, e *env) {
 	}
 }
 
+// testJoinCreate: a create-only join makes a new member like any join,
+// and refuses one that exists (ErrExists) without changing it, also when
+// it is leaving.
+func testJoinCreate(t *testing.T, e *env) {
+	s := e.open(t, Options{Sync: true})
+	appendN(t, s, "before", 2)
+	ms, err := s.JoinAll([]queue.JoinRequest{{Subscription: "api", Snapshot: []byte(`{"url":"x"}`), Create: true}})
+	if err != nil || len(ms) != 1 || ms[0].From != 3 || ms[0].Cursor != 2 {
+		t.Fatalf("create-only join of a new subscription = %+v, %v; want from 3, cursor 2", ms, err)
+	}
+	appendN(t, s, "member", 2)
+	for _, leave := range []bool{false, true} {
+		if leave {
+			if _, err := s.Leave("api"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := s.JoinAll([]queue.JoinRequest{{Subscription: "api", Snapshot: []byte(`{"url":"y"}`), Create: true}})
+		if !errors.Is(err, queue.ErrExists) {
+			t.Fatalf("create-only join of an existing subscription (leaving %v): %v, want ErrExists", leave, err)
+		}
+		if m, ok := membership(t, s, "api"); !ok || m.From != 3 || m.Left != leave || string(m.Snapshot) != `{"url":"x"}` {
+			t.Fatalf("membership after a refused create (leaving %v) = %+v, %v; want it unchanged", leave, m, ok)
+		}
+	}
+}
+
 func testPause(t *testing.T, e *env) {
 	s := e.open(t, Options{})
 	join(t, s, "a", nil)
