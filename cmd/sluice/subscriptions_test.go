@@ -14,69 +14,12 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/signing"
 )
-
-// configSpecs is a proxy.SpecParser made of the config file's own
-// decoding and validation, as serve turns the file's subscriptions into
-// the proxy's: the document becomes a one-subscription config file, which
-// config.Load checks and subscriptions() copies. The config package has
-// no tenant key (the proxy's Tenant is the API's), so "tenant" is taken
-// out first. A stand-in until cmd wires config's own parser; what the CLI
-// is tested for here is the API's behaviour, not this.
-type configSpecs struct {
-	dir string
-	n   atomic.Int64
-}
-
-func (p *configSpecs) Parse(doc []byte) (*proxy.Subscription, error) {
-	var m map[string]any
-	if err := json.Unmarshal(doc, &m); err != nil {
-		return nil, err
-	}
-	tenant, _ := m["tenant"].(string)
-	delete(m, "tenant")
-	b, _ := json.Marshal(map[string]any{"allow_private_targets": true, "subscriptions": []any{m}})
-	f := filepath.Join(p.dir, fmt.Sprintf("spec-%d.json", p.n.Add(1)))
-	if err := os.WriteFile(f, b, 0o600); err != nil {
-		return nil, err
-	}
-	cfg, err := config.Load(f, nil, nil)
-	if err != nil {
-		// Name the key as the document has it, not as the file does.
-		msg := err.Error()
-		if i := strings.Index(msg, "subscriptions[0]."); i >= 0 {
-			msg = msg[i+len("subscriptions[0]."):]
-		}
-		msg, _, _ = strings.Cut(msg, " (in file ")
-		return nil, fmt.Errorf("%s", msg)
-	}
-	sub := subscriptions(cfg)[0]
-	sub.Tenant = tenant
-	return sub, nil
-}
-
-func (p *configSpecs) Redact(doc []byte) map[string]any {
-	var m map[string]any
-	json.Unmarshal(doc, &m)
-	n := 0
-	if _, ok := m["secret"]; ok {
-		n = 1
-	}
-	if s, ok := m["secrets"].([]any); ok {
-		n += len(s)
-	}
-	delete(m, "secret")
-	delete(m, "secrets")
-	m["secrets_count"] = n
-	return m
-}
 
 // signedReceiver is an endpoint that counts the deliveries to /billing
 // signed with the secret it is given once the CLI has printed it, and
@@ -143,7 +86,7 @@ func startAPISidecar(t *testing.T, filedURL string) *apiSidecar {
 	filed := &proxy.Subscription{ID: "filed", URL: filedURL, Secrets: []signing.Secret{k}, MaxConcurrency: 2, Timeout: 2 * time.Second}
 	srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: cliToken,
 		DataDir: filepath.Join(t.TempDir(), "data"), Subscriptions: []*proxy.Subscription{filed},
-		Specs:  &configSpecs{dir: t.TempDir()},
+		Specs:  specParser{allowPrivate: true},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err := srv.Open(); err != nil {
 		t.Fatal(err)
