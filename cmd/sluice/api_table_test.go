@@ -481,7 +481,9 @@ func TestAPIEveryRow(t *testing.T) {
 		s.refuses(t, []apiError{
 			{name: "no since", method: "POST", path: r, body: `{}`, status: 400, want: []string{"since"}},
 			{name: "since after until", method: "POST", path: r, body: jsonOf(proxy.RecoverRequest{Since: mid, Until: start}), status: 400, want: []string{"since", "until"}},
-			{name: "since not a time", method: "POST", path: r, body: `{"since": "yesterday"}`, status: 400, want: []string{"yesterday"}},
+			{name: "since not a time", method: "POST", path: r, body: `{"since": "yesterday"}`, status: 400, want: []string{"since", "yesterday"}},
+			{name: "until not a time", method: "POST", path: r, body: `{"since": "2026-01-01T00:00:00Z", "until": "soon"}`, status: 400, want: []string{"until", "soon"}},
+			{name: "since not a string", method: "POST", path: r, body: `{"since": 17}`, status: 400, want: []string{"since"}},
 			{name: "unknown field", method: "POST", path: r, body: `{"since": "2026-01-01T00:00:00Z", "colour": 1}`, status: 400, want: []string{"colour"}},
 			{name: "unknown id", method: "POST", path: "/v1/subscriptions/nope/recover", body: jsonOf(proxy.RecoverRequest{Since: start}), status: 404, want: []string{`"nope"`}},
 			{name: "another tenant's", token: apiAcmeToken, method: "POST", path: r, body: jsonOf(proxy.RecoverRequest{Since: start}), status: 404, want: []string{`"dead"`}},
