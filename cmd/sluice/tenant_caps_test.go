@@ -201,3 +201,42 @@ func TestTenantMaxSubscriptions(t *testing.T) {
 		t.Fatalf("a third of acme's: %d %s", code, body)
 	}
 }
+
+// TestTenantCapPassesOnWhenAWaitingLaneIsPaused: lanes of a tenant that
+// wait for its cap (1) are paused while they wait; when the slot frees,
+// the one lane still active gets it. (A freed slot went to one waiting
+// lane; one paused since took nothing, and the slot stayed free while
+// the active lane waited for a release that never came.)
+func TestTenantCapPassesOnWhenAWaitingLaneIsPaused(t *testing.T) {
+	slow := testbed.New(testbed.Options{Mode: testbed.ModeSlow, Delay: 300 * time.Millisecond})
+	if err := slow.Open("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	tb := startReceiver(t)
+	k, _ := signing.ParseSecret(e2eSecret)
+	mk := func(id, url, typ string) *proxy.Subscription {
+		return &proxy.Subscription{ID: id, Tenant: "acme", URL: url, Secrets: []signing.Secret{k}, Types: []string{typ}, Timeout: 5 * time.Second}
+	}
+	subs := []*proxy.Subscription{mk("holder", slow.URL()+"/holder", "hold.e"), mk("active", tb.URL()+"/active", "x.e")}
+	var paused []string
+	for i := range 8 {
+		id := fmt.Sprintf("paused-%d", i)
+		paused = append(paused, id)
+		subs = append(subs, mk(id, tb.URL()+"/"+id, "x.e"))
+	}
+	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken, Subscriptions: subs,
+		Tenants: []proxy.Tenant{{ID: "acme", MaxConcurrency: 1}}})
+	s.publish(t, "hold.e", "hold-1") // holder takes acme's one slot for 300ms
+	eventually(t, "the holder in flight", func() bool { return s.laneOf(t, "holder").InFlight == 1 })
+	s.publish(t, "x.e", "x-1") // every other lane waits for the slot
+	for _, id := range paused {
+		s.mustCall(t, "", "POST", "/v1/subscriptions/"+id+"/pause", "", 200, nil)
+	}
+	waitFor(t, tb, "the active lane's delivery once the holder's ends", func(m map[string]testbed.PathStats) bool { return m["/active"].Unique == 1 })
+	for _, id := range paused {
+		if n := len(tb.IDs("/" + id)); n != 0 {
+			t.Errorf("paused %s delivered %d", id, n)
+		}
+	}
+}
