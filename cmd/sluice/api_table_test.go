@@ -364,6 +364,24 @@ func TestAPIEveryRow(t *testing.T) {
 		if s.info(t, "billing").Config["secrets_count"] != float64(1) {
 			t.Fatal("the patch changed the secrets")
 		}
+		// What is owed at a patch is not lost, and goes with the new
+		// settings: paused, three wait; patched, resumed, all three come.
+		s.mustCall(t, "", "POST", "/v1/subscriptions/billing/pause", "", 200, nil)
+		for _, id := range []string{"owed-0", "owed-1", "owed-2"} {
+			s.publish(t, "order.created", id)
+		}
+		s.mustCall(t, "", "PATCH", "/v1/subscriptions/billing", `{"headers": {"X-Added": "again"}}`, 200, nil)
+		if st := s.laneOf(t, "billing").State; st != "paused" {
+			t.Fatalf("a patch resumed a paused subscription: %s", st)
+		}
+		s.mustCall(t, "", "POST", "/v1/subscriptions/billing/resume", "", 200, nil)
+		for _, id := range []string{"owed-0", "owed-1", "owed-2"} {
+			eventually(t, "the delivery of "+id, func() bool { _, ok := log.request("/billing", id); return ok })
+			if r, _ := log.request("/billing", id); r.added != "again" {
+				t.Errorf("%s, owed at the patch, went with X-Added %q", id, r.added)
+			}
+		}
+		s.mustCall(t, "", "PATCH", "/v1/subscriptions/billing", `{"headers": {"X-Added": "yes"}}`, 200, nil)
 	})
 
 	t.Run("patch errors", func(t *testing.T) {
@@ -411,6 +429,9 @@ func TestAPIEveryRow(t *testing.T) {
 		if slices.Contains(s.ids(t, apiOpToken, ""), "scratch") {
 			t.Fatal("a retired subscription is still listed")
 		}
+		// Retired, its id is free again: a new one takes only new events.
+		s.mustCall(t, "", "POST", "/v1/subscriptions", doc("scratch"), 201, nil)
+		s.mustCall(t, "", "DELETE", "/v1/subscriptions/scratch", "", 202, nil)
 	})
 
 	t.Run("rotate-secret", func(t *testing.T) {
