@@ -68,8 +68,9 @@ func (s *Server) subscriptionRoutes(mux *http.ServeMux) {
 		registryResult(w, http.StatusOK, err, ans)
 	})
 	mux.HandleFunc("POST /v1/subscriptions/{id}/recover", func(w http.ResponseWriter, r *http.Request) {
-		// RecoverRequest's times, read as strings here: time.Time's own
-		// decoding fails without naming the key ("body: parsing time").
+		// RecoverRequest, with its times decoded one by one: decoded with
+		// the body, a bad one failed without naming its key ("body:
+		// parsing time ...").
 		var req struct {
 			Since, Until json.RawMessage
 		}
