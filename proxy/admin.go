@@ -102,7 +102,10 @@ func (s *Server) adminHandler() http.Handler {
 				}
 			}
 			if len(mine) == 0 {
-				err = fmt.Errorf("event %q: %w", r.PathValue("id"), ErrNotFound)
+				// The words Event uses for an id it does not know
+				// (ledger.go): another tenant's event must not answer
+				// otherwise, or a tenant could tell which ids exist.
+				err = fmt.Errorf("event %q (ids are kept for dedup_window): %w", r.PathValue("id"), ErrNotFound)
 			}
 			st.Deliveries = mine
 		}

@@ -68,15 +68,34 @@ func (s *Server) subscriptionRoutes(mux *http.ServeMux) {
 		registryResult(w, http.StatusOK, err, ans)
 	})
 	mux.HandleFunc("POST /v1/subscriptions/{id}/recover", func(w http.ResponseWriter, r *http.Request) {
-		var req RecoverRequest
+		// RecoverRequest, with its times decoded one by one: decoded with
+		// the body, a bad one failed without naming its key ("body:
+		// parsing time ...").
+		var req struct {
+			Since, Until json.RawMessage
+		}
 		if !decodeBody(w, r, &req, false) {
 			return
 		}
-		if req.Since.IsZero() {
+		var since, until time.Time
+		for _, f := range []struct {
+			key string
+			raw json.RawMessage
+			to  *time.Time
+		}{{"since", req.Since, &since}, {"until", req.Until, &until}} {
+			if len(f.raw) == 0 {
+				continue
+			}
+			if err := json.Unmarshal(f.raw, f.to); err != nil {
+				writeError(w, http.StatusBadRequest, f.key+": want an RFC 3339 time, got "+string(f.raw))
+				return
+			}
+		}
+		if since.IsZero() {
 			writeError(w, http.StatusBadRequest, "since: required (RFC 3339)")
 			return
 		}
-		ans, err := s.Recover(principalOf(r), r.PathValue("id"), req.Since, req.Until)
+		ans, err := s.Recover(principalOf(r), r.PathValue("id"), since, until)
 		registryResult(w, http.StatusOK, err, ans)
 	})
 	mux.HandleFunc("GET /v1/undelivered", s.listUndelivered)

@@ -134,6 +134,13 @@ func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo,
 	d.reg.Lock()
 	defer d.reg.Unlock()
 	if err := s.checkFree(sub.ID); err != nil {
+		if !p.operator() && errors.Is(err, ErrExists) && !s.canSee(p, sub.ID) {
+			// Ids are one namespace (they are metric labels), so another
+			// tenant's id is taken; say no more than that, in the words
+			// of a duplicate of the tenant's own: not that the file
+			// manages it, that it drains, or that another node made it.
+			err = fmt.Errorf("subscription %s: %w", sub.ID, ErrExists)
+		}
 		return SubscriptionInfo{}, err
 	}
 	if err := s.checkTenantRoom(sub.Tenant, ""); err != nil {

@@ -108,7 +108,7 @@ func (b *bulkhead) park(l *lane) {
 	// A release between the check and the park found nobody to wake:
 	// look again, or l would wait for a wake-up that never comes.
 	if !b.full() {
-		b.wakeOne(l.e.feed, true)
+		b.wakeAll(l.e.feed)
 	}
 }
 
@@ -116,30 +116,50 @@ func (b *bulkhead) park(l *lane) {
 // lanes waiting are handed to the kick loop, never pumped here.
 func (b *bulkhead) giveBack(f *feed) {
 	b.inflight.Add(-1)
-	b.wakeOne(f, true)
+	b.wakeAll(f)
 }
 
-// release returns the slot of a finished request (no lane lock held).
+// release returns the slot of a finished request (no lane lock held) and
+// pumps the lanes waiting for one until one takes it. Not just the first:
+// a lane may take nothing when pumped (paused, or at its own cap, since
+// it parked), and the slot would stay free while the others wait for a
+// release that may never come (a lane paused while it waited stalled its
+// tenant's other lanes for good).
 func (b *bulkhead) release(f *feed) {
 	b.inflight.Add(-1)
-	b.wakeOne(f, false)
+	for !b.full() {
+		next := b.takeOne()
+		if next == nil {
+			return
+		}
+		next.pump()
+	}
 }
 
-func (b *bulkhead) wakeOne(f *feed, viaKick bool) {
-	var next *lane
+// takeOne removes one waiting lane and returns it, nil when none waits.
+func (b *bulkhead) takeOne() *lane {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	for l := range b.starved {
-		next = l
 		delete(b.starved, l)
-		break
+		return l
 	}
+	return nil
+}
+
+// wakeAll hands every waiting lane to the kick loop: from inside a pump
+// it cannot see whether the one it would wake takes the slot (release
+// can), so each tries, and those that find it taken park again.
+func (b *bulkhead) wakeAll(f *feed) {
+	b.mu.Lock()
+	ls := make([]*lane, 0, len(b.starved))
+	for l := range b.starved {
+		ls = append(ls, l)
+	}
+	clear(b.starved)
 	b.mu.Unlock()
-	switch {
-	case next == nil:
-	case viaKick:
-		f.wake([]*lane{next})
-	default:
-		next.pump()
+	if len(ls) > 0 {
+		f.wake(ls)
 	}
 }
 

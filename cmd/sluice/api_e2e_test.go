@@ -46,16 +46,7 @@ func newAPIProc(t *testing.T, dir, extraYAML string) *apiProc {
 // call makes one admin request and returns the status and body.
 func (a *apiProc) call(t *testing.T, method, path, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, a.admin+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+a.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return adminCall(t, a.admin, a.token, method, path, body)
 }
 
 // awaitAdmin waits until the admin API answers (the process is up).

@@ -14,69 +14,12 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/signing"
 )
-
-// configSpecs is a proxy.SpecParser made of the config file's own
-// decoding and validation, as serve turns the file's subscriptions into
-// the proxy's: the document becomes a one-subscription config file, which
-// config.Load checks and subscriptions() copies. The config package has
-// no tenant key (the proxy's Tenant is the API's), so "tenant" is taken
-// out first. A stand-in until cmd wires config's own parser; what the CLI
-// is tested for here is the API's behaviour, not this.
-type configSpecs struct {
-	dir string
-	n   atomic.Int64
-}
-
-func (p *configSpecs) Parse(doc []byte) (*proxy.Subscription, error) {
-	var m map[string]any
-	if err := json.Unmarshal(doc, &m); err != nil {
-		return nil, err
-	}
-	tenant, _ := m["tenant"].(string)
-	delete(m, "tenant")
-	b, _ := json.Marshal(map[string]any{"allow_private_targets": true, "subscriptions": []any{m}})
-	f := filepath.Join(p.dir, fmt.Sprintf("spec-%d.json", p.n.Add(1)))
-	if err := os.WriteFile(f, b, 0o600); err != nil {
-		return nil, err
-	}
-	cfg, err := config.Load(f, nil, nil)
-	if err != nil {
-		// Name the key as the document has it, not as the file does.
-		msg := err.Error()
-		if i := strings.Index(msg, "subscriptions[0]."); i >= 0 {
-			msg = msg[i+len("subscriptions[0]."):]
-		}
-		msg, _, _ = strings.Cut(msg, " (in file ")
-		return nil, fmt.Errorf("%s", msg)
-	}
-	sub := subscriptions(cfg)[0]
-	sub.Tenant = tenant
-	return sub, nil
-}
-
-func (p *configSpecs) Redact(doc []byte) map[string]any {
-	var m map[string]any
-	json.Unmarshal(doc, &m)
-	n := 0
-	if _, ok := m["secret"]; ok {
-		n = 1
-	}
-	if s, ok := m["secrets"].([]any); ok {
-		n += len(s)
-	}
-	delete(m, "secret")
-	delete(m, "secrets")
-	m["secrets_count"] = n
-	return m
-}
 
 // signedReceiver is an endpoint that counts the deliveries to /billing
 // signed with the secret it is given once the CLI has printed it, and
@@ -127,38 +70,126 @@ func (r *signedReceiver) counts() (verified, forged int) {
 }
 
 // apiSidecar is an in-process sidecar whose admin API can make
-// subscriptions: a file subscription "filed" and none of the API's yet.
+// subscriptions with serve's own parser of their documents (specParser).
+// The API tests of this package share it: the CLI's (startAPISidecar),
+// the API table, tenant isolation, filters and reloads.
 type apiSidecar struct {
 	srv    *proxy.Server
-	config string
+	config string        // a config file naming the admin listener and token, for the CLI
+	opts   proxy.Options // as opened, but for Subscriptions: reopen opens these again
 }
 
+// startAPISidecar is the CLI tests' sidecar: a file subscription "filed"
+// delivering to filedURL, none of the API's yet, and cliToken as the
+// operator's token.
 func startAPISidecar(t *testing.T, filedURL string) *apiSidecar {
 	t.Helper()
-	admin := freePort(t)
 	k, err := signing.ParseSecret(e2eSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
 	filed := &proxy.Subscription{ID: "filed", URL: filedURL, Secrets: []signing.Secret{k}, MaxConcurrency: 2, Timeout: 2 * time.Second}
-	srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: cliToken,
-		DataDir: filepath.Join(t.TempDir(), "data"), Subscriptions: []*proxy.Subscription{filed},
-		Specs:  &configSpecs{dir: t.TempDir()},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return openAPISidecar(t, proxy.Options{AdminToken: cliToken, Subscriptions: []*proxy.Subscription{filed}})
+}
+
+// openAPISidecar opens a sidecar with opts, filling in what these tests
+// all want: loopback listeners (the admin one on a free port that reopen
+// keeps), a data dir under t.TempDir(), private targets allowed (the
+// endpoints are on loopback), serve's specParser, a short cursor interval
+// and a quiet logger. opts.Subscriptions are the config file's. It closes
+// when the test ends.
+func openAPISidecar(t *testing.T, opts proxy.Options) *apiSidecar {
+	t.Helper()
+	if opts.AdminListen == "" {
+		opts.AdminListen = freePort(t)
+	}
+	if opts.DataDir == "" {
+		opts.DataDir = filepath.Join(t.TempDir(), "data")
+	}
+	if opts.CursorInterval == 0 {
+		opts.CursorInterval = 10 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		if os.Getenv("SHOW") != "" {
+			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		}
+	}
+	opts.Listen, opts.AllowPrivateTargets, opts.Specs = "127.0.0.1:0", true, specParser{allowPrivate: true}
+	subs := opts.Subscriptions
+	opts.Subscriptions = nil
+	s := &apiSidecar{opts: opts, config: filepath.Join(t.TempDir(), "sluice.yaml")}
+	if err := os.WriteFile(s.config, []byte("admin:\n  listen: "+opts.AdminListen+"\n  token: "+opts.AdminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.open(t, subs)
+	return s
+}
+
+func (s *apiSidecar) open(t *testing.T, subs []*proxy.Subscription) {
+	t.Helper()
+	o := s.opts
+	o.Subscriptions = subs
+	srv := proxy.New(o)
 	if err := srv.Open(); err != nil {
+		t.Fatalf("open the sidecar: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Close(ctx)
+	})
+	s.srv = srv
+}
+
+// reopen closes the sidecar and opens a new one on the same data dir and
+// admin address, with subs as the config file's.
+func (s *apiSidecar) reopen(t *testing.T, subs ...*proxy.Subscription) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.srv.Close(ctx); err != nil {
+		t.Fatalf("close the sidecar: %v", err)
+	}
+	s.open(t, subs)
+}
+
+// call makes one admin request with token ("" sends none).
+func (s *apiSidecar) call(t *testing.T, token, method, path, body string) (int, string) {
+	t.Helper()
+	return adminCall(t, s.srv.AdminURL(), token, method, path, body)
+}
+
+// adminCall makes one request of the admin API at base with a bearer
+// token ("" sends none) and returns the status and the body.
+func adminCall(t *testing.T, base, token, method, path, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srv.Close(context.Background()) })
-	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(cfg, []byte("admin:\n  listen: "+admin+"\n  token: "+cliToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	return &apiSidecar{srv: srv, config: cfg}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 func (s *apiSidecar) publish(t *testing.T, typ, id string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, s.srv.URL()+"/v1/events/"+typ, strings.NewReader(`{"n":1}`))
+	s.post(t, typ, id, `{"n":1}`)
+}
+
+// post publishes one event of typ with id and a JSON body; it wants 202.
+func (s *apiSidecar) post(t *testing.T, typ, id, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, s.srv.URL()+"/v1/events/"+typ, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", id)
 	resp, err := http.DefaultClient.Do(req)

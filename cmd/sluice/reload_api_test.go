@@ -1,0 +1,104 @@
+package main
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/signing"
+	"github.com/sluicehq/sluice/testbed"
+)
+
+// TestReloadNeverTouchesAPISubscriptions: the file owns its
+// subscriptions and only those. A reload whose list lacks an API
+// subscription keeps it as it is, delivering; one that names an API
+// subscription's id is refused whole, with ErrManagedByAPI naming it,
+// and changes nothing (not the file's other changes either); an empty
+// file drains the file's and leaves the API's.
+func TestReloadNeverTouchesAPISubscriptions(t *testing.T) {
+	tb := startReceiver(t)
+	k, _ := signing.ParseSecret(e2eSecret)
+	file := func(id, path string) *proxy.Subscription {
+		return &proxy.Subscription{ID: id, URL: tb.URL() + path, Secrets: []signing.Secret{k}}
+	}
+	s := openAPISidecar(t, proxy.Options{AdminToken: apiOpToken, Subscriptions: []*proxy.Subscription{file("filed", "/filed")}})
+	s.mustCall(t, "", "POST", "/v1/subscriptions", jsonOf(map[string]any{"id": "api", "url": tb.URL() + "/api", "secret": e2eSecret,
+		"headers": map[string]string{"X-From": "api"}}), 201, nil)
+	apiLine := func() string {
+		t.Helper()
+		for _, line := range strings.Split(s.state(t), "\n") {
+			if strings.HasPrefix(line, "api ") {
+				return line
+			}
+		}
+		t.Fatal("the API's subscription is gone")
+		return ""
+	}
+	api := apiLine()
+	delivered := func(what string, want map[string]int64) {
+		t.Helper()
+		waitFor(t, tb, what, func(m map[string]testbed.PathStats) bool {
+			for p, n := range want {
+				if m[p].Unique < n {
+					return false
+				}
+			}
+			return true
+		})
+		eventually(t, what+": every lane settled", func() bool {
+			for _, l := range s.srv.Lanes() {
+				if l.Backlog != 0 || l.InFlight != 0 {
+					return false
+				}
+			}
+			return true
+		})
+		st := tb.Stats()
+		for p, n := range want {
+			if st[p].Unique != n {
+				t.Errorf("%s: %s received %d, want %d", what, p, st[p].Unique, n)
+			}
+		}
+	}
+
+	// A file that does not name it (it never does) keeps it.
+	if err := s.srv.Reload([]*proxy.Subscription{file("filed", "/filed"), file("added", "/added")}); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if got := apiLine(); got != api {
+		t.Fatalf("a reload changed the API's subscription:\n%s\nto\n%s", api, got)
+	}
+	s.publish(t, "t.e", "ev-1")
+	delivered("after a reload without it", map[string]int64{"/api": 1, "/filed": 1, "/added": 1})
+
+	// A file that names it is refused whole.
+	before := s.state(t)
+	err := s.srv.Reload([]*proxy.Subscription{file("filed", "/filed-moved"), file("api", "/hijack"), file("added", "/added"), file("brandnew", "/brandnew")})
+	if !errors.Is(err, proxy.ErrManagedByAPI) || !strings.Contains(err.Error(), "api") {
+		t.Fatalf("a reload naming the API's subscription: %v, want ErrManagedByAPI naming it", err)
+	}
+	if after := s.state(t); after != before {
+		t.Fatalf("a refused reload changed the subscriptions:\nbefore:\n%safter:\n%s", before, after)
+	}
+	s.publish(t, "t.e", "ev-2")
+	delivered("after the refused reload", map[string]int64{"/api": 2, "/filed": 2, "/added": 2, "/hijack": 0, "/brandnew": 0, "/filed-moved": 0})
+
+	// An empty file: the file's drain and go, the API's stays.
+	if err := s.srv.Reload(nil); err != nil {
+		t.Fatalf("reload of an empty file: %v", err)
+	}
+	s.publish(t, "t.e", "ev-3")
+	delivered("after an empty file", map[string]int64{"/api": 3, "/filed": 2, "/added": 2})
+	if got := apiLine(); got != api {
+		t.Fatalf("an empty file changed the API's subscription:\n%s\nto\n%s", api, got)
+	}
+	eventually(t, "the file's subscriptions to retire", func() bool {
+		ids := s.ids(t, apiOpToken, "")
+		return slices.Equal(ids, []string{"api"})
+	})
+	if r, ok := s.lane("api"); !ok || r.ManagedBy != proxy.ManagedByAPI || r.State != "active" {
+		t.Fatalf("the API's lane: %+v", r)
+	}
+}
