@@ -38,7 +38,7 @@ import (
 // Scenario names, in the order they run.
 var allScenarios = []string{
 	"ingest-fsync", "ingest-async", "fanout-1", "fanout-10", "fanout-40",
-	"latency", "lanes-50k", "payload", "blackhole", "outage",
+	"latency", "lanes-50k", "api", "payload", "blackhole", "outage",
 	"fleet-ingest", "fleet-fanout-10", "fleet-latency", "fleet-takeover", "fleet-scale",
 }
 
@@ -314,6 +314,8 @@ func (h *harness) runScenario(ctx context.Context, name string) error {
 		return h.scenarioLatency(ctx, name)
 	case "lanes-50k":
 		return h.scenarioLanes(ctx, name)
+	case "api":
+		return h.scenarioAPI(ctx, name)
 	case "payload":
 		return h.scenarioPayload(ctx, name)
 	case "blackhole":

@@ -55,6 +55,10 @@ type sidecarSpec struct {
 	// Fleet, when set, makes the sidecar a node of a fleet (log.backend:
 	// jetstream) on the cluster and stream it names.
 	Fleet *fleetNode
+	// DataDir, when set, is the data dir to use instead of a fresh one,
+	// and stop leaves it: the scenario owns it (api restarts a sidecar on
+	// the data dir of an earlier one).
+	DataDir string
 }
 
 // fleetNode is what a fleet node's config adds (issue 11).
@@ -138,6 +142,9 @@ func (h *harness) tryStartSidecar(ctx context.Context, spec sidecarSpec, id stri
 	}
 	if spec.JSON {
 		s.cfgPath = filepath.Join(h.tmp, id+".json") // sluice picks the parser by the extension
+	}
+	if spec.DataDir != "" {
+		s.dataDir = spec.DataDir
 	}
 	if s.api, err = client.New(s.admin, client.Options{RetryMax: -1}); err != nil {
 		return nil, err
@@ -270,11 +277,13 @@ func (h *harness) writeJSONConfig(w *bufio.Writer, s *sidecar) error {
 	return json.NewEncoder(w).Encode(cfg)
 }
 
-// stop stops the sidecar and removes its data dir. It returns the time
-// from SIGTERM to exit.
+// stop stops the sidecar and removes its data dir, unless the spec named
+// it. It returns the time from SIGTERM to exit.
 func (s *sidecar) stop() (time.Duration, bool) {
 	took, killed := s.child.stop(20 * time.Second)
-	os.RemoveAll(s.dataDir)
+	if s.spec.DataDir == "" {
+		os.RemoveAll(s.dataDir)
+	}
 	return took, killed
 }
 
