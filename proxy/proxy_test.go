@@ -615,3 +615,60 @@ func TestUnixSocketIngestWithMode(t *testing.T) {
 	resp.Body.Close()
 	waitFor(t, tb, "delivered", uniqueAt("/a", 1))
 }
+
+// TestFreedSlotPassesOnWhenAWaitingLaneIsPaused: with one process-wide
+// slot, lanes that waited for it and were paused meanwhile take nothing
+// when woken; the freed slot must pass on to a lane that can use it. It
+// went to one woken lane only, and the active lane stalled behind paused
+// ones.
+func TestFreedSlotPassesOnWhenAWaitingLaneIsPaused(t *testing.T) {
+	gate := make(chan struct{})
+	var held atomic.Int64
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held.Add(1)
+		<-gate
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	})
+	tb := startTestbed(t, testbed.ModeOK)
+	subs := []*proxy.Subscription{sub("holder", slow.URL)}
+	for i := range 6 {
+		subs = append(subs, sub(fmt.Sprintf("p%d", i), tb.URL()+fmt.Sprintf("/p%d", i)))
+	}
+	subs = append(subs, sub("active", tb.URL()+"/active"))
+	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(),
+		Subscriptions: subs, Logger: quietLogger(), MaxInFlight: 1})
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer closeServer(t, s, 5*time.Second)
+	for i := range 6 {
+		if err := s.Pause(fmt.Sprintf("p%d", i), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The holder takes the one slot and holds it; the others starve.
+	if err := s.Pause("active", "test"); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, s, "t", "e", 1)
+	eventually(t, "the holder holds the slot", func() bool { return held.Load() == 1 })
+	for i := range 6 {
+		s.Resume(fmt.Sprintf("p%d", i))
+	}
+	s.Resume("active")
+	publish(t, s, "t", "f", 20)
+	eventually(t, "lanes waiting for the slot", func() bool { return lane(s, "active").Backlog > 0 })
+	for i := range 6 {
+		s.Pause(fmt.Sprintf("p%d", i), "paused while waiting")
+	}
+	s.Pause("holder", "done holding") // its finish takes nothing more
+	close(gate)
+	waitFor(t, tb, "the active lane delivered everything", uniqueAt("/active", 21))
+}

@@ -66,18 +66,24 @@ func (s *slots) giveBack() {
 }
 
 // release returns the slot of a finished delivery (no lane lock held) and
-// pumps one lane that was waiting for a slot.
+// pumps lanes that were waiting for a slot until one takes it: a lane
+// woken may take nothing (paused or gone meanwhile), and stopping at it
+// left the others waiting for a release that might never come (found with
+// max_in_flight 1 and paused waiting lanes: the active one stalled).
 func (s *slots) release() {
 	s.freeOne()
-	var next *lane
-	s.mu.Lock()
-	for l := range s.starved {
-		next = l
-		delete(s.starved, l)
-		break
-	}
-	s.mu.Unlock()
-	if next != nil {
+	for !s.full() {
+		var next *lane
+		s.mu.Lock()
+		for l := range s.starved {
+			next = l
+			delete(s.starved, l)
+			break
+		}
+		s.mu.Unlock()
+		if next == nil {
+			return
+		}
 		next.pump()
 	}
 }
