@@ -31,7 +31,7 @@ type dispatcher struct {
 
 	mu        sync.Mutex
 	lanes     map[string]*lane
-	laneSlice []*lane              // cache of the lanes; nil when stale
+	laneSlice []*lane // cache of the lanes; nil when stale
 
 	cursorInterval time.Duration
 	wg             sync.WaitGroup
@@ -370,9 +370,6 @@ func (d *dispatcher) maintain() {
 				} else {
 					l.mu.Lock()
 					l.retired = true
-					if l.sub.Filter != nil {
-						d.feed.filtering.Add(-1)
-					}
 					l.mu.Unlock()
 					d.mu.Lock()
 					delete(d.lanes, l.id)

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -40,10 +39,6 @@ type feed struct {
 	committed    bool          // something was committed since the kick loop last ran
 	kick         chan struct{} // wakes the kick loop
 
-	// filtering counts the lanes with a body filter: while there are
-	// any, onCommit decodes each body once for all of them.
-	filtering atomic.Int64
-
 	typeMu   sync.RWMutex
 	typeSeq  map[string]*atomic.Uint64        // last committed seq of each filtered-on type
 	matchers map[string]func(typ []byte) bool // one filter per distinct type list, shared by lanes
@@ -67,14 +62,6 @@ func newFeed(store queue.Store) *feed {
 // Order matters: ring, then type seqs, then head, then the kick, so that a
 // lane that reads the head also sees everything below it.
 func (f *feed) onCommit(evs []*queue.Event) {
-	if f.filtering.Load() > 0 {
-		// Decoded once here, before the ring shares the events, rather
-		// than once per filtering lane.
-		for _, ev := range evs {
-			doc, ok := policy.DecodeDocument(ev.Body)
-			decodeInto(ev, doc, ok)
-		}
-	}
 	f.ring.put(evs)
 	f.typeMu.RLock()
 	for _, ev := range evs {

@@ -354,9 +354,6 @@ func (d *dispatcher) memberChanged(sub string) {
 			d.mu.Unlock()
 			l.mu.Lock()
 			l.retired = true
-			if l.sub.Filter != nil {
-				d.feed.filtering.Add(-1)
-			}
 			l.mu.Unlock()
 		}
 		return

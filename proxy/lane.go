@@ -118,9 +118,6 @@ func newLane(e *engine, m queue.Membership, sub *Subscription) *lane {
 	l.leaving.Store(m.Left)
 	l.pausedBy = m.Paused
 	l.foreign = e.fleet != nil // until the lease is gained
-	if sub.Filter != nil {
-		e.feed.filtering.Add(1)
-	}
 	l.setPolicies(sub)
 	return l
 }
@@ -131,12 +128,6 @@ func newLane(e *engine, m queue.Membership, sub *Subscription) *lane {
 func (l *lane) setPolicies(sub *Subscription) {
 	old := l.sub
 	now := l.e.now
-	switch {
-	case old.Filter == nil && sub.Filter != nil:
-		l.e.feed.filtering.Add(1)
-	case old.Filter != nil && sub.Filter == nil:
-		l.e.feed.filtering.Add(-1)
-	}
 	if l.breaker != nil && old.Breaker != sub.Breaker {
 		l.breaker = nil // made again, with the new settings, when next used
 	}
@@ -561,7 +552,7 @@ func (l *lane) nextInLog() *queue.Event {
 			l.next++
 			if l.wants(ev.Type) {
 				l.took(ev.Seq)
-				if l.sub.passes(ev, true) {
+				if l.sub.passes(ev) {
 					return ev
 				}
 				// Filtered out: resolved for this lane, as an event of
@@ -583,7 +574,7 @@ func (l *lane) nextInLog() *queue.Event {
 		if l.sub.Filter != nil {
 			kept := evs[:0]
 			for _, ev := range evs {
-				if l.sub.passes(ev, false) {
+				if l.sub.passes(ev) {
 					kept = append(kept, ev)
 				}
 			}

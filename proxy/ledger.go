@@ -96,7 +96,7 @@ func (s *Server) Event(id string) (*EventStatus, error) {
 		l.mu.Lock()
 		sub := l.sub
 		l.mu.Unlock()
-		if evErr == nil && !sub.passes(ev, true) {
+		if evErr == nil && !sub.passes(ev) {
 			d.State = "filtered" // resolved without a delivery: the body filter passed it over
 		}
 		if d.State == "" {

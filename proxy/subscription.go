@@ -130,28 +130,21 @@ func (s *Subscription) matcher() func(typ []byte) bool { return policy.MatchType
 func (s *Subscription) typePatterns() bool { return slices.ContainsFunc(s.Types, policy.IsTypePattern) }
 
 // passes reports whether ev's body passes s's filter (true without one).
-// shared says ev is the ring's, seen by every lane at once: it is decoded
-// when committed if any lane filters, and one that was not (the filter
-// came later) is decoded here for this call only, never written to.
-func (s *Subscription) passes(ev *queue.Event, shared bool) bool {
+// The body is decoded by the first filtering lane that looks at the event
+// and kept on it for the others (the ring shares one *Event between
+// lanes): at most once per event, bar two lanes racing for the first
+// decode. Decoding here, not at commit, keeps it off the committer (a
+// 202 never waits for it) and away from events no filtering lane takes.
+func (s *Subscription) passes(ev *queue.Event) bool {
 	if s.Filter == nil {
 		return true
 	}
-	if ev.DocState == queue.DocUnknown {
+	d := ev.Decoded()
+	if d == nil {
 		doc, ok := policy.DecodeDocument(ev.Body)
-		if shared {
-			return ok && s.Filter.Match(doc)
-		}
-		decodeInto(ev, doc, ok)
+		d = ev.CacheDecoded(&queue.Decoded{Doc: doc, JSON: ok})
 	}
-	return ev.DocState == queue.DocDecoded && s.Filter.Match(ev.Doc)
-}
-
-func decodeInto(ev *queue.Event, doc any, ok bool) {
-	ev.Doc, ev.DocState = doc, queue.DocNotJSON
-	if ok {
-		ev.DocState = queue.DocDecoded
-	}
+	return d.JSON && s.Filter.Match(d.Doc)
 }
 
 // snapshot is what the log keeps of a subscription's config so that one

@@ -163,7 +163,6 @@ func (b *bulkhead) wakeAll(f *feed) {
 	}
 }
 
-
 // tokenCache maps token keys (tokenKey) to tenants: the configured
 // tenant tokens, and issued ones once looked up in the store.
 type tokenCache struct {

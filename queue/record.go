@@ -1,6 +1,9 @@
 package queue
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Event is one accepted event. Body is shared by every lane that delivers
 // it and must never be modified after Append.
@@ -12,22 +15,29 @@ type Event struct {
 	AcceptedAt  time.Time
 	Body        []byte
 
-	// Doc is Body decoded as JSON for the delivery engine's body filters,
-	// when DocState is DocDecoded. The engine sets both before it shares
-	// the event between lanes (or on an event only one lane holds); no
-	// backend reads or stores them.
-	Doc      any
-	DocState DocState
+	// doc caches Body decoded for the delivery engine's body filters
+	// (Decoded, CacheDecoded); no backend reads or stores it.
+	doc atomic.Pointer[Decoded]
 }
 
-// DocState says whether Event.Doc holds the decoded body.
-type DocState uint8
+// Decoded is an event's body as the delivery engine decoded it once for
+// every lane that filters on it.
+type Decoded struct {
+	Doc  any  // the body decoded as JSON
+	JSON bool // false: the body is not JSON (Doc is nil)
+}
 
-const (
-	DocUnknown DocState = iota // not decoded (yet)
-	DocDecoded                 // Doc is the body decoded as JSON
-	DocNotJSON                 // the body is not JSON: no filter matches it
-)
+// Decoded returns the decoded body cached on e, nil when none is yet.
+func (e *Event) Decoded() *Decoded { return e.doc.Load() }
+
+// CacheDecoded keeps d as e's decoded body unless another was kept first
+// (two lanes decoding at once), and returns the one kept.
+func (e *Event) CacheDecoded(d *Decoded) *Decoded {
+	if e.doc.CompareAndSwap(nil, d) {
+		return d
+	}
+	return e.doc.Load()
+}
 
 // Size is an estimate of the memory the event holds, for byte budgets.
 func (e *Event) Size() int { return len(e.Body) + len(e.ID) + len(e.Type) + len(e.ContentType) + 64 }
