@@ -140,7 +140,9 @@ func (d *dispatcher) apply(subs []*Subscription, known map[string]*queue.Members
 		keep[s.ID] = true
 		if l := d.lane(s.ID); l != nil {
 			l.mu.Lock()
-			api := l.sub.managedByAPI() && !l.left
+			// Draining after a delete too: the file's subscription would
+			// take over the lane's place in the log and what it still owes.
+			api := l.sub.managedByAPI()
 			l.mu.Unlock()
 			if api {
 				return fmt.Errorf("subscription %s: %w: it was created through the admin API; delete it there, or give the file's subscription another id", s.ID, ErrManagedByAPI)
