@@ -380,6 +380,12 @@ func (d *dispatcher) memberChanged(sub string) {
 		return
 	}
 	l.mu.Lock()
+	if !l.sub.managedByAPI() {
+		// The config file's: this node's file says how it delivers and
+		// whether it stays (see applySnapshot).
+		l.mu.Unlock()
+		return
+	}
 	if m.Left && !l.left {
 		l.left, l.until = true, m.Until
 		l.leaving.Store(true)
@@ -394,16 +400,26 @@ func (d *dispatcher) memberChanged(sub string) {
 // applySnapshot gives l the settings of a membership's snapshot, when they
 // differ from its own (a breaker or limiter whose settings stay is kept).
 // d.reg is held.
+//
+// Only for the API's subscriptions: the shared record is what the API
+// wrote. A subscription of the config file is each node's file's, and
+// nodes may differ in it on purpose (the fencing tests give each node an
+// X-Node header of its own) or for a while (a rollout of a new config);
+// the record holds whichever node joined last, which must not overwrite
+// the settings of this node's file.
 func (d *dispatcher) applySnapshot(l *lane, snap []byte) error {
 	l.mu.Lock()
-	same := bytes.Equal(encodeSnapshot(l.sub), snap)
+	same, byFile := bytes.Equal(encodeSnapshot(l.sub), snap), !l.sub.managedByAPI()
 	l.mu.Unlock()
-	if same {
+	if same || byFile {
 		return nil
 	}
 	s, err := decodeSnapshot(l.id, snap)
 	if err != nil {
 		return err
+	}
+	if !s.managedByAPI() {
+		return nil // the file's now, on another node: this node's file decides
 	}
 	d.feed.watchTypes(s)
 	l.mu.Lock()
