@@ -474,6 +474,13 @@ func (w *soakWorld) replay(items []proxy.ReplayItem) (*proxy.ReplayAnswer, error
 	return w.api.Replay(ctx, proxy.ReplayRequest{Items: items})
 }
 
+// replayForced replays letters already replayed once (whose replay failed).
+func (w *soakWorld) replayForced(items []proxy.ReplayItem) (*proxy.ReplayAnswer, error) {
+	ctx, cancel := w.ctx()
+	defer cancel()
+	return w.api.Replay(ctx, proxy.ReplayRequest{Items: items, Force: true})
+}
+
 // await polls cond until it holds; it fails the test at the deadline.
 func (w *soakWorld) await(what string, timeout time.Duration, cond func() (bool, string)) {
 	w.t.Helper()
@@ -830,22 +837,44 @@ func (w *soakWorld) run(kills int) {
 
 	// The operator's last round: the reject receiver accepts everything now,
 	// and every dead letter not yet delivered is replayed once more.
-	var items []proxy.ReplayItem
+	var items, again []proxy.ReplayItem
 	var forgive []string
 	dls, err := w.listDeadLetters("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range dls {
-		if d.Replays > 0 && d.DeliveredAt.IsZero() {
+		// A replay that failed is dead-lettered again: its letter keeps
+		// the replay (Replays, ReplayedAt) and is dead again after it. A
+		// flaky replay's fresh schedule can fail every attempt (about one
+		// in 2^max_attempts).
+		failedAgain := d.Replays > 0 && d.DeadAt.After(d.ReplayedAt)
+		if d.Replays > 0 && d.DeliveredAt.IsZero() && !failedAgain {
 			t.Errorf("dead letter %s/%d (%s) was replayed but the replay neither delivered it nor failed: %+v", d.Subscription, d.Seq, d.EventID, d)
 		}
 		if d.DeliveredAt.IsZero() {
-			items = append(items, proxy.ReplayItem{Subscription: d.Subscription, Seq: d.Seq})
+			it := proxy.ReplayItem{Subscription: d.Subscription, Seq: d.Seq}
+			if failedAgain {
+				again = append(again, it) // replayed once: only force replays it again
+			} else {
+				items = append(items, it)
+			}
 			forgive = append(forgive, d.EventID)
 		}
 	}
 	w.recv.forgive(forgive)
+	for chunk := range slices.Chunk(again, 100) {
+		ans, err := w.replayForced(chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range ans.Results {
+			if !r.Replayed {
+				t.Errorf("final forced replay of %s/%d skipped: %s", r.Subscription, r.Seq, r.Skipped)
+			}
+		}
+		w.finalReplays += ans.Replayed
+	}
 	for chunk := range slices.Chunk(items, 100) {
 		ans, err := w.replay(chunk)
 		if err != nil {
