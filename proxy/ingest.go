@@ -30,6 +30,14 @@ var eventsPath = []byte("/v1/events/")
 const (
 	maxTypeLen = 128
 	maxIDLen   = 200
+	// maxOrderingKeyLen bounds the Ordering-Key header (issue 13): a key is
+	// an entity id (a vehicle, an account), and lanes keep one per active
+	// key in memory.
+	maxOrderingKeyLen = 256
+	// maxTraceStateLen bounds the tracestate kept with an event. W3C Trace
+	// Context asks propagators to carry at least 512 bytes of it, and
+	// allows dropping what is past their limit.
+	maxTraceStateLen = 512
 )
 
 // IngestLimits protect ingest from misbehaving producers: a slow or stuck
@@ -261,6 +269,12 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 		}
 		idStr = string(id)
 	}
+	key := ctx.Request.Header.Peek("Ordering-Key")
+	if msg := checkOrderingKey(key); msg != "" {
+		jsonError(ctx, fasthttp.StatusBadRequest, "invalid Ordering-Key "+strconv.QuoteToASCII(string(key[:min(len(key), 64)]))+": "+msg)
+		return
+	}
+	traceParent, traceState := traceContext(&ctx.Request.Header)
 	ct := ctx.Request.Header.ContentType()
 	if len(ct) == 0 {
 		ct = []byte("application/octet-stream")
@@ -279,6 +293,11 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 		Type:        string(typ),
 		ContentType: string(ct),
 		AcceptedAt:  s.opts.Now(),
+		// string of an empty slice allocates nothing: no cost to an
+		// event without them.
+		OrderingKey: string(key),
+		TraceParent: string(traceParent),
+		TraceState:  string(traceState),
 		// The one copy of the body: fasthttp reuses its buffer, and from
 		// here every lane shares this slice.
 		Body: bytes.Clone(ctx.PostBody()),
@@ -354,6 +373,91 @@ func checkName(b []byte, maxLen int, punct string) string {
 		}
 	}
 	return ""
+}
+
+// checkOrderingKey validates an Ordering-Key: at most maxOrderingKeyLen
+// bytes of printable ASCII (space through '~'; no control characters, no
+// bytes past ASCII). It returns what is wrong, or "". An empty header
+// counts as none (as an empty Idempotency-Key does): fasthttp does not
+// tell the two apart.
+func checkOrderingKey(b []byte) string {
+	if len(b) > maxOrderingKeyLen {
+		return "longer than " + strconv.Itoa(maxOrderingKeyLen) + " bytes"
+	}
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			return "character " + strconv.QuoteRuneToASCII(rune(c)) + " at " + strconv.Itoa(i) + " not allowed (printable ASCII only)"
+		}
+	}
+	return ""
+}
+
+// traceContext returns the request's W3C trace context (traceparent and
+// tracestate headers) to keep with the event, or nils.
+//
+// An invalid traceparent is ignored, never refused: W3C Trace Context
+// tells a receiver that cannot parse it to carry on as if there were
+// none (and start a new trace), and an event must not be lost over its
+// tracing. tracestate is kept only with a valid traceparent (the
+// spec: without one it must not be parsed), when printable ASCII of at
+// most maxTraceStateLen bytes; several tracestate headers are joined with
+// commas, as the spec combines them. The result aliases the request's
+// headers (or is a fresh join): the caller copies it.
+func traceContext(h *fasthttp.RequestHeader) (parent, state []byte) {
+	parent = h.Peek("traceparent")
+	if len(parent) == 0 {
+		return nil, nil // the common case: nothing, no allocation
+	}
+	if !validTraceParent(parent) {
+		return nil, nil
+	}
+	state = h.Peek("tracestate")
+	if len(state) == 0 {
+		return parent, nil
+	}
+	if all := h.PeekAll("tracestate"); len(all) > 1 {
+		state = bytes.Join(all, []byte(","))
+	}
+	if len(state) > maxTraceStateLen {
+		return parent, nil
+	}
+	for _, c := range state {
+		if c < 0x20 || c > 0x7e {
+			return parent, nil
+		}
+	}
+	return parent, state
+}
+
+// validTraceParent reports whether b is a traceparent of version 00:
+// "00-" 32 lowercase hex (trace id, not all zero) "-" 16 lowercase hex
+// (parent id, not all zero) "-" 2 lowercase hex (flags), 55 bytes. Other
+// versions are treated as invalid (ignored), which the spec allows of a
+// receiver that knows only version 00.
+func validTraceParent(b []byte) bool {
+	if len(b) != 55 || b[0] != '0' || b[1] != '0' || b[2] != '-' || b[35] != '-' || b[52] != '-' {
+		return false
+	}
+	return lowerHex(b[3:35]) && lowerHex(b[36:52]) && lowerHex(b[53:55]) &&
+		!allZero(b[3:35]) && !allZero(b[36:52])
+}
+
+func lowerHex(b []byte) bool {
+	for _, c := range b {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != '0' {
+			return false
+		}
+	}
+	return true
 }
 
 func isAlnum(c byte) bool {

@@ -422,7 +422,8 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			// A replayed dead letter may outlive its event in the log: its
 			// own body copy serves.
 			if dl, derr := e.store.DeadLetter(l.id, r.Seq); derr == nil && dl.EventID != "" {
-				ev, err = &queue.Event{Seq: r.Seq, ID: dl.EventID, Type: dl.Type, ContentType: dl.ContentType, AcceptedAt: dl.AcceptedAt, Body: dl.Body}, nil
+				ev, err = &queue.Event{Seq: r.Seq, ID: dl.EventID, Type: dl.Type, ContentType: dl.ContentType, AcceptedAt: dl.AcceptedAt, Body: dl.Body,
+					OrderingKey: dl.OrderingKey, TraceParent: dl.TraceParent, TraceState: dl.TraceState}, nil
 			}
 		}
 		if err != nil {

@@ -143,7 +143,8 @@ func (l *lane) outcome(j *job, res result, rs policy.Resolution, now time.Time) 
 func newDeadLetter(sub string, ev *queue.Event, reason string, attempts int, x policy.Exchange, response string, now time.Time) *queue.DeadLetter {
 	return &queue.DeadLetter{
 		Subscription: sub, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
-		AcceptedAt: ev.AcceptedAt, Reason: reason, Attempts: attempts, LastStatus: x.Status,
+		AcceptedAt: ev.AcceptedAt, OrderingKey: ev.OrderingKey, TraceParent: ev.TraceParent, TraceState: ev.TraceState,
+		Reason: reason, Attempts: attempts, LastStatus: x.Status,
 		LastError: x.Failure.String(), Response: response, DeadAt: now, Body: ev.Body,
 	}
 }

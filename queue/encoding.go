@@ -11,7 +11,10 @@ const deadLetterVersion = 1
 
 // AppendDeadLetter encodes d as both backends store it, so a letter's
 // bytes mean the same in a Badger data dir and a JetStream bucket:
-// version(1) | uvarint length + JSON header | body copy.
+// version(1) | uvarint length + JSON header | body copy. Fields added to
+// DeadLetter later (the ordering key and trace context) are omitted from
+// the header when empty, and a letter written before them decodes with
+// them empty, so the version stays 1.
 func AppendDeadLetter(dst []byte, d *DeadLetter) ([]byte, error) {
 	h, err := json.Marshal(d)
 	if err != nil {

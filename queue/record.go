@@ -15,6 +15,18 @@ type Event struct {
 	AcceptedAt  time.Time
 	Body        []byte
 
+	// OrderingKey is the producer's Ordering-Key header, "" when none:
+	// events sharing a key reach an `ordering: key` subscription in
+	// acceptance order (issue 13). Ingest bounds it (1..256 printable
+	// ASCII bytes).
+	OrderingKey string
+	// TraceParent and TraceState are the producer's W3C trace context
+	// (the traceparent and tracestate headers) as received, "" when none
+	// or when the traceparent was invalid; TraceState is kept only with a
+	// valid TraceParent.
+	TraceParent string
+	TraceState  string
+
 	// doc caches Body decoded for the delivery engine's body filters
 	// (Decoded, CacheDecoded); no backend reads or stores it.
 	doc atomic.Pointer[Decoded]
@@ -40,7 +52,10 @@ func (e *Event) CacheDecoded(d *Decoded) *Decoded {
 }
 
 // Size is an estimate of the memory the event holds, for byte budgets.
-func (e *Event) Size() int { return len(e.Body) + len(e.ID) + len(e.Type) + len(e.ContentType) + 64 }
+func (e *Event) Size() int {
+	return len(e.Body) + len(e.ID) + len(e.Type) + len(e.ContentType) +
+		len(e.OrderingKey) + len(e.TraceParent) + len(e.TraceState) + 64
+}
 
 // Membership records which events a subscription is entitled to
 // (invariant 7): those with From <= seq, and seq <= Until once it has Left.
@@ -119,6 +134,14 @@ type DeadLetter struct {
 	ReplayedAt   time.Time `json:"replayed_at,omitzero"`
 	DeliveredAt  time.Time `json:"delivered_at,omitzero"` // when a replay was acknowledged
 	Body         []byte    `json:"-"`
+
+	// OrderingKey, TraceParent and TraceState are the event's (Event): a
+	// replay carries the producer's trace context; the key is kept for
+	// the record (a replay goes out on its own, outside its key's order).
+	// Letters written before they existed decode with them empty.
+	OrderingKey string `json:"ordering_key,omitempty"`
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // DiskUsage is the last measurement of the log's disk use.

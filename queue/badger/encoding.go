@@ -9,15 +9,33 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// appendEvent encodes an event record:
+// appendEvent encodes an event record, in one of two layouts:
 //
-//	version(1) | uvarint len + id | uvarint len + type | uvarint len + content type |
-//	accepted-at unix nanos (8, big endian) | body (rest)
+//	version 1: version(1) | uvarint len + id | uvarint len + type | uvarint len + content type |
+//	           accepted-at unix nanos (8, big endian) | body (rest)
+//	version 2: version(2) | id | type | content type | ordering key | traceparent | tracestate |
+//	           accepted-at | body (each string uvarint len + bytes, as above)
+//
+// An event with no ordering key and no trace context (the common case) is
+// written as version 1, byte for byte what format 3 wrote, so it costs
+// nothing more; version 2 is written only for one that has any of them
+// (format 4, key.go). Both start with id and type, so eventType reads
+// either.
 func appendEvent(dst []byte, e *queue.Event) []byte {
-	dst = append(dst, recordVersion)
+	ext := e.OrderingKey != "" || e.TraceParent != "" || e.TraceState != ""
+	if ext {
+		dst = append(dst, eventVersionExt)
+	} else {
+		dst = append(dst, recordVersion)
+	}
 	dst = appendString(dst, e.ID)
 	dst = appendString(dst, e.Type)
 	dst = appendString(dst, e.ContentType)
+	if ext {
+		dst = appendString(dst, e.OrderingKey)
+		dst = appendString(dst, e.TraceParent)
+		dst = appendString(dst, e.TraceState)
+	}
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.AcceptedAt.UnixNano()))
 	return append(dst, e.Body...)
 }
@@ -27,13 +45,16 @@ func appendString(dst []byte, s string) []byte {
 	return append(dst, s...)
 }
 
-// decodeEvent decodes an event record. Body aliases b: pass a buffer the
-// caller owns (Badger's ValueCopy), never one Badger may reuse.
+// decodeEvent decodes an event record of either version (an event written
+// before format 4 decodes with no ordering key or trace context). Body
+// aliases b: pass a buffer the caller owns (Badger's ValueCopy), never one
+// Badger may reuse.
 func decodeEvent(seq uint64, b []byte) (*queue.Event, error) {
 	e := &queue.Event{Seq: seq}
-	if len(b) == 0 || b[0] != recordVersion {
+	if len(b) == 0 || b[0] != recordVersion && b[0] != eventVersionExt {
 		return nil, fmt.Errorf("event %d: record version: %w", seq, queue.ErrCorrupt)
 	}
+	ext := b[0] == eventVersionExt
 	b = b[1:]
 	var err error
 	if e.ID, b, err = readString(b); err != nil {
@@ -45,6 +66,17 @@ func decodeEvent(seq uint64, b []byte) (*queue.Event, error) {
 	if e.ContentType, b, err = readString(b); err != nil {
 		return nil, fmt.Errorf("event %d: content type: %w", seq, err)
 	}
+	if ext {
+		if e.OrderingKey, b, err = readString(b); err != nil {
+			return nil, fmt.Errorf("event %d: ordering key: %w", seq, err)
+		}
+		if e.TraceParent, b, err = readString(b); err != nil {
+			return nil, fmt.Errorf("event %d: traceparent: %w", seq, err)
+		}
+		if e.TraceState, b, err = readString(b); err != nil {
+			return nil, fmt.Errorf("event %d: tracestate: %w", seq, err)
+		}
+	}
 	if len(b) < 8 {
 		return nil, fmt.Errorf("event %d: accepted-at: %w", seq, queue.ErrCorrupt)
 	}
@@ -53,10 +85,11 @@ func decodeEvent(seq uint64, b []byte) (*queue.Event, error) {
 	return e, nil
 }
 
-// eventType reads only the type of an event record, without allocating the
-// rest, so a lane can skip events of other types cheaply.
+// eventType reads only the type of an event record (of either version),
+// without allocating the rest, so a lane can skip events of other types
+// cheaply.
 func eventType(b []byte) ([]byte, error) {
-	if len(b) == 0 || b[0] != recordVersion {
+	if len(b) == 0 || b[0] != recordVersion && b[0] != eventVersionExt {
 		return nil, queue.ErrCorrupt
 	}
 	b = b[1:]

@@ -1,6 +1,8 @@
 package badger
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"github.com/sluicehq/sluice/queue"
@@ -166,5 +168,99 @@ func TestFormat2DirGetsRetryIndex(t *testing.T) {
 	})
 	if len(f) != 8 || f[7] != formatVersion {
 		t.Fatalf("m/format after open = %v, want %d", f, formatVersion)
+	}
+}
+
+// TestFormat3EventsReadAfterUpgrade: a format-3 dir's event records (the
+// version-1 layout, built here byte by byte rather than by appendEvent)
+// open and read with no ordering key or trace context, through Event and
+// through Events with and without a type filter; an event appended after
+// the upgrade keeps them; an event without them is still written as
+// those exact version-1 bytes (the compact case costs nothing more); and
+// m/format says 4.
+func TestFormat3EventsReadAfterUpgrade(t *testing.T) {
+	dir := t.TempDir()
+	q, err := Open(Options{Dir: dir, MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1_700_000_000, 123)
+	if _, _, err := q.Append(&queue.Event{ID: "old", Type: "t.a", ContentType: "application/json", AcceptedAt: at, Body: []byte(`{"a":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// What format 3 wrote for that event: version 1 | id | type | content
+	// type | accepted-at | body.
+	old := []byte{1, 3, 'o', 'l', 'd', 3, 't', '.', 'a', 16}
+	old = append(old, "application/json"...)
+	old = binary.BigEndian.AppendUint64(old, uint64(at.UnixNano()))
+	old = append(old, `{"a":1}`...)
+	var stored []byte
+	err = q.db.Update(func(txn *badgerdb.Txn) error {
+		item, err := txn.Get(eventKey(1))
+		if err != nil {
+			return err
+		}
+		if stored, err = item.ValueCopy(nil); err != nil {
+			return err
+		}
+		if err := txn.Set(eventKey(1), old); err != nil {
+			return err
+		}
+		return txn.Set(keyFormat, u64(3))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stored, old) {
+		t.Fatalf("an event without ordering key or trace context encodes as\n%x\nwant format 3's\n%x", stored, old)
+	}
+	q.Close()
+
+	q, err = Open(Options{Dir: dir, MinFreeBytes: -1})
+	if err != nil {
+		t.Fatalf("open a format-3 dir: %v", err)
+	}
+	defer q.Close()
+	check := func(how string, ev *queue.Event) {
+		t.Helper()
+		if ev.ID != "old" || ev.Type != "t.a" || ev.ContentType != "application/json" || !ev.AcceptedAt.Equal(at) || string(ev.Body) != `{"a":1}` ||
+			ev.OrderingKey != "" || ev.TraceParent != "" || ev.TraceState != "" {
+			t.Fatalf("%s: format-3 event read as %+v", how, ev)
+		}
+	}
+	ev, err := q.Event(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("Event", ev)
+	for _, match := range []func([]byte) bool{nil, func(typ []byte) bool { return string(typ) == "t.a" }} {
+		evs, _, err := q.Events(1, 10, 10, match)
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("Events: %d events, %v", len(evs), err)
+		}
+		check("Events", evs[0])
+	}
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	if _, _, err := q.Append(&queue.Event{ID: "new", Type: "t.b", AcceptedAt: at, Body: []byte("{}"),
+		OrderingKey: "vehicle-17", TraceParent: tp, TraceState: "vendor=x"}); err != nil {
+		t.Fatal(err)
+	}
+	evs, _, err := q.Events(1, 10, 10, func(typ []byte) bool { return string(typ) == "t.b" })
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("Events of the new type: %d events, %v", len(evs), err)
+	}
+	if ev := evs[0]; ev.ID != "new" || ev.OrderingKey != "vehicle-17" || ev.TraceParent != tp || ev.TraceState != "vendor=x" || string(ev.Body) != "{}" {
+		t.Fatalf("new event read as %+v", ev)
+	}
+	var f []byte
+	q.db.View(func(txn *badgerdb.Txn) error {
+		item, err := txn.Get(keyFormat)
+		if err == nil {
+			f, err = item.ValueCopy(nil)
+		}
+		return err
+	})
+	if len(f) != 8 || f[7] != formatVersion || formatVersion != 4 {
+		t.Fatalf("m/format after open = %v, want 4", f)
 	}
 }

@@ -10,17 +10,20 @@ import (
 // FuzzDecodeEvent: decoding arbitrary bytes never panics, and what encodes
 // decodes to the same event.
 func FuzzDecodeEvent(f *testing.F) {
-	f.Add([]byte("id-1"), []byte("geofence.enter"), []byte("application/json"), []byte(`{"a":1}`))
-	f.Add([]byte(""), []byte(""), []byte(""), []byte(""))
-	f.Add(bytes.Repeat([]byte{0xff}, 20), []byte{0}, []byte{1}, []byte{2, 3})
-	f.Fuzz(func(t *testing.T, id, typ, ct, body []byte) {
-		ev := &queue.Event{ID: string(id), Type: string(typ), ContentType: string(ct), AcceptedAt: time.Unix(0, 42), Body: body}
+	f.Add([]byte("id-1"), []byte("geofence.enter"), []byte("application/json"), []byte(`{"a":1}`), "", "")
+	f.Add([]byte(""), []byte(""), []byte(""), []byte(""), "", "")
+	f.Add(bytes.Repeat([]byte{0xff}, 20), []byte{0}, []byte{1}, []byte{2, 3}, "", "")
+	f.Add([]byte("id-2"), []byte("t"), []byte("text/plain"), []byte("x"), "vehicle-17", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	f.Fuzz(func(t *testing.T, id, typ, ct, body []byte, key, trace string) {
+		ev := &queue.Event{ID: string(id), Type: string(typ), ContentType: string(ct), AcceptedAt: time.Unix(0, 42), Body: body,
+			OrderingKey: key, TraceParent: trace, TraceState: key}
 		b := appendEvent(nil, ev)
 		got, err := decodeEvent(7, b)
 		if err != nil {
 			t.Fatalf("round trip: %v", err)
 		}
-		if got.ID != ev.ID || got.Type != ev.Type || got.ContentType != ev.ContentType || !bytes.Equal(got.Body, ev.Body) || !got.AcceptedAt.Equal(ev.AcceptedAt) {
+		if got.ID != ev.ID || got.Type != ev.Type || got.ContentType != ev.ContentType || !bytes.Equal(got.Body, ev.Body) || !got.AcceptedAt.Equal(ev.AcceptedAt) ||
+			got.OrderingKey != ev.OrderingKey || got.TraceParent != ev.TraceParent || got.TraceState != ev.TraceState {
 			t.Fatalf("round trip changed the event: %+v", got)
 		}
 		if typ2, err := eventType(b); err != nil || string(typ2) != ev.Type {

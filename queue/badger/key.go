@@ -25,7 +25,7 @@ var (
 
 // formatVersion is written into a new data dir, and over an older one on
 // open; a dir written by a newer sluice is refused rather than misread.
-const formatVersion = 3
+const formatVersion = 4
 
 // Format history. A data dir of an older format is upgraded on open (its
 // m/format rewritten), so an older sluice then refuses it instead of
@@ -39,9 +39,18 @@ const formatVersion = 3
 //	3  q/<sub>/<seq> indexes each retry record by (subscription, seq), so
 //	   RetryOf is a point lookup rather than a scan of the schedule. Open
 //	   builds the index of an older dir from its r/ keys.
+//	4  an e/<seq> record may be of version 2 (eventVersionExt), carrying
+//	   the event's ordering key and trace context (issue 13). Events
+//	   without them are still written as version 1, so an older dir needs
+//	   no rewrite; an older sluice must refuse the dir, as it would read a
+//	   version-2 record as damage.
 
 // recordVersion leads every value we encode so a record format can evolve.
 const recordVersion = 1
+
+// eventVersionExt leads an event record that carries an ordering key or
+// trace context (encoding.go appendEvent; format 4).
+const eventVersionExt = 2
 
 func eventKey(seq uint64) []byte {
 	k := make([]byte, 2+8)

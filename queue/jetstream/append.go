@@ -24,6 +24,15 @@ const (
 	hdrType        = "Sluice-Type"
 	hdrContentType = "Sluice-Content-Type"
 	hdrAcceptedAt  = "Sluice-Accepted-At" // unix nanoseconds
+	// The event's ordering key and the producer's W3C trace context, each
+	// only when the event has it; a message without them (one written
+	// before they existed) reads with them empty. The trace context keeps
+	// its W3C header names so tools reading the stream see it as such
+	// (a NATS server with an account trace_dest may trace such messages;
+	// it never changes them).
+	hdrOrderingKey = "Sluice-Ordering-Key"
+	hdrTraceParent = "traceparent"
+	hdrTraceState  = "tracestate"
 )
 
 // logSide is the state of the event log: the publish window, the stream
@@ -153,6 +162,15 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	}
 	if ev.ContentType != "" {
 		m.Header[hdrContentType] = []string{ev.ContentType}
+	}
+	if ev.OrderingKey != "" {
+		m.Header[hdrOrderingKey] = []string{ev.OrderingKey}
+	}
+	if ev.TraceParent != "" {
+		m.Header[hdrTraceParent] = []string{ev.TraceParent}
+	}
+	if ev.TraceState != "" {
+		m.Header[hdrTraceState] = []string{ev.TraceState}
 	}
 	ack, retried, err := s.publishEvent(m, deadline)
 	if err == nil && ack.Duplicate && retried && s.ownEarlierAttempt(ack.Sequence, ev, deadline) {

@@ -566,3 +566,62 @@ func TestDuplicateAckOfOwnAttempt(t *testing.T) {
 		t.Fatal("a later request with the same id was taken for the stored attempt: it would answer 202, not duplicate")
 	}
 }
+
+// TestEventContextHeaders: an event's ordering key and trace context go
+// out as the headers Sluice-Ordering-Key, traceparent and tracestate, and
+// another node's stream follower reads them back; a message written before
+// those headers existed (published here by hand, with the old headers
+// only) reads with them empty, on the follower and by direct get.
+func TestEventContextHeaders(t *testing.T) {
+	name := logStream()
+	a := openLog(t, logOptions(name), nil)
+	got := make(chan *queue.Event, 4)
+	o := logOptions(name)
+	o.NodeID = "b"
+	o.OnCommit = func(evs []*queue.Event) {
+		for _, ev := range evs {
+			got <- ev
+		}
+	}
+	openLog(t, o, nil)
+	const tp, ts = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "rojo=00f067aa0ba902b7"
+	ev := queuetest.Event("keyed", "t", `{}`)
+	ev.OrderingKey, ev.TraceParent, ev.TraceState = "vehicle-17", tp, ts
+	queuetest.MustAppend(t, a, ev)
+	js := rawJS(t, cluster.URLs())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := &nats.Msg{Subject: name + ".ev.b2xk", Data: []byte(`{"old":1}`), Header: nats.Header{
+		natsjs.MsgIDHeader:   {"old"},
+		"Sluice-Type":        {"t"},
+		"Sluice-Accepted-At": {fmt.Sprint(time.Now().UnixNano())},
+	}}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := stream.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw.Header.Get("Sluice-Ordering-Key") != "vehicle-17" || raw.Header.Get("traceparent") != tp || raw.Header.Get("tracestate") != ts {
+		t.Fatalf("stored headers %v", raw.Header)
+	}
+	for i, want := range []struct{ id, key, tp, ts string }{{"keyed", "vehicle-17", tp, ts}, {"old", "", "", ""}} {
+		select {
+		case ev := <-got:
+			if ev.ID != want.id || ev.OrderingKey != want.key || ev.TraceParent != want.tp || ev.TraceState != want.ts {
+				t.Fatalf("the follower read event %d as %+v, want %+v", i+1, ev, want)
+			}
+		case <-time.After(30 * time.Second): // a liveness bound
+			t.Fatalf("the other node's follower never saw event %d", i+1)
+		}
+	}
+	old, err := a.Event(2)
+	if err != nil || old.ID != "old" || old.OrderingKey != "" || old.TraceParent != "" || old.TraceState != "" || string(old.Body) != `{"old":1}` {
+		t.Fatalf("Event of an old message = %+v, %v", old, err)
+	}
+}

@@ -265,6 +265,8 @@ func (s *Store) skipGoneLocked(from, to uint64) {
 }
 
 // decodeEvent makes an event of a stored message; data becomes its body.
+// Every read path (the stream follower, direct gets, batched gets) decodes
+// through it, so each reads the same headers.
 func decodeEvent(seq uint64, subject string, h nats.Header, data []byte) (*queue.Event, error) {
 	id := hval(h, jetstream.MsgIDHeader)
 	if id == "" {
@@ -279,6 +281,7 @@ func decodeEvent(seq uint64, subject string, h nats.Header, data []byte) (*queue
 	}
 	return &queue.Event{
 		Seq: seq, ID: id, Type: hval(h, hdrType), ContentType: hval(h, hdrContentType),
+		OrderingKey: hval(h, hdrOrderingKey), TraceParent: hval(h, hdrTraceParent), TraceState: hval(h, hdrTraceState),
 		AcceptedAt: time.Unix(0, at),
 		// The message's own buffer, capped so no append can reach the
 		// bytes next to it.

@@ -19,6 +19,7 @@ func Run(t *testing.T, b Backend) {
 	}{
 		{"AppendReadReopen", testAppendReadReopen},
 		{"EventsFilterAndBounds", testEventsFilterAndBounds},
+		{"OrderingKeyAndTraceContext", testEventContext},
 		{"DedupWithinWindow", testDedupWithinWindow},
 		{"DedupAfterWindow", testDedupAfterWindow},
 		{"OnCommitBeforeAppendReturns", testOnCommit},

@@ -240,3 +240,112 @@ func testAppendAfterClose(t *testing.T, e *env) {
 		t.Fatalf("second close: %v", err)
 	}
 }
+
+// Trace context of the contract's events (W3C's own example).
+const (
+	testTraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	testTraceState  = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
+)
+
+// testEventContext: an event's ordering key and trace context survive the
+// append, every read (Event, Events with and without a type filter,
+// OnCommit) and a reopen; an event without them reads with them empty;
+// and a dead letter keeps them, also across a reopen and a replay.
+func testEventContext(t *testing.T, e *env) {
+	var (
+		mu        sync.Mutex
+		committed []*queue.Event
+	)
+	onCommit := func(evs []*queue.Event) {
+		mu.Lock()
+		committed = append(committed, evs...)
+		mu.Unlock()
+	}
+	s := e.open(t, Options{Sync: true, OnCommit: onCommit})
+	full := Event("keyed", "t.a", `{"n":1}`)
+	full.OrderingKey, full.TraceParent, full.TraceState = "vehicle-17", testTraceParent, testTraceState
+	keyOnly := Event("key-only", "t.a", `{"n":2}`)
+	keyOnly.OrderingKey = "vehicle-18"
+	plain := Event("plain", "t.a", `{"n":3}`)
+	traceOnly := Event("trace-only", "t.b", `{"n":4}`)
+	traceOnly.TraceParent = testTraceParent
+	want := []*queue.Event{full, keyOnly, plain, traceOnly}
+	for _, ev := range want {
+		MustAppend(t, s, ev)
+	}
+	check := func(how string, got []*queue.Event, want []*queue.Event) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d events, want %d", how, len(got), len(want))
+		}
+		for i, g := range got {
+			w := want[i]
+			if g.ID != w.ID || g.OrderingKey != w.OrderingKey || g.TraceParent != w.TraceParent || g.TraceState != w.TraceState ||
+				g.Type != w.Type || g.ContentType != w.ContentType || string(g.Body) != string(w.Body) {
+				t.Fatalf("%s: event %d = %+v\nwant %+v", how, i, g, w)
+			}
+		}
+	}
+	reads := func(s queue.Store, when string) {
+		t.Helper()
+		var one []*queue.Event
+		for seq := uint64(1); seq <= 4; seq++ {
+			ev, err := s.Event(seq)
+			if err != nil {
+				t.Fatalf("%s: Event(%d): %v", when, seq, err)
+			}
+			one = append(one, ev)
+		}
+		check(when+": Event", one, want)
+		evs, _, err := s.Events(1, 4, 10, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(when+": Events", evs, want)
+		evs, _, err = s.Events(1, 4, 10, func(typ []byte) bool { return string(typ) == "t.a" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(when+": Events of a type", evs, want[:3])
+	}
+	reads(s, "after append")
+	mu.Lock()
+	check("OnCommit", committed, want)
+	mu.Unlock()
+	s = e.reopen(t, s, Options{})
+	reads(s, "after reopen")
+
+	// A dead letter keeps them.
+	join(t, s, "partner", nil)
+	ev := Event("dead", "t.a", `{"n":5}`)
+	ev.OrderingKey, ev.TraceParent, ev.TraceState = "vehicle-19", testTraceParent, testTraceState
+	seq, _ := MustAppend(t, s, ev)
+	record(t, s, queue.Outcome{Kind: queue.DeadLettered, Subscription: "partner", Seq: seq, DeadLetter: &queue.DeadLetter{
+		Subscription: "partner", Seq: seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType, AcceptedAt: ev.AcceptedAt,
+		OrderingKey: ev.OrderingKey, TraceParent: ev.TraceParent, TraceState: ev.TraceState,
+		Reason: "rejected", Attempts: 1, LastStatus: 400, DeadAt: t0, Body: ev.Body,
+	}})
+	checkDL := func(how string, d *queue.DeadLetter, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", how, err)
+		}
+		if d.EventID != "dead" || d.OrderingKey != "vehicle-19" || d.TraceParent != testTraceParent || d.TraceState != testTraceState || string(d.Body) != `{"n":5}` {
+			t.Fatalf("%s: dead letter = %+v", how, d)
+		}
+	}
+	d, err := s.DeadLetter("partner", seq)
+	checkDL("DeadLetter", d, err)
+	s = e.reopen(t, s, Options{})
+	d, err = s.DeadLetter("partner", seq)
+	checkDL("DeadLetter after reopen", d, err)
+	list, err := s.DeadLetters("partner", "", 0, 10)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("DeadLetters: %v, %v", list, err)
+	}
+	checkDL("DeadLetters", list[0], nil)
+	d, err = s.Replay("partner", seq, t0, false)
+	checkDL("Replay", d, err)
+	d, err = s.DeadLetter("partner", seq)
+	checkDL("DeadLetter after its replay", d, err)
+}
