@@ -248,6 +248,9 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "secret_too_short", want: []string{`subscriptions[0].secret`, `key is 5 bytes, want 24 to 64`}, is: signing.ErrBadSecret},
 		{file: "secrets_bad_entry", want: []string{`subscriptions[0].secrets[1]: [redacted]: invalid secret`}, is: signing.ErrBadSecret},
 		{file: "secrets_duplicate", want: []string{`subscriptions[0].secrets[1]`, `listed twice`}, is: ErrDuplicate},
+		{file: "secret_ed25519_length", want: []string{`subscriptions[0].secret: [redacted]: invalid secret: "whsk_" key is 31 bytes, want 32 (an Ed25519 seed) or 64 (seed and public key)`}, is: signing.ErrBadSecret},
+		{file: "secret_public_key", want: []string{`subscriptions[0].secrets[1]: [redacted]: invalid secret: a "whpk_" public key verifies signatures but cannot sign: give the "whsk_" secret key`}, is: signing.ErrBadSecret},
+		{file: "secrets_duplicate_ed25519", want: []string{`subscriptions[0].secrets[1]: [redacted]: the same secret is listed twice`}, is: ErrDuplicate},
 		{file: "secret_two_sources", want: []string{`subscriptions[0]: several secret sources (secret, secret_env): set exactly one`}, is: ErrConflict},
 		{file: "secret_none", want: []string{`subscriptions[0].secret: no secret: set one of secret, secrets, secret_file or secret_env`}, is: ErrMissingValue},
 		{file: "secret_file_missing", want: []string{`subscriptions[0].secret_file: "testdata/no-such.secrets"`, "no such file"}, is: fs.ErrNotExist},
@@ -964,6 +967,46 @@ func TestSecretFile(t *testing.T) {
 	})
 }
 
+// TestSecretsEd25519 loads a subscription that signs with an Ed25519
+// (whsk_) key beside an HMAC one, from each source, as during a move from
+// one scheme to the other (issue 13).
+func TestSecretsEd25519(t *testing.T) {
+	const edSeed = "whsk_TM0Imyj/ltqdtsNG7BFOD1uKMZ81q6Yk2oz27U+4pvs="
+	const edFull = "whsk_TM0Imyj/ltqdtsNG7BFOD1uKMZ81q6Yk2oz27U+4pvs9QBfD6EOJWpK3CqdNG368nJgszy7ElozAzVXxKvRmDA=="
+	const edPublic = "whpk_PUAXw+hDiVqStwqnTRt+vJyYLM8uxJaMwM1V8Sr0Zgw="
+	path := filepath.Join(t.TempDir(), "keys.secrets")
+	writeFile(t, path, "# Ed25519, then the HMAC secret receivers still check\n"+edFull+"\n"+secretA+"\n")
+	for name, sub := range map[string]map[string]any{
+		"secret":      {"secret": edSeed},
+		"secrets":     {"secrets": []any{edSeed, secretA}},
+		"secret_file": {"secret_file": path},
+		"secret_env":  {"secret_env": "S_KEYS"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sub["id"], sub["url"] = "s", "https://s.example"
+			cfg, err := Load("", []string{"S_KEYS=" + edSeed + " " + secretA}, map[string]any{"subscriptions": []any{sub}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := cfg.Subscriptions[0].Resolved
+			if len(got) == 0 {
+				t.Fatal("no secrets resolved")
+			}
+			if pk, ok := got[0].PublicKey(); !ok || pk.Encode() != edPublic {
+				t.Fatalf("first secret: public key %v (Ed25519: %v), want %s", pk, ok, edPublic)
+			}
+			if len(got) > 1 {
+				if _, ok := got[1].PublicKey(); ok || got[1].Encode() != secretA {
+					t.Fatal("second secret is not secretA")
+				}
+			}
+			if out := fmt.Sprintf("%v %+v", cfg, cfg.Subscriptions[0]); strings.Contains(out, edSeed[5:15]) || strings.Contains(out, edFull[5:15]) {
+				t.Errorf("the config prints an Ed25519 key: %s", out)
+			}
+		})
+	}
+}
+
 func TestSecretEnv(t *testing.T) {
 	load := func(environ ...string) (*Config, error) {
 		return Load("", environ, map[string]any{"subscriptions": []any{map[string]any{
@@ -1156,9 +1199,9 @@ func encodeAll(secrets []signing.Secret) []string {
 	return out
 }
 
-// secretRE finds secret-looking values in a YAML file: whsec_ strings and the
-// values of secret/token keys.
-var secretRE = regexp.MustCompile(`whsec_[A-Za-z0-9+/=*!_-]+|(?:secret|token):\s*"?([^"\s]+)`)
+// secretRE finds secret-looking values in a YAML file: whsec_ and whsk_
+// strings and the values of secret/token keys.
+var secretRE = regexp.MustCompile(`wh(?:sec|sk)_[A-Za-z0-9+/=*!_-]+|(?:secret|token):\s*"?([^"\s]+)`)
 
 func secretsIn(t *testing.T, path string) []string {
 	t.Helper()
@@ -1172,7 +1215,7 @@ func secretsIn(t *testing.T, path string) []string {
 			s = strings.TrimPrefix(s, "secret:")
 			s = strings.TrimSpace(strings.TrimPrefix(s, "token:"))
 			if len(s) >= 8 && !strings.HasPrefix(s, "testdata/") {
-				out = append(out, s, strings.TrimPrefix(s, "whsec_"))
+				out = append(out, s, strings.TrimPrefix(strings.TrimPrefix(s, "whsec_"), "whsk_"))
 			}
 		}
 	}

@@ -155,10 +155,16 @@ func (s *SubscriptionConfig) resolveSecrets(p string, lookup func(string) (strin
 		if err != nil {
 			return fieldErr(field, where, secretReason(err, raw))
 		}
-		if seen[raw] {
+		// An Ed25519 key may be written as its seed or as seed and public
+		// key; its public key names it either way.
+		id := raw
+		if pk, ok := sec.PublicKey(); ok {
+			id = pk.Encode()
+		}
+		if seen[id] {
 			return fieldErr(field, where, newReason(ErrDuplicate, "the same secret is listed twice"))
 		}
-		seen[raw] = true
+		seen[id] = true
 		out = append(out, sec)
 		return nil
 	}
@@ -228,7 +234,8 @@ func (s *SubscriptionConfig) resolveSecrets(p string, lookup func(string) (strin
 // to logs.
 func secretReason(err error, raw string) error {
 	msg := err.Error()
-	for _, s := range []string{raw, strings.TrimPrefix(raw, "whsec_")} {
+	_, b64, _ := strings.Cut(raw, "_") // after whsec_, whsk_ or a mistaken prefix
+	for _, s := range []string{raw, b64} {
 		if len(s) >= 4 {
 			msg = strings.ReplaceAll(msg, s, redactedText)
 		}

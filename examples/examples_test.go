@@ -317,14 +317,27 @@ func waitStats(t *testing.T, base, what string, cond func(receiverStats) bool, l
 	}
 }
 
-// signedPost sends a delivery signed over signedBody but carrying body.
+// signedPost sends a delivery signed with testSecret over signedBody but
+// carrying body.
 func signedPost(t *testing.T, url, id string, ts int64, signedBody, body string) int {
+	t.Helper()
+	return signedPostWith(t, []signing.Secret{testSecret}, url, id, ts, signedBody, body)
+}
+
+// signedPostWith is signedPost with these secrets.
+func signedPostWith(t *testing.T, secrets []signing.Secret, url, id string, ts int64, signedBody, body string) int {
+	t.Helper()
+	return postDelivery(t, url, id, ts, signing.Sign(secrets, id, ts, []byte(signedBody)), body)
+}
+
+// postDelivery sends body with these webhook headers.
+func postDelivery(t *testing.T, url, id string, ts int64, signature, body string) int {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(signing.HeaderID, id)
 	req.Header.Set(signing.HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(signing.HeaderSignature, signing.Sign([]signing.Secret{testSecret}, id, ts, []byte(signedBody)))
+	req.Header.Set(signing.HeaderSignature, signature)
 	resp, err := httpClient.Do(req)
 	if err != nil {
 		t.Fatalf("POST %s: %v", url, err)
@@ -334,33 +347,59 @@ func signedPost(t *testing.T, url, id string, ts int64, signedBody, body string)
 	return resp.StatusCode
 }
 
+// needPythonModule skips (fails under CI) unless python imports module,
+// naming the Debian package that provides it.
+func needPythonModule(t *testing.T, python, module, pkg string) {
+	t.Helper()
+	if err := exec.Command(python, "-c", "import "+module).Run(); err == nil {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("python3 cannot import %s: .ci/run must install the %q package", module, pkg)
+	}
+	t.Skipf("python3 cannot import %s (install %q); skipping", module, pkg)
+}
+
+// startReceiver runs a receiver example on a free port with these keys in
+// WEBHOOK_SECRET and returns its base URL and output.
+func startReceiver(t *testing.T, argv []string, keys string, failFirst int) (string, *bytes.Buffer) {
+	t.Helper()
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	logs := new(bytes.Buffer)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port), "WEBHOOK_SECRET="+keys, fmt.Sprintf("FAIL_FIRST=%d", failFirst))
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	waitStats(t, base, "the receiver to start", func(receiverStats) bool { return true }, logs)
+	return base, logs
+}
+
 func TestReceivers(t *testing.T) {
 	receivers := []struct {
 		name string
 		argv func(t *testing.T) []string
+		// ed25519 checks what the receiver needs for whpk_ keys.
+		ed25519 func(t *testing.T, argv []string)
 	}{
-		{"python", func(t *testing.T) []string { return []string{need(t, "python3", "python3"), "receivers/receiver.py"} }},
-		{"node", func(t *testing.T) []string { return []string{need(t, "node", "nodejs"), "receivers/receiver.mjs"} }},
-		{"go", func(t *testing.T) []string { return []string{goBuild(t, "./receivers/go")} }},
+		{"python", func(t *testing.T) []string { return []string{need(t, "python3", "python3"), "receivers/receiver.py"} },
+			func(t *testing.T, argv []string) {
+				needPythonModule(t, argv[0], "cryptography.hazmat.primitives.asymmetric.ed25519", "python3-cryptography")
+			}},
+		{"node", func(t *testing.T) []string { return []string{need(t, "node", "nodejs"), "receivers/receiver.mjs"} }, nil},
+		{"go", func(t *testing.T) []string { return []string{goBuild(t, "./receivers/go")} }, nil},
 	}
 	for _, r := range receivers {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
 			argv := r.argv(t)
-			port := freePort(t)
-			base := fmt.Sprintf("http://127.0.0.1:%d", port)
-			var logs bytes.Buffer
-			cmd := exec.Command(argv[0], argv[1:]...)
-			cmd.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port), "WEBHOOK_SECRET="+otherSecret+" "+secretText, "FAIL_FIRST=2")
-			cmd.Stdout, cmd.Stderr = &logs, &logs
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			})
-			waitStats(t, base, "the receiver to start", func(receiverStats) bool { return true }, &logs)
+			base, logs := startReceiver(t, argv, otherSecret+" "+secretText, 2)
 
 			const n = 10
 			s := startSidecar(t, "127.0.0.1:0", "", subscription("recv-"+r.name, base+"/hooks"))
@@ -379,7 +418,7 @@ func TestReceivers(t *testing.T) {
 			}
 			// FAIL_FIRST=2 makes the sidecar retry two deliveries; all must
 			// arrive, verified, exactly once.
-			st := waitStats(t, base, "all deliveries", func(st receiverStats) bool { return st.Received >= n }, &logs)
+			st := waitStats(t, base, "all deliveries", func(st receiverStats) bool { return st.Received >= n }, logs)
 			if st.Received != n || st.Rejected != 0 {
 				t.Fatalf("after %d events: %+v, want %d received, 0 rejected", n, st, n)
 			}
@@ -404,6 +443,84 @@ func TestReceivers(t *testing.T) {
 			if want := (receiverStats{Received: n, Duplicates: st.Duplicates, Rejected: 2}); st != want || st.Duplicates < 1 {
 				t.Errorf("final stats %+v, want %d received, at least 1 duplicate, 2 rejected", st, n)
 			}
+
+			t.Run("v1a", func(t *testing.T) {
+				if r.ed25519 != nil {
+					r.ed25519(t, argv)
+				}
+				testEd25519Receiver(t, r.name, argv)
+			})
 		})
+	}
+}
+
+// testEd25519Receiver (issue 13) gives a receiver only whpk_ public keys
+// (an unrelated one first, as during a rotation) and a sidecar that signs
+// with a whsk_ key beside the HMAC secret, as while receivers migrate: the
+// receiver must verify the v1a entry with its language's own Ed25519, and
+// refuse what only an HMAC secret signed.
+func testEd25519Receiver(t *testing.T, name string, argv []string) {
+	ed, err := signing.GenerateEd25519Secret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unrelated, err := signing.GenerateEd25519Secret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk, _ := ed.PublicKey()
+	otherPK, _ := unrelated.PublicKey()
+	base, logs := startReceiver(t, argv, otherPK.Encode()+" "+pk.Encode(), 1)
+
+	const n = 5
+	sub := subscription("recv-"+name+"-v1a", base+"/hooks")
+	sub.Secrets = []signing.Secret{ed, testSecret}
+	s := startSidecar(t, "127.0.0.1:0", "", sub)
+	for i := range n {
+		req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/events/order.paid", strings.NewReader(fmt.Sprintf(`{"ed":%d}`, i)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-v1a-%d", name, i))
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("ingest answered %d", resp.StatusCode)
+		}
+	}
+	st := waitStats(t, base, "all v1a deliveries", func(st receiverStats) bool { return st.Received >= n }, logs)
+	if st.Received != n || st.Rejected != 0 {
+		t.Fatalf("after %d events: %+v, want %d received, 0 rejected\nreceiver output:\n%s", n, st, n, logs)
+	}
+
+	now := time.Now().Unix()
+	edOnly := []signing.Secret{ed}
+	if code := signedPostWith(t, edOnly, base+"/hooks", name+"-v1a-0", now, `{"ed":0}`, `{"ed":0}`); code != http.StatusOK {
+		t.Errorf("replayed v1a delivery answered %d, want 200", code)
+	}
+	if code := signedPostWith(t, edOnly, base+"/hooks", "v1a-tampered", now, `{"amount":1}`, `{"amount":1000}`); code != http.StatusUnauthorized {
+		t.Errorf("tampered v1a delivery answered %d, want 401", code)
+	}
+	if code := signedPostWith(t, edOnly, base+"/hooks", "v1a-stale", now-600, `{"ed":1}`, `{"ed":1}`); code != http.StatusUnauthorized {
+		t.Errorf("stale v1a delivery answered %d, want 401", code)
+	}
+	// Only HMAC-signed: this receiver holds no whsec_ secret.
+	if code := signedPost(t, base+"/hooks", "v1-only", now, `{"ed":2}`, `{"ed":2}`); code != http.StatusUnauthorized {
+		t.Errorf("a delivery with only a v1 signature answered %d, want 401", code)
+	}
+	// A v1a entry of another key, then the right one: the list is searched.
+	header := signing.Sign([]signing.Secret{unrelated}, "v1a-list", now, []byte(`{"ed":3}`)) + " " +
+		signing.Sign([]signing.Secret{ed}, "v1a-list", now, []byte(`{"ed":4}`)) + " " +
+		signing.Sign(edOnly, "v1a-list", now, []byte(`{"ed":3}`))
+	if code := postDelivery(t, base+"/hooks", "v1a-list", now, header, `{"ed":3}`); code != http.StatusNoContent {
+		t.Errorf("a list ending in the valid v1a entry answered %d, want 204", code)
+	}
+	st, err = getStats(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (receiverStats{Received: n + 1, Duplicates: st.Duplicates, Rejected: 3}); st != want || st.Duplicates < 1 {
+		t.Errorf("final stats %+v, want %d received, at least 1 duplicate, 3 rejected", st, n+1)
 	}
 }

@@ -134,6 +134,10 @@ type SubscriptionInfo struct {
 	// "secrets_count".
 	Config map[string]any `json:"config"`
 	Secret string         `json:"secret,omitempty"`
+	// PublicKeys are the whpk_ public keys of the subscription's Ed25519
+	// (whsk_) secrets that sign now, in signing order: what its receiver
+	// verifies v1a signatures with (issue 13). Not secret.
+	PublicKeys []string `json:"public_keys,omitempty"`
 }
 
 // Who manages a subscription (LaneStatus.ManagedBy).
@@ -151,10 +155,13 @@ type RotateRequest struct {
 }
 
 // RotateAnswer answers rotate-secret: the new secret, shown this once,
-// and until when the old ones still sign.
+// and until when the old ones still sign. The new secret is of the newest
+// old one's scheme: whsec_, or whsk_ with its whpk_ PublicKey for the
+// receivers.
 type RotateAnswer struct {
 	Subscription string    `json:"subscription"`
 	Secret       string    `json:"secret"`
+	PublicKey    string    `json:"public_key,omitempty"`
 	OldUntil     time.Time `json:"old_secrets_until,omitzero"`
 }
 

@@ -309,7 +309,15 @@ func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (Rota
 	if err != nil {
 		return RotateAnswer{}, err
 	}
-	k, err := signing.GenerateSecret()
+	// The new secret keeps the scheme of the newest one: a receiver that
+	// holds only whpk_ keys must not be moved to HMAC by a rotation.
+	generate := signing.GenerateSecret
+	if len(cur.Secrets) > 0 {
+		if _, ed := cur.Secrets[0].PublicKey(); ed {
+			generate = signing.GenerateEd25519Secret
+		}
+	}
+	k, err := generate()
 	if err != nil {
 		return RotateAnswer{}, fmt.Errorf("generate a secret: %w", err)
 	}
@@ -337,6 +345,9 @@ func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (Rota
 	}
 	s.log.Info("subscription secret rotated", "subscription", id, "old_secrets_until", until)
 	ans := RotateAnswer{Subscription: id, Secret: k.Encode()}
+	if pk, ok := k.PublicKey(); ok {
+		ans.PublicKey = pk.Encode()
+	}
 	if len(secrets) > 1 {
 		ans.OldUntil = until
 	}
@@ -595,6 +606,11 @@ func (s *Server) subscriptionInfo(l *lane) (SubscriptionInfo, error) {
 	}
 	if sub.SecretExpiry != nil && info.Config != nil {
 		info.Config["secrets_expire"] = sub.SecretExpiry
+	}
+	for _, k := range sub.liveSecrets(s.opts.Now()) {
+		if pk, ok := k.PublicKey(); ok {
+			info.PublicKeys = append(info.PublicKeys, pk.Encode())
+		}
 	}
 	return info, nil
 }

@@ -6,9 +6,17 @@ import "errors"
 // bytes or payloads); test for them with errors.Is.
 var (
 	// ErrBadSecret means a secret string is not a usable Standard Webhooks
-	// secret: the whsec_ prefix is missing, the rest is not standard base64,
-	// or the key is outside 24..64 bytes.
+	// secret: neither the whsec_ nor the whsk_ prefix, the rest is not
+	// standard base64, an HMAC key is outside 24..64 bytes, an Ed25519 key
+	// is neither 32 nor 64 bytes or its halves disagree, or it is a whpk_
+	// public key, which cannot sign.
 	ErrBadSecret = errors.New("signing: bad secret")
+
+	// ErrBadPublicKey means a string is not a Standard Webhooks whpk_ public
+	// key: the prefix is missing (a whsk_ or whsec_ secret is named as
+	// such), the rest is not standard base64, the key is not 32 bytes, or
+	// it is not a point of the Ed25519 curve.
+	ErrBadPublicKey = errors.New("signing: bad public key")
 
 	// ErrMissingHeader means the webhook-id, webhook-timestamp or
 	// webhook-signature value is empty.
@@ -26,7 +34,7 @@ var (
 	// than the tolerance allows (clock skew or a forged timestamp).
 	ErrTimestampTooNew = errors.New("signing: timestamp too new")
 
-	// ErrSignatureMismatch means no v1 entry of webhook-signature matches any
-	// of the secrets.
+	// ErrSignatureMismatch means no entry of webhook-signature matches any
+	// of the keys: no v1 entry an HMAC secret, no v1a entry an Ed25519 key.
 	ErrSignatureMismatch = errors.New("signing: signature mismatch")
 )

@@ -57,3 +57,40 @@ func ExampleAppendSignature() {
 	// v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=
 	// 95
 }
+
+// ExampleSecret_PublicKey signs with an Ed25519 (whsk_) secret beside an
+// HMAC one, as during a move from one scheme to the other, and verifies
+// the way a receiver holding only the whpk_ public key does. The key is RFC
+// 8032's TEST 1 seed; Python's cryptography and Node's crypto.sign give the
+// same v1a entry.
+func ExampleSecret_PublicKey() {
+	hmacSecret, _ := signing.ParseSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	edSecret, err := signing.ParseSecret("whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	public, _ := edSecret.PublicKey()
+	fmt.Println("public key:", public)
+
+	id, ts := "msg_p5jXN8AQM9LWM0D4loKWxJek", int64(1614265330)
+	body := []byte(`{"test": 2432232314}`)
+	sig := signing.Sign([]signing.Secret{hmacSecret, edSecret}, id, ts, body)
+	fmt.Println(signing.HeaderSignature+":", sig)
+
+	// The receiver parses the whpk_ key it was given, never the secret.
+	pk, err := signing.ParsePublicKey(public.Encode())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	now := time.Unix(ts, 0)
+	err = signing.Verify(nil, id, strconv.FormatInt(ts, 10), sig, body, now, signing.DefaultTolerance, pk)
+	fmt.Println("verify:", err)
+	fmt.Println("secret:", edSecret)
+	// Output:
+	// public key: whpk_11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=
+	// webhook-signature: v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE= v1a,fldxM4gAKugP6nnt1hdz3sgGfZ6d99nzrMFnZOELIxbzEHoVmAb2ADpkJK7zgPePmPsle0zV9jSeGlHFG2NVAw==
+	// verify: <nil>
+	// secret: whsk_…redacted
+}

@@ -1,23 +1,33 @@
 // Package signing implements Standard Webhooks (https://www.standardwebhooks.com)
-// symmetric signatures: the whsec_ secret format, the webhook-id,
+// signatures: the whsec_, whsk_ and whpk_ key formats, the webhook-id,
 // webhook-timestamp and webhook-signature headers, signing and verification.
 //
-// A signature is HMAC-SHA256(key, id + "." + timestamp + "." + body), base64
-// encoded and prefixed with "v1,". When several secrets are active (rotation)
-// the header carries one space-separated entry per secret, so a receiver that
-// knows either the old or the new key accepts the delivery. Because this is
-// the Standard Webhooks scheme, its official verifier libraries accept what
-// this package signs.
+// Both of the specification's schemes sign the content id + "." + timestamp
+// + "." + body:
+//   - symmetric, a whsec_ secret: HMAC-SHA256, base64 encoded and prefixed
+//     with "v1,";
+//   - asymmetric, a whsk_ secret (issue 13): Ed25519 (RFC 8032), base64
+//     encoded and prefixed with "v1a,". The receiver verifies with the
+//     whpk_ public key (Secret.PublicKey, ParsePublicKey) and cannot sign.
+//
+// When several secrets are active (rotation, or a move from HMAC to
+// Ed25519) the header carries one space-separated entry per secret, so a
+// receiver that knows any one of the keys accepts the delivery. Because this
+// is the Standard Webhooks scheme, its official verifier libraries accept
+// the v1 entries this package signs; they skip v1a entries.
 //
 // Guarantees:
 //   - A Secret never reveals its key through fmt, log/slog or String; only
 //     Encode returns it, for showing a generated secret once.
-//   - Secret values and all functions are safe for concurrent use.
-//   - AppendSignature does not allocate when dst has room for the header
-//     (47 bytes per secret plus one separator between entries); per-secret
-//     HMAC state is pooled.
-//   - Verify compares signatures in constant time (hmac.Equal) and checks the
-//     timestamp in both directions to limit replays.
+//   - Secret and PublicKey values and all functions are safe for concurrent
+//     use.
+//   - AppendSignature does not allocate when dst has room for the header (47
+//     bytes per HMAC secret, 92 per Ed25519 secret, plus one separator
+//     between entries) and, for Ed25519, id, timestamp and body together fit
+//     in 64 KiB; per-secret HMAC state and message buffers are pooled.
+//   - Verify compares HMAC signatures in constant time (hmac.Equal), checks
+//     Ed25519 signatures with crypto/ed25519, and checks the timestamp in
+//     both directions to limit replays.
 //
 // The package imports only the standard library.
 package signing
@@ -66,12 +76,13 @@ const (
 	entryLen = len(version) + 1 + encodedLen
 )
 
-// Secret is one HMAC-SHA256 key. The zero Secret holds no key: Verify never
-// matches it and AppendSignature panics on it.
+// Secret is one signing key: an HMAC-SHA256 key (whsec_) or an Ed25519
+// private key (whsk_). The zero Secret holds no key: Verify never matches it
+// and AppendSignature panics on it.
 //
 // Secret values are cheap to copy and safe for concurrent use; copies share
 // the key and a pool of HMAC states. String and every fmt verb print
-// "whsec_…redacted", never the key.
+// "whsec_…redacted" (or "whsk_…redacted"), never the key.
 type Secret struct {
 	k *key
 }
@@ -84,8 +95,9 @@ type Secret struct {
 // which for some verbs (%s, %q) prints the pointed-to struct in full; a
 // []byte field would then print the key, a func prints as an address.
 type key struct {
-	raw  func() []byte
-	pool sync.Pool // of *macState
+	raw  func() []byte // the key as Encode shows it
+	pool sync.Pool     // of *macState; HMAC keys only
+	ed   *edKey        // nil for an HMAC key
 }
 
 // macState is one reusable HMAC computation. buf stages the id and timestamp
@@ -98,9 +110,13 @@ type macState struct {
 	enc [encodedLen]byte
 }
 
-// ParseSecret parses a Standard Webhooks secret: "whsec_" followed by the key
-// in standard (padded) base64. The key must be 24 to 64 bytes long. Errors
-// wrap ErrBadSecret and name the problem without repeating the secret.
+// ParseSecret parses a Standard Webhooks secret, either
+//   - "whsec_" followed by an HMAC key of 24 to 64 bytes, or
+//   - "whsk_" followed by an Ed25519 private key: the 32-byte seed or the
+//     64-byte seed||public key (ed25519.go says why both),
+//
+// in standard (padded) base64. Errors wrap ErrBadSecret and name the problem
+// without repeating the secret; a whpk_ public key is refused as one.
 func ParseSecret(s string) (Secret, error) {
 	if s == "" {
 		return Secret{}, fmt.Errorf("parse secret: empty: %w", ErrBadSecret)
@@ -110,9 +126,15 @@ func ParseSecret(s string) (Secret, error) {
 		// rather than report a base64 error at the last byte.
 		return Secret{}, fmt.Errorf("parse secret: leading or trailing whitespace: %w", ErrBadSecret)
 	}
+	if b64, ok := strings.CutPrefix(s, edSecretPrefix); ok {
+		return parseEd25519Secret(b64)
+	}
+	if strings.HasPrefix(s, edPublicPrefix) {
+		return Secret{}, fmt.Errorf("parse secret: a %q public key verifies signatures but cannot sign: give the %q secret key: %w", edPublicPrefix, edSecretPrefix, ErrBadSecret)
+	}
 	b64, ok := strings.CutPrefix(s, secretPrefix)
 	if !ok {
-		return Secret{}, fmt.Errorf("parse secret: missing %q prefix: %w", secretPrefix, ErrBadSecret)
+		return Secret{}, fmt.Errorf("parse secret: missing %q prefix (or %q for an Ed25519 key): %w", secretPrefix, edSecretPrefix, ErrBadSecret)
 	}
 	raw, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
@@ -125,13 +147,14 @@ func ParseSecret(s string) (Secret, error) {
 	return newSecret(raw), nil
 }
 
-// NewSecret returns a Secret for key. It copies key and does not check its
-// length; use ParseSecret for configured secrets.
+// NewSecret returns an HMAC Secret for key. It copies key and does not check
+// its length; use ParseSecret for configured secrets.
 func NewSecret(key []byte) Secret {
 	return newSecret(append([]byte(nil), key...))
 }
 
-// GenerateSecret returns a Secret with 32 random bytes from crypto/rand.
+// GenerateSecret returns an HMAC Secret with 32 random bytes from
+// crypto/rand; GenerateEd25519Secret makes a whsk_ one.
 func GenerateSecret() (Secret, error) {
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
@@ -147,24 +170,40 @@ func newSecret(raw []byte) Secret {
 	return Secret{k: k}
 }
 
-// Encode returns the secret as "whsec_<base64>". It reveals the key: use it
-// only to show a newly generated secret once, never in logs. The zero Secret
-// encodes as "".
+// Encode returns the secret as "whsec_<base64>" or "whsk_<base64>", in the
+// form it was parsed from (a whsk_ key keeps its 32- or 64-byte form). It
+// reveals the key: use it only to show a newly generated secret once, never
+// in logs. The zero Secret encodes as "".
 func (s Secret) Encode() string {
 	if s.k == nil {
 		return ""
 	}
-	return secretPrefix + base64.StdEncoding.EncodeToString(s.k.raw())
+	prefix := secretPrefix
+	if s.k.ed != nil {
+		prefix = edSecretPrefix
+	}
+	return prefix + base64.StdEncoding.EncodeToString(s.k.raw())
 }
 
-// String returns "whsec_…redacted".
-func (s Secret) String() string { return redacted }
+// redacted is what String, Format and LogValue print: the prefix, so that
+// logs tell the schemes apart, and never the key.
+func (s Secret) redacted() string {
+	if s.k != nil && s.k.ed != nil {
+		return edRedacted
+	}
+	return redacted
+}
 
-// Format prints "whsec_…redacted" for every verb, including %#v and %x.
-func (s Secret) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(redacted)) }
+// String returns "whsec_…redacted" (or "whsk_…redacted").
+func (s Secret) String() string { return s.redacted() }
 
-// LogValue makes log/slog print "whsec_…redacted" with any handler.
-func (s Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
+// Format prints "whsec_…redacted" (or "whsk_…redacted") for every verb,
+// including %#v and %x.
+func (s Secret) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(s.redacted())) }
+
+// LogValue makes log/slog print "whsec_…redacted" (or "whsk_…redacted")
+// with any handler.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.redacted()) }
 
 var (
 	_ fmt.Stringer   = Secret{}
@@ -173,10 +212,13 @@ var (
 )
 
 // AppendSignature appends the webhook-signature header value for id, ts (unix
-// seconds) and body to dst and returns the extended slice: one "v1,<base64>"
-// entry per secret, in order, separated by single spaces. It does not
-// allocate when dst has enough spare capacity (47 bytes per secret plus the
-// separators). It panics on a zero Secret, which is a programming error.
+// seconds) and body to dst and returns the extended slice: one entry per
+// secret, in order, separated by single spaces: "v1,<base64>" for an HMAC
+// secret, "v1a,<base64>" for an Ed25519 one. It does not allocate when dst
+// has enough spare capacity (47 bytes per HMAC secret, 92 per Ed25519
+// secret, plus the separators) and, with an Ed25519 secret, id, timestamp
+// and body fit in 64 KiB. It panics on a zero Secret, which is a
+// programming error.
 func AppendSignature(dst []byte, secrets []Secret, id string, ts int64, body []byte) []byte {
 	for i, s := range secrets {
 		if s.k == nil {
@@ -184,6 +226,10 @@ func AppendSignature(dst []byte, secrets []Secret, id string, ts int64, body []b
 		}
 		if i > 0 {
 			dst = append(dst, ' ')
+		}
+		if s.k.ed != nil {
+			dst = s.k.ed.appendSignature(dst, id, ts, body)
+			continue
 		}
 		st := s.k.get()
 		// One Write for "id.ts." when it fits; the 22 bytes are two dots and
@@ -210,7 +256,15 @@ func AppendSignature(dst []byte, secrets []Secret, id string, ts int64, body []b
 
 // Sign returns the webhook-signature header value; see AppendSignature.
 func Sign(secrets []Secret, id string, ts int64, body []byte) string {
-	return string(AppendSignature(make([]byte, 0, len(secrets)*(entryLen+1)), secrets, id, ts, body))
+	n := 0
+	for _, s := range secrets {
+		if s.k != nil && s.k.ed != nil {
+			n += edEntryLen + 1
+		} else {
+			n += entryLen + 1
+		}
+	}
+	return string(AppendSignature(make([]byte, 0, n), secrets, id, ts, body))
 }
 
 // Verify checks a delivery the way a receiver must. id, timestamp and
@@ -219,15 +273,21 @@ func Sign(secrets []Secret, id string, ts int64, body []byte) string {
 //
 // The timestamp must be a decimal count of unix seconds no further than
 // tolerance from now in either direction (the edge itself is accepted); a
-// tolerance of zero or less means DefaultTolerance. At least one "v1,<base64>"
-// entry of the space-separated signature must match one of secrets; entries
-// of other versions (such as "v1a,") are ignored, and signatures are compared
-// in constant time. The signed content uses the timestamp text exactly as
-// received.
+// tolerance of zero or less means DefaultTolerance. At least one entry of
+// the space-separated signature must match a key:
+//   - a "v1,<base64>" entry one of the HMAC secrets, compared in constant
+//     time;
+//   - a "v1a,<base64>" entry (a 64-byte Ed25519 signature in canonical
+//     standard base64) the public key of one of the Ed25519 secrets, or one
+//     of keys, which is how a receiver that holds only whpk_ keys calls it.
+//
+// Entries of other versions are ignored. The signed content uses the
+// timestamp text exactly as received. secrets may be nil when keys are
+// given, and a receiver migrating from HMAC to Ed25519 passes both.
 //
 // Errors wrap ErrMissingHeader, ErrBadTimestamp, ErrTimestampTooOld,
 // ErrTimestampTooNew or ErrSignatureMismatch.
-func Verify(secrets []Secret, id, timestamp, signature string, body []byte, now time.Time, tolerance time.Duration) error {
+func Verify(secrets []Secret, id, timestamp, signature string, body []byte, now time.Time, tolerance time.Duration, keys ...PublicKey) error {
 	switch {
 	case id == "":
 		return fmt.Errorf("verify: empty %s: %w", HeaderID, ErrMissingHeader)
@@ -258,10 +318,31 @@ func Verify(secrets []Secret, id, timestamp, signature string, body []byte, now 
 	}
 
 	var got [encodedLen]byte
+	var msg *msgBuf // the signed content for Ed25519, staged on first need
+	defer func() {
+		if msg != nil {
+			msg.release()
+		}
+	}()
+	edMatch := func(pk PublicKey) bool {
+		if msg == nil {
+			msg = stage(id, timestamp, body)
+		}
+		return pk.verifyEntries(signature, msg.b)
+	}
+	nHMAC, nEd := 0, 0
 	for _, s := range secrets {
 		if s.k == nil {
 			continue
 		}
+		if s.k.ed != nil {
+			nEd++
+			if edMatch(s.k.ed.pub) {
+				return nil
+			}
+			continue
+		}
+		nHMAC++
 		st := s.k.get()
 		if len(id)+len(timestamp)+2 <= len(st.buf) {
 			b := append(st.buf[:0], id...)
@@ -292,17 +373,33 @@ func Verify(secrets []Secret, id, timestamp, signature string, body []byte, now 
 			return nil
 		}
 	}
-	if len(secrets) == 0 {
-		return fmt.Errorf("verify: no secrets to check against: %w", ErrSignatureMismatch)
+	for _, pk := range keys {
+		if pk.k == nil {
+			continue
+		}
+		nEd++
+		if edMatch(pk) {
+			return nil
+		}
 	}
-	return fmt.Errorf("verify: none of %d v1 signatures matches %d secrets: %w", countV1(signature), len(secrets), ErrSignatureMismatch)
+	switch {
+	case len(secrets) == 0 && len(keys) == 0:
+		return fmt.Errorf("verify: no secrets or public keys to check against: %w", ErrSignatureMismatch)
+	case nEd == 0:
+		return fmt.Errorf("verify: none of %d v1 signatures matches %d secrets: %w", countEntries(signature, version), nHMAC, ErrSignatureMismatch)
+	case nHMAC == 0:
+		return fmt.Errorf("verify: none of %d v1a signatures matches %d Ed25519 keys: %w", countEntries(signature, edVersion), nEd, ErrSignatureMismatch)
+	}
+	return fmt.Errorf("verify: none of %d v1 and %d v1a signatures matches %d HMAC secrets and %d Ed25519 keys: %w",
+		countEntries(signature, version), countEntries(signature, edVersion), nHMAC, nEd, ErrSignatureMismatch)
 }
 
-// countV1 counts the "v1," entries of a signature header, for error detail.
-func countV1(signature string) int {
+// countEntries counts the entries of one version ("v1", "v1a") in a
+// signature header, for error detail.
+func countEntries(signature, ver string) int {
 	n := 0
 	for _, entry := range strings.Split(signature, " ") {
-		if strings.HasPrefix(entry, version+",") {
+		if strings.HasPrefix(entry, ver+",") {
 			n++
 		}
 	}

@@ -405,6 +405,31 @@ func TestCLIVerify(t *testing.T) {
 		{"no secret", flags, body, 1, "--secret"},
 		{"bad secret", append([]string{"--secret", "whsec_nope"}, flags...), body, 1, "bad secret"},
 	}
+	// Ed25519 (issue 13): a subscription with a whsk_ key beside the HMAC
+	// one; its receivers verify the v1a entry with the whpk_ public key.
+	ed, _ := signing.GenerateEd25519Secret()
+	pk, _ := ed.PublicKey()
+	otherPK, _ := signing.GenerateEd25519Secret()
+	otherPub, _ := otherPK.PublicKey()
+	mixed := signing.Sign([]signing.Secret{ed, k}, "msg_1", now, body)
+	edFlags := []string{"--id", "msg_1", "--timestamp", ts, "--signature", mixed}
+	edOnly := []string{"--id", "msg_1", "--timestamp", ts, "--signature", signing.Sign([]signing.Secret{ed}, "msg_1", now, body)}
+	cases = append(cases, []struct {
+		name     string
+		args     []string
+		body     []byte
+		wantCode int
+		wantOut  string
+	}{
+		{"whpk_ public key", append([]string{"--secret", pk.Encode()}, edFlags...), body, 0, "valid\n"},
+		{"whsec_ on a mixed header", append([]string{"--secret", e2eSecret}, edFlags...), body, 0, "valid\n"},
+		{"whpk_ and whsec_ while migrating", append([]string{"--secret", otherPub.Encode() + " " + e2eSecret, "--secret", pk.Encode()}, edOnly...), body, 0, "valid\n"},
+		{"the sender's whsk_", append([]string{"--secret", ed.Encode()}, edOnly...), body, 0, "valid\n"},
+		{"whpk_, tampered body", append([]string{"--secret", pk.Encode()}, edFlags...), append(body, ' '), 1, "none of 1 v1a signatures matches 1 Ed25519 keys"},
+		{"another whpk_", append([]string{"--secret", otherPub.Encode()}, edOnly...), body, 1, "signature mismatch"},
+		{"whsec_ on a v1a-only header", append([]string{"--secret", e2eSecret}, edOnly...), body, 1, "none of 0 v1 signatures"},
+		{"bad whpk_", append([]string{"--secret", "whpk_AAAA"}, edFlags...), body, 1, "--secret: parse public key: key is 3 bytes, want 32"},
+	}...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			withStdin(t, c.body)

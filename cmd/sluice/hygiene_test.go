@@ -28,6 +28,8 @@ func TestLogsNeverShowSecretsOrURLs(t *testing.T) {
 		authValue = "Bearer hdr-cred-9Zk4-never-logged"
 		urlSecret = "path-cred-4Wm8"
 		querySecr = "query-cred-1Pn6"
+		// An Ed25519 key (issue 13), RFC 8032 TEST 2's seed.
+		edSecret = "whsk_TM0Imyj/ltqdtsNG7BFOD1uKMZ81q6Yk2oz27U+4pvs="
 	)
 	fail := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
 	t.Cleanup(fail.Close)
@@ -46,8 +48,8 @@ func TestLogsNeverShowSecretsOrURLs(t *testing.T) {
     retry: {base: 10ms, cap: 20ms, max_attempts: 2}
   - id: healthy
     url: %s/hooks/%s?token=%s
-    secret: %s
-`, fail.URL, urlSecret, querySecr, e2eSecret, authValue, ok.URL, urlSecret, querySecr, e2eSecret)
+    secrets: [%s, %s]
+`, fail.URL, urlSecret, querySecr, e2eSecret, authValue, ok.URL, urlSecret, querySecr, edSecret, e2eSecret)
 	cfg := fmt.Sprintf("listen: unix://%s\nadmin: {listen: %s, token: %s}\ndata_dir: %s\nlog_level: debug\nlog_format: json\nallow_private_targets: true\n%s",
 		sock, admin, token, filepath.Join(dir, "data"), subs)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
@@ -112,7 +114,7 @@ func TestLogsNeverShowSecretsOrURLs(t *testing.T) {
 	out := log.String()
 	secretKey := strings.TrimPrefix(e2eSecret, "whsec_")
 	for what, s := range map[string]string{
-		"signing secret": secretKey, "admin token": token, "Authorization header": "hdr-cred-9Zk4",
+		"signing secret": secretKey, "Ed25519 key": strings.TrimPrefix(edSecret, "whsk_")[:16], "admin token": token, "Authorization header": "hdr-cred-9Zk4",
 		"URL path": urlSecret, "URL query": querySecr, "endpoint address": strings.TrimPrefix(fail.URL, "http://"),
 	} {
 		if strings.Contains(out, s) {

@@ -44,7 +44,7 @@ Usage:
   sluice subscriptions recover ID --since TIME [--until TIME]
   sluice tenants token TENANT
   sluice inject [FILE|-] [--image IMG] [--config-map NAME] [--pvc NAME] [--secret NAME] [--grace 10s] [--ingest-port 8700] [--admin-port 8701] [--jetstream-url URL]...
-  sluice verify --secret whsec_... [--id ID --timestamp TS --signature SIG | --headers FILE] [--tolerance 5m] < BODY
+  sluice verify --secret whsec_...|whpk_... [--id ID --timestamp TS --signature SIG | --headers FILE] [--tolerance 5m] < BODY
   sluice version
 
 status, dlq, events, pause, resume, subscriptions and tenants call the

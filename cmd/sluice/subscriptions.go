@@ -29,7 +29,7 @@ import (
 )
 
 const subscriptionsUsage = `usage:
-  sluice subscriptions create (--file FILE | --id ID --url URL) [--types a,b] [--tenant T] [--secret whsec_...]
+  sluice subscriptions create (--file FILE | --id ID --url URL) [--types a,b] [--tenant T] [--secret whsec_...|whsk_...]
   sluice subscriptions list [--tenant T]
   sluice subscriptions get ID
   sluice subscriptions update ID (--file PATCH | --set KEY=VALUE ...)
@@ -77,7 +77,7 @@ func subCreate(args []string, stdout, stderr io.Writer) error {
 	fs.String("url", "", "the endpoint, https://...")
 	types := fs.String("types", "", "event types delivered, comma-separated (default: all)")
 	fs.String("tenant", "", "the tenant the subscription belongs to")
-	fs.String("secret", "", "the signing secret, whsec_... (default: the sidecar generates one and prints it once; a flag shows in the process list)")
+	fs.String("secret", "", "the signing secret, whsec_... or an Ed25519 whsk_... (default: the sidecar generates a whsec_ one and prints it once; a flag shows in the process list)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -208,6 +208,9 @@ func writeSubscription(w io.Writer, info *proxy.SubscriptionInfo) error {
 	row("delivered", strconv.FormatUint(l.Delivered, 10))
 	row("retried", strconv.FormatUint(l.Retried, 10))
 	row("dead", strconv.FormatUint(l.DeadLettered, 10))
+	for _, pk := range info.PublicKeys {
+		row("public key", pk) // of a whsk_ secret: receivers verify v1a with it
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -362,6 +365,9 @@ func subRotate(args []string, stdout, stderr io.Writer) error {
 		return printJSON(stdout, ans)
 	}
 	fmt.Fprintf(stdout, "new secret of %s: %s\n  %s\n", ans.Subscription, ans.Secret, onceNote)
+	if ans.PublicKey != "" {
+		fmt.Fprintf(stdout, "its public key, for receivers to verify v1a signatures: %s\n", ans.PublicKey)
+	}
 	if ans.OldUntil.IsZero() {
 		fmt.Fprintln(stdout, "the old secrets no longer sign")
 	} else {

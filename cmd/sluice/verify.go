@@ -27,7 +27,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var secretArgs listFlag
-	fs.Var(&secretArgs, "secret", "a whsec_ secret of the subscription; repeat it (or separate with spaces) while rotating")
+	fs.Var(&secretArgs, "secret", "a whsec_ secret of the subscription, or the whpk_ public key of its whsk_ one (GET /v1/subscriptions/{id} shows it); repeat it (or separate with spaces) while rotating")
 	id := fs.String("id", "", "the webhook-id header")
 	ts := fs.String("timestamp", "", "the webhook-timestamp header")
 	sig := fs.String("signature", "", "the webhook-signature header")
@@ -41,8 +41,17 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var secrets []signing.Secret
+	var keys []signing.PublicKey // whpk_: checks v1a entries (issue 13)
 	for _, a := range secretArgs {
 		for _, s := range strings.Fields(a) {
+			if strings.HasPrefix(s, "whpk_") {
+				pk, err := signing.ParsePublicKey(s)
+				if err != nil {
+					return fmt.Errorf("verify: --secret: %w", err)
+				}
+				keys = append(keys, pk)
+				continue
+			}
 			k, err := signing.ParseSecret(s)
 			if err != nil {
 				return fmt.Errorf("verify: --secret: %w", err)
@@ -50,8 +59,8 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 			secrets = append(secrets, k)
 		}
 	}
-	if len(secrets) == 0 {
-		return errors.New("verify: give the subscription's secret with --secret whsec_...")
+	if len(secrets) == 0 && len(keys) == 0 {
+		return errors.New("verify: give the subscription's secret with --secret whsec_... (or its public key, --secret whpk_...)")
 	}
 	h := map[string]string{}
 	if *headers != "" {
@@ -70,7 +79,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("verify: read body from stdin: %w", err)
 	}
-	err = signing.Verify(secrets, h[signing.HeaderID], h[signing.HeaderTimestamp], h[signing.HeaderSignature], body, time.Now(), *tolerance)
+	err = signing.Verify(secrets, h[signing.HeaderID], h[signing.HeaderTimestamp], h[signing.HeaderSignature], body, time.Now(), *tolerance, keys...)
 	switch {
 	case err == nil:
 		fmt.Fprintln(stdout, "valid")

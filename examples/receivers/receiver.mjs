@@ -1,11 +1,15 @@
 #!/usr/bin/env node
 // A webhook endpoint for sluice deliveries. Node.js 18+, built-in modules only.
 //
-// Environment: PORT (8080), WEBHOOK_SECRET (whsec_ secrets, space-separated),
-// FAIL_FIRST (answer 500 to the first N deliveries, to watch retries).
+// Environment: PORT (8080), WEBHOOK_SECRET (space-separated whsec_ secrets
+// for HMAC "v1" signatures and whpk_ public keys for Ed25519 "v1a" ones, as
+// during a rotation or a migration), FAIL_FIRST (answer 500 to the first N
+// deliveries, to watch retries).
 //
-// POST any path: verifies the Standard Webhooks signature (HMAC-SHA256 over
-// "id.timestamp.body", timestamp within 5 minutes either way) and answers
+// POST any path: verifies the Standard Webhooks signature (HMAC-SHA256 or
+// Ed25519 over "id.timestamp.body", timestamp within 5 minutes either way:
+// one v1 entry must match a whsec_ secret or one v1a entry a whpk_ key) and
+// answers
 // 204 processed, 200 webhook-id already processed (not re-processed),
 // 400 missing or malformed headers, 401 bad signature or stale timestamp,
 // 500 while FAIL_FIRST lasts. GET /_stats: {received, duplicates, rejected}.
@@ -16,11 +20,27 @@ const TOLERANCE = 5 * 60; // seconds, either direction
 const SEEN_TTL = 24 * 3600 * 1000; // remember ids as long as sluice's dedup window
 const MAX_BODY = 1 << 20;
 
-const keys = (process.env.WEBHOOK_SECRET || '').split(/\s+/).filter(Boolean).map((s) => {
-  if (!s.startsWith('whsec_')) throw new Error('WEBHOOK_SECRET: each secret must start with whsec_');
-  return Buffer.from(s.slice(6), 'base64');
-});
-if (keys.length === 0) throw new Error('WEBHOOK_SECRET is required');
+const hmacKeys = []; // whsec_: HMAC-SHA256 keys
+const edKeys = []; // whpk_: Ed25519 public keys, as KeyObjects
+for (const s of (process.env.WEBHOOK_SECRET || '').split(/\s+/).filter(Boolean)) {
+  if (s.startsWith('whsec_')) {
+    hmacKeys.push(Buffer.from(s.slice(6), 'base64'));
+  } else if (s.startsWith('whpk_')) {
+    const raw = Buffer.from(s.slice(5), 'base64');
+    if (raw.length !== 32) throw new Error(`WEBHOOK_SECRET: a whpk_ key is 32 bytes, not ${raw.length}`);
+    // The raw 32-byte key as a JWK (RFC 8037): x is its base64url.
+    edKeys.push(crypto.createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: raw.toString('base64url') }, format: 'jwk' }));
+  } else if (s.startsWith('whsk_')) {
+    throw new Error("WEBHOOK_SECRET: a whsk_ key is the sender's secret; give its whpk_ public key");
+  } else {
+    throw new Error('WEBHOOK_SECRET: each key must start with whsec_ or whpk_');
+  }
+}
+if (hmacKeys.length === 0 && edKeys.length === 0) throw new Error('WEBHOOK_SECRET is required');
+
+// A v1a entry: a 64-byte signature in padded standard base64 (Buffer.from
+// would skip characters that are not base64, so the form is checked first).
+const ed25519Sig = /^[A-Za-z0-9+/]{86}==$/;
 
 const stats = { received: 0, duplicates: 0, rejected: 0 };
 const seen = new Map(); // webhook-id -> time processed
@@ -32,12 +52,17 @@ function verify(id, ts, signature, body) {
   if (!/^\d+$/.test(ts)) return 400;
   if (Math.abs(Date.now() / 1000 - Number(ts)) > TOLERANCE) return 401;
   const signed = Buffer.concat([Buffer.from(`${id}.${ts}.`), body]);
-  const expected = keys.map((k) => crypto.createHmac('sha256', k).update(signed).digest());
+  const expected = hmacKeys.map((k) => crypto.createHmac('sha256', k).update(signed).digest());
   for (const entry of signature.split(' ')) {
     const [version, sig] = entry.split(',', 2);
-    if (version !== 'v1' || !sig) continue;
-    const got = Buffer.from(sig, 'base64');
-    if (expected.some((e) => e.length === got.length && crypto.timingSafeEqual(e, got))) return 0;
+    if (!sig) continue;
+    if (version === 'v1') {
+      const got = Buffer.from(sig, 'base64');
+      if (expected.some((e) => e.length === got.length && crypto.timingSafeEqual(e, got))) return 0;
+    } else if (version === 'v1a' && ed25519Sig.test(sig)) {
+      const got = Buffer.from(sig, 'base64');
+      if (edKeys.some((k) => crypto.verify(null, signed, k, got))) return 0;
+    }
   }
   return 401;
 }

@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
-"""A webhook endpoint for sluice deliveries. Standard library only (3.8+).
+"""A webhook endpoint for sluice deliveries. Python 3.8+; standard library
+only, unless given a whpk_ key: Ed25519 needs the cryptography package
+(pip install cryptography, or Debian's python3-cryptography).
 
 Environment:
   PORT            port to listen on (default 8080)
-  WEBHOOK_SECRET  one or more whsec_ secrets, space-separated (rotation)
+  WEBHOOK_SECRET  one or more keys, space-separated (rotation, migration):
+                  whsec_ secrets (HMAC, "v1" signatures) and whpk_ public
+                  keys (Ed25519, "v1a" signatures)
   FAIL_FIRST      answer 500 to the first N deliveries (to watch retries)
 
-POST any path: verifies the Standard Webhooks signature (HMAC-SHA256 over
-"id.timestamp.body", timestamp within 5 minutes either way) and answers
+POST any path: verifies the Standard Webhooks signature (HMAC-SHA256 or
+Ed25519 over "id.timestamp.body", timestamp within 5 minutes either way):
+one "v1" entry must match a whsec_ secret or one "v1a" entry a whpk_ key.
+Answers
   204  verified and processed
   200  verified, but this webhook-id was already processed (not re-processed)
   400  missing or malformed webhook headers
@@ -30,18 +36,39 @@ SEEN_TTL = 24 * 3600        # remember ids as long as sluice's dedup window
 MAX_BODY = 1 << 20
 
 
-def parse_secrets(value):
-    keys = []
+def parse_keys(value):
+    """Returns (HMAC keys, Ed25519 public keys)."""
+    hmac_keys, ed_keys = [], []
     for s in value.split():
-        if not s.startswith("whsec_"):
-            sys.exit("WEBHOOK_SECRET: each secret must start with whsec_")
-        keys.append(base64.b64decode(s[len("whsec_"):], validate=True))
-    if not keys:
+        if s.startswith("whsec_"):
+            hmac_keys.append(base64.b64decode(s[len("whsec_"):], validate=True))
+        elif s.startswith("whpk_"):
+            raw = base64.b64decode(s[len("whpk_"):], validate=True)
+            if len(raw) != 32:
+                sys.exit(f"WEBHOOK_SECRET: a whpk_ key is 32 bytes, not {len(raw)}")
+            ed_keys.append(raw)
+        elif s.startswith("whsk_"):
+            sys.exit("WEBHOOK_SECRET: a whsk_ key is the sender's secret; give its whpk_ public key")
+        else:
+            sys.exit("WEBHOOK_SECRET: each key must start with whsec_ or whpk_")
+    if not hmac_keys and not ed_keys:
         sys.exit("WEBHOOK_SECRET is required")
-    return keys
+    if ed_keys:
+        # Imported only here, so that HMAC needs nothing beyond the standard
+        # library.
+        try:
+            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+        except ImportError:
+            sys.exit("WEBHOOK_SECRET: whpk_ keys need the cryptography package "
+                     "(pip install cryptography, or apt install python3-cryptography)")
+        try:
+            ed_keys = [Ed25519PublicKey.from_public_bytes(k) for k in ed_keys]
+        except ValueError as e:
+            sys.exit(f"WEBHOOK_SECRET: not an Ed25519 public key: {e}")
+    return hmac_keys, ed_keys
 
 
-KEYS = parse_secrets(os.environ.get("WEBHOOK_SECRET", ""))
+HMAC_KEYS, ED_KEYS = parse_keys(os.environ.get("WEBHOOK_SECRET", ""))
 lock = threading.Lock()
 stats = {"received": 0, "duplicates": 0, "rejected": 0}
 seen = {}  # webhook-id -> time processed
@@ -64,15 +91,35 @@ def verify(msg_id, timestamp, signature, body, now):
     if abs(now - int(timestamp)) > TOLERANCE:
         raise Unauthorized("timestamp outside the tolerance")
     signed = f"{msg_id}.{timestamp}.".encode() + body
-    expected = [base64.b64encode(hmac.new(k, signed, hashlib.sha256).digest()) for k in KEYS]
+    expected = [base64.b64encode(hmac.new(k, signed, hashlib.sha256).digest()) for k in HMAC_KEYS]
     for entry in signature.split(" "):
         version, _, sig = entry.partition(",")
-        if version != "v1":
-            continue
-        for e in expected:
-            if hmac.compare_digest(e, sig.encode()):
+        if version == "v1":
+            for e in expected:
+                if hmac.compare_digest(e, sig.encode()):
+                    return
+        elif version == "v1a" and ED_KEYS:
+            if ed25519_matches(sig, signed):
                 return
     raise Unauthorized("no matching signature")
+
+
+def ed25519_matches(sig, signed):
+    """Whether a v1a entry's base64 signature verifies with one of ED_KEYS."""
+    from cryptography.exceptions import InvalidSignature
+    try:
+        raw = base64.b64decode(sig, validate=True)
+    except ValueError:  # binascii.Error
+        return False
+    if len(raw) != 64:
+        return False
+    for key in ED_KEYS:
+        try:
+            key.verify(raw, signed)
+            return True
+        except InvalidSignature:
+            continue
+    return False
 
 
 def process(msg_id, body):

@@ -1,8 +1,11 @@
 // Command receiver is a webhook endpoint for sluice deliveries, verifying
-// them with the signing package.
+// them with the signing package (HMAC from crypto/hmac, Ed25519 from
+// crypto/ed25519).
 //
-// Environment: PORT (8080), WEBHOOK_SECRET (whsec_ secrets, space-separated),
-// FAIL_FIRST (answer 500 to the first N deliveries, to watch retries).
+// Environment: PORT (8080), WEBHOOK_SECRET (space-separated whsec_ secrets
+// for HMAC "v1" signatures and whpk_ public keys for Ed25519 "v1a" ones, as
+// during a rotation or a migration), FAIL_FIRST (answer 500 to the first N
+// deliveries, to watch retries).
 //
 // POST any path answers 204 processed, 200 webhook-id already processed (not
 // re-processed), 400 missing or malformed headers, 401 bad signature or a
@@ -28,7 +31,8 @@ import (
 const seenTTL = 24 * time.Hour // remember ids as long as sluice's dedup window
 
 type receiver struct {
-	secrets []signing.Secret
+	secrets []signing.Secret    // whsec_
+	keys    []signing.PublicKey // whpk_
 
 	mu       sync.Mutex
 	failLeft int
@@ -70,7 +74,7 @@ func (rc *receiver) serveWebhook(w http.ResponseWriter, r *http.Request) {
 
 	id := r.Header.Get(signing.HeaderID)
 	err = signing.Verify(rc.secrets, id, r.Header.Get(signing.HeaderTimestamp),
-		r.Header.Get(signing.HeaderSignature), body, time.Now(), signing.DefaultTolerance)
+		r.Header.Get(signing.HeaderSignature), body, time.Now(), signing.DefaultTolerance, rc.keys...)
 	if err != nil {
 		status := http.StatusUnauthorized
 		if errors.Is(err, signing.ErrMissingHeader) || errors.Is(err, signing.ErrBadTimestamp) {
@@ -114,14 +118,26 @@ func process(id string, body []byte) {}
 
 func main() {
 	var secrets []signing.Secret
+	var keys []signing.PublicKey
 	for _, s := range strings.Fields(os.Getenv("WEBHOOK_SECRET")) {
-		k, err := signing.ParseSecret(s)
-		if err != nil {
-			log.Fatalf("WEBHOOK_SECRET: %v", err)
+		switch {
+		case strings.HasPrefix(s, "whpk_"):
+			pk, err := signing.ParsePublicKey(s)
+			if err != nil {
+				log.Fatalf("WEBHOOK_SECRET: %v", err)
+			}
+			keys = append(keys, pk)
+		case strings.HasPrefix(s, "whsk_"):
+			log.Fatal("WEBHOOK_SECRET: a whsk_ key is the sender's secret; give its whpk_ public key")
+		default:
+			k, err := signing.ParseSecret(s)
+			if err != nil {
+				log.Fatalf("WEBHOOK_SECRET: %v", err)
+			}
+			secrets = append(secrets, k)
 		}
-		secrets = append(secrets, k)
 	}
-	if len(secrets) == 0 {
+	if len(secrets) == 0 && len(keys) == 0 {
 		log.Fatal("WEBHOOK_SECRET is required")
 	}
 	failFirst, _ := strconv.Atoi(os.Getenv("FAIL_FIRST"))
@@ -130,7 +146,7 @@ func main() {
 		port = "8080"
 	}
 
-	rc := &receiver{secrets: secrets, failLeft: failFirst, seen: make(map[string]time.Time)}
+	rc := &receiver{secrets: secrets, keys: keys, failLeft: failFirst, seen: make(map[string]time.Time)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /_stats", rc.serveStats)
 	mux.HandleFunc("POST /", rc.serveWebhook)
