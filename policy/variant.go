@@ -1,0 +1,543 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Body variants (issue 13): a subscription may ask for a rendering of the
+// stored body instead of its exact bytes. Rendering is pure (the bytes
+// depend on the event's type, its accepted-at time and its stored body
+// only), so the delivery engine renders each distinct variant once per
+// event for every lane that asks for it, and a replay renders the same
+// bytes again from the dead letter's copy of the body.
+
+// EnvelopeStandardWebhooks is the envelope of the Standard Webhooks
+// specification's recommended payload shape: {"type", "timestamp",
+// "data"}. It is the only envelope so far.
+const EnvelopeStandardWebhooks = "standard-webhooks"
+
+// Bounds of a variant, checked by ParseVariant. A variant renders once per
+// event, and subscriptions can come from the API, so its cost per event
+// must be bounded by sluice rather than by whoever writes it.
+const (
+	// MaxVariantFields bounds the paths of VariantSpec.Fields.
+	MaxVariantFields = 256
+	// MaxVariantPathSegments bounds the segments of one path.
+	MaxVariantPathSegments = 32
+)
+
+// VariantContentType is the Content-Type of every rendered variant: they
+// are all JSON.
+const VariantContentType = "application/json"
+
+// VariantSpec is a body variant as the configuration writes it (a
+// subscription's body key); ParseVariant checks it.
+type VariantSpec struct {
+	// Envelope, when set, wraps the payload: EnvelopeStandardWebhooks.
+	Envelope string `json:"envelope,omitempty"`
+	// Fields, when set, keeps only these dotted paths of the stored body,
+	// in the path syntax of a body filter ("data.id", "data.items.0.sku").
+	// A nil Fields keeps the whole payload; an empty one is refused.
+	Fields []string `json:"fields,omitempty"`
+}
+
+// Variant is a parsed body variant: how the bytes a subscription is sent
+// are rendered from an event's stored body. It is immutable and safe for
+// concurrent use; a nil *Variant is no variant (the stored bytes).
+//
+// Fields projects the stored body onto the listed paths: the result holds
+// every listed path that is present in the body, with its value as the
+// body has it (numbers and strings as written, white space removed), nested
+// as in the body, and nothing else. Every kept path names the same value
+// in the result as in the body:
+//
+//   - A path that is missing (an absent member, an index past the end, a
+//     segment below a value that is neither an object nor an array) is
+//     left out, as are the objects and arrays that would hold only
+//     missing paths.
+//   - An array keeps its selected items at their indexes; items not
+//     selected below the highest selected index become null ("items.2"
+//     alone renders "items": [null, null, {…}]).
+//   - A path below another listed path adds nothing: "data" keeps the
+//     whole of data whatever "data.id" says, and the two render, and key,
+//     as "data" alone.
+//   - Members are written in sorted order (encoding/json's), whatever
+//     order the body has them in; a member the body repeats takes its last
+//     value, as encoding/json reads it.
+//   - When nothing is kept the result is {} ([] for a body that is an
+//     array).
+//
+// Envelope wraps the payload, or with Fields the projection (fields
+// first, then the envelope: the paths name the stored body, the same paths
+// a body filter names, never the envelope's): {"type": <event type>,
+// "timestamp": <accepted-at, RFC 3339 in UTC with the nanoseconds the log
+// keeps>, "data": <the payload as stored, leading and trailing white space
+// removed>}. The timestamp is when sluice accepted the event, not when the
+// attempt is made: every attempt and every replay sends the same bytes.
+//
+// Both need a body that is exactly one JSON value; Render refuses any
+// other with a *VariantError, which the delivery engine dead-letters with
+// ReasonVariantFailed.
+type Variant struct {
+	envelope string
+	fields   []string  // canonical: sorted, none below another
+	tree     *pathNode // fields as a tree; nil without fields
+	key      string
+}
+
+// pathNode is one segment of the variant's fields: keep takes the whole
+// value there, else kids say which of its members or items to look at.
+type pathNode struct {
+	keep bool
+	kids []pathKid // sorted by segment name
+}
+
+type pathKid struct {
+	seg  segment
+	node *pathNode
+}
+
+// ParseVariant checks spec and returns its variant. Errors are
+// *FieldError naming the key inside a subscription: "body.envelope",
+// "body.fields" or "body.fields[2]" ("body" when spec asks for nothing);
+// the configuration puts the subscription's key in front.
+func ParseVariant(spec VariantSpec) (*Variant, error) {
+	v := &Variant{}
+	switch spec.Envelope {
+	case "":
+	case EnvelopeStandardWebhooks:
+		v.envelope = spec.Envelope
+	default:
+		return nil, fieldError("body.envelope", spec.Envelope, "unknown envelope (want %q)", EnvelopeStandardWebhooks)
+	}
+	switch {
+	case spec.Fields == nil && v.envelope == "":
+		return nil, fieldError("body", nil, "set envelope or fields; leave body out to send the stored bytes")
+	case spec.Fields == nil:
+	case len(spec.Fields) == 0:
+		return nil, fieldError("body.fields", []string{}, "must list at least one path; leave fields out to keep the whole payload")
+	case len(spec.Fields) > MaxVariantFields:
+		return nil, fieldError("body.fields", len(spec.Fields), "more than %d paths", MaxVariantFields)
+	default:
+		tree, err := parseFields(spec.Fields)
+		if err != nil {
+			return nil, err
+		}
+		v.tree = tree
+		v.fields = tree.paths(nil, "")
+		slices.Sort(v.fields)
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // the key is read in logs and snapshots
+	_ = enc.Encode(v.Spec()) // a string and a list of strings: cannot fail
+	v.key = strings.TrimSuffix(b.String(), "\n")
+	return v, nil
+}
+
+// parseFields builds the tree of fields, refusing a bad or repeated path.
+func parseFields(fields []string) (*pathNode, error) {
+	root := &pathNode{}
+	seen := make(map[string]int, len(fields))
+	for i, path := range fields {
+		key := fmt.Sprintf("body.fields[%d]", i)
+		if j, dup := seen[path]; dup {
+			return nil, fieldError(key, path, "listed twice (body.fields[%d] is the same path)", j)
+		}
+		seen[path] = i
+		if strings.HasPrefix(path, "$") {
+			return nil, fieldError(key, path, `a path starts with a member name, not "$"`)
+		}
+		segs, reason := splitPath(path)
+		if reason != "" {
+			return nil, fieldError(key, path, "%s", reason)
+		}
+		if len(segs) > MaxVariantPathSegments {
+			return nil, fieldError(key, path, "more than %d segments", MaxVariantPathSegments)
+		}
+		root.insert(segs)
+	}
+	return root, nil
+}
+
+// insert adds a path; one below a kept node adds nothing, and a kept node
+// forgets what was below it.
+func (n *pathNode) insert(segs []segment) {
+	for _, s := range segs {
+		if n.keep {
+			return
+		}
+		i, found := slices.BinarySearchFunc(n.kids, s.name, func(k pathKid, name string) int { return strings.Compare(k.seg.name, name) })
+		if !found {
+			n.kids = slices.Insert(n.kids, i, pathKid{seg: s, node: &pathNode{}})
+		}
+		n = n.kids[i].node
+	}
+	n.keep, n.kids = true, nil
+}
+
+// paths appends the kept paths below n, prefix naming n.
+func (n *pathNode) paths(out []string, prefix string) []string {
+	if n.keep {
+		return append(out, prefix)
+	}
+	for _, k := range n.kids {
+		p := k.seg.name
+		if prefix != "" {
+			p = prefix + "." + p
+		}
+		out = k.node.paths(out, p)
+	}
+	return out
+}
+
+// Spec returns v as a VariantSpec in canonical form: Fields sorted, no
+// path below another. ParseVariant reads it back into an equal variant.
+func (v *Variant) Spec() VariantSpec {
+	if v == nil {
+		return VariantSpec{}
+	}
+	return VariantSpec{Envelope: v.envelope, Fields: slices.Clone(v.fields)}
+}
+
+// Key is v in canonical JSON, {"envelope":"standard-webhooks","fields":
+// ["data.depot","data.id"]}: variants that render the same bytes have the
+// same key (whatever the order or overlap of their fields), and
+// ParseVariant reads a key, as a VariantSpec, back into an equal variant.
+// The delivery engine caches renderings by it. "" for a nil *Variant.
+func (v *Variant) Key() string {
+	if v == nil {
+		return ""
+	}
+	return v.key
+}
+
+// String is Key, or "<nil>" for a nil *Variant.
+func (v *Variant) String() string {
+	if v == nil {
+		return "<nil>"
+	}
+	return v.key
+}
+
+// Render returns the bytes a subscription with v is sent for an event of
+// type typ accepted at acceptedAt with the stored body body: body itself
+// for a nil *Variant, else the rendering Variant describes, in a new
+// slice. It is deterministic: the same arguments give the same bytes (the
+// location and monotonic reading of acceptedAt do not count).
+//
+// A body that is not exactly one JSON value gives a *VariantError naming
+// where in the body it stops being JSON. Render does not keep body.
+func (v *Variant) Render(typ string, acceptedAt time.Time, body []byte) ([]byte, error) {
+	if v == nil {
+		return body, nil
+	}
+	payload := bytes.Trim(body, jsonSpace) // JSON's white space, not Unicode's
+	if len(payload) == 0 {
+		return nil, &VariantError{Reason: reasonEmpty}
+	}
+	if v.tree != nil {
+		var err error
+		if payload, err = v.project(payload); err != nil {
+			return nil, locate(body)
+		}
+	} else if !json.Valid(payload) {
+		return nil, locate(body)
+	}
+	if v.envelope == "" {
+		return payload, nil
+	}
+	return appendEnvelope(make([]byte, 0, len(payload)+len(typ)+80), typ, acceptedAt, payload), nil
+}
+
+// project renders the fields of body, which is trimmed and not empty.
+func (v *Variant) project(body []byte) ([]byte, error) {
+	out, kept, err := projectValue(body, v.tree, true)
+	if err != nil {
+		return nil, err
+	}
+	if !kept {
+		if body[0] == '[' {
+			return []byte("[]"), nil
+		}
+		return []byte("{}"), nil
+	}
+	var b bytes.Buffer
+	b.Grow(len(body) / 2)
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // the body's strings as written
+	if err := enc.Encode(out); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// projectValue returns what n keeps of raw, a JSON value, and whether it
+// keeps anything. Only the top call (top) can meet invalid JSON: every
+// value below it was checked when the top one was decoded.
+func projectValue(raw json.RawMessage, n *pathNode, top bool) (any, bool, error) {
+	if n.keep {
+		return raw, true, nil // encoding/json compacts it
+	}
+	switch raw[0] {
+	case '{':
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, false, err
+		}
+		out := make(map[string]any, len(n.kids))
+		for _, k := range n.kids {
+			x, ok := m[k.seg.name]
+			if !ok {
+				continue
+			}
+			y, kept, err := projectValue(x, k.node, false)
+			if err != nil {
+				return nil, false, err
+			}
+			if kept {
+				out[k.seg.name] = y
+			}
+		}
+		return out, len(out) > 0, nil
+	case '[':
+		var l []json.RawMessage
+		if err := json.Unmarshal(raw, &l); err != nil {
+			return nil, false, err
+		}
+		var out []any
+		for _, k := range n.kids {
+			i := k.seg.index
+			if i < 0 || i >= len(l) {
+				continue
+			}
+			y, kept, err := projectValue(l[i], k.node, false)
+			if err != nil {
+				return nil, false, err
+			}
+			if kept {
+				if i >= len(out) {
+					out = append(out, make([]any, i+1-len(out))...) // nil encodes as null
+				}
+				out[i] = y
+			}
+		}
+		return out, len(out) > 0, nil
+	}
+	if top && !json.Valid(raw) {
+		return nil, false, errNotJSON
+	}
+	return nil, false, nil // a scalar: nothing below it
+}
+
+var errNotJSON = errors.New("not JSON")
+
+// jsonSpace is the white space JSON allows around a value.
+const jsonSpace = " \t\r\n"
+
+// appendEnvelope appends the Standard Webhooks envelope of data.
+func appendEnvelope(dst []byte, typ string, at time.Time, data []byte) []byte {
+	dst = append(dst, `{"type":`...)
+	dst = appendJSONString(dst, typ)
+	dst = append(dst, `,"timestamp":"`...)
+	dst = at.UTC().AppendFormat(dst, time.RFC3339Nano)
+	dst = append(dst, `","data":`...)
+	dst = append(dst, data...)
+	return append(dst, '}')
+}
+
+// appendJSONString appends s as a JSON string: as it is when it needs no
+// escape (every event type ingest accepts), else as encoding/json writes
+// it.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // a string: cannot fail
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}
+
+// ErrVariantFailed means a body could not be rendered for a body variant.
+// Render returns it wrapped in a *VariantError.
+var ErrVariantFailed = errors.New("body variant failed")
+
+// Reasons of a VariantError.
+const (
+	reasonEmpty   = "empty"
+	reasonInvalid = "not valid JSON"
+)
+
+// VariantError is what Render returns for a body it cannot render: the
+// body is not exactly one JSON value. It names where the body stops being
+// JSON, as a dotted path of the body (the path syntax of the variant's
+// fields) and a byte offset, never with the body's content: the message
+// goes into dead letters and logs. It wraps ErrVariantFailed.
+type VariantError struct {
+	// Path is where in the body the JSON breaks off: the member or item
+	// being read ("data.items.2"), "" at the top level (the body does not
+	// start as JSON, or more follows its value). A member name that is
+	// not a short plain word (letters, digits, "_", "-", up to 32) is
+	// shown as "?": names can carry data too.
+	Path string
+	// Offset is the byte offset in the body where reading stopped.
+	Offset int64
+	// Reason is "not valid JSON", or "empty" for a body of nothing but
+	// white space.
+	Reason string
+}
+
+// Error reads like "body variant: body is not valid JSON at data.depot
+// (byte 27)", "body variant: body is not valid JSON at its top level
+// (byte 0)" or "body variant: body is empty, not JSON".
+func (e *VariantError) Error() string {
+	switch {
+	case e.Reason == reasonEmpty:
+		return "body variant: body is empty, not JSON"
+	case e.Path == "":
+		return fmt.Sprintf("body variant: body is %s at its top level (byte %d)", e.Reason, e.Offset)
+	}
+	return fmt.Sprintf("body variant: body is %s at %s (byte %d)", e.Reason, e.Path, e.Offset)
+}
+
+// Unwrap returns ErrVariantFailed.
+func (e *VariantError) Unwrap() error { return ErrVariantFailed }
+
+// locate finds where body stops being one JSON value, for a VariantError.
+// It walks the body token by token, which is slow, but runs only for a
+// body already found invalid.
+func locate(body []byte) *VariantError {
+	type frame struct {
+		object  bool
+		key     string // object: the member being read
+		wantKey bool   // object: the next string is a member name
+		index   int    // array: the item being read, -1 before the first
+	}
+	var stack []frame
+	path := func() string {
+		var parts []string
+		for _, f := range stack {
+			switch {
+			case len(parts) == maxErrorSegments:
+				return strings.Join(parts, ".") + ".…"
+			case f.object && !f.wantKey:
+				parts = append(parts, safeName(f.key))
+			case !f.object && f.index >= 0:
+				parts = append(parts, strconv.Itoa(f.index))
+			default:
+				return strings.Join(parts, ".")
+			}
+		}
+		return strings.Join(parts, ".")
+	}
+	// done notes that a value ended: its object waits for a member name.
+	done := func() {
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].wantKey = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	started := false
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			if err == io.EOF && !started {
+				return &VariantError{Reason: reasonEmpty}
+			}
+			// Token hides the commas: it consumes one before it reads
+			// the item after it, and stops there when that item is
+			// bad. So an item that fails after "," or "[" is the next
+			// one; an array that fails elsewhere (between items, or cut
+			// off) is named itself, as an object failing between members
+			// is.
+			pos := dec.InputOffset()
+			if n := len(stack); n > 0 && !stack[n-1].object {
+				if prev := bytes.TrimRight(body[:pos], jsonSpace); len(prev) > 0 && (prev[len(prev)-1] == ',' || prev[len(prev)-1] == '[') {
+					stack[n-1].index++
+				} else {
+					stack[n-1].index = -1
+				}
+			}
+			off := pos
+			var se *json.SyntaxError
+			if errors.As(err, &se) {
+				off = se.Offset
+			}
+			return &VariantError{Path: path(), Offset: off, Reason: reasonInvalid}
+		}
+		if len(stack) == 0 && started {
+			// A second value after the first: Decoder reads streams,
+			// a body holds one.
+			return &VariantError{Offset: dec.InputOffset() - tokenLen(tok), Reason: reasonInvalid}
+		}
+		started = true
+		if n := len(stack); n > 0 {
+			top := &stack[n-1]
+			if top.object && top.wantKey {
+				if d, ok := tok.(json.Delim); ok && d == '}' {
+					stack = stack[:n-1]
+					done()
+					continue
+				}
+				top.key, top.wantKey = tok.(string), false
+				continue
+			}
+			if !top.object {
+				if d, ok := tok.(json.Delim); ok && d == ']' {
+					stack = stack[:n-1]
+					done()
+					continue
+				}
+				top.index++
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{object: true, wantKey: true})
+		case json.Delim('['):
+			stack = append(stack, frame{index: -1})
+		default:
+			done()
+		}
+	}
+}
+
+// tokenLen is roughly how many bytes tok took, to point at the start of a
+// second top-level value: exact for delimiters, which is what follows a
+// body's object or array in practice.
+func tokenLen(tok json.Token) int64 {
+	if _, ok := tok.(json.Delim); ok {
+		return 1
+	}
+	return 0
+}
+
+// maxErrorSegments bounds the path a VariantError shows: a body nested
+// thousands deep must not make a message as long.
+const maxErrorSegments = 16
+
+// safeName is a member name as a VariantError may show it.
+func safeName(name string) string {
+	if name == "" || len(name) > 32 {
+		return "?"
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return "?"
+		}
+	}
+	return name
+}
