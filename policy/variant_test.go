@@ -103,6 +103,11 @@ func TestVariantRender(t *testing.T) {
 			if string(body) != tc.body {
 				t.Fatalf("Render modified the body: %q", body)
 			}
+			if tc.spec.Envelope == "" {
+				if model := modelProject(t, v.Spec().Fields, body); !bytes.Equal(model, got) {
+					t.Fatalf("encoding/json's model gives %s", model)
+				}
+			}
 			again, _ := v.Render("geofence.enter", tc.at, []byte(tc.body))
 			if !bytes.Equal(again, got) {
 				t.Fatalf("not deterministic: %s then %s", got, again)
@@ -282,6 +287,9 @@ func FuzzVariant(f *testing.F) {
 		{"a..b", false, "t", `{}`},
 		{"a", false, "t", `{} {}`},
 		{"n", false, "t", `{"n":-0.0e-0}`},
+		{"a\u00e9,b", false, "t", "{\"a\\u00e9\":1,\"b\":{\"x\":\"\xff\"},\"a\u00e9\":2,\"\\u0062\":[ 1 , {\"y\" : null} ]}"},
+		{"\ufffd,<&>", false, "t", "{\"\xff\":1,\"<&>\":2}"},
+		{"l.1.a,l.3,l.10", false, "t", `{"l":[0,{"a":1,"b":2},2,[3],4,5,6,7,8,9,{"z":1}]}`},
 	} {
 		f.Add(seed.fields, seed.envelope, seed.typ, []byte(seed.body))
 	}
@@ -353,6 +361,9 @@ func FuzzVariant(f *testing.F) {
 			}
 			return
 		}
+		if model := modelProject(t, v.Spec().Fields, body); !bytes.Equal(payload, model) {
+			t.Fatalf("fields %q of %q: rendered\n%s\nencoding/json's model gives\n%s", v.Spec().Fields, body, payload, model)
+		}
 		src, out := mustDoc(t, string(body)), mustDoc(t, string(payload))
 		for _, p := range v.Spec().Fields {
 			want, ok := docAt(src, p)
@@ -385,4 +396,115 @@ func docAt(doc any, path string) (any, bool) {
 		}
 	}
 	return doc, true
+}
+
+// BenchmarkVariantRender renders the delivery benchmark's 512-byte body
+// (BenchmarkDeliveryVariants) with each of its variants.
+func BenchmarkVariantRender(b *testing.B) {
+	body := []byte(`{"type":"geofence.enter","data":{"depot":"A","speed":42,"kind":"alarm.high","pad":"` + strings.Repeat("x", 420) + `"}}`)
+	for _, tc := range []struct {
+		name string
+		spec policy.VariantSpec
+	}{
+		{"envelope", envelope()},
+		{"fields", fields("data.depot", "data.speed", "data.kind")},
+		{"both", envelope("data.depot")},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			v := mustVariant(b, tc.spec)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if _, err := v.Render("geofence.enter", variantAt, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// modelProject is the projection Variant documents, built the plain way:
+// the body decoded into maps and lists of json.RawMessage, the kept values
+// put in maps and lists (null between kept items), encoded by
+// encoding/json with SetEscapeHTML(false). Render's projector, which reads
+// the body in place, must give the same bytes.
+func modelProject(tb testing.TB, paths []string, body []byte) []byte {
+	tb.Helper()
+	type node struct {
+		keep bool
+		kids map[string]*node
+	}
+	root := &node{}
+	for _, p := range paths {
+		n := root
+		for _, seg := range strings.Split(p, ".") {
+			if n.keep {
+				break
+			}
+			if n.kids == nil {
+				n.kids = map[string]*node{}
+			}
+			if n.kids[seg] == nil {
+				n.kids[seg] = &node{}
+			}
+			n = n.kids[seg]
+		}
+		n.keep, n.kids = true, nil
+	}
+	index := func(seg string) int {
+		i, err := strconv.Atoi(seg)
+		if err != nil || i < 0 || strconv.Itoa(i) != seg || len(seg) > 9 {
+			return -1
+		}
+		return i
+	}
+	var project func(raw json.RawMessage, n *node) (any, bool)
+	project = func(raw json.RawMessage, n *node) (any, bool) {
+		if n.keep {
+			return raw, true
+		}
+		var m map[string]json.RawMessage
+		if json.Unmarshal(raw, &m) == nil && m != nil {
+			out := map[string]any{}
+			for name, k := range n.kids {
+				if x, ok := m[name]; ok {
+					if y, kept := project(x, k); kept {
+						out[name] = y
+					}
+				}
+			}
+			return out, len(out) > 0
+		}
+		var l []json.RawMessage
+		if json.Unmarshal(raw, &l) == nil && l != nil {
+			var out []any
+			for name, k := range n.kids {
+				if i := index(name); i >= 0 && i < len(l) {
+					if y, kept := project(l[i], k); kept {
+						for len(out) <= i {
+							out = append(out, nil)
+						}
+						out[i] = y
+					}
+				}
+			}
+			return out, len(out) > 0
+		}
+		return nil, false
+	}
+	trimmed := bytes.Trim(body, " \t\r\n")
+	out, kept := project(trimmed, root)
+	if !kept {
+		if trimmed[0] == '[' {
+			return []byte("[]")
+		}
+		return []byte("{}")
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(out); err != nil {
+		tb.Fatalf("model: %v", err)
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
