@@ -3,8 +3,10 @@ package proxy
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/queue"
 )
 
 // TestVariantSnapshotRoundTrip: the membership snapshot keeps a
@@ -43,5 +45,38 @@ func TestVariantSnapshotRoundTrip(t *testing.T) {
 	bad := strings.Replace(string(plain), `{"url"`, `{"body":{"envelope":"svix"},"url"`, 1)
 	if _, err := decodeSnapshot("b", []byte(bad)); err == nil || !strings.Contains(err.Error(), "body.envelope") {
 		t.Errorf("bad variant in a snapshot: %v", err)
+	}
+}
+
+// TestVariantDeadLetterCopyRendersTheSameBytes: a dead letter, encoded as
+// both backends store it, keeps what a variant renders from (the body, the
+// type, the accepted-at time to the nanosecond), so a replay of an event
+// the log has compacted (startRetries builds the event from the letter)
+// sends the bytes of the first attempt.
+func TestVariantDeadLetterCopyRendersTheSameBytes(t *testing.T) {
+	v, err := policy.ParseVariant(policy.VariantSpec{Envelope: policy.EnvelopeStandardWebhooks, Fields: []string{"data"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A wall clock with a monotonic reading and a zone, as ingest stamps it.
+	at := time.Now().In(time.FixedZone("X", -7*3600))
+	ev := &queue.Event{Seq: 9, ID: "ev-9", Type: "card.shipped", ContentType: "application/json", AcceptedAt: at,
+		Body: []byte(`{"data": {"id": 9, "note": "\u00e9"}, "x": 1}`)}
+	first, err := v.Render(ev.Type, ev.AcceptedAt, ev.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := queue.AppendDeadLetter(nil, newDeadLetter("a", ev, policy.ReasonRejected, 1, policy.Exchange{Status: 404}, "", time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, err := queue.DecodeDeadLetter(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := &queue.Event{Seq: 9, ID: dl.EventID, Type: dl.Type, ContentType: dl.ContentType, AcceptedAt: dl.AcceptedAt, Body: dl.Body}
+	again, err := v.Render(copied.Type, copied.AcceptedAt, copied.Body)
+	if err != nil || string(again) != string(first) {
+		t.Fatalf("from the dead letter: %s (%v)\nfirst attempt:        %s", again, err, first)
 	}
 }

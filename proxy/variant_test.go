@@ -273,9 +273,8 @@ func TestVariantFailedIsDeadLetteredWithoutAnAttempt(t *testing.T) {
 	}
 	waitFor(t, rc.Server, "the raw lane", uniqueAt("/raw", 3))
 	eventually(t, "the dead letters", func() bool { return lane(s, "fields").DeadLettered == 2 && lane(s, "env").DeadLettered == 2 })
-	waitFor(t, rc.Server, "the good event", func(m map[string]testbed.PathStats) bool {
-		return m["/fields"].Accepted == 1 && m["/env"].Accepted == 1
-	})
+	// The receiver counts before its answer reaches sluice: await the ACKs.
+	eventually(t, "the good event", func() bool { return lane(s, "fields").Delivered == 1 && lane(s, "env").Delivered == 1 })
 
 	for _, id := range []string{"fields", "env"} {
 		if got := rc.at("/" + id); len(got) != 1 || got[0].id != "good" {
@@ -358,6 +357,11 @@ func TestVariantReplaySendsTheSameBytes(t *testing.T) {
 	if want := `{"type":"geofence.exit","timestamp":"`; !strings.HasPrefix(string(b1), want) || !strings.HasSuffix(string(b1), `"data":{"data":{"depot":"B","id":7}}}`) {
 		t.Fatalf("first attempt sent %s", b1)
 	}
+	// The receiver counts before its answer reaches sluice: await the ACK.
+	eventually(t, "the replay's ACK", func() bool {
+		dls, err := s.DeadLetters("a", 1)
+		return err == nil && len(dls) == 1 && !dls[0].DeliveredAt.IsZero()
+	})
 	closeServer(t, s, time.Second)
 
 	// The variant changed: a replay sends what the subscription asks for now.
@@ -406,10 +410,12 @@ func TestVariantSurvivesInTheSnapshot(t *testing.T) {
 // another request; its retry record is resolved.
 func TestVariantFailedOnRetry(t *testing.T) {
 	rc := startVariantReceiver(t)
-	rc.answerWith(func(delivery) int { return http.StatusServiceUnavailable })
+	// 429 with Retry-After: 1 (the testbed's): the retry is due a second
+	// later, whatever the jitter, long after the reload.
+	rc.answerWith(func(delivery) int { return http.StatusTooManyRequests })
 	mk := func(v *policy.Variant) *proxy.Subscription {
 		a := sub("a", rc.URL()+"/a")
-		a.Retry = policy.RetryPolicy{MaxAttempts: 5, MaxAge: time.Hour, Backoff: policy.Backoff{Base: 400 * time.Millisecond, Cap: 400 * time.Millisecond}}
+		a.Retry = policy.RetryPolicy{MaxAttempts: 5, MaxAge: time.Hour, Backoff: policy.Backoff{Base: time.Minute, Cap: time.Minute}}
 		a.Variant = v
 		return a
 	}
