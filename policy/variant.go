@@ -231,9 +231,10 @@ func (v *Variant) Spec() VariantSpec {
 }
 
 // Key is v in canonical JSON, {"envelope":"standard-webhooks","fields":
-// ["data.depot","data.id"]}: variants that render the same bytes have the
-// same key (whatever the order or overlap of their fields), and
-// ParseVariant reads a key, as a VariantSpec, back into an equal variant.
+// ["data.depot","data.id"]}: two variants have the same key exactly when
+// they render the same bytes for every event (whatever the order or overlap
+// of their fields), and ParseVariant reads a key, as a VariantSpec, back
+// into an equal variant.
 // The delivery engine caches renderings by it. "" for a nil *Variant.
 func (v *Variant) Key() string {
 	if v == nil {
@@ -582,7 +583,9 @@ type VariantError struct {
 	// not a short plain word (letters, digits, "_", "-", up to 32) is
 	// shown as "?": names can carry data too.
 	Path string
-	// Offset is the byte offset in the body where reading stopped.
+	// Offset is how many bytes of the body were read when it stopped
+	// being JSON (encoding/json's SyntaxError.Offset): the byte at fault
+	// is the Offset-th, or about there.
 	Offset int64
 	// Reason is "not valid JSON", or "empty" for a body of nothing but
 	// white space.
@@ -642,6 +645,7 @@ func locate(body []byte) *VariantError {
 	dec.UseNumber()
 	started := false
 	for {
+		before := dec.InputOffset()
 		tok, err := dec.Token()
 		if err != nil {
 			if err == io.EOF && !started {
@@ -670,8 +674,10 @@ func locate(body []byte) *VariantError {
 		}
 		if len(stack) == 0 && started {
 			// A second value after the first: Decoder reads streams,
-			// a body holds one.
-			return &VariantError{Offset: dec.InputOffset() - tokenLen(tok), Reason: reasonInvalid}
+			// a body holds one. Offset counts up to its first byte.
+			rest := body[before:]
+			first := before + int64(len(rest)-len(bytes.TrimLeft(rest, jsonSpace)))
+			return &VariantError{Offset: first + 1, Reason: reasonInvalid}
 		}
 		started = true
 		if n := len(stack); n > 0 {
@@ -703,16 +709,6 @@ func locate(body []byte) *VariantError {
 			done()
 		}
 	}
-}
-
-// tokenLen is roughly how many bytes tok took, to point at the start of a
-// second top-level value: exact for delimiters, which is what follows a
-// body's object or array in practice.
-func tokenLen(tok json.Token) int64 {
-	if _, ok := tok.(json.Delim); ok {
-		return 1
-	}
-	return 0
 }
 
 // maxErrorSegments bounds the path a VariantError shows: a body nested
