@@ -17,7 +17,7 @@ import (
 func TestParseSubscription(t *testing.T) {
 	doc := `{"id": "billing", "url": "https://billing.example.com/hooks", "secrets": ["` + secretA + `", "` + secretB + `"],
 		"types": ["geofence.enter", "geofence.exit"], "tenant": "acme", "filter": {"data.speed": {"$gt": 30}},
-		"timeout": "5s", "rate": {"per_second": 2.5}, "concurrency": {"auto": true, "headroom": 1},
+		"body": {"envelope": "standard-webhooks", "fields": ["data.id"]}, "timeout": "5s", "rate": {"per_second": 2.5}, "concurrency": {"auto": true, "headroom": 1},
 		"retry": {"max_attempts": 3}, "breaker": {"failure_ratio": 1}, "backlog": {"max_age": "1h"},
 		"headers": {"X-Version": 2, "Authorization": "Bearer x"}, "classify": {"409": "ack"}, "paused": true}`
 	got, err := ParseSubscription([]byte(doc))
@@ -36,8 +36,8 @@ func TestParseSubscription(t *testing.T) {
 	if !slices.Equal(encodeAll(got.Resolved), []string{secretA, secretB}) || !slices.Equal(encodeAll(want.Resolved), encodeAll(got.Resolved)) {
 		t.Errorf("Resolved = %q, want secretA, secretB", encodeAll(got.Resolved))
 	}
-	if got.ParsedFilter == nil || got.ClassifyOverrides == nil {
-		t.Errorf("ParsedFilter %v, ClassifyOverrides %v: want both parsed", got.ParsedFilter, got.ClassifyOverrides)
+	if got.ParsedFilter == nil || got.ClassifyOverrides == nil || got.ParsedVariant.Key() != want.ParsedVariant.Key() || got.ParsedVariant == nil {
+		t.Errorf("ParsedFilter %v, ClassifyOverrides %v, ParsedVariant %v: want them parsed", got.ParsedFilter, got.ClassifyOverrides, got.ParsedVariant)
 	}
 	g, w := *got, *want
 	g.Resolved, w.Resolved = nil, nil
@@ -89,6 +89,11 @@ func TestParseSubscriptionErrors(t *testing.T) {
 		{name: "star with a pattern", doc: `{` + ok + `, "types": ["*", "geofence.*"]}`, field: "types", want: `types: `, is: ErrConflict, policy: true},
 		{name: "bad filter", doc: `{` + ok + `, "filter": {"data.amount": {"$regex": "^1"}}}`, field: "filter", want: `filter: `, is: ErrInvalidValue, policy: true},
 		{name: "filter not a mapping", doc: `{` + ok + `, "filter": ["data.amount"]}`, field: "filter", want: `filter: expected a mapping`},
+		{name: "unknown envelope", doc: `{` + ok + `, "body": {"envelope": "svix"}}`, field: "body.envelope", want: `body.envelope: "svix": unknown envelope`, is: ErrInvalidValue},
+		{name: "empty fields", doc: `{` + ok + `, "body": {"fields": []}}`, field: "body.fields", want: `body.fields: []: must list at least one path`, is: ErrInvalidValue},
+		{name: "bad field path", doc: `{` + ok + `, "body": {"fields": ["data.id", ""]}}`, field: "body.fields[1]", want: `body.fields[1]: "": empty path`, is: ErrInvalidValue},
+		{name: "empty body", doc: `{` + ok + `, "body": {}}`, field: "body", want: `body: set envelope or fields`, is: ErrInvalidValue},
+		{name: "unknown body key", doc: `{` + ok + `, "body": {"template": "x"}}`, field: "body.template", want: `unknown key "body.template"`, is: ErrUnknownKey},
 		{name: "reserved header", doc: `{` + ok + `, "headers": {"webhook-id": "x"}}`, field: "headers[webhook-id]", want: `headers[webhook-id]: sluice sets this header itself`},
 		{name: "sensitive header", doc: `{` + ok + `, "headers": {"Authorization": "Bearer a\u0001b-header-secret"}}`, field: "headers[Authorization]", want: `headers[Authorization]: [redacted]: header value must not contain control characters`},
 		{name: "bad classify", doc: `{` + ok + `, "classify": {"409": "ignore"}}`, field: "classify[409]", want: `classify[409]: "ignore": must be ack, retry or dead_letter`},
@@ -214,6 +219,7 @@ func TestSubscriptionSpec(t *testing.T) {
 			"data.speed": map[string]any{"$gt": 30.0},
 			"$or":        []any{map[string]any{"data.zone": "depot"}, map[string]any{"data.zone": map[string]any{"$in": []any{"north", "south"}}}},
 		},
+		"body":    map[string]any{"envelope": "standard-webhooks", "fields": []any{"data.zone", "data.id"}},
 		"timeout": "5s", "rate": map[string]any{"per_second": 100.0, "burst": 200.0}, "concurrency": map[string]any{"max": 16.0},
 		"retry":    map[string]any{"max_attempts": 8.0, "max_age": "24h", "base": "1s", "cap": "1h"},
 		"backlog":  map[string]any{"max_events": 1e6, "max_age": "72h"},

@@ -28,10 +28,11 @@
 //   - The result has passed Validate: secrets and the admin tokens are read
 //     and parsed (SubscriptionConfig.Resolved, AdminConfig.ResolvedToken,
 //     AdminConfig.ResolvedTenantTokens, WebhookConfig.Resolved), and
-//     classify overrides and body filters parsed
+//     classify overrides, body filters and body variants parsed
 //     (SubscriptionConfig.ClassifyOverrides, SubscriptionConfig.ParsedFilter,
-//     the filter by policy.ParseFilter), so callers never read files or the
-//     environment again.
+//     the filter by policy.ParseFilter, SubscriptionConfig.ParsedVariant,
+//     the variant by policy.ParseVariant), so callers never read files or
+//     the environment again.
 //   - Fleet mode (log.backend: jetstream, DESIGN.md §6) is all or nothing:
 //     its jetstream.* keys are refused with the default badger backend, and
 //     with jetstream the servers are required and the credentials and TLS
@@ -398,6 +399,9 @@ type SubscriptionConfig struct {
 	// $or, $not) to values or operator maps ($eq, $in, $gt, ...). Empty
 	// means every event of Types.
 	Filter map[string]any `koanf:"filter"`
+	// Body asks for a variant of the stored body instead of its exact
+	// bytes (policy.ParseVariant, issue 13). Omitted: the stored bytes.
+	Body BodyConfig `koanf:"body"`
 	// Tenant, when set, scopes the subscription to one tenant: that
 	// tenant's tokens see and manage it, and its limits (Config.Tenants)
 	// bound it. An id like ID.
@@ -435,6 +439,9 @@ type SubscriptionConfig struct {
 	// ParsedFilter is Filter parsed, filled in by Validate; nil when
 	// Filter is empty.
 	ParsedFilter *policy.Filter `koanf:"-" json:"-"`
+	// ParsedVariant is Body parsed, filled in by Validate; nil when body
+	// is omitted.
+	ParsedVariant *policy.Variant `koanf:"-" json:"-"`
 
 	// explicit records which keys the source spelled out where leaving a
 	// key out differs from setting it to zero; see keySet.
@@ -442,6 +449,23 @@ type SubscriptionConfig struct {
 	// spec is the subscription as its source wrote it, redacted, as JSON
 	// (see Spec); nil for a SubscriptionConfig built by hand.
 	spec []byte
+}
+
+// BodyConfig is a subscription's body variant (issue 13): what it is sent
+// instead of the stored bytes. Fields apply first, then the envelope, and
+// the paths name the stored body (as a filter's do), never the envelope.
+// Each variant is rendered once per event, however many subscriptions ask
+// for it; a body it cannot render (not JSON) is dead-lettered with reason
+// variant_failed.
+type BodyConfig struct {
+	// Envelope wraps the payload: "standard-webhooks" sends {"type":
+	// <event type>, "timestamp": <accepted-at, RFC 3339>, "data": <the
+	// payload>}. Omitted: no envelope.
+	Envelope string `koanf:"envelope"`
+	// Fields keeps only these dotted paths of the stored body ("data.id",
+	// "data.items.0.sku"), nested as in the body; missing ones are left
+	// out. Omitted: the whole payload. An empty list is an error.
+	Fields []string `koanf:"fields"`
 }
 
 // RateConfig is a subscription's token bucket: deliveries start at most

@@ -64,6 +64,9 @@ func TestLoadConfigFull(t *testing.T) {
 		t.Errorf("ParsedFilter = %v, %v; want the billing filter parsed, none for fleet.ops-2", cfg.Subscriptions[0].ParsedFilter, cfg.Subscriptions[1].ParsedFilter)
 	}
 
+	if v := cfg.Subscriptions[0].ParsedVariant; v.Key() != `{"envelope":"standard-webhooks","fields":["data.id","data.zone"]}` || cfg.Subscriptions[1].ParsedVariant != nil {
+		t.Errorf("ParsedVariant = %v, %v; want the billing body variant parsed, none for fleet.ops-2", v, cfg.Subscriptions[1].ParsedVariant)
+	}
 	defaultRetry := RetryConfig{MaxAttempts: 8, MaxAge: 24 * time.Hour, Base: time.Second, Cap: time.Hour}
 	defaultBreaker := BreakerConfig{FailureRatio: 0.5, MinRequests: 20, Window: 10 * time.Second,
 		ConsecutiveTimeouts: 5, CoolDown: 5 * time.Second, MaxCoolDown: 5 * time.Minute}
@@ -107,6 +110,7 @@ func TestLoadConfigFull(t *testing.T) {
 					"data.speed": map[string]any{"$gt": 30},
 					"$or":        []any{map[string]any{"data.zone": "depot"}, map[string]any{"data.zone": map[string]any{"$in": []any{"north", "south"}}}},
 				},
+				Body:        BodyConfig{Envelope: "standard-webhooks", Fields: []string{"data.zone", "data.id"}},
 				Timeout:     5 * time.Second,
 				Rate:        RateConfig{PerSecond: 100, Burst: 200},
 				Concurrency: ConcurrencyConfig{Max: 16},
@@ -366,6 +370,17 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "filter_bad_operator", want: []string{`subscriptions[0].filter: `, `$regex`}, is: ErrInvalidValue, policy: true},
 		{file: "filter_not_a_mapping", want: []string{`subscriptions[0].filter: expected a mapping`}, is: ErrInvalidValue},
 		{file: "type_pattern_bad", want: []string{`subscriptions[0].types[0]: "geo fence.*": `}, is: ErrInvalidValue},
+
+		// Body variants (issue 13).
+		{file: "body_unknown_envelope", want: []string{`config: subscriptions[0].body.envelope: "svix": unknown envelope (want "standard-webhooks") (in file "testdata/body_unknown_envelope.bad.yaml")`}, is: ErrInvalidValue},
+		{file: "body_empty_envelope", want: []string{`subscriptions[0].body.envelope: "": must be "standard-webhooks"; leave envelope out for none`}, is: ErrInvalidValue},
+		{file: "body_empty_fields", want: []string{`subscriptions[0].body.fields: []: must list at least one path; leave fields out to keep the whole payload`}, is: policy.ErrInvalidConfig},
+		{file: "body_bad_path", want: []string{`subscriptions[0].body.fields[1]: "data..depot": empty segment in path`}, is: ErrInvalidValue},
+		{file: "body_path_twice", want: []string{`subscriptions[0].body.fields[1]: "data.id": listed twice (body.fields[0] is the same path)`}, is: ErrInvalidValue},
+		{file: "body_empty", want: []string{`subscriptions[0].body: set envelope or fields; leave body out to send the stored bytes`}, is: ErrInvalidValue},
+		{file: "body_fields_not_a_list", want: []string{`subscriptions[0].body.fields: expected a list`}, is: ErrInvalidValue},
+		{file: "body_unknown_key", want: []string{`unknown key "subscriptions[0].body.shape"`}, is: ErrUnknownKey},
+		{file: "body_not_a_mapping", want: []string{`subscriptions[0].body: `, `expected a mapping`}, is: ErrInvalidValue},
 
 		// Tenant tokens (issue 12).
 		{file: "admin_tokens_without_operator", want: []string{`admin.tokens: tenant tokens need an operator token (admin.token or admin.token_file)`}, is: ErrMissingValue},
@@ -1146,6 +1161,7 @@ func assertConfig(t *testing.T, got, want *Config) {
 		g.Subscriptions[i].Resolved = nil
 		g.Subscriptions[i].ClassifyOverrides = nil
 		g.Subscriptions[i].ParsedFilter = nil
+		g.Subscriptions[i].ParsedVariant = nil
 		g.Subscriptions[i].explicit = 0
 		g.Subscriptions[i].spec = nil
 	}

@@ -37,6 +37,9 @@ const (
 	keyBreakerConsecutiveTimeouts
 	keyBreakerCoolDown
 	keyBreakerMaxCoolDown
+	keyBody // the body section, even empty
+	keyBodyEnvelope
+	keyBodyFields
 )
 
 // trackedKeys maps a subscription's sections to the keys in them that
@@ -55,6 +58,7 @@ var trackedKeys = []struct {
 		"cool_down":            keyBreakerCoolDown,
 		"max_cool_down":        keyBreakerMaxCoolDown,
 	}},
+	{"body", map[string]keySet{"envelope": keyBodyEnvelope, "fields": keyBodyFields}},
 }
 
 func (k keySet) has(key keySet) bool { return k&key != 0 }
@@ -68,6 +72,9 @@ func explicitKeys(raw any) keySet {
 		return 0
 	}
 	var set keySet
+	if _, ok := m["body"].(map[string]any); ok {
+		set |= keyBody
+	}
 	for _, t := range trackedKeys {
 		sec, ok := m[t.section].(map[string]any)
 		if !ok {

@@ -469,6 +469,16 @@ func (s SubscriptionConfig) toMap() map[string]any {
 	if len(s.Filter) > 0 {
 		m["filter"] = jsonable(s.Filter)
 	}
+	if b := s.Body; b.Envelope != "" || b.Fields != nil {
+		body := map[string]any{}
+		if b.Envelope != "" {
+			body["envelope"] = b.Envelope
+		}
+		if b.Fields != nil {
+			body["fields"] = b.Fields
+		}
+		m["body"] = body
+	}
 	if s.Tenant != "" {
 		m["tenant"] = s.Tenant
 	}

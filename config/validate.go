@@ -317,6 +317,9 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 	if err := s.parseFilter(p); err != nil {
 		return err
 	}
+	if err := s.parseBody(p); err != nil {
+		return err
+	}
 
 	if s.Timeout < minTimeout || s.Timeout > maxTimeout {
 		return fieldErr(p+".timeout", s.Timeout, invalidf("must be between %v and %v", minTimeout, maxTimeout))
@@ -373,6 +376,30 @@ func (s *SubscriptionConfig) parseFilter(p string) error {
 		return fieldErr(p+".filter", nil, &reason{kind: ErrInvalidValue, msg: msg, cause: err})
 	}
 	s.ParsedFilter = f
+	return nil
+}
+
+// parseBody checks the body variant with policy's parser and keeps the
+// result in ParsedVariant. A key the source spells out counts even when
+// empty: body: {} and fields: [] are refused, not read as "no variant".
+func (s *SubscriptionConfig) parseBody(p string) error {
+	s.ParsedVariant = nil
+	b, set := s.Body, s.explicit
+	if b.Envelope == "" && b.Fields == nil && !set.has(keyBody|keyBodyEnvelope|keyBodyFields) {
+		return nil // body left out: the stored bytes
+	}
+	if b.Envelope == "" && set.has(keyBodyEnvelope) {
+		return fieldErr(p+".body.envelope", "", invalidf("must be %q; leave envelope out for none", policy.EnvelopeStandardWebhooks))
+	}
+	spec := policy.VariantSpec{Envelope: b.Envelope, Fields: b.Fields}
+	if spec.Fields == nil && set.has(keyBodyFields) {
+		spec.Fields = []string{}
+	}
+	v, err := policy.ParseVariant(spec)
+	if err != nil {
+		return policyErr(p, err)
+	}
+	s.ParsedVariant = v
 	return nil
 }
 

@@ -54,8 +54,11 @@ type FieldError struct {
 }
 
 // Error reads like "invalid configuration: breaker.window: 1h0m0s: must be
-// between 1s and 10m0s".
+// between 1s and 10m0s"; a nil Value is left out.
 func (e *FieldError) Error() string {
+	if e.Value == nil {
+		return fmt.Sprintf("%v: %s: %s", ErrInvalidConfig, e.Field, e.Reason)
+	}
 	return fmt.Sprintf("%v: %s: %v: %s", ErrInvalidConfig, e.Field, e.Value, e.Reason)
 }
 

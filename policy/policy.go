@@ -8,7 +8,11 @@
 // subscription takes is decided here too: MatchTypes compiles its types
 // (exact types and whole-segment wildcards) and ParseFilter its body
 // filter, each once per subscription, into predicates that allocate
-// nothing per event.
+// nothing per event. So is what bytes it is sent: ParseVariant compiles
+// its body variant (issue 13), whose Render is a pure function of the
+// event's type, accepted-at time and stored body, so that the engine can
+// render it once per event for every lane and a replay sends the same
+// bytes again.
 //
 // Guarantees:
 //
@@ -19,8 +23,8 @@
 //   - The package imports only the standard library and nothing of sluice.
 //     In particular it does not import net/http, so queue (which must not
 //     depend on HTTP) may use the reason constants and Outcome.
-//   - Filter and the matchers of MatchTypes are immutable and safe for
-//     concurrent use.
+//   - Filter, Variant and the matchers of MatchTypes are immutable and
+//     safe for concurrent use.
 //   - Functions and value types (Outcome, Backoff, RetryPolicy) are safe for
 //     concurrent use as long as the caller does not mutate an overrides map
 //     or a Backoff.Rand that is shared between goroutines. Budget, Breaker
@@ -55,4 +59,10 @@ const (
 	// ReasonGone means the endpoint answered 410 Gone: the delivery is
 	// dead-lettered and the subscription paused (Standard Webhooks).
 	ReasonGone = "gone"
+
+	// ReasonVariantFailed means the subscription's body variant could not
+	// be rendered from the event's body (it is not JSON): the event was
+	// dead-lettered without an HTTP attempt, the error naming where the
+	// body stops being JSON (Variant.Render, issue 13).
+	ReasonVariantFailed = "variant_failed"
 )

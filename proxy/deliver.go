@@ -54,7 +54,8 @@ type workerState struct {
 }
 
 // deliver makes one HTTP exchange. The body is the stored slice itself,
-// shared by every lane: it is set raw, never copied or re-encoded.
+// or its variant's one rendering (payload), shared by every lane: it is
+// set raw, never copied or re-encoded.
 func (e *engine) deliver(j *job, w *workerState) result {
 	sub, ev := j.sub, j.ev
 	req := fasthttp.AcquireRequest()
@@ -62,11 +63,24 @@ func (e *engine) deliver(j *job, w *workerState) result {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 
+	// Body variants (issue 13, variant.go): body is the stored slice, or
+	// the subscription's variant rendered once for every lane sending it;
+	// either way shared, never copied, and what the signature covers.
+	body, contentType, verr := e.payload(j)
+	if verr != nil {
+		// Cannot happen: the lane rendered this event for this
+		// subscription before it started j (lane.unrenderable). Were it
+		// to, nothing is sent.
+		var res result
+		res.Failure, res.Outcome = policy.FailTransport, policy.Retry
+		return res
+	}
+
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(sub.URL)
 	now := e.now()
 	ts := now.Unix()
-	w.sig = signing.AppendSignature(w.sig[:0], sub.liveSecrets(now), ev.ID, ts, ev.Body)
+	w.sig = signing.AppendSignature(w.sig[:0], sub.liveSecrets(now), ev.ID, ts, body)
 	w.num = strconv.AppendInt(w.num[:0], ts, 10)
 	h := &req.Header
 	h.Set(signing.HeaderID, ev.ID)
@@ -76,13 +90,13 @@ func (e *engine) deliver(j *job, w *workerState) result {
 	h.Set("X-Event-Type", ev.Type)
 	w.num = strconv.AppendInt(w.num[:0], int64(j.attempt), 10)
 	h.SetBytesV("X-Attempt", w.num)
-	if ev.ContentType != "" {
-		h.SetContentType(ev.ContentType)
+	if contentType != "" {
+		h.SetContentType(contentType)
 	}
 	for k, v := range sub.Headers {
 		h.Set(k, v)
 	}
-	req.SetBodyRaw(ev.Body)
+	req.SetBodyRaw(body)
 
 	timeout := sub.Timeout
 	if e.fleet != nil {

@@ -367,6 +367,15 @@ func (l *lane) pumpLocked() {
 			}
 			break
 		}
+		// Body variants (issue 13, variant.go): a body the variant cannot
+		// render is dead-lettered here, before any gate.
+		if skip, err := l.unrenderable(ev, nil, now); skip {
+			if err != nil {
+				l.buf = append([]*queue.Event{ev}, l.buf...) // not written: it waits
+				break
+			}
+			continue
+		}
 		probe, ok := l.admit(now)
 		if !ok {
 			l.buf = append([]*queue.Event{ev}, l.buf...) // back in front: it waits
@@ -439,6 +448,11 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			} else {
 				l.resolved(nil, o)
 			}
+			continue
+		}
+		// Body variants (issue 13, variant.go): dead-lettered before any
+		// gate, or, not written, still due.
+		if skip, _ := l.unrenderable(ev, r, now); skip {
 			continue
 		}
 		if e.slots.full() {

@@ -49,6 +49,11 @@ type Subscription struct {
 	// Filter, when set, passes only the events whose JSON body matches;
 	// the others count as resolved for this subscription.
 	Filter *policy.Filter
+	// Variant, when set, is the body variant the subscription is sent
+	// instead of the stored bytes (issue 13, variant.go): rendered once
+	// per event for every subscription with an equal variant, signed as
+	// sent, Content-Type application/json. Nil sends the stored bytes.
+	Variant *policy.Variant
 	// ManagedBy is ManagedByFile (the zero value means it too) or
 	// ManagedByAPI.
 	ManagedBy string
@@ -176,6 +181,10 @@ type snapshot struct {
 	// in the file), and Expiry its secrets' rotation deadlines.
 	Spec   json.RawMessage `json:"spec,omitempty"`
 	Expiry []time.Time     `json:"secret_expiry,omitempty"`
+	// Body is the body variant in canonical form (Variant.Key; issue
+	// 13): a subscription removed from the config drains with its
+	// variant, and an API subscription keeps it across restarts.
+	Body json.RawMessage `json:"body,omitempty"`
 }
 
 func encodeSnapshot(s *Subscription) []byte {
@@ -190,6 +199,9 @@ func encodeSnapshot(s *Subscription) []byte {
 	}
 	if s.Filter != nil {
 		sn.Filter = json.RawMessage(s.Filter.String()) // canonical: equal filters, equal snapshots
+	}
+	if s.Variant != nil {
+		sn.Body = json.RawMessage(s.Variant.Key()) // canonical too
 	}
 	for _, k := range s.Secrets {
 		sn.Secrets = append(sn.Secrets, k.Encode())
@@ -225,6 +237,17 @@ func decodeSnapshot(id string, b []byte) (*Subscription, error) {
 			return nil, fmt.Errorf("subscription %s: snapshot: %w", id, err)
 		}
 		s.Filter = f
+	}
+	if len(sn.Body) > 0 {
+		var spec policy.VariantSpec
+		if err := json.Unmarshal(sn.Body, &spec); err != nil {
+			return nil, fmt.Errorf("subscription %s: snapshot: body: %w", id, err)
+		}
+		v, err := policy.ParseVariant(spec)
+		if err != nil {
+			return nil, fmt.Errorf("subscription %s: snapshot: %w", id, err)
+		}
+		s.Variant = v
 	}
 	for _, enc := range sn.Secrets {
 		k, err := signing.ParseSecret(enc)

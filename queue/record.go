@@ -30,6 +30,10 @@ type Event struct {
 	// doc caches Body decoded for the delivery engine's body filters
 	// (Decoded, CacheDecoded); no backend reads or stores it.
 	doc atomic.Pointer[Decoded]
+	// renderings caches Body rendered per body variant (Rendering, in
+	// render.go; issue 13). Like doc, it lives as long as the event and
+	// is not counted by Size.
+	renderings atomic.Pointer[[]*Rendering]
 }
 
 // Decoded is an event's body as the delivery engine decoded it once for

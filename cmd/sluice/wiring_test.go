@@ -21,11 +21,11 @@ const (
 	opsSecret     = "whsec_5gboqfClPJIcOpFFyCKCMO7MQpWPxyDda+f/AePM6Xo="
 )
 
-// wiringDoc is one subscription with the keys of issue 12, in JSON: the
+// wiringDoc is one subscription with the keys of issues 12 and 13, in JSON: the
 // API's document, and the same in a config file.
 const wiringDoc = `{"id": "billing", "url": "https://billing.example.com/hooks", "secret": "` + e2eSecret + `",
 	"types": ["geofence.enter"], "tenant": "acme", "filter": {"data.speed": {"$gt": 30}},
-	"timeout": "5s", "rate": {"per_second": 10}, "concurrency": {"auto": true}, "retry": {"max_attempts": 3},
+	"body": {"envelope": "standard-webhooks", "fields": ["data.id"]}, "timeout": "5s", "rate": {"per_second": 10}, "concurrency": {"auto": true}, "retry": {"max_attempts": 3},
 	"backlog": {"max_events": 100}, "breaker": {"failure_ratio": 1}, "classify": {"409": "ack"},
 	"headers": {"Authorization": "Bearer header-secret", "X-Tenant": "acme"}, "paused": true}`
 
@@ -50,7 +50,7 @@ func loadWiringConfig(t *testing.T) *config.Config {
 }
 
 // TestSubscriptionsWiring: a file subscription carries its tenant, parsed
-// filter, ManagedByFile and its redacted document; identical secrets and
+// filter and body variant, ManagedByFile and its redacted document; identical secrets and
 // type lists are still shared.
 func TestSubscriptionsWiring(t *testing.T) {
 	cfg := loadWiringConfig(t)
@@ -62,6 +62,9 @@ func TestSubscriptionsWiring(t *testing.T) {
 	b := subs[0]
 	if b.Tenant != "acme" || b.Filter == nil || b.Filter != parsed[0].ParsedFilter || b.ManagedBy != proxy.ManagedByFile {
 		t.Errorf("billing: tenant %q, filter %p (parsed %p), managed by %q", b.Tenant, b.Filter, parsed[0].ParsedFilter, b.ManagedBy)
+	}
+	if b.Variant == nil || b.Variant != parsed[0].ParsedVariant || subs[1].Variant != nil {
+		t.Errorf("billing: variant %v (parsed %p); audit: %v", b.Variant, parsed[0].ParsedVariant, subs[1].Variant)
 	}
 	if !bytes.Equal(b.Spec, parsed[0].Spec()) {
 		t.Errorf("billing Spec = %s, want config's %s", b.Spec, parsed[0].Spec())
