@@ -37,6 +37,8 @@ const (
 	keyBreakerConsecutiveTimeouts
 	keyBreakerCoolDown
 	keyBreakerMaxCoolDown
+	keyEgress      // the subscription has an egress section, even one with nothing in it
+	keyEgressProxy // egress.proxy, even "" (refused: direct: true says that)
 )
 
 // trackedKeys maps a subscription's sections to the keys in them that
@@ -55,6 +57,7 @@ var trackedKeys = []struct {
 		"cool_down":            keyBreakerCoolDown,
 		"max_cool_down":        keyBreakerMaxCoolDown,
 	}},
+	{"egress", map[string]keySet{"proxy": keyEgressProxy}},
 }
 
 func (k keySet) has(key keySet) bool { return k&key != 0 }
@@ -68,6 +71,9 @@ func explicitKeys(raw any) keySet {
 		return 0
 	}
 	var set keySet
+	if _, ok := m["egress"]; ok {
+		set |= keyEgress
+	}
 	for _, t := range trackedKeys {
 		sec, ok := m[t.section].(map[string]any)
 		if !ok {

@@ -57,6 +57,9 @@ func newSubscription(sc *config.SubscriptionConfig, managedBy string, spec []byt
 		Filter:         sc.ParsedFilter,
 		ManagedBy:      managedBy,
 		Spec:           spec,
+		Egress:         sc.ProxyEgress(),
+		TLS:            sc.ClientTLS(),
+		Auth:           sc.OAuth2(),
 	}
 }
 
