@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -122,10 +123,11 @@ type tokenSource struct {
 	host       string
 	http       *http.Client
 
+	// cur is the token deliveries read without the lock; written under
+	// mu. Nil when none is usable.
+	cur atomic.Pointer[bearerToken]
+
 	mu       sync.Mutex
-	bearer   string        // "Bearer <token>"; "" when none is usable
-	expiry   time.Time     // when bearer stops being sent; zero: it does not expire
-	refresh  time.Time     // when a background request starts; zero: never
 	fetching chan struct{} // closed when the request in flight ends; nil when none is
 	err      error         // the last request's failure, returned until errUntil
 	errUntil time.Time
@@ -186,18 +188,36 @@ func newTokenSource(g *egress, o OAuth2, eg *Egress) *tokenSource {
 	return s
 }
 
+// bearerToken is a cached token.
+type bearerToken struct {
+	bearer  string    // "Bearer <token>"
+	expiry  time.Time // when it stops being sent; zero: it does not expire
+	refresh time.Time // when a background request starts; zero: never
+}
+
+func (b *bearerToken) usable(now time.Time) bool {
+	return b != nil && (b.expiry.IsZero() || now.Before(b.expiry))
+}
+
 // get returns the "Bearer <token>" to send, waiting until deadline for a
-// request to the token endpoint only when no usable token is cached.
+// request to the token endpoint only when no usable token is cached. A
+// usable one is read without a lock.
 func (s *tokenSource) get(deadline time.Time) (string, error) {
-	s.mu.Lock()
 	now := time.Now()
-	if s.bearer != "" && (s.expiry.IsZero() || now.Before(s.expiry)) {
-		if !s.refresh.IsZero() && !now.Before(s.refresh) {
-			s.startLocked() // in the background: this token is still good
+	if b := s.cur.Load(); b.usable(now) {
+		if !b.refresh.IsZero() && !now.Before(b.refresh) {
+			s.mu.Lock()
+			if s.cur.Load() == b {
+				s.startLocked() // in the background: this token is still good
+			}
+			s.mu.Unlock()
 		}
-		b := s.bearer
+		return b.bearer, nil
+	}
+	s.mu.Lock()
+	if b := s.cur.Load(); b.usable(now) { // fetched meanwhile
 		s.mu.Unlock()
-		return b, nil
+		return b.bearer, nil
 	}
 	if s.err != nil && now.Before(s.errUntil) {
 		err := s.err
@@ -218,8 +238,8 @@ func (s *tokenSource) get(deadline time.Time) (string, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.bearer != "" {
-		return s.bearer, nil
+	if b := s.cur.Load(); b != nil {
+		return b.bearer, nil
 	}
 	if s.err != nil {
 		return "", s.err
@@ -232,8 +252,8 @@ func (s *tokenSource) get(deadline time.Time) (string, error) {
 // the same 401).
 func (s *tokenSource) invalidate(bearer string) {
 	s.mu.Lock()
-	if s.bearer == bearer {
-		s.bearer, s.expiry, s.refresh = "", time.Time{}, time.Time{}
+	if b := s.cur.Load(); b != nil && b.bearer == bearer {
+		s.cur.Store(nil)
 		s.err = nil // a token the endpoint refused is no token endpoint failure
 	}
 	s.mu.Unlock()
@@ -266,18 +286,22 @@ func (s *tokenSource) fetch(done chan struct{}) {
 	s.fetching = nil
 	if err != nil {
 		s.err, s.errUntil = err, now.Add(tokenErrorHold)
-		s.refresh = time.Time{} // a token still cached is used until it expires; asked again then
+		if b := s.cur.Load(); b != nil {
+			// A token still cached is used until it expires, and asked
+			// for again then.
+			s.cur.Store(&bearerToken{bearer: b.bearer, expiry: b.expiry})
+		}
 		s.g.log.Warn("oauth2 token request failed", "token_host", s.host, "err", err)
 		return
 	}
 	s.err = nil
-	s.bearer = "Bearer " + tok.AccessToken
-	s.expiry, s.refresh = time.Time{}, time.Time{}
+	b := &bearerToken{bearer: "Bearer " + tok.AccessToken}
 	if !tok.Expiry.IsZero() {
 		life := tok.Expiry.Sub(now)
-		s.expiry = tok.Expiry.Add(-min(maxExpiryMargin, max(life/10, 0)))
-		s.refresh = tok.Expiry.Add(-min(maxRefreshAhead, max(life/4, 0)))
+		b.expiry = tok.Expiry.Add(-min(maxExpiryMargin, max(life/10, 0)))
+		b.refresh = tok.Expiry.Add(-min(maxRefreshAhead, max(life/4, 0)))
 	}
+	s.cur.Store(b)
 }
 
 // request asks the token endpoint for a token with the client secret as
