@@ -211,7 +211,7 @@ func startTestProxy(t testing.TB, user, password string) *testProxy {
 	if user != "" {
 		p.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
 	}
-	p.tr = &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	p.tr = &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err == nil {
 			p.mu.Lock()
