@@ -382,8 +382,9 @@ type routeState struct {
 	err    error // the files did not load: every request fails with it
 }
 
-// fileStamp is what a check sees of a file: where its symlinks lead and
-// what stat says there (a Kubernetes Secret's update swaps a symlink).
+// fileStamp is what a check sees of a file: what stat says of the file its
+// symlinks lead to (a Kubernetes Secret's update swaps a symlink, which
+// changes the inode seen).
 type fileStamp struct {
 	info os.FileInfo // nil: missing or unreadable
 }
