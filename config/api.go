@@ -45,6 +45,11 @@ func ParseSubscription(doc []byte) (*SubscriptionConfig, error) {
 			return nil, apiError(fieldErr(apiPrefix+"."+key, nil, errNotOverAPI))
 		}
 	}
+	for _, key := range []string{"egress", "tls", "auth"} {
+		if _, ok := m[key]; ok {
+			return nil, apiError(fieldErr(apiPrefix+"."+key, nil, errFilesNotOverAPI))
+		}
+	}
 	subs, err := decodeSubs([]any{m}, "")
 	if err != nil {
 		return nil, apiError(err)

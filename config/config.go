@@ -129,6 +129,9 @@ type Config struct {
 	// default: the check runs when each connection is made, so DNS cannot
 	// route around it. Turn it on for receivers on the same host or network.
 	AllowPrivateTargets bool `koanf:"allow_private_targets"`
+	// Egress routes deliveries through a forward proxy (issue 13); the
+	// zero EgressConfig delivers directly. A subscription may set its own.
+	Egress EgressConfig `koanf:"egress"`
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string `koanf:"log_level"`
 	// LogFormat is text (default) or json.
@@ -429,6 +432,13 @@ type SubscriptionConfig struct {
 	Classify map[string]string `koanf:"classify"`
 	// Paused starts the subscription paused; events are kept for it.
 	Paused bool `koanf:"paused"`
+	// Egress, when set, replaces the top-level egress for this
+	// subscription whole; TLS sets the client certificate, CAs and name
+	// of its https connections; Auth adds OAuth2 bearer tokens (issue 13,
+	// egress.go). The files they name are read and checked by Validate.
+	Egress EgressConfig      `koanf:"egress"`
+	TLS    EndpointTLSConfig `koanf:"tls"`
+	Auth   AuthConfig        `koanf:"auth"`
 
 	// Resolved holds the parsed secrets from whichever source is set, filled
 	// in by Validate so callers never read files or the environment again.

@@ -40,6 +40,8 @@ const (
 	keyBody // the body section, even empty
 	keyBodyEnvelope
 	keyBodyFields
+	keyEgress      // the subscription has an egress section, even one with nothing in it
+	keyEgressProxy // egress.proxy, even "" (refused: direct: true says that)
 )
 
 // trackedKeys maps a subscription's sections to the keys in them that
@@ -59,6 +61,7 @@ var trackedKeys = []struct {
 		"max_cool_down":        keyBreakerMaxCoolDown,
 	}},
 	{"body", map[string]keySet{"envelope": keyBodyEnvelope, "fields": keyBodyFields}},
+	{"egress", map[string]keySet{"proxy": keyEgressProxy}},
 }
 
 func (k keySet) has(key keySet) bool { return k&key != 0 }
@@ -74,6 +77,9 @@ func explicitKeys(raw any) keySet {
 	var set keySet
 	if _, ok := m["body"].(map[string]any); ok {
 		set |= keyBody
+	}
+	if _, ok := m["egress"]; ok {
+		set |= keyEgress
 	}
 	for _, t := range trackedKeys {
 		sec, ok := m[t.section].(map[string]any)

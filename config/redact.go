@@ -364,6 +364,9 @@ func (c *Config) toMap() map[string]any {
 	if c.NodeID != "" {
 		m["node_id"] = c.NodeID
 	}
+	if e := c.Egress.egressMap(); e != nil {
+		m["egress"] = e
+	}
 	return m
 }
 
@@ -482,6 +485,7 @@ func (s SubscriptionConfig) toMap() map[string]any {
 	if s.Tenant != "" {
 		m["tenant"] = s.Tenant
 	}
+	s.endpointToMap(m) // egress.go
 	return m
 }
 

@@ -97,6 +97,9 @@ func (c *Config) Validate() error {
 	if err := c.RetryBudget.validate(); err != nil {
 		return err
 	}
+	if err := c.Egress.validate("egress", false, false); err != nil {
+		return err
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -357,6 +360,9 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 		if !validHeaderValue(value) {
 			return fieldErr(f, value, invalidf("header value must not contain control characters"))
 		}
+	}
+	if err := s.validateEndpoint(p); err != nil { // egress.go
+		return err
 	}
 
 	return s.parseClassify(p)

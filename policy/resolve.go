@@ -35,10 +35,37 @@ const (
 	FailConnect
 	// FailTransport: any other transport error.
 	FailTransport
+
+	// The certificate failures below are FailTLS made precise (issue 13):
+	// each is a configuration problem on one side or the other, retried
+	// like a connect error so that a fixed certificate heals the lane.
+
+	// FailTLSUnknownAuthority: the endpoint's certificate is not signed by
+	// a CA sluice trusts (the system's, or the subscription's tls.ca_file).
+	FailTLSUnknownAuthority
+	// FailTLSHostname: the endpoint's certificate is not valid for the
+	// URL's host (or the subscription's tls.server_name).
+	FailTLSHostname
+	// FailTLSExpired: the endpoint's certificate has expired or is not
+	// valid yet.
+	FailTLSExpired
+	// FailTLSClientCert: the endpoint refused sluice's client certificate,
+	// or wanted one and got none.
+	FailTLSClientCert
+	// FailProxy: the forward proxy (egress.proxy) could not be reached, or
+	// it would not carry the request (a CONNECT answered other than 2xx).
+	FailProxy
+	// FailProxyAuth: the forward proxy asked for credentials it did not
+	// get or did not accept (407).
+	FailProxyAuth
+	// FailAuthToken: the OAuth2 token endpoint gave no token, so nothing
+	// was sent to the endpoint.
+	FailAuthToken
 )
 
 var failureWords = [...]string{"", "timeout", "no_free_connections", "forbidden_target", "dns",
-	"connection_refused", "connection_reset", "tls", "connect", "transport"}
+	"connection_refused", "connection_reset", "tls", "connect", "transport",
+	"tls_unknown_authority", "tls_hostname", "tls_expired", "tls_client_cert", "proxy", "proxy_auth", "oauth2_token"}
 
 // String returns the failure's word ("" for NoFailure).
 func (f Failure) String() string {

@@ -47,7 +47,9 @@ func TestResolve(t *testing.T) {
 func TestFailureWords(t *testing.T) {
 	want := map[policy.Failure]string{policy.NoFailure: "", policy.FailTimeout: "timeout", policy.FailNoFreeConns: "no_free_connections",
 		policy.FailForbiddenTarget: "forbidden_target", policy.FailDNS: "dns", policy.FailConnRefused: "connection_refused",
-		policy.FailConnReset: "connection_reset", policy.FailTLS: "tls", policy.FailConnect: "connect", policy.FailTransport: "transport"}
+		policy.FailConnReset: "connection_reset", policy.FailTLS: "tls", policy.FailConnect: "connect", policy.FailTransport: "transport",
+		policy.FailTLSUnknownAuthority: "tls_unknown_authority", policy.FailTLSHostname: "tls_hostname", policy.FailTLSExpired: "tls_expired",
+		policy.FailTLSClientCert: "tls_client_cert", policy.FailProxy: "proxy", policy.FailProxyAuth: "proxy_auth", policy.FailAuthToken: "oauth2_token"}
 	for f, w := range want {
 		if f.String() != w {
 			t.Errorf("%d.String() = %q, want %q", f, f.String(), w)

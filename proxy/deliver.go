@@ -43,6 +43,7 @@ func newClient(maxConnsPerHost int, allowPrivate bool) *fasthttp.Client {
 		ReadBufferSize:         8 << 10,
 		DisablePathNormalizing: true,
 		TLSConfig:              &tls.Config{MinVersion: tls.VersionTLS12},
+		ConfigureClient:        configureHost(nil), // tlsconfig.go: the TLS handshake in the dial
 	}
 }
 
@@ -114,7 +115,7 @@ func (e *engine) deliver(j *job, w *workerState) result {
 		}
 		timeout = min(timeout, left)
 	}
-	err := e.client.DoTimeout(req, resp, timeout)
+	err := e.exchange(sub, req, resp, timeout) // egress.go: the proxy, endpoint TLS and OAuth2 of sub
 	var res result
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		// The status line arrived; an oversized answer does not change it.
@@ -149,6 +150,8 @@ func failureOf(err error) policy.Failure {
 		// whole timeout, like any black hole: the breaker must see it so.
 		errors.Is(err, fasthttp.ErrDialTimeout):
 		return policy.FailTimeout
+	case egressFailure(err) != policy.NoFailure: // egress.go: the proxy, certificates, the token endpoint
+		return egressFailure(err)
 	case errors.Is(err, fasthttp.ErrNoFreeConns), errors.Is(err, fasthttp.ErrConnPoolStrategyNotImpl):
 		return policy.FailNoFreeConns
 	case errors.As(err, new(*ForbiddenTargetError)):

@@ -29,19 +29,26 @@ func (e *ForbiddenTargetError) Error() string {
 // address judged is the address dialled: a name that resolves to a public
 // address at start-up and to 169.254.169.254 a minute later (DNS rebinding)
 // is refused at that moment. When a name has public and private addresses,
-// only the public ones are dialled.
-type guardedResolver struct{}
+// only the public ones are dialled. forbidden is policy.ForbiddenTarget
+// when nil (tests of the egress proxy allow one loopback address with it).
+type guardedResolver struct {
+	forbidden func(netip.Addr) string
+}
 
-func (guardedResolver) LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error) {
+func (g guardedResolver) LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error) {
 	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
 	if err != nil {
 		return nil, err
 	}
 	kept := addrs[:0]
 	var why string
+	forbidden := g.forbidden
+	if forbidden == nil {
+		forbidden = policy.ForbiddenTarget
+	}
 	for _, a := range addrs {
 		ip, _ := netip.AddrFromSlice(a.IP)
-		if r := policy.ForbiddenTarget(ip); r != "" {
+		if r := forbidden(ip); r != "" {
 			why = r
 			continue
 		}

@@ -457,7 +457,7 @@ func (c *firstByteConn) Read(p []byte) (int, error) {
 // the client does not trust gets no request: every connection opens with a
 // TLS handshake record, never plaintext, and the handler never runs. The
 // failure is retryable (an operator may fix the certificate) and the dead
-// letter says "tls", in the admin API too.
+// letter says "tls_unknown_authority" (issue 13), in the admin API too.
 func TestEndpointUntrustedTLSCertificate(t *testing.T) {
 	var handled atomic.Int64
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -473,7 +473,7 @@ func TestEndpointUntrustedTLSCertificate(t *testing.T) {
 	sb.Retry, sb.Breaker = fastRetry(3), noBreaker
 	s := startServer(t, "", sb)
 	publish(t, s, "t", "e", 2)
-	checkDeadLetters(t, deadLettered(t, s, "tls", 2), "tls", 3)
+	checkDeadLetters(t, deadLettered(t, s, "tls", 2), "tls_unknown_authority", 3)
 	if l := lane(s, "tls"); l.Retried != 4 {
 		t.Fatalf("lane %+v: want 2 retries per event", l)
 	}
@@ -494,8 +494,8 @@ func TestEndpointUntrustedTLSCertificate(t *testing.T) {
 		t.Fatalf("admin dead letters: %+v %v", page, err)
 	}
 	for _, d := range page.DeadLetters {
-		if d.LastError != "tls" || d.Reason != "max_attempts" {
-			t.Fatalf("admin dead letter %+v: want last_error tls, reason max_attempts", d)
+		if d.LastError != "tls_unknown_authority" || d.Reason != "max_attempts" {
+			t.Fatalf("admin dead letter %+v: want last_error tls_unknown_authority, reason max_attempts", d)
 		}
 	}
 }

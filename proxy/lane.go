@@ -145,6 +145,7 @@ func (l *lane) setPolicies(sub *Subscription) {
 	}
 	l.horizon.Store(int64(horizon(sub)))
 	sub.bulkhead = l.e.bulkheads[sub.Tenant] // before the lane hands sub to a job
+	l.e.egress.attach(sub)                   // its route and token too
 	if sub.SecretExpiry != nil {
 		l.e.rotating.Store(true)
 	}

@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -98,6 +99,10 @@ type Options struct {
 	// link-local and metadata addresses. Off by default (SSRF guard); tests,
 	// the demo and single-host setups turn it on.
 	AllowPrivateTargets bool
+	// Egress, when set, routes the deliveries of every subscription
+	// without an Egress of its own (the operational webhook's too)
+	// through a forward proxy (egress.go). Nil: direct.
+	Egress *Egress
 	// Registry receives the Prometheus metrics and is served at /metrics;
 	// a private registry if nil.
 	Registry *prometheus.Registry
@@ -125,6 +130,12 @@ type Options struct {
 	// the file's (the API cannot change it); URL, Secrets and the delivery
 	// settings are used as given.
 	OperationalWebhook *Subscription
+
+	// forbiddenTarget replaces policy.ForbiddenTarget in the egress proxy's
+	// SSRF guard (tests in this package only: everything they reach is
+	// loopback); egressCheckInterval replaces DefaultEgressCheckInterval.
+	forbiddenTarget     func(netip.Addr) string
+	egressCheckInterval time.Duration
 }
 
 // SpecParser turns subscription documents (JSON in the config file's
@@ -281,6 +292,8 @@ func (s *Server) Open() (err error) {
 	}
 	d = newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval, s.opts.RetryBudget)
 	s.d = d
+	d.egress = newEgress(&s.opts, s.log)
+	d.wg.Go(func() { d.egress.run(d.quit, d.laneList) })
 	for _, t := range s.opts.Tenants {
 		if t.MaxConcurrency > 0 {
 			d.bulkheads[t.ID] = newBulkhead(t.ID, t.MaxConcurrency) // before any lane exists
@@ -409,7 +422,11 @@ func (s *Server) Reload(subs []*Subscription) error {
 	for _, sub := range subs {
 		sub.withDefaults()
 	}
-	return s.d.apply(subs, nil)
+	if err := s.d.apply(subs, nil); err != nil {
+		return err
+	}
+	s.d.egress.check() // changed certificate and credentials files take effect with the reload
+	return nil
 }
 
 // Lanes returns a status line per subscription, sorted by id.

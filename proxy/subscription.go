@@ -68,9 +68,22 @@ type Subscription struct {
 	// still sign are always a prefix (liveSecrets slices, never copies).
 	SecretExpiry []time.Time
 
+	// Egress, when set, replaces Options.Egress for this subscription
+	// whole (a Proxy of "" goes direct); TLS sets the client certificate,
+	// CAs and name of its https connections; Auth adds an OAuth2 bearer
+	// token to its requests. Nil: the defaults. Issue 13; egress.go,
+	// tlsconfig.go, endpointauth.go.
+	Egress *Egress
+	TLS    *ClientTLS
+	Auth   *OAuth2
+
 	// bulkhead is the tenant's concurrency cap; nil for none. Set when the
 	// subscription joins.
 	bulkhead *bulkhead
+	// route and token are the egress's for Egress, TLS and Auth; nil when
+	// the defaults serve. Set when the subscription joins (egress.attach).
+	route *route
+	token *tokenSource
 }
 
 // liveSecrets are the secrets that sign a delivery made at now: all of
@@ -185,6 +198,11 @@ type snapshot struct {
 	// 13): a subscription removed from the config drains with its
 	// variant, and an API subscription keeps it across restarts.
 	Body json.RawMessage `json:"body,omitempty"`
+	// Added with egress and endpoint authentication (issue 13): file
+	// names and settings, no secret.
+	Egress *Egress    `json:"egress,omitempty"`
+	TLS    *ClientTLS `json:"tls,omitempty"`
+	Auth   *OAuth2    `json:"auth,omitempty"`
 }
 
 func encodeSnapshot(s *Subscription) []byte {
@@ -192,7 +210,7 @@ func encodeSnapshot(s *Subscription) []byte {
 		URL: s.URL, Types: s.Types, Timeout: s.Timeout, Concurrency: s.MaxConcurrency,
 		MaxAttempts: s.Retry.MaxAttempts, MaxAge: s.Retry.MaxAge, Base: s.Retry.Backoff.Base, Cap: s.Retry.Backoff.Cap,
 		Headers: s.Headers, Rate: s.Rate, Auto: s.Auto, Backlog: s.Backlog, Breaker: s.Breaker,
-		Tenant: s.Tenant, Expiry: s.SecretExpiry,
+		Tenant: s.Tenant, Expiry: s.SecretExpiry, Egress: s.Egress, TLS: s.TLS, Auth: s.Auth,
 	}
 	if s.managedByAPI() {
 		sn.Managed, sn.Spec, sn.Paused = s.ManagedBy, s.Spec, s.Paused
@@ -226,6 +244,7 @@ func decodeSnapshot(id string, b []byte) (*Subscription, error) {
 		Retry:   policy.RetryPolicy{MaxAttempts: sn.MaxAttempts, MaxAge: sn.MaxAge, Backoff: policy.Backoff{Base: sn.Base, Cap: sn.Cap}},
 		Headers: sn.Headers, Rate: sn.Rate, Auto: sn.Auto, Backlog: sn.Backlog, Breaker: sn.Breaker,
 		Tenant: sn.Tenant, ManagedBy: sn.Managed, Spec: sn.Spec, SecretExpiry: sn.Expiry, Paused: sn.Paused,
+		Egress: sn.Egress, TLS: sn.TLS, Auth: sn.Auth,
 	}
 	if len(sn.Filter) > 0 {
 		var spec map[string]any

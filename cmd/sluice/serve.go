@@ -215,6 +215,7 @@ func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Log
 		// default and a negative value as none.
 		MinFreeDiskBytes:    cmp.Or(cfg.MinFreeDiskBytes, -1),
 		AllowPrivateTargets: cfg.AllowPrivateTargets,
+		Egress:              cfg.ProxyEgress(),
 		Registry:            newRegistry(),
 		RetryBudget:         cfg.RetryBudget.Policy(),
 		Subscriptions:       subs,

@@ -58,6 +58,9 @@ func newSubscription(sc *config.SubscriptionConfig, managedBy string, spec []byt
 		Variant:        sc.ParsedVariant,
 		ManagedBy:      managedBy,
 		Spec:           spec,
+		Egress:         sc.ProxyEgress(),
+		TLS:            sc.ClientTLS(),
+		Auth:           sc.OAuth2(),
 	}
 }
 
