@@ -71,8 +71,10 @@ var (
 	attrReplay       = attribute.Key("sluice.replay")
 	attrStatusCode   = attribute.Key("http.response.status_code")
 	attrErrorType    = attribute.Key("error.type")
-	// attrMethod is the same on every attempt, so it is made once.
+	// The same on every span, so made once.
 	attrMethodPost = attribute.String("http.request.method", fasthttp.MethodPost)
+	kindClient     = trace.WithSpanKind(trace.SpanKindClient)
+	kindServer     = trace.WithSpanKind(trace.SpanKindServer)
 )
 
 // tracerName is the instrumentation scope of sluice's spans.
@@ -87,13 +89,13 @@ var tracingShutdownTimeout = 5 * time.Second
 // tracing off with propagation on. Its methods are safe for concurrent
 // use.
 type tracer struct {
-	t         trace.Tracer // nil: no spans
-	propagate bool
-	provider  trace.TracerProvider
+	t        trace.Tracer // nil: no spans
+	drop     bool         // Options.DropTraceContext: no trace headers out
+	provider trace.TracerProvider
 }
 
 func newTracer(opts Options) tracer {
-	t := tracer{propagate: !opts.DropTraceContext, provider: opts.TracerProvider}
+	t := tracer{drop: opts.DropTraceContext, provider: opts.TracerProvider}
 	if opts.TracerProvider != nil {
 		t.t = opts.TracerProvider.Tracer(tracerName)
 	}
@@ -120,7 +122,7 @@ func (t *tracer) attempt(j *job, w *workerState, h *fasthttp.RequestHeader) trac
 	if t.t != nil {
 		return t.startAttempt(j, w, h)
 	}
-	if ev := j.ev; ev.TraceParent != "" && t.propagate {
+	if ev := j.ev; ev.TraceParent != "" && !t.drop {
 		h.Set(headerTraceParent, ev.TraceParent)
 		if ev.TraceState != "" {
 			h.Set(headerTraceState, ev.TraceState)
@@ -145,8 +147,8 @@ func (t *tracer) startAttempt(j *job, w *workerState, h *fasthttp.RequestHeader)
 	if j.retry != nil && j.retry.Replay {
 		attrs = append(attrs, attrReplay.Bool(true))
 	}
-	_, span := t.t.Start(ctx, attemptSpanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	if t.propagate {
+	_, span := t.t.Start(ctx, attemptSpanName, kindClient, trace.WithAttributes(attrs...))
+	if !t.drop {
 		sc := span.SpanContext()
 		w.traceParent = appendTraceParent(w.traceParent[:0], sc.TraceID(), sc.SpanID(), sc.TraceFlags())
 		h.SetBytesV(headerTraceParent, w.traceParent)
@@ -167,21 +169,27 @@ func endAttempt(span trace.Span, res result, rs policy.Resolution) {
 	if span == nil {
 		return
 	}
+	// One SetAttributes call: each one may grow the span's attributes.
+	var buf [4]attribute.KeyValue
+	attrs := append(buf[:0], attrOutcome.String(attemptOutcomeWords[attemptOutcomeOf(res, rs)]))
 	if res.Status != 0 {
-		span.SetAttributes(attrStatusCode.Int(res.Status))
+		attrs = append(attrs, attrStatusCode.Int(res.Status))
 	}
-	span.SetAttributes(attrOutcome.String(attemptOutcomeWords[attemptOutcomeOf(res, rs)]))
+	var desc string
 	if rs.Outcome != policy.Ack {
 		errType := res.Failure.String()
-		desc := errType
+		desc = errType
 		if errType == "" {
 			errType = strconv.Itoa(res.Status)
 			desc = "HTTP " + errType
 		}
-		span.SetAttributes(attrErrorType.String(errType))
+		attrs = append(attrs, attrErrorType.String(errType))
 		if rs.Outcome == policy.DeadLetter {
-			span.SetAttributes(attrReason.String(rs.Reason))
+			attrs = append(attrs, attrReason.String(rs.Reason))
 		}
+	}
+	span.SetAttributes(attrs...)
+	if desc != "" {
 		span.SetStatus(codes.Error, desc)
 	}
 	span.End()
@@ -217,7 +225,7 @@ func (t *tracer) startIngest(h *fasthttp.RequestHeader) trace.Span {
 			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
 	}
-	_, span := t.t.Start(ctx, ingestSpanName, trace.WithSpanKind(trace.SpanKindServer))
+	_, span := t.t.Start(ctx, ingestSpanName, kindServer)
 	return span
 }
 

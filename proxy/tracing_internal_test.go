@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/signing"
 )
 
 const (
@@ -201,4 +205,75 @@ func TestTracingShutdownBounded(t *testing.T) {
 	if err := off.shutdown(); err != nil {
 		t.Errorf("shutdown with tracing off: %v", err)
 	}
+}
+
+// TestTracingDeliverAllocs: a whole deliver (headers, signature, the
+// exchange with a loopback endpoint, the endpoint itself) with tracing off
+// allocates nothing, for an event with the producer's trace context as for
+// one without, and sends the context on. The same test on the tree before
+// tracing counts 0 too (BENCHMARKS.md, "Tracing (issue 13)"). Checked
+// without -race only.
+func TestTracingDeliverAllocs(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The endpoint checks the traceparent without allocating: the counts
+	// are the process's.
+	var wantTP atomic.Pointer[[]byte]
+	var wrongTP atomic.Int64
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		if !bytes.Equal(ctx.Request.Header.Peek("traceparent"), *wantTP.Load()) {
+			wrongTP.Add(1)
+		}
+	}}
+	go srv.Serve(ln)
+	defer srv.Shutdown()
+	client := newClient(4, true)
+	defer client.CloseIdleConnections()
+	e := &engine{client: client, now: time.Now}
+	s := (&Subscription{ID: "s1", URL: "http://" + ln.Addr().String() + "/s1",
+		Secrets: []signing.Secret{mustTestSecret(t)}, Headers: map[string]string{"X-Tenant": "acme"}}).withDefaults()
+	counts := map[string]float64{}
+	for _, tc := range []struct {
+		name string
+		ev   *queue.Event
+	}{
+		{"no trace context", &queue.Event{ID: "e1", Type: "t.one", Body: []byte(`{"n":1}`), ContentType: "application/json"}},
+		{"producer's context", &queue.Event{ID: "e2", Type: "t.one", Body: []byte(`{"n":1}`), ContentType: "application/json",
+			TraceParent: testTraceParent, TraceState: "vendor=abc"}},
+	} {
+		j := &job{lane: &lane{id: s.ID}, sub: s, ev: tc.ev, attempt: 1}
+		want := []byte(tc.ev.TraceParent)
+		wantTP.Store(&want)
+		var w workerState
+		run := func() {
+			if res := e.deliver(j, &w); res.Status != 200 {
+				t.Fatalf("%s: %+v", tc.name, res)
+			}
+		}
+		for range 10 {
+			run() // pools, buffers and the connection warm up
+		}
+		counts[tc.name] = testing.AllocsPerRun(500, run)
+		t.Logf("%s: %.2f allocations per deliver, tracing off", tc.name, counts[tc.name])
+		if n := wrongTP.Swap(0); n != 0 {
+			t.Errorf("%s: %d requests without the traceparent %q", tc.name, n, want)
+		}
+	}
+	if raceEnabled() {
+		t.Log("allocation counts not checked: the race detector allocates")
+		return
+	}
+	if counts["no trace context"] != 0 || counts["producer's context"] != 0 {
+		t.Errorf("deliver allocates with tracing off: %v, want 0 for both", counts)
+	}
+}
+
+func mustTestSecret(t *testing.T) signing.Secret {
+	k, err := signing.ParseSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
