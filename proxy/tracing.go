@@ -137,17 +137,24 @@ func (t *tracer) startAttempt(j *job, w *workerState, h *fasthttp.RequestHeader)
 	if sc, ok := remoteSpanContext(ev.TraceParent, ev.TraceState); ok {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
-	attrs := []attribute.KeyValue{
-		attrSubscription.String(j.lane.id),
-		attrAttempt.Int(j.attempt),
-		attrEventType.String(ev.Type),
-		attrEventID.String(ev.ID),
-		attrMethodPost,
+	_, span := t.t.Start(ctx, attemptSpanName, kindClient)
+	// Attributes only on a span that records them: an unsampled one
+	// (sample_ratio, or a producer that did not sample) costs less. The
+	// sampler is parent-based and ratio-based, blind to attributes.
+	if span.IsRecording() {
+		var buf [6]attribute.KeyValue
+		attrs := append(buf[:0],
+			attrSubscription.String(j.lane.id),
+			attrAttempt.Int(j.attempt),
+			attrEventType.String(ev.Type),
+			attrEventID.String(ev.ID),
+			attrMethodPost,
+		)
+		if j.retry != nil && j.retry.Replay {
+			attrs = append(attrs, attrReplay.Bool(true))
+		}
+		span.SetAttributes(attrs...)
 	}
-	if j.retry != nil && j.retry.Replay {
-		attrs = append(attrs, attrReplay.Bool(true))
-	}
-	_, span := t.t.Start(ctx, attemptSpanName, kindClient, trace.WithAttributes(attrs...))
 	if !t.drop {
 		sc := span.SpanContext()
 		w.traceParent = appendTraceParent(w.traceParent[:0], sc.TraceID(), sc.SpanID(), sc.TraceFlags())
@@ -167,6 +174,10 @@ func (t *tracer) startAttempt(j *job, w *workerState, h *fasthttp.RequestHeader)
 // error.type (the transport failure's word, or the status code).
 func endAttempt(span trace.Span, res result, rs policy.Resolution) {
 	if span == nil {
+		return
+	}
+	if !span.IsRecording() {
+		span.End()
 		return
 	}
 	// One SetAttributes call: each one may grow the span's attributes.
@@ -241,7 +252,9 @@ func ingested(span trace.Span, ev *queue.Event) {
 	if span == nil {
 		return
 	}
-	span.SetAttributes(attrEventType.String(ev.Type), attrEventID.String(ev.ID))
+	if span.IsRecording() {
+		span.SetAttributes(attrEventType.String(ev.Type), attrEventID.String(ev.ID))
+	}
 	if ev.TraceParent == "" {
 		sc := span.SpanContext()
 		ev.TraceParent = string(appendTraceParent(make([]byte, 0, traceParentLen), sc.TraceID(), sc.SpanID(), sc.TraceFlags()))
@@ -255,6 +268,10 @@ func ingested(span trace.Span, ev *queue.Event) {
 // error.
 func endIngest(span trace.Span, status int) {
 	if span == nil {
+		return
+	}
+	if !span.IsRecording() {
+		span.End()
 		return
 	}
 	result := "rejected"

@@ -34,10 +34,13 @@ import (
 //     into an exporter that drops the spans: the cost of making them;
 //   - on/otlp: the SDK's provider, batch span processor and the
 //     OTLP/HTTP exporter, as cmd wires it, posting protobuf to an
-//     in-process receiver that reads and drops each body.
+//     in-process receiver that reads and drops each body;
+//   - on/unsampled: on/otlp with sample_ratio 0 and events without a
+//     trace context: spans are made but not recorded (the cost of
+//     tracing on for the traces a ratio leaves out).
 //
-// With tracing on every event carries a sampled traceparent, so every
-// span is recorded and exported (sample_ratio 1). The counts are the
+// In the other on cases every event carries a sampled traceparent, so
+// every span is recorded and exported. The counts are the
 // whole process's (producers, ingest, lanes, receivers, exporter), per
 // delivery, CPU from its rusage; each event also makes one ingest span, a
 // tenth of one per delivery.
@@ -54,18 +57,8 @@ func BenchmarkDeliveryTracing(b *testing.B) {
 		{name: "on/noop-export", header: true, tp: func(*testing.B) *sdktrace.TracerProvider {
 			return sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 		}},
-		{name: "on/otlp", header: true, tp: func(b *testing.B) *sdktrace.TracerProvider {
-			collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				io.Copy(io.Discard, r.Body)
-				w.Header().Set("Content-Type", "application/x-protobuf")
-			}))
-			b.Cleanup(collector.Close)
-			exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(collector.URL+"/v1/traces"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
-		}},
+		{name: "on/otlp", header: true, tp: func(b *testing.B) *sdktrace.TracerProvider { return otlpBenchProvider(b, 1) }},
+		{name: "on/unsampled", tp: func(b *testing.B) *sdktrace.TracerProvider { return otlpBenchProvider(b, 0) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var hdr map[string]string
@@ -79,6 +72,23 @@ func BenchmarkDeliveryTracing(b *testing.B) {
 			benchDeliveryTraced(b, 10, body, opts, hdr)
 		})
 	}
+}
+
+// otlpBenchProvider is the provider cmd builds (batch span processor,
+// OTLP/HTTP exporter, parent-based ratio sampler) exporting to an
+// in-process collector that reads and drops each body.
+func otlpBenchProvider(b *testing.B, ratio float64) *sdktrace.TracerProvider {
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	b.Cleanup(collector.Close)
+	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(collector.URL+"/v1/traces"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))))
 }
 
 // benchDeliveryTraced is benchDelivery with server options and headers on

@@ -129,6 +129,15 @@ func TestTracingAttemptSpan(t *testing.T) {
 	})
 	t.Logf("tracing on: %.0f allocations per attempt span (the SDK, sampled, into a span recorder)", n)
 
+	never := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()), sdktrace.WithSpanProcessor(rec))
+	defer never.Shutdown(context.Background())
+	unsampled := newTracer(Options{TracerProvider: never})
+	n = testing.AllocsPerRun(200, func() {
+		h.Reset()
+		endAttempt(unsampled.attempt(j, &w, &h), result{Exchange: policy.Exchange{Outcome: policy.Ack, Status: 200}}, policy.Resolution{Outcome: policy.Ack})
+	})
+	t.Logf("tracing on, span not sampled: %.0f allocations per attempt", n)
+
 	noopOn := newTracer(Options{TracerProvider: noop.NewTracerProvider()})
 	n = testing.AllocsPerRun(200, func() {
 		h.Reset()
