@@ -160,6 +160,9 @@ type Config struct {
 	// subscriptions. A subscription may name a tenant that is not listed:
 	// such a tenant has no limits of its own. File or overrides only.
 	Tenants []TenantConfig `koanf:"tenants"`
+	// OTel configures OpenTelemetry tracing (otel.go). Off unless a
+	// collector is named.
+	OTel OTelConfig `koanf:"otel"`
 
 	// IgnoredEnv names SLUICE_* variables that are no config key. They are
 	// not errors: Kubernetes injects SLUICE_PORT and friends for a Service
@@ -587,6 +590,7 @@ func Default() *Config {
 		RetryBudget:      RetryBudgetConfig{Ratio: budget.Ratio, MinPerSecond: budget.MinPerSecond, Window: budget.Window},
 		Log:              LogConfig{Backend: BackendBadger}, // one sidecar, its own log: unchanged unless fleet mode is asked for
 		JetStream:        defaultJetStream(),
+		OTel:             defaultOTel(),
 	}
 }
 

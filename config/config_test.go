@@ -95,6 +95,8 @@ func TestLoadConfigFull(t *testing.T) {
 		Log:              LogConfig{Backend: BackendBadger},
 		JetStream:        JetStreamConfig{Stream: "SLUICE_EVENTS", Replicas: 3, LeaseTTL: 10 * time.Second},
 		NodeID:           "pod-a",
+		OTel: OTelConfig{Endpoint: "http://otel-collector:4318", ServiceName: "sluice-fleet", SampleRatio: 0.5, Propagate: true,
+			TracesURL: "http://otel-collector:4318/v1/traces", TracesURLFrom: "otel.endpoint"},
 		Tenants: []TenantConfig{
 			{ID: "acme", MaxSubscriptions: 2, Concurrency: TenantConcurrencyConfig{Max: 32, maxSet: true}},
 			{ID: "globex"},

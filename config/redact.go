@@ -338,6 +338,12 @@ func (c *Config) toMap() map[string]any {
 		m["tenants"] = tenants
 	}
 	m["log"] = map[string]any{"backend": c.Log.Backend}
+	m["otel"] = map[string]any{
+		"endpoint":     safeURL(c.OTel.Endpoint),
+		"service_name": c.OTel.ServiceName,
+		"sample_ratio": c.OTel.SampleRatio,
+		"propagate":    c.OTel.Propagate,
+	}
 	// Fleet keys only where they mean something: with badger they are
 	// refused, so printing their defaults would not load back.
 	if c.Log.Backend == BackendJetStream {

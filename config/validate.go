@@ -118,6 +118,9 @@ func (c *Config) Validate() error {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
+	if err := c.OTel.validate(lookup); err != nil {
+		return err
+	}
 	if err := c.Admin.OperationalWebhook.validate("admin.operational_webhook", lookup, c.AllowPrivateTargets); err != nil {
 		return err
 	}
@@ -573,6 +576,7 @@ func reservedHeader(name string) bool {
 	}
 	switch n {
 	case "idempotency-key", "x-event-type", "x-attempt", "content-type", "content-length", "host",
+		"traceparent", "tracestate", // the event's trace context (issue 13): a fixed one would be every attempt's parent
 		"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade":
 		return true
 	}

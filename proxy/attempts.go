@@ -62,6 +62,20 @@ const (
 
 var attemptOutcomeWords = [...]string{outcomeAck, outcomeRetry, outcomeTimeout, outcomeDeadLetter}
 
+// attemptOutcomeOf is what the attempt that came to res, resolved as rs,
+// did to its delivery: the attempt log's and the attempt span's word.
+func attemptOutcomeOf(res result, rs policy.Resolution) attemptOutcome {
+	switch {
+	case rs.Outcome == policy.Ack:
+		return attemptAck
+	case rs.Outcome == policy.Retry && res.Timeout():
+		return attemptTimeout
+	case rs.Outcome == policy.Retry:
+		return attemptRetry
+	}
+	return attemptDeadLetter
+}
+
 // noteAttempt records one attempt in the lane's activity, made here on
 // the lane's first attempt. It is called by finish, the one place every
 // attempt's outcome arrives, with l.mu held.
@@ -71,17 +85,7 @@ func (l *lane) noteAttempt(j *job, res result, rs policy.Resolution, now time.Ti
 		a = &activity{series: newSeries(now)}
 		l.activity = a
 	}
-	var oc attemptOutcome
-	switch {
-	case rs.Outcome == policy.Ack:
-		oc = attemptAck
-	case rs.Outcome == policy.Retry && res.Timeout():
-		oc = attemptTimeout
-	case rs.Outcome == policy.Retry:
-		oc = attemptRetry
-	default:
-		oc = attemptDeadLetter
-	}
+	oc := attemptOutcomeOf(res, rs)
 	d := now.Sub(j.started)
 	a.attempts[a.n%attemptLogSize] = attemptRecord{
 		at: now.UnixNano(), seq: j.ev.Seq, duration: d, eventID: j.ev.ID, response: res.snippet,

@@ -50,8 +50,9 @@ func newClient(maxConnsPerHost int, allowPrivate bool) *fasthttp.Client {
 // workerState is scratch space owned by one worker goroutine, so a delivery
 // allocates nothing for its headers.
 type workerState struct {
-	sig []byte
-	num []byte
+	sig         []byte
+	num         []byte
+	traceParent []byte // tracing.go: an attempt span's traceparent
 }
 
 // deliver makes one HTTP exchange. The body is the stored slice itself,
@@ -115,8 +116,10 @@ func (e *engine) deliver(j *job, w *workerState) result {
 		}
 		timeout = min(timeout, left)
 	}
+	span := e.trace.attempt(j, w, &req.Header) // tracing.go: trace headers, the attempt's span
 	err := e.exchange(sub, req, resp, timeout) // egress.go: the proxy, endpoint TLS and OAuth2 of sub
 	var res result
+	res.span = span
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		// The status line arrived; an oversized answer does not change it.
 		err = nil

@@ -33,6 +33,7 @@ type engine struct {
 	egress *egress       // routes and tokens of the subscriptions that need more than client (egress.go)
 	quit   chan struct{} // closed at stop
 	ops    *operational  // the operational webhook; nil when not configured
+	trace  tracer        // tracing.go: trace headers and spans of attempts
 	// bulkheads are the tenants' concurrency caps, by tenant; made before
 	// any lane and never changed, so read without a lock.
 	bulkheads map[string]*bulkhead

@@ -19,6 +19,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/queue"
 )
@@ -219,7 +220,8 @@ func (g *ingestGate) leave(n int) {
 // handleIngest implements POST /v1/events/{type} (DESIGN.md §4).
 func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 	start := time.Now()
-	s.ingestEvent(ctx, gate)
+	span := s.trace.startIngest(&ctx.Request.Header) // tracing.go; nil with tracing off
+	s.ingestEvent(ctx, gate, span)
 	m := s.im
 	switch code := ctx.Response.StatusCode(); {
 	case code == fasthttp.StatusAccepted:
@@ -230,9 +232,10 @@ func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 		m.rejected.Inc()
 	}
 	m.duration.Observe(time.Since(start).Seconds())
+	endIngest(span, ctx.Response.StatusCode())
 }
 
-func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate) {
+func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate, span trace.Span) {
 	path := ctx.Path()
 	typ, ok := bytes.CutPrefix(path, eventsPath)
 	if !ok {
@@ -305,6 +308,7 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 	if ev.Body == nil {
 		ev.Body = []byte{}
 	}
+	ingested(span, ev) // tracing.go: the ingest span's context when the producer sent none
 	seq, dup, err := s.q.Append(ev)
 	switch {
 	case errors.Is(err, queue.ErrClosed):

@@ -3,6 +3,8 @@ package proxy
 import (
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -17,6 +19,7 @@ import (
 type result struct {
 	policy.Exchange
 	snippet string
+	span    trace.Span // the attempt's span (tracing.go); nil with tracing off
 }
 
 // unrecorded is an attempt whose outcome was decided but could not be
@@ -39,11 +42,13 @@ func (l *lane) finish(j *job, res result) {
 		// still unresolved in the log and runs again after restart.
 		e.life.RUnlock()
 		l.releaseSlot(j)
+		abandonAttempt(res.span, res)
 		return
 	}
 	now := e.now()
 	l.observe(j, res, now)
 	rs := policy.Resolve(res.Exchange, j.sub.Retry, j.attempt, j.first, now)
+	endAttempt(res.span, res, rs) // tracing.go
 	o := l.outcome(j, res, rs, now)
 	var err error
 	if o.Pause == "" {

@@ -23,7 +23,8 @@
 // dial.go (the outbound client and its SSRF guard), ledger.go (pause,
 // replay, the completion ledger), admin.go and api.go (the admin API and
 // its wire types), operational.go (the operational webhook: sluice's own
-// events, appended to the log and delivered by their own lane), metrics.go.
+// events, appended to the log and delivered by their own lane), metrics.go,
+// tracing.go (trace context out to endpoints, OpenTelemetry spans).
 //
 // A Server is created with New, started with Open and stopped with Close.
 package proxy
@@ -43,6 +44,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
@@ -136,6 +138,16 @@ type Options struct {
 	// loopback); egressCheckInterval replaces DefaultEgressCheckInterval.
 	forbiddenTarget     func(netip.Addr) string
 	egressCheckInterval time.Duration
+	// TracerProvider, when set, makes OpenTelemetry spans: one per ingest
+	// request and one per delivery attempt (tracing.go, README
+	// "Tracing"). Nil (the default) makes none. The Server owns it from
+	// New: Close shuts it down (flushing its spans, for at most 5 s) when
+	// it has a Shutdown(context.Context) error method, as the SDK's has.
+	TracerProvider trace.TracerProvider
+	// DropTraceContext sends no traceparent or tracestate to endpoints.
+	// By default an event's trace context goes out with each attempt,
+	// whether or not spans are made.
+	DropTraceContext bool
 }
 
 // SpecParser turns subscription documents (JSON in the config file's
@@ -189,6 +201,7 @@ type Server struct {
 	// OpenStore: the starting handler until the store is open.
 	adminSwitch handlerSwitch
 	im          *ingestMetrics
+	trace       tracer     // tracing.go
 	tokens      tokenCache // tenant tokens by tokenKey
 	// wrapStore, when set (by tests in this package only), wraps the
 	// store the engine drives, to inject faults the real one cannot be
@@ -225,7 +238,7 @@ func New(opts Options) *Server {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
-	return &Server{opts: opts, log: opts.Logger}
+	return &Server{opts: opts, log: opts.Logger, trace: newTracer(opts)}
 }
 
 // Open binds the listeners (bind errors surface here), opens the log,
@@ -294,6 +307,7 @@ func (s *Server) Open() (err error) {
 	s.d = d
 	d.egress = newEgress(&s.opts, s.log)
 	d.wg.Go(func() { d.egress.run(d.quit, d.laneList) })
+	d.trace = s.trace
 	for _, t := range s.opts.Tenants {
 		if t.MaxConcurrency > 0 {
 			d.bulkheads[t.ID] = newBulkhead(t.ID, t.MaxConcurrency) // before any lane exists
@@ -485,6 +499,9 @@ func (s *Server) Close(ctx context.Context) error {
 		if err := s.q.Close(); err != nil {
 			keep(fmt.Errorf("close log: %w", err))
 		}
+	}
+	if err := s.trace.shutdown(); err != nil {
+		keep(fmt.Errorf("tracing shutdown: %w", err))
 	}
 	return first
 }

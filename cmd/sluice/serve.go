@@ -83,7 +83,17 @@ func serve(args []string, stderr io.Writer) error {
 	// (Kubernetes deleting a pod that is still starting) must drain, not kill.
 	life := notifySignals()
 	defer life.stop()
-	srv := proxy.New(serverOptions(cfg, subs, log))
+	opts := serverOptions(cfg, subs, log)
+	tp, err := tracerProvider(cfg.OTel, log) // otel.go; nil when tracing is off
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		opts.TracerProvider = tp // the server shuts it down on Close
+		log.Info("tracing on: exporting spans over OTLP/HTTP", "url", cfg.OTel.TracesURL, "from", cfg.OTel.TracesURLFrom,
+			"service_name", serviceName(cfg.OTel), "sample_ratio", cfg.OTel.SampleRatio)
+	}
+	srv := proxy.New(opts)
 	nsubs := len(subs)
 	cfg.Subscriptions, subs = nil, nil // the server owns its copies; reload re-reads the file
 	if err := srv.Open(); err != nil {
@@ -224,6 +234,7 @@ func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Log
 		Tenants:             tenants(cfg),
 		TenantTokens:        tenantTokens(cfg),
 		OperationalWebhook:  operationalWebhook(cfg),
+		DropTraceContext:    !cfg.OTel.Propagate,
 	}
 	if cfg.Log.Backend == config.BackendJetStream {
 		// Fleet mode: the log, the delivery state and the registry are in

@@ -1,0 +1,352 @@
+package proxy
+
+import (
+	"context"
+	"encoding/hex"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/queue"
+)
+
+// Tracing (issue 13): the producer's W3C trace context goes out with every
+// delivery attempt, and with a TracerProvider (Options.TracerProvider)
+// ingest and each attempt make OpenTelemetry spans.
+//
+// Propagation is on whether or not spans are exported: it costs nothing
+// (the stored strings are copied into the request's headers) and is what
+// a receiver needs to join its own spans to the producer's trace.
+// Options.DropTraceContext turns it off for endpoints that should not see
+// the producer's trace ids or tracestate.
+//
+//   - Tracing off: an attempt of an event that carries a traceparent sends
+//     it unchanged (W3C Trace Context lets an intermediary that makes no
+//     span of its own pass the parent id through), with its tracestate, so
+//     the receiver's span is a child of the producer's. An event without
+//     one gets no trace headers. Nothing is allocated for either.
+//   - Tracing on: each attempt is a span of kind client whose parent is
+//     the event's stored trace context, and its traceparent names that
+//     span: the producer's trace id, a new span id per attempt, and the
+//     flags of the sampling decision (which follows the parent's: the
+//     sampler is parent-based, so a producer's flags are copied). The
+//     ingest span is a child of the producer's span too: the attempts are
+//     its siblings, not its children, because they outlive it by
+//     anything from milliseconds to days, may run after a restart or on
+//     another fleet node, and a replayed dead letter's attempts have the
+//     same parent as the first ones. An event that arrives without a
+//     trace context gets the ingest span's as its traceparent, stored with
+//     the event (only while tracing is on, so the stored record of the off
+//     case is unchanged): the ingest span starts a new trace, and the
+//     attempts are its children. An event accepted with no trace context
+//     while tracing was off has none later either: each of its attempts
+//     is then the root of a trace of its own.
+//
+// Span attributes never carry a URL (a subscription's URL may hold a
+// tenant's token, and its host names the tenant): an attempt names its
+// subscription by id.
+
+// Span names and attribute keys.
+const (
+	ingestSpanName  = "sluice.ingest"
+	attemptSpanName = "sluice.deliver"
+
+	headerTraceParent = "traceparent"
+	headerTraceState  = "tracestate"
+)
+
+var (
+	attrEventType    = attribute.Key("sluice.event.type")
+	attrEventID      = attribute.Key("sluice.event.id")
+	attrIngestResult = attribute.Key("sluice.ingest.result")
+	attrSubscription = attribute.Key("sluice.subscription")
+	attrAttempt      = attribute.Key("sluice.attempt")
+	attrOutcome      = attribute.Key("sluice.outcome")
+	attrReason       = attribute.Key("sluice.dead_letter.reason")
+	attrReplay       = attribute.Key("sluice.replay")
+	attrStatusCode   = attribute.Key("http.response.status_code")
+	attrErrorType    = attribute.Key("error.type")
+	// The same on every span, so made once.
+	attrMethodPost = attribute.String("http.request.method", fasthttp.MethodPost)
+	kindClient     = trace.WithSpanKind(trace.SpanKindClient)
+	kindServer     = trace.WithSpanKind(trace.SpanKindServer)
+)
+
+// tracerName is the instrumentation scope of sluice's spans.
+const tracerName = "github.com/sluicehq/sluice/proxy"
+
+// tracingShutdownTimeout bounds the flush of the spans still buffered when
+// the server closes: an unreachable collector must not hold a shutdown
+// (the exporter's own timeout per export is 10 s). A variable for tests.
+var tracingShutdownTimeout = 5 * time.Second
+
+// tracer is what ingest and the lanes know of tracing. The zero value is
+// tracing off with propagation on. Its methods are safe for concurrent
+// use.
+type tracer struct {
+	t        trace.Tracer // nil: no spans
+	drop     bool         // Options.DropTraceContext: no trace headers out
+	provider trace.TracerProvider
+}
+
+func newTracer(opts Options) tracer {
+	t := tracer{drop: opts.DropTraceContext, provider: opts.TracerProvider}
+	if opts.TracerProvider != nil {
+		t.t = opts.TracerProvider.Tracer(tracerName)
+	}
+	return t
+}
+
+// shutdown flushes and stops the provider when it can be (the SDK's can),
+// within tracingShutdownTimeout.
+func (t *tracer) shutdown() error {
+	sd, ok := t.provider.(interface{ Shutdown(context.Context) error })
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
+	defer cancel()
+	return sd.Shutdown(ctx)
+}
+
+// attempt writes the trace headers of one delivery attempt into h and,
+// with tracing on, starts the attempt's span, which endAttempt ends; nil
+// when tracing is off. Called by deliver right before the request is
+// sent; w is the worker's scratch space.
+func (t *tracer) attempt(j *job, w *workerState, h *fasthttp.RequestHeader) trace.Span {
+	if t.t != nil {
+		return t.startAttempt(j, w, h)
+	}
+	if ev := j.ev; ev.TraceParent != "" && !t.drop {
+		h.Set(headerTraceParent, ev.TraceParent)
+		if ev.TraceState != "" {
+			h.Set(headerTraceState, ev.TraceState)
+		}
+	}
+	return nil
+}
+
+func (t *tracer) startAttempt(j *job, w *workerState, h *fasthttp.RequestHeader) trace.Span {
+	ev := j.ev
+	ctx := context.Background()
+	if sc, ok := remoteSpanContext(ev.TraceParent, ev.TraceState); ok {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	}
+	_, span := t.t.Start(ctx, attemptSpanName, kindClient)
+	// Attributes only on a span that records them: an unsampled one
+	// (sample_ratio, or a producer that did not sample) costs less. The
+	// sampler is parent-based and ratio-based, blind to attributes.
+	if span.IsRecording() {
+		var buf [6]attribute.KeyValue
+		attrs := append(buf[:0],
+			attrSubscription.String(j.lane.id),
+			attrAttempt.Int(j.attempt),
+			attrEventType.String(ev.Type),
+			attrEventID.String(ev.ID),
+			attrMethodPost,
+		)
+		if j.retry != nil && j.retry.Replay {
+			attrs = append(attrs, attrReplay.Bool(true))
+		}
+		span.SetAttributes(attrs...)
+	}
+	if !t.drop {
+		sc := span.SpanContext()
+		w.traceParent = appendTraceParent(w.traceParent[:0], sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+		h.SetBytesV(headerTraceParent, w.traceParent)
+		if ev.TraceState != "" {
+			h.Set(headerTraceState, ev.TraceState)
+		}
+	}
+	return span
+}
+
+// endAttempt ends an attempt's span (nil: tracing off) once its outcome is
+// decided: sluice.outcome in the words of
+// sluice_delivery_attempts_total's outcome label (what became of the
+// delivery after this attempt: ack, retry, timeout, dead_letter), the
+// status when the endpoint answered, and on failure an error status with
+// error.type (the transport failure's word, or the status code).
+func endAttempt(span trace.Span, res result, rs policy.Resolution) {
+	if span == nil {
+		return
+	}
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	// One SetAttributes call: each one may grow the span's attributes.
+	var buf [4]attribute.KeyValue
+	attrs := append(buf[:0], attrOutcome.String(attemptOutcomeWords[attemptOutcomeOf(res, rs)]))
+	if res.Status != 0 {
+		attrs = append(attrs, attrStatusCode.Int(res.Status))
+	}
+	var desc string
+	if rs.Outcome != policy.Ack {
+		errType := res.Failure.String()
+		desc = errType
+		if errType == "" {
+			errType = strconv.Itoa(res.Status)
+			desc = "HTTP " + errType
+		}
+		attrs = append(attrs, attrErrorType.String(errType))
+		if rs.Outcome == policy.DeadLetter {
+			attrs = append(attrs, attrReason.String(rs.Reason))
+		}
+	}
+	span.SetAttributes(attrs...)
+	if desc != "" {
+		span.SetStatus(codes.Error, desc)
+	}
+	span.End()
+}
+
+// abandonAttempt ends the span of an attempt whose outcome is not written
+// because the server is closing: it runs again after a restart.
+func abandonAttempt(span trace.Span, res result) {
+	if span == nil {
+		return
+	}
+	if res.Status != 0 {
+		span.SetAttributes(attrStatusCode.Int(res.Status))
+	}
+	span.SetAttributes(attrOutcome.String(outcomeAbandoned))
+	span.End()
+}
+
+// outcomeAbandoned is an attempt span's sluice.outcome when the server
+// closed before its outcome was recorded.
+const outcomeAbandoned = "abandoned"
+
+// startIngest starts the span of one ingest request, a child of the
+// producer's span when the request carries a valid traceparent; nil when
+// tracing is off.
+func (t *tracer) startIngest(h *fasthttp.RequestHeader) trace.Span {
+	if t.t == nil {
+		return nil
+	}
+	ctx := context.Background()
+	if parent, state := traceContext(h); parent != nil {
+		if sc, ok := remoteSpanContext(string(parent), string(state)); ok {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
+	}
+	_, span := t.t.Start(ctx, ingestSpanName, kindServer)
+	return span
+}
+
+// ingested names the event on its ingest span and, when the producer sent
+// no trace context, gives the event the span's, so that its attempts are
+// the span's children. span nil (tracing off) changes nothing.
+//
+// The event id is kept as an attribute although a producer chose it: it
+// is what operators search by (GET /v1/events/{id}, dead letters), it
+// passed ingest's checks (at most 200 bytes of a restricted set), and
+// every endpoint receives it as webhook-id anyway.
+func ingested(span trace.Span, ev *queue.Event) {
+	if span == nil {
+		return
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attrEventType.String(ev.Type), attrEventID.String(ev.ID))
+	}
+	if ev.TraceParent == "" {
+		sc := span.SpanContext()
+		ev.TraceParent = string(appendTraceParent(make([]byte, 0, traceParentLen), sc.TraceID(), sc.SpanID(), sc.TraceFlags()))
+	}
+}
+
+// endIngest ends an ingest span with its answer: sluice.ingest.result in
+// the words of sluice_ingest_events_total's result label, the status, and
+// an error status when sluice failed to take the event (5xx: a full disk,
+// no quorum, shutting down); a producer's bad request is not sluice's
+// error.
+func endIngest(span trace.Span, status int) {
+	if span == nil {
+		return
+	}
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	result := "rejected"
+	switch status {
+	case fasthttp.StatusAccepted:
+		result = "accepted"
+	case fasthttp.StatusOK:
+		result = "duplicate"
+	}
+	span.SetAttributes(attrIngestResult.String(result), attrStatusCode.Int(status))
+	if status >= 500 {
+		span.SetStatus(codes.Error, "HTTP "+strconv.Itoa(status))
+	}
+	span.End()
+}
+
+// traceParentLen is the length of a version-00 traceparent.
+const traceParentLen = 55
+
+// appendTraceParent appends the version-00 traceparent of a span to dst:
+// "00-" trace id "-" span id "-" flags, lowercase hex. It allocates
+// nothing when dst has room for traceParentLen more bytes.
+func appendTraceParent(dst []byte, tid trace.TraceID, sid trace.SpanID, flags trace.TraceFlags) []byte {
+	dst = append(dst, "00-"...)
+	dst = hex.AppendEncode(dst, tid[:])
+	dst = append(dst, '-')
+	dst = hex.AppendEncode(dst, sid[:])
+	dst = append(dst, '-')
+	const digits = "0123456789abcdef"
+	return append(dst, digits[flags>>4], digits[flags&0xf])
+}
+
+// remoteSpanContext parses a stored or received version-00 traceparent
+// (and its tracestate; an invalid one is dropped) into the remote span
+// context that is the parent of sluice's spans.
+func remoteSpanContext(parent, state string) (trace.SpanContext, bool) {
+	// The checks of validTraceParent, on a string: unhex takes lowercase
+	// hex only, and IsValid refuses all-zero ids.
+	if len(parent) != traceParentLen || parent[:3] != "00-" || parent[35] != '-' || parent[52] != '-' {
+		return trace.SpanContext{}, false
+	}
+	cfg := trace.SpanContextConfig{Remote: true}
+	var flags [1]byte
+	if !unhex(cfg.TraceID[:], parent[3:35]) || !unhex(cfg.SpanID[:], parent[36:52]) || !unhex(flags[:], parent[53:55]) {
+		return trace.SpanContext{}, false
+	}
+	cfg.TraceFlags = trace.TraceFlags(flags[0])
+	if state != "" {
+		if ts, err := trace.ParseTraceState(state); err == nil {
+			cfg.TraceState = ts
+		}
+	}
+	sc := trace.NewSpanContext(cfg)
+	return sc, sc.IsValid()
+}
+
+// unhex decodes the hex string s into dst, which is len(s)/2 long.
+func unhex(dst []byte, s string) bool {
+	for i := range dst {
+		hi, ok1 := fromHex(s[2*i])
+		lo, ok2 := fromHex(s[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func fromHex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
