@@ -49,6 +49,10 @@ type Subscription struct {
 	// Filter, when set, passes only the events whose JSON body matches;
 	// the others count as resolved for this subscription.
 	Filter *policy.Filter
+	// Ordering is OrderingNone (the zero value means it too),
+	// OrderingKey (events sharing an Ordering-Key go in acceptance order,
+	// one at a time) or OrderingFIFO (one key for all): see ordering.go.
+	Ordering string
 	// ManagedBy is ManagedByFile (the zero value means it too) or
 	// ManagedByAPI.
 	ManagedBy string
@@ -176,6 +180,9 @@ type snapshot struct {
 	// in the file), and Expiry its secrets' rotation deadlines.
 	Spec   json.RawMessage `json:"spec,omitempty"`
 	Expiry []time.Time     `json:"secret_expiry,omitempty"`
+
+	// Ordering is the ordering mode (issue 13); absent for none.
+	Ordering string `json:"ordering,omitempty"`
 }
 
 func encodeSnapshot(s *Subscription) []byte {
@@ -183,7 +190,7 @@ func encodeSnapshot(s *Subscription) []byte {
 		URL: s.URL, Types: s.Types, Timeout: s.Timeout, Concurrency: s.MaxConcurrency,
 		MaxAttempts: s.Retry.MaxAttempts, MaxAge: s.Retry.MaxAge, Base: s.Retry.Backoff.Base, Cap: s.Retry.Backoff.Cap,
 		Headers: s.Headers, Rate: s.Rate, Auto: s.Auto, Backlog: s.Backlog, Breaker: s.Breaker,
-		Tenant: s.Tenant, Expiry: s.SecretExpiry,
+		Tenant: s.Tenant, Expiry: s.SecretExpiry, Ordering: s.orderingMode(),
 	}
 	if s.managedByAPI() {
 		sn.Managed, sn.Spec, sn.Paused = s.ManagedBy, s.Spec, s.Paused
@@ -214,6 +221,7 @@ func decodeSnapshot(id string, b []byte) (*Subscription, error) {
 		Retry:   policy.RetryPolicy{MaxAttempts: sn.MaxAttempts, MaxAge: sn.MaxAge, Backoff: policy.Backoff{Base: sn.Base, Cap: sn.Cap}},
 		Headers: sn.Headers, Rate: sn.Rate, Auto: sn.Auto, Backlog: sn.Backlog, Breaker: sn.Breaker,
 		Tenant: sn.Tenant, ManagedBy: sn.Managed, Spec: sn.Spec, SecretExpiry: sn.Expiry, Paused: sn.Paused,
+		Ordering: sn.Ordering,
 	}
 	if len(sn.Filter) > 0 {
 		var spec map[string]any
