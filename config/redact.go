@@ -472,6 +472,9 @@ func (s SubscriptionConfig) toMap() map[string]any {
 	if s.Tenant != "" {
 		m["tenant"] = s.Tenant
 	}
+	if s.Ordering != "" && s.Ordering != "none" {
+		m["ordering"] = s.Ordering
+	}
 	return m
 }
 

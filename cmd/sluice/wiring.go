@@ -55,6 +55,7 @@ func newSubscription(sc *config.SubscriptionConfig, managedBy string, spec []byt
 		Breaker:        sc.Breaker.Policy(),
 		Tenant:         sc.Tenant,
 		Filter:         sc.ParsedFilter,
+		Ordering:       sc.Ordering,
 		ManagedBy:      managedBy,
 		Spec:           spec,
 	}
