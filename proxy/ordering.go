@@ -2,10 +2,10 @@ package proxy
 
 import (
 	"errors"
-	"math"
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/policy"
@@ -305,7 +305,8 @@ func (l *lane) rebuildOrder(o *ordering, now time.Time) bool {
 		return false
 	}
 	e := l.e
-	rs, err := e.store.Retries(l.id, math.MaxInt)
+	// Not math.MaxInt: a backend may size a read by limit+1.
+	rs, err := e.store.Retries(l.id, 1<<30)
 	if err != nil {
 		e.log.Error("read retry schedule for ordering", "subscription", l.id, "err", err)
 		e.timers.add(l, now.Add(time.Second))
@@ -576,6 +577,34 @@ func (l *lane) orderingStatus() *OrderingStatus {
 		st.ActiveKeys, st.Parked, st.Ready, st.Blocked, st.Rebuilding = len(o.keys), len(o.parked), len(o.ready), o.blocked, o.stale
 	}
 	return st
+}
+
+// The ordering gauges, exported for ordered lanes only (laneCollector).
+var (
+	descOrderKeys    = prometheus.NewDesc("sluice_lane_ordering_active_keys", "Ordering keys an ordered lane holds now: an event of each is in flight, scheduled for retry or ready.", []string{"subscription"}, nil)
+	descOrderParked  = prometheus.NewDesc("sluice_lane_ordering_parked_events", "Events an ordered lane read past because their key was held (at most 1,024).", []string{"subscription"}, nil)
+	descOrderBlocked = prometheus.NewDesc("sluice_lane_ordering_blocked", "1 while an ordered lane stopped reading at its parked or key bound (head-of-line blocking).", []string{"subscription"}, nil)
+)
+
+func describeOrdering(ch chan<- *prometheus.Desc) {
+	ch <- descOrderKeys
+	ch <- descOrderParked
+	ch <- descOrderBlocked
+}
+
+// collectOrdering exports st's ordering gauges, if it is ordered.
+func collectOrdering(ch chan<- prometheus.Metric, st LaneStatus) {
+	o := st.Ordering
+	if o == nil {
+		return
+	}
+	blocked := 0.0
+	if o.Blocked {
+		blocked = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descOrderKeys, prometheus.GaugeValue, float64(o.ActiveKeys), st.Subscription)
+	ch <- prometheus.MustNewConstMetric(descOrderParked, prometheus.GaugeValue, float64(o.Parked), st.Subscription)
+	ch <- prometheus.MustNewConstMetric(descOrderBlocked, prometheus.GaugeValue, blocked, st.Subscription)
 }
 
 // orderingHeaders adds the ordering headers to one delivery's request.

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -458,7 +459,8 @@ func TestOrderingBlackHoleManyKeysBoundedMemory(t *testing.T) {
 	sb.Breaker = policy.BreakerConfig{MinRequests: 1 << 30, FailureRatio: 1, ConsecutiveTimeouts: 1 << 30}
 	// A spent budget defers retries: the few that full jitter makes due
 	// early stay on disk too.
-	s := openOrdered(t, "", Options{MaxConnsPerHost: 256, RetryBudget: policy.BudgetConfig{Ratio: 0.001, MinPerSecond: 0.001}}, sb)
+	reg := prometheus.NewRegistry()
+	s := openOrdered(t, "", Options{MaxConnsPerHost: 256, RetryBudget: policy.BudgetConfig{Ratio: 0.001, MinPerSecond: 0.001}, Registry: reg}, sb)
 	pad := strings.Repeat("x", 2048)
 	began := time.Now()
 	// Appended straight to the log (what ingest does after its checks),
@@ -510,6 +512,23 @@ func TestOrderingBlackHoleManyKeysBoundedMemory(t *testing.T) {
 	rs, err := s.q.Retries("bh", 1<<30)
 	if err != nil || len(rs) != keys {
 		t.Errorf("%d retry records on disk (%v), want %d", len(rs), err, keys)
+	}
+	// The gauges say the same.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"sluice_lane_ordering_active_keys": keys, "sluice_lane_ordering_parked_events": maxParked, "sluice_lane_ordering_blocked": 1}
+	for _, mf := range mfs {
+		if w, ok := want[mf.GetName()]; ok {
+			if got := mf.GetMetric()[0].GetGauge().GetValue(); got != w {
+				t.Errorf("%s = %v, want %v", mf.GetName(), got, w)
+			}
+			delete(want, mf.GetName())
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("gauges missing: %v", want)
 	}
 }
 
