@@ -123,7 +123,8 @@ type ordering struct {
 	// stale: the held keys must be rebuilt from the retry schedule before
 	// the lane starts anything (a new lane, a takeover, a mode change).
 	stale bool
-	// blocked: the lane stopped reading at a bound (for the status).
+	// blocked: the lane stopped reading at a bound, and has read nothing
+	// past it since (for the status and the gauge).
 	blocked bool
 	keys    map[string]*orderKey
 	parked  []parkedEvent // seq order
@@ -385,6 +386,7 @@ func (l *lane) pumpOrdered(o *ordering, now time.Time, limit int) {
 					return
 				}
 				o.park(h, ev)
+				o.blocked = false // read past it: not at a bound
 				continue
 			}
 			if len(o.keys) >= maxOrderKeys {
@@ -401,6 +403,7 @@ func (l *lane) pumpOrdered(o *ordering, now time.Time, limit int) {
 		if gated {
 			o.hold(k, ev.Seq)
 		}
+		o.blocked = false
 		l.window = append(l.window, slot{seq: ev.Seq})
 		l.start(&job{lane: l, sub: l.sub, ev: ev, attempt: 1, first: now, started: now, probe: probe})
 	}
