@@ -47,9 +47,15 @@ import (
 // as fresh attempts, as before (queue.RetrySummary.Ahead); the rest go
 // through the key gate again. The price: a key held for long (a retry
 // backing off) pins the lane's cursor at its first parked event, so a crash
-// resends everything the lane acknowledged since (at-least-once, in key
-// order, deduplicated by the receiver on webhook-id), and compaction waits
-// for it as for any backlog.
+// resends everything the lane acknowledged since (at-least-once; the
+// receiver deduplicates on webhook-id), and compaction waits for it as for
+// any backlog. Such a copy waits behind whatever holds its key after the
+// restart, which may be the retry of a later event of the key: the copy
+// then arrives after it. No event is ever sent before the one ahead of it
+// in its key was resolved; only copies of resolved ones come late. (Not
+// resending them at all would need to know that ordering was on, in the
+// same mode, when the later event went out: a reload may have switched it,
+// and skipping an event that was in fact unresolved would lose it.)
 //
 // Bounds (head-of-line blocking beyond them, by design): when the next
 // event belongs to a held key and maxParked events are parked already, or
