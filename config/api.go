@@ -21,9 +21,9 @@ const apiPrefix = "subscriptions[0]"
 // ParseSubscription decodes and validates doc, a JSON object with the keys
 // of one subscription in the config file (id, url, secret or secrets,
 // types, filter, body, tenant, rate, concurrency, retry, breaker, backlog,
-// headers, timeout, classify, paused), filling in the same defaults. The
-// result has passed the same checks, with Resolved, ClassifyOverrides,
-// ParsedFilter and ParsedVariant filled in.
+// headers, timeout, classify, paused, ordering), filling in the same
+// defaults. The result has passed the same checks, with Resolved,
+// ClassifyOverrides, ParsedFilter and ParsedVariant filled in.
 //
 // Secrets must be inline (secret or secrets): secret_file and secret_env
 // are refused, since an API client must not make the sidecar read its

@@ -428,7 +428,8 @@ type SubscriptionConfig struct {
 	Breaker BreakerConfig `koanf:"breaker"`
 	// Headers are added to every delivery. They may not replace the headers
 	// sluice sets itself (webhook-*, Idempotency-Key, X-Event-Type,
-	// X-Attempt, Content-Type, Content-Length, Host) nor hop-by-hop headers.
+	// X-Attempt, Content-Type, Content-Length, Host, Ordering-Key,
+	// X-Sluice-Replay) nor hop-by-hop headers.
 	Headers map[string]string `koanf:"headers"`
 	// Classify overrides the default response classification: status code
 	// ("100".."599") → "ack", "retry" or "dead_letter".
@@ -442,6 +443,13 @@ type SubscriptionConfig struct {
 	Egress EgressConfig      `koanf:"egress"`
 	TLS    EndpointTLSConfig `koanf:"tls"`
 	Auth   AuthConfig        `koanf:"auth"`
+	// Ordering is "none" (default: deliveries run in parallel, in no
+	// order), "key" (events sharing an Ordering-Key header reach the
+	// endpoint in acceptance order, the next one not sent before the
+	// previous is acknowledged or dead-lettered; events without a key are
+	// not ordered) or "fifo" (one key for the whole subscription). See
+	// the README's "Per-key ordering".
+	Ordering string `koanf:"ordering"`
 
 	// Resolved holds the parsed secrets from whichever source is set, filled
 	// in by Validate so callers never read files or the environment again.

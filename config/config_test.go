@@ -371,6 +371,9 @@ func TestLoadConfigBad(t *testing.T) {
 		// Filters and type patterns (issue 12).
 		{file: "filter_bad_operator", want: []string{`subscriptions[0].filter: `, `$regex`}, is: ErrInvalidValue, policy: true},
 		{file: "filter_not_a_mapping", want: []string{`subscriptions[0].filter: expected a mapping`}, is: ErrInvalidValue},
+
+		// Per-key ordering (issue 13).
+		{file: "ordering_bad", want: []string{`subscriptions[0].ordering: "per-key": must be none, key or fifo`}, is: ErrInvalidValue},
 		{file: "type_pattern_bad", want: []string{`subscriptions[0].types[0]: "geo fence.*": `}, is: ErrInvalidValue},
 
 		// Body variants (issue 13).

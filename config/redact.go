@@ -492,6 +492,9 @@ func (s SubscriptionConfig) toMap() map[string]any {
 		m["tenant"] = s.Tenant
 	}
 	s.endpointToMap(m) // egress.go
+	if s.Ordering != "" && s.Ordering != "none" {
+		m["ordering"] = s.Ordering
+	}
 	return m
 }
 

@@ -342,6 +342,11 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 	if err := s.validateBacklog(p); err != nil {
 		return err
 	}
+	switch s.Ordering {
+	case "", proxy.OrderingNone, proxy.OrderingKey, proxy.OrderingFIFO:
+	default:
+		return fieldErr(p+".ordering", s.Ordering, invalidf("must be none, key or fifo"))
+	}
 	if err := policyErr(p, s.Breaker.Policy().Validate()); err != nil {
 		return err
 	}
@@ -577,6 +582,7 @@ func reservedHeader(name string) bool {
 	switch n {
 	case "idempotency-key", "x-event-type", "x-attempt", "content-type", "content-length", "host",
 		"traceparent", "tracestate", // the event's trace context (issue 13): a fixed one would be every attempt's parent
+		"ordering-key", "x-sluice-replay", // set on ordered subscriptions' and replays' deliveries (issue 13)
 		"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade":
 		return true
 	}

@@ -92,6 +92,7 @@ func (e *engine) deliver(j *job, w *workerState) result {
 	h.Set("X-Event-Type", ev.Type)
 	w.num = strconv.AppendInt(w.num[:0], int64(j.attempt), 10)
 	h.SetBytesV("X-Attempt", w.num)
+	orderingHeaders(h, j) // Ordering-Key, X-Sluice-Replay (ordering.go)
 	if contentType != "" {
 		h.SetContentType(contentType)
 	}

@@ -139,6 +139,7 @@ func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descOldest
 	ch <- descBreaker
 	ch <- descOwned
+	describeOrdering(ch) // ordering.go
 }
 
 func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
@@ -164,6 +165,7 @@ func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, float64(st.Backlog), st.Subscription)
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, oldest, st.Subscription)
 		ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, float64(breakerValue(st.Breaker)), st.Subscription)
+		collectOrdering(ch, st) // ordering.go
 	}
 }
 

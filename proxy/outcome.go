@@ -188,6 +188,7 @@ func (l *lane) resolved(j *job, o queue.Outcome) {
 		e.log.Warn("subscription paused: "+o.Pause, "subscription", l.id)
 		e.ops.paused(l.id, o.Pause, pausedByEndpoint)
 	}
+	l.orderResolved(j, o) // an ACK or a dead letter frees its key's next event (ordering.go)
 	if j == nil {
 		return
 	}

@@ -54,6 +54,10 @@ type Subscription struct {
 	// per event for every subscription with an equal variant, signed as
 	// sent, Content-Type application/json. Nil sends the stored bytes.
 	Variant *policy.Variant
+	// Ordering is OrderingNone (the zero value means it too),
+	// OrderingKey (events sharing an Ordering-Key go in acceptance order,
+	// one at a time) or OrderingFIFO (one key for all): see ordering.go.
+	Ordering string
 	// ManagedBy is ManagedByFile (the zero value means it too) or
 	// ManagedByAPI.
 	ManagedBy string
@@ -203,6 +207,9 @@ type snapshot struct {
 	Egress *Egress    `json:"egress,omitempty"`
 	TLS    *ClientTLS `json:"tls,omitempty"`
 	Auth   *OAuth2    `json:"auth,omitempty"`
+
+	// Ordering is the ordering mode (issue 13); absent for none.
+	Ordering string `json:"ordering,omitempty"`
 }
 
 func encodeSnapshot(s *Subscription) []byte {
@@ -210,7 +217,7 @@ func encodeSnapshot(s *Subscription) []byte {
 		URL: s.URL, Types: s.Types, Timeout: s.Timeout, Concurrency: s.MaxConcurrency,
 		MaxAttempts: s.Retry.MaxAttempts, MaxAge: s.Retry.MaxAge, Base: s.Retry.Backoff.Base, Cap: s.Retry.Backoff.Cap,
 		Headers: s.Headers, Rate: s.Rate, Auto: s.Auto, Backlog: s.Backlog, Breaker: s.Breaker,
-		Tenant: s.Tenant, Expiry: s.SecretExpiry, Egress: s.Egress, TLS: s.TLS, Auth: s.Auth,
+		Tenant: s.Tenant, Expiry: s.SecretExpiry, Egress: s.Egress, TLS: s.TLS, Auth: s.Auth, Ordering: s.orderingMode(),
 	}
 	if s.managedByAPI() {
 		sn.Managed, sn.Spec, sn.Paused = s.ManagedBy, s.Spec, s.Paused
@@ -244,7 +251,7 @@ func decodeSnapshot(id string, b []byte) (*Subscription, error) {
 		Retry:   policy.RetryPolicy{MaxAttempts: sn.MaxAttempts, MaxAge: sn.MaxAge, Backoff: policy.Backoff{Base: sn.Base, Cap: sn.Cap}},
 		Headers: sn.Headers, Rate: sn.Rate, Auto: sn.Auto, Backlog: sn.Backlog, Breaker: sn.Breaker,
 		Tenant: sn.Tenant, ManagedBy: sn.Managed, Spec: sn.Spec, SecretExpiry: sn.Expiry, Paused: sn.Paused,
-		Egress: sn.Egress, TLS: sn.TLS, Auth: sn.Auth,
+		Egress: sn.Egress, TLS: sn.TLS, Auth: sn.Auth, Ordering: sn.Ordering,
 	}
 	if len(sn.Filter) > 0 {
 		var spec map[string]any

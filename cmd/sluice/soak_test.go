@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,15 +34,19 @@ import (
 // SIGKILL at random moments of a long mixed workload and restarts it on the
 // same data dir each time. The workload, all at once:
 //
-//   - producers POST events of three types with Idempotency-Keys, retry a
-//     key whose answer was lost until it is answered 2xx, and now and then
-//     re-POST an accepted key (which must answer 200 duplicate, same seq);
-//   - five kinds of subscription: "ok" (always 200), "flaky" (503 on about
+//   - producers POST events of three types with Idempotency-Keys and one
+//     of 12 Ordering-Keys, retry a key whose answer was lost until it is
+//     answered 2xx, and now and then re-POST an accepted key (which must
+//     answer 200 duplicate, same seq);
+//   - six kinds of subscription: "ok" (always 200), "flaky" (503 on about
 //     half the requests: retries, an opening breaker, max_attempts dead
 //     letters), "reject" (404 for events whose body asks for it: dead
-//     letters, reason rejected), "typed" (one event type only) and
-//     "late-R", added by a SIGHUP reload R while the reload also removes
-//     late-(R-1), which then drains what it was entitled to and retires;
+//     letters, reason rejected), "typed" (one event type only), "ordered"
+//     (`ordering: key`, issue 13; 503 on about a third of the requests:
+//     retries that hold their key, max_attempts dead letters that free it)
+//     and "late-R", added by a SIGHUP reload R while the reload also
+//     removes late-(R-1), which then drains what it was entitled to and
+//     retires;
 //   - an operator replaying dead letters (after making the reject receiver
 //     accept them) while deliveries run;
 //   - the sidecar's own compaction, every second.
@@ -50,6 +55,10 @@ import (
 // restart; replays and reloads fall at random points inside it. Between a
 // kill and the restart the test reads the dead process's durable cursors,
 // memberships and retry records straight from the data dir.
+//
+// After every kill, and at the end, it checks per-key order on ordered
+// (checkOrder): no event's first request came before the event ahead of it
+// in its key was acknowledged or dead-lettered.
 //
 // After the last restart it waits until every lane is idle (nothing in
 // flight, no retry scheduled, no backlog), replays every dead letter once
@@ -105,12 +114,14 @@ func TestInvariant1_SoakCrashAtEveryStep(t *testing.T) {
 }
 
 // The subscriptions every config holds; late-R come and go by reload.
-var soakStatic = []string{"ok", "flaky", "reject", "typed"}
+var soakStatic = []string{"ok", "flaky", "reject", "typed", "ordered"}
 
 const (
-	soakCap        = 8 // concurrency cap of every subscription
-	soakProducers  = 8
-	soakAdminToken = "soak-admin-token"
+	soakCap = 8 // concurrency cap of every subscription
+	// soakMaxAttempts is every subscription's retry.max_attempts.
+	soakMaxAttempts = 4
+	soakProducers   = 8
+	soakAdminToken  = "soak-admin-token"
 	// soakFlushSlack is how long after an ACK its lane's durable cursor may
 	// still lag behind it: the design's bound is one cursor interval (20 ms)
 	// plus the write; 25 intervals absorb a starved flusher under -race.
@@ -124,6 +135,12 @@ var soakTypes = [...]string{"t.a", "t.b", "t.c"}
 func soakShape(seed uint64, n int) (typ string, reject bool) {
 	h := soakHash(seed, "shape", strconv.Itoa(n))
 	return soakTypes[h%3], (h>>16)%8 == 0
+}
+
+// soakOrderKey is event n's Ordering-Key: one of 12, so each key has a
+// steady stream of events.
+func soakOrderKey(seed uint64, n int) string {
+	return "ok-" + strconv.FormatUint(soakHash(seed, "okey", strconv.Itoa(n))%12, 10)
 }
 
 func soakBody(key, typ string, reject bool) string {
@@ -172,6 +189,7 @@ type soakReq struct {
 	attempt int
 	status  int
 	at      time.Time
+	replay  bool // X-Sluice-Replay: a replayed dead letter
 }
 
 // soakRecorder is the receiver's part of the soak, on the Hook of one
@@ -186,6 +204,7 @@ type soakRecorder struct {
 	forgiven map[string]bool                 // reject ids it now accepts
 	reqs     map[string]map[string][]soakReq // subscription → id → requests in arrival order
 	flaky    map[string]int                  // requests per id on /flaky
+	ordered  map[string]int                  // requests per id on /ordered
 	problems []string                        // first few bad requests
 	nProblem int
 }
@@ -195,7 +214,7 @@ func newSoakRecorder(t *testing.T, seed uint64) *soakRecorder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &soakRecorder{seed: seed, forgiven: map[string]bool{}, reqs: map[string]map[string][]soakReq{}, flaky: map[string]int{}}
+	r := &soakRecorder{seed: seed, forgiven: map[string]bool{}, reqs: map[string]map[string][]soakReq{}, flaky: map[string]int{}, ordered: map[string]int{}}
 	r.tb = testbed.New(testbed.Options{Secrets: []signing.Secret{k}, Hook: r.answer})
 	if err := r.tb.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -228,7 +247,12 @@ func (r *soakRecorder) answer(req testbed.Request, status int) int {
 		problem = "type " + typ + " delivered to typed (types t.a)"
 	case status == http.StatusUnauthorized:
 		problem = "signature: missing, or not made with the subscription's secret"
+	case sub == "ordered" && string(req.Header("Ordering-Key")) != soakOrderKey(r.seed, n):
+		problem = fmt.Sprintf("Ordering-Key %q, want %q", req.Header("Ordering-Key"), soakOrderKey(r.seed, n))
+	case sub != "ordered" && len(req.Header("Ordering-Key")) > 0:
+		problem = "Ordering-Key on a delivery of an unordered subscription"
 	}
+	replay := string(req.Header("X-Sluice-Replay")) == "true"
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if problem != "" {
@@ -246,6 +270,12 @@ func (r *soakRecorder) answer(req testbed.Request, status int) int {
 			status = http.StatusServiceUnavailable
 		}
 		r.flaky[id]++
+	case sub == "ordered":
+		// About a third fail: retries, which hold their key.
+		if soakHash(r.seed, "ordered", id, strconv.Itoa(r.ordered[id]))%3 == 0 {
+			status = http.StatusServiceUnavailable
+		}
+		r.ordered[id]++
 	case sub == "reject" && reject && !r.forgiven[id]:
 		status = http.StatusNotFound
 	}
@@ -254,7 +284,7 @@ func (r *soakRecorder) answer(req testbed.Request, status int) int {
 		m = map[string][]soakReq{}
 		r.reqs[sub] = m
 	}
-	m[id] = append(m[id], soakReq{gen: gen, attempt: attempt, status: status, at: time.Now()})
+	m[id] = append(m[id], soakReq{gen: gen, attempt: attempt, status: status, at: time.Now(), replay: replay})
 	return status
 }
 
@@ -308,6 +338,8 @@ type soakKill struct {
 	gen     int       // the process killed
 	members map[string]queue.Membership
 	retries map[string]map[uint64]bool
+	// deadAt: ordered's dead letters (seq → when dead-lettered).
+	deadAt map[uint64]time.Time
 }
 
 // soakReload is one SIGHUP: late-R joins, late-(R-1) leaves.
@@ -355,6 +387,7 @@ type soakWorld struct {
 type soakStats struct {
 	acked, dups, explained int
 	sameGen                int // duplicates sent by one process: see checkDuplicates
+	orderChecked           int // consecutive pairs of one key checkOrder checked at the end
 	dupsBySub              map[string]int
 	maxExposure            int
 	exposureKill           int
@@ -412,16 +445,21 @@ func (w *soakWorld) subYAML(id string) string {
 	if id == "typed" {
 		types = `["t.a"]`
 	}
+	ordering := "none"
+	if id == "ordered" {
+		ordering = "key"
+	}
 	return fmt.Sprintf(`  - id: %s
     url: %s/%s
     secret: %s
     types: %s
     timeout: 5s
     concurrency: {max: %d}
-    retry: {base: 10ms, cap: 100ms, max_attempts: 4}
+    retry: {base: 10ms, cap: 100ms, max_attempts: %d}
     breaker: {failure_ratio: 0.6, cool_down: 50ms, max_cool_down: 200ms}
     headers: {X-Soak-Gen: "%d"}
-`, id, w.recv.tb.URL(), id, e2eSecret, types, soakCap, w.gen)
+    ordering: %s
+`, id, w.recv.tb.URL(), id, e2eSecret, types, soakCap, soakMaxAttempts, w.gen, ordering)
 }
 
 // writeConfig writes the config of generation w.gen with late-(w.late),
@@ -538,7 +576,7 @@ func (w *soakWorld) readLog(at time.Time) *soakKill {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	k := &soakKill{at: at, gen: w.gen, members: map[string]queue.Membership{}, retries: map[string]map[uint64]bool{}}
+	k := &soakKill{at: at, gen: w.gen, members: map[string]queue.Membership{}, retries: map[string]map[uint64]bool{}, deadAt: map[uint64]time.Time{}}
 	for _, m := range ms {
 		k.members[m.Subscription] = m
 		rs, err := q.Retries(m.Subscription, 1<<30)
@@ -550,6 +588,13 @@ func (w *soakWorld) readLog(at time.Time) *soakKill {
 			set[r.Seq] = true
 		}
 		k.retries[m.Subscription] = set
+	}
+	dls, err := q.DeadLetters("ordered", "", 0, 1<<30)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, d := range dls {
+		k.deadAt[d.Seq] = d.DeadAt
 	}
 	return k
 }
@@ -565,6 +610,9 @@ func (w *soakWorld) post(typ, key, body string) (int, soakIngestAnswer, error) {
 	req, _ := http.NewRequest(http.MethodPost, "http://sluice/v1/events/"+typ, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	if n, ok := soakKeyNum(key); ok {
+		req.Header.Set("Ordering-Key", soakOrderKey(w.seed, n))
+	}
 	resp, err := w.sc.client.Do(req)
 	if err != nil {
 		return 0, ans, err
@@ -808,6 +856,7 @@ func (w *soakWorld) run(kills int) {
 		time.Sleep(time.Until(began.Add(delay))) // the workload's randomness: when the kill falls
 		at := w.kill()
 		w.kills = append(w.kills, w.readLog(at))
+		w.checkOrder(fmt.Sprintf("after kill %d", k))
 		w.gen++
 		w.start()
 		if testing.Verbose() && (k+1)%10 == 0 {
@@ -955,7 +1004,7 @@ func (w *soakWorld) settle(when string) {
 // membership, for an event accepted while its reload was under way).
 func (w *soakWorld) entitlement(sub string, ev *soakEvent) int {
 	switch sub {
-	case "ok", "flaky", "reject":
+	case "ok", "flaky", "reject", "ordered":
 		return 1
 	case "typed":
 		if ev.typ == "t.a" {
@@ -1049,7 +1098,7 @@ func (w *soakWorld) check() {
 	for sub, dls := range w.deadLetters {
 		for id, d := range dls {
 			w.stats.deadBySubReason[sub+"/"+d.Reason]++
-			want := map[string]string{"reject": "rejected", "flaky": "max_attempts"}[sub]
+			want := map[string]string{"reject": "rejected", "flaky": "max_attempts", "ordered": "max_attempts"}[sub]
 			if d.DeliveredAt.IsZero() && d.Reason != want {
 				t.Errorf("dead letter %s/%d (%s): reason %q, want %q", sub, d.Seq, id, d.Reason, want)
 			}
@@ -1106,6 +1155,93 @@ func (w *soakWorld) check() {
 	w.checkMemberships()
 	w.checkDuplicates(got)
 	w.checkLedger(got)
+	w.checkOrder("at the end")
+}
+
+// checkOrder checks per-key order on ordered with what the receiver got so
+// far: for each pair of consecutive events of one Ordering-Key (among the
+// accepted events the producers know of), the later one's first request
+// (replays, which go out on their own, aside) came after the earlier one
+// was resolved: its first acknowledgement, or its dead letter (the answer
+// to its last allowed attempt; a read of the data dir after a kill or the
+// final list show when it was written, but a replay that fails again
+// rewrites the letter's time, so the receiver's own record counts too).
+// Resolution
+// is for good, so every later request of the event is in order too. A
+// failure names when it was found (after which kill).
+//
+// Duplicates are the exception the design allows: after a kill the lane
+// sends again what it acknowledged above its durable cursor, and such a
+// copy waits behind whatever then holds its key, a later event's retry
+// from before the kill among them. A receiver that deduplicates on
+// webhook-id sees every event once, in order.
+func (w *soakWorld) checkOrder(when string) {
+	t := w.t
+	got := w.recv.snapshot()["ordered"]
+	deadAt := map[uint64]time.Time{}
+	dead := func(seq uint64, at time.Time) {
+		if d, ok := deadAt[seq]; !ok || at.Before(d) {
+			deadAt[seq] = at
+		}
+	}
+	for _, k := range w.kills {
+		for seq, at := range k.deadAt {
+			dead(seq, at)
+		}
+	}
+	for _, d := range w.deadLetters["ordered"] {
+		dead(d.Seq, d.DeadAt)
+	}
+	w.mu.Lock()
+	evs := slices.SortedFunc(maps.Values(w.events), func(a, b *soakEvent) int { return cmp.Compare(a.seq, b.seq) })
+	w.mu.Unlock()
+	byKey := map[string][]*soakEvent{}
+	for _, ev := range evs {
+		n, _ := soakKeyNum(ev.key)
+		k := soakOrderKey(w.seed, n)
+		byKey[k] = append(byKey[k], ev)
+	}
+	bad, checked := 0, 0
+	for key, list := range byKey {
+		for i := 1; i < len(list); i++ {
+			prev, cur := list[i-1], list[i]
+			var first, res time.Time
+			for _, r := range got[cur.key] {
+				if !r.replay {
+					first = r.at
+					break
+				}
+			}
+			if first.IsZero() {
+				continue // not sent yet
+			}
+			for _, r := range got[prev.key] {
+				// Acknowledged, or refused by the last attempt retry allows
+				// (max_attempts: 4), which dead-letters it.
+				if !r.replay && (r.status/100 == 2 || r.attempt >= soakMaxAttempts) {
+					res = r.at
+					break
+				}
+			}
+			if d, ok := deadAt[prev.seq]; ok && (res.IsZero() || d.Before(res)) {
+				res = d
+			}
+			checked++
+			if res.IsZero() || first.Before(res) {
+				if bad++; bad <= 5 {
+					t.Errorf("ORDER (%s): key %s: %s (seq %d) first sent at %v, before %s (seq %d) was resolved (at %v); requests (generation#attempt:status) %s / %s",
+						when, key, cur.key, cur.seq, first.Format(time.StampMicro), prev.key, prev.seq, res.Format(time.StampMicro),
+						fmtReqs(got[prev.key]), fmtReqs(got[cur.key]))
+				}
+			}
+		}
+	}
+	if bad > 5 {
+		t.Errorf("ORDER (%s): %d violations in all", when, bad)
+	}
+	if when == "at the end" {
+		w.stats.orderChecked = checked
+	}
 }
 
 // checkMemberships: a joining subscription is entitled from a seq after
@@ -1349,6 +1485,7 @@ func (w *soakWorld) report(took time.Duration) {
 		s.dups, 100*float64(s.dups)/float64(max(s.acked, 1)), s.dupsBySub, s.explained, s.sameGen, s.maxExposure, s.exposureKill)
 	w.t.Logf("soak: %d dead letters %v; %d replayed during the run (%d replay rounds cut short), %d at the end; %d ledger entries checked",
 		dead, s.deadBySubReason, w.replays, w.replayErrs, w.finalReplays, len(w.ledger))
+	w.t.Logf("soak: per-key order held on ordered for %d consecutive pairs of events of one key", s.orderChecked)
 }
 
 // TestInvariant7_RemovedSubscriptionDrainsAfterCrash: a subscription removed

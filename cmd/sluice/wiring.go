@@ -56,6 +56,7 @@ func newSubscription(sc *config.SubscriptionConfig, managedBy string, spec []byt
 		Tenant:         sc.Tenant,
 		Filter:         sc.ParsedFilter,
 		Variant:        sc.ParsedVariant,
+		Ordering:       sc.Ordering,
 		ManagedBy:      managedBy,
 		Spec:           spec,
 		Egress:         sc.ProxyEgress(),

@@ -174,3 +174,21 @@ func encodeSecrets(ss []signing.Secret) []string {
 	}
 	return out
 }
+
+// TestOrderingWiring: a subscription's ordering reaches proxy.Subscription
+// from the file and from the API; left out, it is none.
+func TestOrderingWiring(t *testing.T) {
+	for _, mode := range []string{"key", "fifo", "none", ""} {
+		doc := `{"id": "a", "url": "https://a.example/", "secret": "` + e2eSecret + `"`
+		if mode != "" {
+			doc += `, "ordering": "` + mode + `"`
+		}
+		got, err := specParser{}.Parse([]byte(doc + "}"))
+		if err != nil {
+			t.Fatalf("ordering %q: %v", mode, err)
+		}
+		if got.Ordering != mode {
+			t.Errorf("ordering %q: proxy.Subscription.Ordering = %q", mode, got.Ordering)
+		}
+	}
+}
