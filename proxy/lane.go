@@ -144,7 +144,12 @@ func (l *lane) setPolicies(sub *Subscription) {
 		l.auto = policy.NewAutoCap(*sub.Auto, now)
 	}
 	l.horizon.Store(int64(horizon(sub)))
-	sub.bulkhead = l.e.bulkheads[sub.Tenant] // before the lane hands sub to a job
+	// Written only when it differs, before the lane hands sub to a job: a
+	// Subscription handed over again by Reload is being read by the
+	// lane's jobs meanwhile (as withDefaults).
+	if b := l.e.bulkheads[sub.Tenant]; sub.bulkhead != b {
+		sub.bulkhead = b
+	}
 	l.e.egress.attach(sub)                   // its route and token too
 	if sub.SecretExpiry != nil {
 		l.e.rotating.Store(true)
