@@ -583,9 +583,8 @@ type VariantError struct {
 	// not a short plain word (letters, digits, "_", "-", up to 32) is
 	// shown as "?": names can carry data too.
 	Path string
-	// Offset is how many bytes of the body were read when it stopped
-	// being JSON (encoding/json's SyntaxError.Offset): the byte at fault
-	// is the Offset-th, or about there.
+	// Offset is how many bytes of the body come before the token at
+	// which it stops being JSON.
 	Offset int64
 	// Reason is "not valid JSON", or "empty" for a body of nothing but
 	// white space.
@@ -651,33 +650,32 @@ func locate(body []byte) *VariantError {
 			if err == io.EOF && !started {
 				return &VariantError{Reason: reasonEmpty}
 			}
-			// Token hides the commas: it consumes one before it reads
-			// the item after it, and stops there when that item is
-			// bad. So an item that fails after "," or "[" is the next
-			// one; an array that fails elsewhere (between items, or cut
-			// off) is named itself, as an object failing between members
-			// is.
-			pos := dec.InputOffset()
+			// Where the token that failed starts: past the white space
+			// and the one "," or ":" after the last good token. This is
+			// worked out from the body, not from Decoder.InputOffset or
+			// SyntaxError.Offset after the error: those moved by a byte
+			// between Go releases (go1.26 and go1.27 disagree).
+			fault := skipSpace(body, int(before))
+			if fault < len(body) && (body[fault] == ',' || body[fault] == ':') {
+				fault = skipSpace(body, fault+1)
+			}
+			// An item that fails after "," or "[" is the next one; an
+			// array that fails elsewhere (cut off, say) is named itself,
+			// as an object failing between members is.
 			if n := len(stack); n > 0 && !stack[n-1].object {
-				if prev := bytes.TrimRight(body[:pos], jsonSpace); len(prev) > 0 && (prev[len(prev)-1] == ',' || prev[len(prev)-1] == '[') {
+				if prev := bytes.TrimRight(body[:fault], jsonSpace); len(prev) > 0 && (prev[len(prev)-1] == ',' || prev[len(prev)-1] == '[') {
 					stack[n-1].index++
 				} else {
 					stack[n-1].index = -1
 				}
 			}
-			off := pos
-			var se *json.SyntaxError
-			if errors.As(err, &se) {
-				off = se.Offset
-			}
+			off := int64(fault)
 			return &VariantError{Path: path(), Offset: off, Reason: reasonInvalid}
 		}
 		if len(stack) == 0 && started {
 			// A second value after the first: Decoder reads streams,
-			// a body holds one. Offset counts up to its first byte.
-			rest := body[before:]
-			first := before + int64(len(rest)-len(bytes.TrimLeft(rest, jsonSpace)))
-			return &VariantError{Offset: first + 1, Reason: reasonInvalid}
+			// a body holds one. Offset counts the bytes before it.
+			return &VariantError{Offset: int64(skipSpace(body, int(before))), Reason: reasonInvalid}
 		}
 		started = true
 		if n := len(stack); n > 0 {

@@ -148,7 +148,7 @@ func TestVariantRenderErrors(t *testing.T) {
 		body string
 		want string
 	}{
-		{"not JSON", `depot=A`, "body variant: body is not valid JSON at its top level (byte 1)"},
+		{"not JSON", `depot=A`, "body variant: body is not valid JSON at its top level (byte 0)"},
 		{"empty", ``, "body variant: body is empty, not JSON"},
 		{"white space", " \n\t", "body variant: body is empty, not JSON"},
 		{"a member", `{"data":{"id":1,"depot":}}`, "at data.depot (byte 24)"},
@@ -158,8 +158,8 @@ func TestVariantRenderErrors(t *testing.T) {
 		{"between items", `{"data":{"items":[1 2]}}`, "at data.items (byte 20)"},
 		{"the first item", `{"data":{"items":[x]}}`, "at data.items.0 "},
 		{"cut off", `{"data":{"items":[1,2`, "at data.items (byte 21)"},
-		{"two values", `{"a":1} {"b":2}`, "at its top level (byte 9)"},
-		{"two scalars", "1\n 22", "at its top level (byte 4)"},
+		{"two values", `{"a":1} {"b":2}`, "at its top level (byte 8)"},
+		{"two scalars", "1\n 22", "at its top level (byte 3)"},
 		{"after the value", `{"a":1} x`, "at its top level"},
 		{"names that could be data are hidden", `{"user@example.com":{"ok":{"card 4242":}}}`, "at ?.ok.? "},
 		{"deep nesting is cut short", strings.Repeat(`{"a":`, 40) + "x", "at a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.… "},
