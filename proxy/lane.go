@@ -150,7 +150,7 @@ func (l *lane) setPolicies(sub *Subscription) {
 	if b := l.e.bulkheads[sub.Tenant]; sub.bulkhead != b {
 		sub.bulkhead = b
 	}
-	l.e.egress.attach(sub)                   // its route and token too
+	l.e.egress.attach(sub) // its route and token too
 	if sub.SecretExpiry != nil {
 		l.e.rotating.Store(true)
 	}

@@ -91,18 +91,18 @@ type fleetSide struct {
 	hbRev   uint64             // revision of our heartbeat
 	hbAt    time.Time          // when the write of hbRev was sent (monotonic)
 	hbVal   []byte
-	live    map[string]bool          // node ids with a heartbeat (watched)
-	members map[string]bool          // subscriptions (watched)
+	live    map[string]bool // node ids with a heartbeat (watched)
+	members map[string]bool // subscriptions (watched)
 	// memberCalls wait for the one goroutine that makes them
 	// (tellMembers); memberCalling says it runs.
 	memberCalls   []memberCall
 	memberCalling bool
-	view    map[string]leaseView     // lease.<sub> as watched
-	leases  map[string]*lease        // every lease this process has held or tried
-	watched map[string]chan struct{} // watches started, by name; closed once their initial values were applied
-	watches []jetstream.KeyWatcher
-	changed *nats.Subscription
-	lastRec uint64 // the connection's reconnect count, seen by the heartbeat
+	view          map[string]leaseView     // lease.<sub> as watched
+	leases        map[string]*lease        // every lease this process has held or tried
+	watched       map[string]chan struct{} // watches started, by name; closed once their initial values were applied
+	watches       []jetstream.KeyWatcher
+	changed       *nats.Subscription
+	lastRec       uint64 // the connection's reconnect count, seen by the heartbeat
 
 	lanes lanesView // snapshot.go
 }
