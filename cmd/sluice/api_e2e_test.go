@@ -208,9 +208,10 @@ func TestAPISubscriptionsConcurrentCreates(t *testing.T) {
 // sigRecorder is an endpoint that keeps every delivery's body and headers,
 // for verifying them with the official Standard Webhooks library.
 type sigRecorder struct {
-	mu   sync.Mutex
-	reqs []recorded
-	srv  *httptest.Server
+	mu      sync.Mutex
+	reqs    []recorded
+	srv     *httptest.Server
+	arrived chan struct{} // signalled after each request is kept
 }
 
 type recorded struct {
@@ -219,12 +220,16 @@ type recorded struct {
 }
 
 func newSigRecorder(t *testing.T) *sigRecorder {
-	r := &sigRecorder{}
+	r := &sigRecorder{arrived: make(chan struct{}, 1)}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		b, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
 		r.reqs = append(r.reqs, recorded{b, req.Header.Clone()})
 		r.mu.Unlock()
+		select {
+		case r.arrived <- struct{}{}:
+		default:
+		}
 	}))
 	t.Cleanup(r.srv.Close)
 	return r
@@ -234,6 +239,23 @@ func (r *sigRecorder) since(n int) []recorded {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.reqs[min(n, len(r.reqs)):])
+}
+
+// deliver publishes one event through a and returns the first request
+// that arrives after it (a redelivery may come first after a restart).
+func (r *sigRecorder) deliver(t *testing.T, a *apiProc, prefix string) recorded {
+	t.Helper()
+	n := len(r.since(0))
+	a.publish(t, prefix, 1)
+	deadline := time.After(10 * time.Second)
+	for len(r.since(n)) == 0 {
+		select {
+		case <-r.arrived:
+		case <-deadline:
+			t.Fatalf("%s never delivered; log:\n%s", prefix, a.log.String())
+		}
+	}
+	return r.since(n)[0]
 }
 
 // verifies reports whether the official library accepts rec with secret.
@@ -267,19 +289,7 @@ func TestAPIRotateSecret(t *testing.T) {
 	if code, body := a.call(t, "GET", "/v1/subscriptions/rot", ""); code != 200 || strings.Contains(body, created.Secret) {
 		t.Fatalf("get: %d, and the secret must not be shown again: %s", code, body)
 	}
-	deliver := func(prefix string) recorded {
-		t.Helper()
-		n := len(rec.since(0))
-		a.publish(t, prefix, 1)
-		deadline := time.Now().Add(10 * time.Second)
-		for len(rec.since(n)) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never delivered; log:\n%s", prefix, a.log.String())
-			}
-			time.Sleep(5 * time.Millisecond) // a delivery over the network; polled
-		}
-		return rec.since(n)[0]
-	}
+	deliver := func(prefix string) recorded { return rec.deliver(t, a, prefix) }
 	first := deliver("first")
 	if !verifies(t, created.Secret, first) {
 		t.Fatalf("the generated secret does not verify its delivery: %v", first.header)

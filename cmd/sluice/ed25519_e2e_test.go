@@ -51,19 +51,7 @@ func TestAPIEd25519(t *testing.T) {
 	if got := publicKeys(); !slices.Equal(got, []string{want.Encode()}) {
 		t.Fatalf("public_keys = %q, want [%s]", got, want)
 	}
-	deliver := func(prefix string) recorded {
-		t.Helper()
-		n := len(rec.since(0))
-		a.publish(t, prefix, 1)
-		deadline := time.Now().Add(10 * time.Second)
-		for len(rec.since(n)) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never delivered; log:\n%s", prefix, a.log.String())
-			}
-			time.Sleep(5 * time.Millisecond) // a delivery over the network; polled
-		}
-		return rec.since(n)[0]
-	}
+	deliver := func(prefix string) recorded { return rec.deliver(t, a, prefix) }
 	verifiesV1a := func(r recorded, keys ...string) bool {
 		t.Helper()
 		var pks []signing.PublicKey
