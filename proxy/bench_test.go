@@ -151,7 +151,7 @@ func benchDeliveryKeyed(b *testing.B, fan int, body []byte, keys int, latency ti
 	cpu0 := processCPU()
 	b.ResetTimer()
 	start := time.Now()
-	produceKeyed(b, s.URL(), 32, b.N, body, keys)
+	produceKeyed(b, s.URL(), 32, b.N, body, keys, nil)
 	deadline := time.Now().Add(5 * time.Minute)
 	tick := time.NewTicker(time.Millisecond)
 	for tb.Totals().Accepted < want*int64(fan) {
@@ -207,12 +207,14 @@ func produce(b *testing.B, s *proxy.Server, conc, n int, body []byte) {
 
 // produceTo posts n events from conc keep-alive connections.
 func produceTo(b *testing.B, base string, conc, n int, body []byte) {
-	produceKeyed(b, base, conc, n, body, 0)
+	produceKeyed(b, base, conc, n, body, 0, nil)
 }
 
 // produceKeyed is produceTo with an Ordering-Key on each event, event i's
 // the key i mod keys (none if keys is 0).
-func produceKeyed(b *testing.B, base string, conc, n int, body []byte, keys int) {
+// produceKeyed posts n events from conc producers; with keys > 0 each
+// carries one of that many Ordering-Keys, and hdr is set on every event.
+func produceKeyed(b *testing.B, base string, conc, n int, body []byte, keys int, hdr map[string]string) {
 	c := &fasthttp.Client{MaxConnsPerHost: conc}
 	run := benchRun.Add(1)
 	var next atomic.Int64
@@ -226,6 +228,9 @@ func produceKeyed(b *testing.B, base string, conc, n int, body []byte, keys int)
 			req.SetRequestURI(base + "/v1/events/bench.event")
 			req.Header.SetMethod("POST")
 			req.Header.SetContentType("application/json")
+			for k, v := range hdr {
+				req.Header.Set(k, v)
+			}
 			req.SetBodyRaw(body)
 			var key, okey []byte
 			for {

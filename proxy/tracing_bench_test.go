@@ -8,13 +8,10 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -122,7 +119,7 @@ func benchDeliveryTraced(b *testing.B, fan int, body []byte, opts proxy.Options,
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	b.ResetTimer()
 	start := time.Now()
-	produceWith(b, s.URL(), 32, b.N, body, hdr)
+	produceKeyed(b, s.URL(), 32, b.N, body, 0, hdr)
 	deadline := time.Now().Add(5 * time.Minute)
 	tick := time.NewTicker(time.Millisecond)
 	for tb.Totals().Accepted < want*int64(fan) {
@@ -142,41 +139,4 @@ func benchDeliveryTraced(b *testing.B, fan int, body []byte, opts proxy.Options,
 	b.ReportMetric(deliveries/el.Seconds(), "deliveries/s")
 	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/deliveries, "B/delivery")
 	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/deliveries, "allocs/delivery")
-}
-
-// produceWith is produceTo with extra headers on every event.
-func produceWith(b *testing.B, base string, conc, n int, body []byte, hdr map[string]string) {
-	c := &fasthttp.Client{MaxConnsPerHost: conc}
-	run := benchRun.Add(1)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range conc {
-		wg.Go(func() {
-			req := fasthttp.AcquireRequest()
-			resp := fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI(base + "/v1/events/bench.event")
-			req.Header.SetMethod("POST")
-			req.Header.SetContentType("application/json")
-			for k, v := range hdr {
-				req.Header.Set(k, v)
-			}
-			req.SetBodyRaw(body)
-			var key []byte
-			for {
-				i := next.Add(1)
-				if i > int64(n) {
-					return
-				}
-				key = fmt.Appendf(key[:0], "t%d-%d", run, i)
-				req.Header.SetBytesV("Idempotency-Key", key)
-				if err := c.Do(req, resp); err != nil || resp.StatusCode() != 202 {
-					b.Errorf("post: %v %d %s", err, resp.StatusCode(), resp.Body())
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
 }
