@@ -517,6 +517,9 @@ func (h *harness) scenarioFleetIngest(ctx context.Context, name string) error {
 	row := r.add(name, "sidecar allocated per request", w.BytesPerEvent, "B").note(fmt.Sprintf("%.1f allocs", w.AllocsPerEvent))
 	if serr == nil {
 		row.note(fmt.Sprintf("stream after the run: %d messages, %.0f B each", msgs, float64(bytes)/float64(max(msgs, 1))))
+		if msgs > 0 {
+			r.Extra[name+".stream_bytes_per_msg"] = float64(bytes) / float64(msgs) // for the model (model.go)
+		}
 	}
 	if iderr != nil {
 		h.logf("  id index of %s: %v", f.stream, iderr)

@@ -281,6 +281,7 @@ func (h *harness) run(ctx context.Context) error {
 		}
 		h.rep.ScenarioSeconds[s] = time.Since(start).Seconds()
 	}
+	h.addModel() // model.go: the platform past this machine, from this run's figures
 	h.rep.TotalSeconds = time.Since(h.begin).Seconds()
 	h.rep.printTable(h.stdout)
 	if err := h.rep.writeJSON(h.opts.jsonPath); err != nil {

@@ -68,6 +68,7 @@ func (h *harness) scenarioIngest(ctx context.Context, name, durability string) e
 		r.add(name, "requests/s vs bare Badger group commit", w.Load.PerSec, "req/s").
 			vs(h.base[baseAppender], func(b *baselineResult) float64 { return b.PerSec })
 	} else {
+		row.want(onRatio, ">=", 0.8)
 		r.add(name, "requests/s vs bare Badger, no sync", w.Load.PerSec, "req/s").
 			vs(h.base[baseAppenderAsync], func(b *baselineResult) float64 { return b.PerSec })
 	}
@@ -79,13 +80,20 @@ func (h *harness) scenarioIngest(ctx context.Context, name, durability string) e
 			row.want(onValue, "<=", 5)
 		}
 	}
-	r.add(name, "sidecar CPU per request", w.CPUPerEventUs, "µs").
+	cpu := r.add(name, "sidecar CPU per request", w.CPUPerEventUs, "µs").
 		vs(noop, func(b *baselineResult) float64 { return b.CPUPerOpUs }).note(fmt.Sprintf("%.2f cores busy", w.CPUCores))
+	if durability == "fsync" {
+		cpu.want(onValue, "<=", 40)
+	}
 	if open != nil {
 		r.add(name, "sidecar CPU per request at 50% load", open.CPUPerEventUs, "µs").vsValue("saturated", w.CPUPerEventUs).
 			note(fmt.Sprintf("%.2f cores busy", open.CPUCores))
 	}
 	r.add(name, "sidecar allocated per request", w.BytesPerEvent, "B").note(fmt.Sprintf("%.1f allocs", w.AllocsPerEvent))
+	allocs := r.add(name, "sidecar allocations per request", w.AllocsPerEvent, "allocs")
+	if durability == "fsync" {
+		allocs.want(onValue, "<=", 15)
+	}
 	r.add(name, "start-up (process start → /readyz)", sc.ready.Seconds()*1e3, "ms")
 	return nil
 }
@@ -158,6 +166,14 @@ func (h *harness) scenarioLatency(ctx context.Context, name string) error {
 		if pct == 50 {
 			p50.want(onValue, "<=", 2)
 			p99.want(onValue, "<=", 10)
+			// Issue 14's alternative bound: what the disk allows. The bare
+			// group commit's P99 (64 writers, fsync) is this disk's tail
+			// for one durable append, measured in the same run.
+			if b := h.base[baseAppender]; b != nil && b.Err == "" && rc.N > 0 {
+				r.add(name, "publish→receipt P99"+at+" vs bare fsync group commit P99", rc.P99, "ms").
+					vs(b, func(b *baselineResult) float64 { return b.Latency.P99 }).want(onRatio, "<=", 2).
+					note("either this or the 10 ms bound meets the target")
+			}
 			if rc.N > 0 {
 				h.badgerLat50 = rc
 			}
