@@ -162,8 +162,15 @@ func (s *Server) serveWebhook(ctx *fasthttp.RequestCtx, path []byte) {
 		// Take the connection from fasthttp without answering; the
 		// hijack handler runs in its own goroutine after this returns.
 		ctx.HijackSetNoResponse(true)
+		var held string
+		if s.opts.HangUp != nil {
+			held = string(path) // path aliases the request, which fasthttp reuses
+		}
 		ctx.Hijack(func(c net.Conn) {
 			s.blackhole(c, release)
+			if s.opts.HangUp != nil {
+				s.opts.HangUp(held, n, time.Now())
+			}
 			s.finish(ps, 0, nil)
 		})
 		return

@@ -121,6 +121,12 @@ type Options struct {
 	// MaxHold, when positive, bounds how long a black hole holds one
 	// request, whatever its client does.
 	MaxHold time.Duration
+	// HangUp, when set, is called when a black-holed request ends (the
+	// client hung up, Release, MaxHold or Close), with the request's path
+	// and number (Request.N) and when it ended: for a receiver that
+	// tracks which client's requests overlapped, which InFlight alone
+	// cannot tell.
+	HangUp func(path string, n int64, ended time.Time)
 	// Lean makes the server a load-test peer: answers carry no body and no
 	// Server, Date or Content-Type header, and no webhook-id is kept
 	// (Unique and Duplicates stay 0, IDs returns nil), so that memory does

@@ -544,6 +544,9 @@ type fleetRecorder struct {
 	reqs     map[string]map[string][]fleetReq // subscription → id → requests in arrival order
 	acks     map[string]map[string]int        // subscription → id → 2xx answers
 	inFlight map[string]map[string]int        // held subscriptions: → node → requests in flight
+	// holes: the black-holed requests of each subscription, by their
+	// number on the path, from arrival until the client hung up.
+	holes    map[string]map[int64]*heldReq
 	overlaps []string
 	nOverlap int
 	problems []string
@@ -559,8 +562,9 @@ func newFleetRecorder(t *testing.T, hold map[string]time.Duration) *fleetRecorde
 	r := &fleetRecorder{
 		hold: hold, quit: make(chan struct{}),
 		reqs: map[string]map[string][]fleetReq{}, acks: map[string]map[string]int{}, inFlight: map[string]map[string]int{},
+		holes: map[string]map[int64]*heldReq{},
 	}
-	r.tb = testbed.New(testbed.Options{Secrets: []signing.Secret{k}, Hook: r.answer})
+	r.tb = testbed.New(testbed.Options{Secrets: []signing.Secret{k}, Hook: r.answer, HangUp: r.hungUp})
 	if err := r.tb.Open("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -607,6 +611,14 @@ func (r *fleetRecorder) answer(req testbed.Request, status int) int {
 		r.mu.Unlock()
 		return http.StatusBadRequest
 	}
+	if status == 0 {
+		m := r.holes[sub]
+		if m == nil {
+			m = map[int64]*heldReq{}
+			r.holes[sub] = m
+		}
+		m[req.N()] = &heldReq{node: node, at: at}
+	}
 	hold := r.hold[sub]
 	if hold > 0 && status/100 == 2 {
 		m := r.inFlight[sub]
@@ -648,6 +660,45 @@ func (r *fleetRecorder) answer(req testbed.Request, status int) int {
 		r.acks[sub][id]++
 	}
 	return status
+}
+
+// heldReq is one black-holed request: who sent it, when it arrived and
+// when its client hung up (zero while held).
+type heldReq struct {
+	node      string
+	at, ended time.Time
+}
+
+func (r *fleetRecorder) hungUp(path string, n int64, ended time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h := r.holes[strings.TrimPrefix(path, "/")][n]; h != nil {
+		h.ended = ended
+	}
+}
+
+// heldOverlaps lists, for a black-holed subscription, each request that
+// arrived from one node while another node's request was still held: two
+// nodes with requests in flight to it at once. (A hang-up is seen a
+// moment after the client closed: this errs on the side of an overlap.)
+func (r *fleetRecorder) heldOverlaps(sub string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	hs := r.holes[sub]
+	for _, a := range hs {
+		for _, b := range hs {
+			if a.node == b.node || !b.at.After(a.at) {
+				continue
+			}
+			if a.ended.IsZero() || b.at.Before(a.ended) {
+				out = append(out, fmt.Sprintf("%s's request arrived at %s while %s's, from %s, was held until %s",
+					b.node, b.at.Format(time.StampMilli), a.node, a.at.Format(time.StampMilli), a.ended.Format(time.StampMilli)))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // nodeInFlight is how many requests of held subscriptions node has in
