@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -24,7 +25,10 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-var eventsPath = []byte("/v1/events/")
+var (
+	eventsPath  = []byte("/v1/events/")
+	octetStream = []byte("application/octet-stream")
+)
 
 // Limits of the ingest contract. Event types and ids appear in headers and
 // in the log's keys, so they are short and plain.
@@ -119,13 +123,13 @@ var (
 )
 
 func (s *Server) newIngestServer() *fasthttp.Server {
-	gate := &ingestGate{maxEvents: int64(ingestMaxPendingEvents), maxBytes: int64(ingestMaxPendingBytes)}
+	in := &ingestState{gate: ingestGate{maxEvents: int64(ingestMaxPendingEvents), maxBytes: int64(ingestMaxPendingBytes)}}
 	lim := s.opts.Ingest
 	headerTimeout := cmp.Or(lim.HeaderTimeout, ingestHeaderTimeout)
 	bodyTimeout := cmp.Or(lim.BodyTimeout, ingestBodyTimeout)
 	maxHeader := cmp.Or(lim.MaxHeaderBytes, ingestMaxHeaderBytes)
 	return &fasthttp.Server{
-		Handler:            func(ctx *fasthttp.RequestCtx) { s.handleIngest(ctx, gate) },
+		Handler:            func(ctx *fasthttp.RequestCtx) { s.handleIngest(ctx, in) },
 		Name:               "sluice",
 		MaxRequestBodySize: s.opts.MaxBodyBytes,
 		// ReadTimeout covers the request line and headers; HeaderReceived
@@ -186,6 +190,58 @@ func readErrorStatus(err error, maxBody, maxHeader int, headerTimeout, bodyTimeo
 	return fasthttp.StatusBadRequest, "malformed request: invalid request line or headers"
 }
 
+// ingestState is what the ingest handler keeps across requests.
+type ingestState struct {
+	gate ingestGate
+	// types and contentTypes intern the event types and content types of
+	// accepted events: a producer sends a handful of each, and a string
+	// made per event was two of the handler's five allocations per event.
+	types, contentTypes internTable
+}
+
+// internTable hands out one string per distinct byte sequence, for up to
+// maxInterned of them; past that it makes a new string each time. Lookups
+// take no lock: the map is replaced whole (copy on write) when a value is
+// added, which stops once the table is full, so a producer inventing
+// types costs at most maxInterned copies of a small map.
+type internTable struct {
+	m  atomic.Pointer[map[string]string]
+	mu sync.Mutex // serialises additions
+}
+
+// maxInterned bounds an internTable. Event types are what subscriptions
+// filter on and content types come from a producer's code: hundreds would
+// be unusual, and one past the bound only costs its event a string.
+const maxInterned = 256
+
+func (t *internTable) get(b []byte) string {
+	old := t.m.Load()
+	if old != nil {
+		if s, ok := (*old)[string(b)]; ok { // the compiler makes no string for the lookup
+			return s
+		}
+	}
+	s := string(b)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var m map[string]string
+	if old = t.m.Load(); old != nil {
+		if v, ok := (*old)[s]; ok {
+			return v // added meanwhile
+		}
+		if len(*old) >= maxInterned {
+			return s
+		}
+		m = maps.Clone(*old)
+	}
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[s] = s
+	t.m.Store(&m)
+	return s
+}
+
 // ingestGate is the admission limit in front of the group committer: a
 // bounded number of appends, and bytes of body, may wait on it at once.
 // Past either bound a request is turned away at once (503) instead of
@@ -218,10 +274,10 @@ func (g *ingestGate) leave(n int) {
 }
 
 // handleIngest implements POST /v1/events/{type} (DESIGN.md §4).
-func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, gate *ingestGate) {
+func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, in *ingestState) {
 	start := time.Now()
 	span := s.trace.startIngest(&ctx.Request.Header) // tracing.go; nil with tracing off
-	s.ingestEvent(ctx, gate, span)
+	s.ingestEvent(ctx, in, span)
 	m := s.im
 	switch code := ctx.Response.StatusCode(); {
 	case code == fasthttp.StatusAccepted:
@@ -235,7 +291,7 @@ func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 	endIngest(span, ctx.Response.StatusCode())
 }
 
-func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate, span trace.Span) {
+func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span trace.Span) {
 	path := ctx.Path()
 	typ, ok := bytes.CutPrefix(path, eventsPath)
 	if !ok {
@@ -280,11 +336,12 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate, span tr
 	traceParent, traceState := traceContext(&ctx.Request.Header)
 	ct := ctx.Request.Header.ContentType()
 	if len(ct) == 0 {
-		ct = []byte("application/octet-stream")
+		ct = octetStream
 	}
 	// fasthttp has read the body already; past the gate it would be copied
 	// and held until the committer gets to it.
 	n := len(ctx.PostBody())
+	gate := &in.gate
 	if !gate.enter(n) {
 		ctx.Response.Header.Set("Retry-After", "1")
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "ingest is saturated; retry")
@@ -293,8 +350,8 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate, span tr
 	defer gate.leave(n)
 	ev := &queue.Event{
 		ID:          idStr,
-		Type:        string(typ),
-		ContentType: string(ct),
+		Type:        in.types.get(typ),
+		ContentType: in.contentTypes.get(ct),
 		AcceptedAt:  s.opts.Now(),
 		// string of an empty slice allocates nothing: no cost to an
 		// event without them.
