@@ -558,11 +558,17 @@ func (f fasthttpLogger) Printf(format string, args ...any) {
 type freshConns struct {
 	mu sync.RWMutex
 	m  map[net.Conn]struct{}
+	// n is len(m), kept so that used can see without a lock that no
+	// connection is fresh: the common case under load, where a producer's
+	// pool was dialled long ago and every request would otherwise take
+	// the shared lock, one cache line for every core.
+	n atomic.Int64
 }
 
 // track is the ingest server's ConnState hook. fasthttp calls it with
 // StateActive on every request, not once per connection: a connection
-// that is no longer fresh costs a shared read lock, never the write lock.
+// that is no longer fresh costs an atomic load while no connection is
+// fresh, and a shared read lock otherwise, never the write lock.
 func (f *freshConns) track(c net.Conn, st fasthttp.ConnState) {
 	switch st {
 	case fasthttp.StateNew:
@@ -592,16 +598,23 @@ func (f *freshConns) opened(c net.Conn) {
 		f.m = make(map[net.Conn]struct{})
 	}
 	f.m[c] = struct{}{}
+	f.n.Store(int64(len(f.m)))
 	f.mu.Unlock()
 }
 
+// used forgets c. fasthttp reports a connection's StateNew (opened) before
+// serving it, so while c is fresh n is at least 1 here.
 func (f *freshConns) used(c net.Conn) {
+	if f.n.Load() == 0 {
+		return
+	}
 	f.mu.RLock()
 	_, fresh := f.m[c]
 	f.mu.RUnlock()
 	if fresh {
 		f.mu.Lock()
 		delete(f.m, c)
+		f.n.Store(int64(len(f.m)))
 		f.mu.Unlock()
 	}
 }
@@ -613,6 +626,7 @@ func (f *freshConns) closeAll() {
 		c.Close()
 		delete(f.m, c)
 	}
+	f.n.Store(0)
 	f.mu.Unlock()
 }
 
