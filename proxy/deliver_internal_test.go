@@ -12,6 +12,34 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
+// TestDeliverWritesOnce: a delivery of a typical body (DESIGN.md: 900 B)
+// writes its request line, headers and body in one write on the
+// connection, and deliveries after the first reuse that connection.
+func TestDeliverWritesOnce(t *testing.T) {
+	e, sub, ev := deliverFixture(t, deliverReceiver(t), 900)
+	t.Cleanup(e.client.CloseIdleConnections)
+	var writes, dials atomic.Int64
+	countWrites(e.client, &writes)
+	dial := e.client.DialTimeout
+	e.client.DialTimeout = func(addr string, timeout time.Duration) (net.Conn, error) {
+		dials.Add(1)
+		return dial(addr, timeout)
+	}
+	var w workerState
+	const n = 20
+	for i := range n {
+		if res := e.deliver(&job{sub: sub, ev: ev, attempt: 1}, &w); res.Status != 200 {
+			t.Fatalf("delivery %d: %+v", i, res)
+		}
+	}
+	if got := writes.Load(); got != n {
+		t.Errorf("%d writes for %d deliveries, want one each", got, n)
+	}
+	if got := dials.Load(); got != 1 {
+		t.Errorf("%d connections dialled for %d sequential deliveries, want 1 (kept alive)", got, n)
+	}
+}
+
 // blockingReceiver answers each request once release is closed, and
 // records the most requests it held at once. arrived gets a value per
 // request as it comes in.
