@@ -135,3 +135,27 @@ func TestDeliverHostCapWaitTimesOut(t *testing.T) {
 		t.Errorf("delivery after the wait: %+v", res)
 	}
 }
+
+// TestDeliverAllocatesNothing: once the connection is up and the pools
+// are warm, a signed delivery allocates nothing (the body is the stored
+// slice, headers and signature go into the worker's buffers). The count
+// is the process's, the loopback receiver's (fasthttp: none) included.
+func TestDeliverAllocatesNothing(t *testing.T) {
+	if raceEnabled() {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	e, sub, ev := deliverFixture(t, deliverReceiver(t), 900)
+	t.Cleanup(e.client.CloseIdleConnections)
+	var w workerState
+	deliverOnce := func() {
+		if res := e.deliver(&job{sub: sub, ev: ev, attempt: 1}, &w); res.Status != 200 {
+			t.Fatalf("delivery: %+v", res)
+		}
+	}
+	for range 10 {
+		deliverOnce()
+	}
+	if n := testing.AllocsPerRun(200, deliverOnce); n != 0 {
+		t.Errorf("%.0f allocations per delivery, want 0", n)
+	}
+}
