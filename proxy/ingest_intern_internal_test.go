@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"unsafe"
+
+	"github.com/oklog/ulid/v2"
 )
 
 // TestInternTable: equal bytes give the one string, distinct bytes their
@@ -53,5 +55,31 @@ func TestInternTableLookupAllocatesNothing(t *testing.T) {
 	b := []byte("application/json")
 	if n := testing.AllocsPerRun(100, func() { tab.get(b) }); n != 0 {
 		t.Errorf("%.0f allocations per lookup, want 0", n)
+	}
+}
+
+// TestIngestIDSource: generated ids are valid ULIDs of the current time,
+// distinct, and each costs one allocation, the string.
+func TestIngestIDSource(t *testing.T) {
+	var g idSource
+	seen := map[string]bool{}
+	before := ulid.Now()
+	for range 10_000 {
+		id := g.next()
+		u, err := ulid.ParseStrict(id)
+		if err != nil {
+			t.Fatalf("%q: %v", id, err)
+		}
+		if u.Time() < before-1000 || u.Time() > ulid.Now()+1000 {
+			t.Fatalf("%q: time %d, now %d", id, u.Time(), ulid.Now())
+		}
+		if seen[id] {
+			t.Fatalf("%q generated twice", id)
+		}
+		seen[id] = true
+	}
+	var sink string
+	if n := testing.AllocsPerRun(1000, func() { sink = g.next() }); n != 1 || sink == "" {
+		t.Errorf("%.0f allocations per id, want 1 (the string)", n)
 	}
 }
