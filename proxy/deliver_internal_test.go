@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,10 +14,17 @@ import (
 )
 
 // TestDeliverWritesOnce: a delivery of a typical body (DESIGN.md: 900 B)
-// writes its request line, headers and body in one write on the
-// connection, and deliveries after the first reuse that connection.
+// or of a 16 KiB one writes its request line, headers and body in one
+// write on the connection, and deliveries after the first reuse that
+// connection.
 func TestDeliverWritesOnce(t *testing.T) {
-	e, sub, ev := deliverFixture(t, deliverReceiver(t), 900)
+	for _, size := range []int{900, 16 << 10} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) { testDeliverWritesOnce(t, size) })
+	}
+}
+
+func testDeliverWritesOnce(t *testing.T, size int) {
+	e, sub, ev := deliverFixture(t, deliverReceiver(t), size)
 	t.Cleanup(e.client.CloseIdleConnections)
 	var writes, dials atomic.Int64
 	countWrites(e.client, &writes)
