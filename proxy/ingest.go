@@ -257,6 +257,9 @@ func (t *internTable) get(b []byte) string {
 		if s, ok := (*old)[string(b)]; ok { // the compiler makes no string for the lookup
 			return s
 		}
+		if len(*old) >= maxInterned {
+			return string(b) // full: no lock either
+		}
 	}
 	s := string(b)
 	t.mu.Lock()
