@@ -135,15 +135,17 @@ func (e *engine) deliver(j *job, w *workerState) result {
 	}
 	span := e.trace.attempt(j, w, &req.Header) // tracing.go: trace headers, the attempt's span
 	var err error
-	if g := e.gates.of(sub, e.client); g != nil {
+	g := e.gates.of(sub, e.client)
+	if g != nil {
 		var waited time.Duration
-		if waited, err = g.enter(timeout, w); err == nil {
-			defer g.leave()
-			timeout -= waited
-		}
+		waited, err = g.enter(timeout, w)
+		timeout -= waited
 	}
 	if err == nil {
 		err = e.exchange(sub, req, resp, timeout) // egress.go: the proxy, endpoint TLS and OAuth2 of sub
+		if g != nil {
+			g.leave() // fasthttp has put the connection back already
+		}
 	}
 	var res result
 	res.span = span
