@@ -30,6 +30,7 @@ type engine struct {
 	log    *slog.Logger
 	now    func() time.Time
 	client *fasthttp.Client
+	gates  hostGates     // deliver.go: the wait for client's per-host cap
 	egress *egress       // routes and tokens of the subscriptions that need more than client (egress.go)
 	quit   chan struct{} // closed at stop
 	ops    *operational  // the operational webhook; nil when not configured

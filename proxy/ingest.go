@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -24,7 +27,10 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-var eventsPath = []byte("/v1/events/")
+var (
+	eventsPath  = []byte("/v1/events/")
+	octetStream = []byte("application/octet-stream")
+)
 
 // Limits of the ingest contract. Event types and ids appear in headers and
 // in the log's keys, so they are short and plain.
@@ -119,13 +125,13 @@ var (
 )
 
 func (s *Server) newIngestServer() *fasthttp.Server {
-	gate := &ingestGate{maxEvents: int64(ingestMaxPendingEvents), maxBytes: int64(ingestMaxPendingBytes)}
+	in := &ingestState{gate: ingestGate{maxEvents: int64(ingestMaxPendingEvents), maxBytes: int64(ingestMaxPendingBytes)}}
 	lim := s.opts.Ingest
 	headerTimeout := cmp.Or(lim.HeaderTimeout, ingestHeaderTimeout)
 	bodyTimeout := cmp.Or(lim.BodyTimeout, ingestBodyTimeout)
 	maxHeader := cmp.Or(lim.MaxHeaderBytes, ingestMaxHeaderBytes)
 	return &fasthttp.Server{
-		Handler:            func(ctx *fasthttp.RequestCtx) { s.handleIngest(ctx, gate) },
+		Handler:            func(ctx *fasthttp.RequestCtx) { s.handleIngest(ctx, in) },
 		Name:               "sluice",
 		MaxRequestBodySize: s.opts.MaxBodyBytes,
 		// ReadTimeout covers the request line and headers; HeaderReceived
@@ -186,6 +192,96 @@ func readErrorStatus(err error, maxBody, maxHeader int, headerTimeout, bodyTimeo
 	return fasthttp.StatusBadRequest, "malformed request: invalid request line or headers"
 }
 
+// ingestState is what the ingest handler keeps across requests.
+type ingestState struct {
+	gate ingestGate
+	// types and contentTypes intern the event types and content types of
+	// accepted events: a producer sends a handful of each, and a string
+	// made per event was two of the handler's five allocations per event.
+	types, contentTypes internTable
+	ids                 idSource
+}
+
+// idSource makes the ids of events posted without an Idempotency-Key:
+// ULIDs, monotonic within a millisecond as ulid.Make's are. ulid.Make
+// hands its ULID to the entropy reader through an interface, so the ULID
+// escapes: two allocations per id with the string. Here the entropy is
+// read into the source's own buffer, leaving the string the only one.
+type idSource struct {
+	mu  sync.Mutex
+	ent *ulid.MonotonicEntropy // nil until the first id
+	buf [10]byte               // the entropy of the last id, under mu
+}
+
+func (g *idSource) next() string {
+	ms := ulid.Now()
+	var id ulid.ULID
+	g.mu.Lock()
+	if g.ent == nil {
+		var seed [32]byte
+		crand.Read(seed[:])
+		g.ent = ulid.Monotonic(rand.NewChaCha8(seed), 0)
+	}
+	err := g.ent.MonotonicRead(ms, g.buf[:])
+	copy(id[6:], g.buf[:])
+	g.mu.Unlock()
+	if err != nil {
+		// The entropy overflowed within one millisecond (2^80 ids):
+		// ulid.Make's own source still has room.
+		return ulid.Make().String()
+	}
+	_ = id.SetTime(ms) // ulid.Now is always within ulid.MaxTime
+	var text [ulid.EncodedSize]byte
+	_ = id.MarshalTextTo(text[:]) // text is EncodedSize long
+	return string(text[:])
+}
+
+// internTable hands out one string per distinct byte sequence, for up to
+// maxInterned of them; past that it makes a new string each time. Lookups
+// take no lock: the map is replaced whole (copy on write) when a value is
+// added, which stops once the table is full, so a producer inventing
+// types costs at most maxInterned copies of a small map.
+type internTable struct {
+	m  atomic.Pointer[map[string]string]
+	mu sync.Mutex // serialises additions
+}
+
+// maxInterned bounds an internTable. Event types are what subscriptions
+// filter on and content types come from a producer's code: hundreds would
+// be unusual, and one past the bound only costs its event a string.
+const maxInterned = 256
+
+func (t *internTable) get(b []byte) string {
+	old := t.m.Load()
+	if old != nil {
+		if s, ok := (*old)[string(b)]; ok { // the compiler makes no string for the lookup
+			return s
+		}
+		if len(*old) >= maxInterned {
+			return string(b) // full: no lock either
+		}
+	}
+	s := string(b)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var m map[string]string
+	if old = t.m.Load(); old != nil {
+		if v, ok := (*old)[s]; ok {
+			return v // added meanwhile
+		}
+		if len(*old) >= maxInterned {
+			return s
+		}
+		m = maps.Clone(*old)
+	}
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[s] = s
+	t.m.Store(&m)
+	return s
+}
+
 // ingestGate is the admission limit in front of the group committer: a
 // bounded number of appends, and bytes of body, may wait on it at once.
 // Past either bound a request is turned away at once (503) instead of
@@ -218,10 +314,10 @@ func (g *ingestGate) leave(n int) {
 }
 
 // handleIngest implements POST /v1/events/{type} (DESIGN.md §4).
-func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, gate *ingestGate) {
+func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, in *ingestState) {
 	start := time.Now()
 	span := s.trace.startIngest(&ctx.Request.Header) // tracing.go; nil with tracing off
-	s.ingestEvent(ctx, gate, span)
+	s.ingestEvent(ctx, in, span)
 	m := s.im
 	switch code := ctx.Response.StatusCode(); {
 	case code == fasthttp.StatusAccepted:
@@ -235,7 +331,7 @@ func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, gate *ingestGate) {
 	endIngest(span, ctx.Response.StatusCode())
 }
 
-func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate, span trace.Span) {
+func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span trace.Span) {
 	path := ctx.Path()
 	typ, ok := bytes.CutPrefix(path, eventsPath)
 	if !ok {
@@ -264,7 +360,7 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate, span tr
 	id := ctx.Request.Header.Peek("Idempotency-Key")
 	var idStr string
 	if len(id) == 0 {
-		idStr = ulid.Make().String()
+		idStr = in.ids.next()
 	} else {
 		if msg := checkName(id, maxIDLen, idChars); msg != "" {
 			jsonError(ctx, fasthttp.StatusBadRequest, "invalid Idempotency-Key "+strconv.QuoteToASCII(string(id[:min(len(id), 64)]))+": "+msg)
@@ -280,11 +376,12 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate, span tr
 	traceParent, traceState := traceContext(&ctx.Request.Header)
 	ct := ctx.Request.Header.ContentType()
 	if len(ct) == 0 {
-		ct = []byte("application/octet-stream")
+		ct = octetStream
 	}
 	// fasthttp has read the body already; past the gate it would be copied
 	// and held until the committer gets to it.
 	n := len(ctx.PostBody())
+	gate := &in.gate
 	if !gate.enter(n) {
 		ctx.Response.Header.Set("Retry-After", "1")
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "ingest is saturated; retry")
@@ -293,8 +390,8 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, gate *ingestGate, span tr
 	defer gate.leave(n)
 	ev := &queue.Event{
 		ID:          idStr,
-		Type:        string(typ),
-		ContentType: string(ct),
+		Type:        in.types.get(typ),
+		ContentType: in.contentTypes.get(ct),
 		AcceptedAt:  s.opts.Now(),
 		// string of an empty slice allocates nothing: no cost to an
 		// event without them.
@@ -501,11 +598,17 @@ func (f fasthttpLogger) Printf(format string, args ...any) {
 type freshConns struct {
 	mu sync.RWMutex
 	m  map[net.Conn]struct{}
+	// n is len(m), kept so that used can see without a lock that no
+	// connection is fresh: the common case under load, where a producer's
+	// pool was dialled long ago and every request would otherwise take
+	// the shared lock, one cache line for every core.
+	n atomic.Int64
 }
 
 // track is the ingest server's ConnState hook. fasthttp calls it with
 // StateActive on every request, not once per connection: a connection
-// that is no longer fresh costs a shared read lock, never the write lock.
+// that is no longer fresh costs an atomic load while no connection is
+// fresh, and a shared read lock otherwise, never the write lock.
 func (f *freshConns) track(c net.Conn, st fasthttp.ConnState) {
 	switch st {
 	case fasthttp.StateNew:
@@ -535,16 +638,23 @@ func (f *freshConns) opened(c net.Conn) {
 		f.m = make(map[net.Conn]struct{})
 	}
 	f.m[c] = struct{}{}
+	f.n.Store(int64(len(f.m)))
 	f.mu.Unlock()
 }
 
+// used forgets c. fasthttp reports a connection's StateNew (opened) before
+// serving it, so while c is fresh n is at least 1 here.
 func (f *freshConns) used(c net.Conn) {
+	if f.n.Load() == 0 {
+		return
+	}
 	f.mu.RLock()
 	_, fresh := f.m[c]
 	f.mu.RUnlock()
 	if fresh {
 		f.mu.Lock()
 		delete(f.m, c)
+		f.n.Store(int64(len(f.m)))
 		f.mu.Unlock()
 	}
 }
@@ -556,6 +666,7 @@ func (f *freshConns) closeAll() {
 		c.Close()
 		delete(f.m, c)
 	}
+	f.n.Store(0)
 	f.mu.Unlock()
 }
 
