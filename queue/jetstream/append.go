@@ -49,8 +49,13 @@ type logSide struct {
 	low  atomic.Uint64
 
 	fol follower
-	wmu sync.Mutex
-	wq  waitHeap // appends waiting for the head to pass their seq
+	// calls are the publish attempts waiting for their answer, by the
+	// message they sent: the publishing context's handlers (onPubAck,
+	// onPubErr) find the Append there.
+	cmu   sync.Mutex
+	calls map[*nats.Msg]*appendCall
+	wmu   sync.Mutex
+	wq    waitHeap // appends waiting for the head to pass their seq
 	// warnedAt (unix nanos) rate-limits the warning of an append that
 	// returned before OnCommit saw it.
 	warnedAt atomic.Int64
@@ -172,13 +177,17 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	if ev.TraceState != "" {
 		m.Header[hdrTraceState] = []string{ev.TraceState}
 	}
-	ack, retried, err := s.publishEvent(m, deadline)
+	c := newAppendCall(m, ev)
+	defer c.free()
+	ack, retried, err := s.publishEvent(c, deadline)
 	if err == nil && ack.Duplicate && retried && s.ownEarlierAttempt(ack.Sequence, ev, deadline) {
 		// An attempt of this very Append that timed out (a stream leader
 		// lost mid-publish) was stored after all: the event is new, and
 		// its producer must hear 202, not "duplicate" (the crash soak saw
 		// a first POST answered 200 duplicate).
 		ack.Duplicate = false
+		ev.Seq = ack.Sequence
+		s.commitAppended(ack.Sequence, ev)
 	}
 	if err != nil {
 		if errors.Is(err, queue.ErrDiskFull) {
@@ -187,32 +196,24 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 		return 0, false, fmt.Errorf("append %s: %w", ev.ID, err)
 	}
 	s.lg.diskFull.Store(false)
-	if !ack.Duplicate {
-		ev.Seq = ack.Sequence
-		s.commitAppended(ack.Sequence, ev)
-	}
-	// OnCommit of the event runs before its append returns: at once, unless
-	// another node's events before it are still on their way through the
-	// follower. The wait is bounded (and ends at Close): past it the event
-	// is durable all the same, and the lanes read it from the stream.
+	// OnCommit of the event runs before its append returns. onPubAck has
+	// handed it over already, unless the seqs before it are not all known
+	// yet: another node's events on their way through the follower. The
+	// wait is bounded (and ends at Close): past it the event is durable
+	// all the same, and the lanes read it from the stream.
 	s.awaitCommit(ack.Sequence, max(time.Until(deadline), s.opts.RequestTimeout/2))
 	s.lg.m.append.Observe(time.Since(start).Seconds())
 	return ack.Sequence, ack.Duplicate, nil
 }
 
-// publishEvent sends m until a PubAck comes back, it fails for good, or deadline
-// passes.
-func (s *Store) publishEvent(m *nats.Msg, deadline time.Time) (ack *jetstream.PubAck, retried bool, err error) {
+// publishEvent sends c's message until a PubAck comes back, it fails for
+// good, or deadline passes.
+func (s *Store) publishEvent(c *appendCall, deadline time.Time) (ack *jetstream.PubAck, retried bool, err error) {
 	backoff := 10 * time.Millisecond
 	start := time.Now()
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	timer := &c.timer
 	for attempt := 0; ; attempt++ {
-		ack, err := s.publishAttempt(m, deadline, &timer)
+		ack, err := s.publishAttempt(c, deadline)
 		if err == nil {
 			return ack, attempt > 0, nil
 		}
@@ -237,7 +238,7 @@ func (s *Store) publishEvent(m *nats.Msg, deadline time.Time) (ack *jetstream.Pu
 		if time.Until(deadline) < backoff {
 			return nil, false, err
 		}
-		if !s.sleepOrQuit(backoff, &timer) {
+		if !s.sleepOrQuit(backoff, timer) {
 			return nil, false, queue.ErrClosed
 		}
 		backoff = min(backoff*2, 250*time.Millisecond)
@@ -264,29 +265,126 @@ func (s *Store) ownEarlierAttempt(seq uint64, ev *queue.Event, deadline time.Tim
 
 // publishAttempt is one attempt: the asynchronous publish and the wait for its
 // answer, until deadline.
-func (s *Store) publishAttempt(m *nats.Msg, deadline time.Time, timer **time.Timer) (*jetstream.PubAck, error) {
+func (s *Store) publishAttempt(c *appendCall, deadline time.Time) (*jetstream.PubAck, error) {
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return nil, errPubAckTimeout
 	}
-	paf, err := s.lg.pjs.PublishMsgAsync(m, jetstream.WithStallWait(wait))
-	if err != nil {
+	s.lg.track(c)
+	if _, err := s.lg.pjs.PublishMsgAsync(c.msg, jetstream.WithStallWait(wait)); err != nil {
+		s.lg.untrack(c)
 		return nil, err
 	}
-	if *timer == nil {
-		*timer = time.NewTimer(time.Until(deadline))
+	if c.timer == nil {
+		c.timer = time.NewTimer(wait)
 	} else {
-		(*timer).Reset(time.Until(deadline))
+		c.timer.Reset(wait)
 	}
+	var quit error
 	select {
-	case ack := <-paf.Ok():
-		return ack, nil
-	case err := <-paf.Err():
-		return nil, err
-	case <-(*timer).C:
-		return nil, errPubAckTimeout
+	case r := <-c.done:
+		return r.ack, r.err
+	case <-c.timer.C:
+		quit = errPubAckTimeout
 	case <-s.quit:
-		return nil, queue.ErrClosed
+		quit = queue.ErrClosed
+	}
+	// An answer handed over meanwhile wins: an append acknowledged as
+	// the store closes returns its seq.
+	if r, ok := s.lg.untrack(c); ok {
+		return r.ack, r.err
+	}
+	return nil, quit
+}
+
+// appendCall is one Append as the publish handlers see it. It is reused
+// (appendCalls): done is empty and the call untracked whenever it is
+// freed.
+type appendCall struct {
+	msg   *nats.Msg
+	ev    *queue.Event
+	done  chan pubResult // one answer per tracked attempt
+	timer *time.Timer
+}
+
+type pubResult struct {
+	ack *jetstream.PubAck
+	err error
+}
+
+var appendCalls = sync.Pool{New: func() any { return &appendCall{done: make(chan pubResult, 1)} }}
+
+func newAppendCall(m *nats.Msg, ev *queue.Event) *appendCall {
+	c := appendCalls.Get().(*appendCall)
+	c.msg, c.ev = m, ev
+	return c
+}
+
+func (c *appendCall) free() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.msg, c.ev = nil, nil
+	appendCalls.Put(c)
+}
+
+// track makes c's next answer reach it.
+func (lg *logSide) track(c *appendCall) {
+	lg.cmu.Lock()
+	if lg.calls == nil {
+		lg.calls = map[*nats.Msg]*appendCall{}
+	}
+	lg.calls[c.msg] = c
+	lg.cmu.Unlock()
+}
+
+// untrack stops c's answers; an answer a handler had already taken c for
+// is waited for (it is being handed over) and returned.
+func (lg *logSide) untrack(c *appendCall) (pubResult, bool) {
+	lg.cmu.Lock()
+	_, tracked := lg.calls[c.msg]
+	delete(lg.calls, c.msg)
+	lg.cmu.Unlock()
+	if tracked {
+		return pubResult{}, false
+	}
+	return <-c.done, true
+}
+
+// take returns the call that sent m and untracks it: nil when its Append
+// no longer waits (gave up, or this is a stale answer).
+func (lg *logSide) take(m *nats.Msg) *appendCall {
+	lg.cmu.Lock()
+	c := lg.calls[m]
+	delete(lg.calls, m)
+	lg.cmu.Unlock()
+	return c
+}
+
+// onPubAck runs for every PubAck of an event, on the publishing context's
+// one reply goroutine, in the order the PubAcks arrive: the stream
+// leader's order, so this node's own events reach it in seq order. It
+// hands the event to OnCommit there, before waking the Append. When the
+// Appends handed their events over themselves, one woken before the
+// Append of the seq below it found a gap and waited for it (BENCHMARKS.md,
+// Fleet mode): in order, only another node's event leaves a gap.
+func (s *Store) onPubAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
+	c := s.lg.take(m)
+	if c == nil {
+		return // the follower hands the event over
+	}
+	if !ack.Duplicate {
+		c.ev.Seq = ack.Sequence
+		s.commitAppended(ack.Sequence, c.ev)
+	}
+	c.done <- pubResult{ack: ack}
+}
+
+// onPubErr runs for every failed publish attempt (an error PubAck, no
+// stream responders, the publish timeout, a reconnect).
+func (s *Store) onPubErr(_ jetstream.JetStream, m *nats.Msg, err error) {
+	if c := s.lg.take(m); c != nil {
+		c.done <- pubResult{err: err}
 	}
 }
 

@@ -31,7 +31,9 @@ func (s *Store) openLog() error {
 	}
 	pjs, err := jetstream.New(s.nc,
 		jetstream.WithPublishAsyncMaxPending(s.opts.PublishWindow),
-		jetstream.WithPublishAsyncTimeout(s.opts.RequestTimeout))
+		jetstream.WithPublishAsyncTimeout(s.opts.RequestTimeout),
+		jetstream.WithPublishAsyncAckHandler(s.onPubAck),
+		jetstream.WithPublishAsyncErrHandler(s.onPubErr))
 	if err != nil {
 		return err
 	}
