@@ -134,7 +134,13 @@ func (m *logMetrics) unregister() { queue.UnregisterAll(m.reg, m.collectors) }
 // eventSubject is the event's subject: the id in base64url, so any id is one
 // valid subject token.
 func (s *Store) eventSubject(id string) string {
-	return s.evSubj + base64.RawURLEncoding.EncodeToString([]byte(id))
+	// One allocation, not one for the encoding and one for the join.
+	var sb strings.Builder
+	sb.Grow(len(s.evSubj) + base64.RawURLEncoding.EncodedLen(len(id)))
+	sb.WriteString(s.evSubj)
+	var buf [96]byte
+	sb.Write(base64.RawURLEncoding.AppendEncode(buf[:0], []byte(id)))
+	return sb.String()
 }
 
 // Append publishes ev with Nats-Msg-Id = ev.ID and returns once a quorum of
@@ -156,27 +162,7 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	}
 	start := time.Now()
 	deadline := start.Add(s.opts.RequestTimeout)
-	m := &nats.Msg{
-		Subject: s.eventSubject(ev.ID),
-		Data:    ev.Body,
-		Header: nats.Header{
-			jetstream.MsgIDHeader: {ev.ID},
-			hdrType:               {ev.Type},
-			hdrAcceptedAt:         {strconv.FormatInt(ev.AcceptedAt.UnixNano(), 10)},
-		},
-	}
-	if ev.ContentType != "" {
-		m.Header[hdrContentType] = []string{ev.ContentType}
-	}
-	if ev.OrderingKey != "" {
-		m.Header[hdrOrderingKey] = []string{ev.OrderingKey}
-	}
-	if ev.TraceParent != "" {
-		m.Header[hdrTraceParent] = []string{ev.TraceParent}
-	}
-	if ev.TraceState != "" {
-		m.Header[hdrTraceState] = []string{ev.TraceState}
-	}
+	m := newEventMsg(s.eventSubject(ev.ID), ev)
 	c := newAppendCall(m, ev)
 	defer c.free()
 	ack, retried, err := s.publishEvent(c, deadline)
@@ -204,6 +190,37 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	s.awaitCommit(ack.Sequence, max(time.Until(deadline), s.opts.RequestTimeout/2))
 	s.lg.m.append.Observe(time.Since(start).Seconds())
 	return ack.Sequence, ack.Duplicate, nil
+}
+
+// eventMsg is an event's message and the backing of its header values: one
+// allocation where a value slice per header was one each (BenchmarkAppend).
+type eventMsg struct {
+	m    nats.Msg
+	vals [7]string
+}
+
+// newEventMsg makes ev's message. nats.go keeps it for the attempt's
+// lifetime (its own retries resend it), so it is never reused.
+func newEventMsg(subject string, ev *queue.Event) *nats.Msg {
+	em := &eventMsg{}
+	h := make(nats.Header, len(em.vals))
+	n := 0
+	set := func(k, v string) {
+		if v != "" {
+			em.vals[n] = v
+			h[k] = em.vals[n : n+1 : n+1]
+			n++
+		}
+	}
+	set(jetstream.MsgIDHeader, ev.ID)
+	set(hdrType, ev.Type)
+	set(hdrAcceptedAt, strconv.FormatInt(ev.AcceptedAt.UnixNano(), 10))
+	set(hdrContentType, ev.ContentType)
+	set(hdrOrderingKey, ev.OrderingKey)
+	set(hdrTraceParent, ev.TraceParent)
+	set(hdrTraceState, ev.TraceState)
+	em.m = nats.Msg{Subject: subject, Data: ev.Body, Header: h}
+	return &em.m
 }
 
 // publishEvent sends c's message until a PubAck comes back, it fails for
