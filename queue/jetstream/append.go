@@ -78,6 +78,7 @@ type logSide struct {
 type logMetrics struct {
 	reg        prometheus.Registerer
 	append     prometheus.Histogram
+	commitWait prometheus.Histogram
 	pubErrs    *prometheus.CounterVec
 	collectors []prometheus.Collector
 }
@@ -110,6 +111,11 @@ func newLogMetrics(reg prometheus.Registerer, s *Store) *logMetrics {
 			Help:    "Duration of one Append: the publish, its PubAck from a quorum of the stream's replicas, and OnCommit.",
 			Buckets: appendBuckets,
 		}),
+		commitWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_jetstream_append_commit_wait_seconds",
+			Help:    "Of the appends that waited after their PubAck for OnCommit of the seqs below theirs (other nodes' events still on their way through this node's stream follower), how long.",
+			Buckets: appendBuckets,
+		}),
 		pubErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_jetstream_publish_errors_total",
 			Help: "Publish attempts of Append that failed, by cause (a retried attempt counts once per failure).",
@@ -120,7 +126,7 @@ func newLogMetrics(reg prometheus.Registerer, s *Store) *logMetrics {
 	}
 	// The disk gauges keep the Badger log's names, which dashboards and
 	// alerts rely on; here they measure the stream.
-	m.collectors = append([]prometheus.Collector{m.append, m.pubErrs}, queue.DiskGauges(s.DiskUsage,
+	m.collectors = append([]prometheus.Collector{m.append, m.commitWait, m.pubErrs}, queue.DiskGauges(s.DiskUsage,
 		"Bytes the event stream holds (all replicas count once), measured every second.",
 		"Bytes left under the stream's max_bytes; -1 if unlimited.",
 		"1 while ingest answers 507: the event stream is at its max_bytes.")...)

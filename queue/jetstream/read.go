@@ -332,10 +332,12 @@ func (s *Store) awaitCommit(seq uint64, d time.Duration) bool {
 	}
 	heap.Push(&s.lg.wq, w)
 	s.lg.wmu.Unlock()
+	start := time.Now()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-w.ch:
+		s.lg.m.commitWait.Observe(time.Since(start).Seconds())
 		return true
 	case <-t.C:
 		if now := time.Now().UnixNano(); now-s.lg.warnedAt.Load() > int64(10*time.Second) {
