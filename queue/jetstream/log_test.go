@@ -625,3 +625,85 @@ func TestEventContextHeaders(t *testing.T) {
 		t.Fatalf("Event of an old message = %+v, %v", old, err)
 	}
 }
+
+// TestAppendDoesNotWaitForOtherNodes: an append whose seq follows another
+// node's event that this node's follower has not delivered yet returns at
+// its PubAck, readable at once; OnCommit gets both, in seq order, once the
+// follower delivers the other node's event.
+func TestAppendDoesNotWaitForOtherNodes(t *testing.T) {
+	name := logStream()
+	var (
+		mu   sync.Mutex
+		seen []uint64
+		both = make(chan struct{})
+	)
+	oa := logOptions(name)
+	oa.NodeID = "a"
+	// Far above the liveness bound below: an append that waited for the
+	// other node's event would wait this long.
+	oa.RequestTimeout = 2 * time.Minute
+	oa.OnCommit = func(evs []*queue.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range evs {
+			seen = append(seen, ev.Seq)
+		}
+		if len(seen) == 2 {
+			close(both)
+		}
+	}
+	a := openLog(t, oa, nil)
+	ob := logOptions(name)
+	ob.NodeID = "b"
+	b := openLog(t, ob, nil)
+
+	jetstream.StopFollower(a)
+	seqB, _ := queuetest.MustAppend(t, b, queuetest.Event("from-b", "t", "b"))
+	done := make(chan uint64, 1)
+	go func() {
+		seq, _ := queuetest.MustAppend(t, a, queuetest.Event("from-a", "t", "a"))
+		done <- seq
+	}()
+	var seqA uint64
+	select {
+	case seqA = <-done:
+	case <-time.After(30 * time.Second): // a liveness bound
+		t.Fatal("the append waited for another node's event to reach OnCommit")
+	}
+	if seqA != seqB+1 {
+		t.Fatalf("seqs %d (b) and %d (a), want consecutive", seqB, seqA)
+	}
+	mu.Lock()
+	if len(seen) != 0 {
+		t.Fatalf("OnCommit saw %v before the event below them", seen)
+	}
+	mu.Unlock()
+	if h := a.Head(); h != 0 {
+		t.Fatalf("head %d, want 0: OnCommit has seen nothing", h)
+	}
+	if ev, err := a.Event(seqA); err != nil || ev.ID != "from-a" {
+		t.Fatalf("the appended event: %v, %v", ev, err)
+	}
+	if evs, _, err := a.Events(1, seqA, 10, nil); err != nil || len(evs) != 2 {
+		t.Fatalf("events 1..%d: %d, %v", seqA, len(evs), err)
+	}
+
+	if err := jetstream.StartFollower(a); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-both:
+	case <-time.After(30 * time.Second): // a liveness bound
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("OnCommit saw %v, want %d and %d", seen, seqB, seqA)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[0] != seqB || seen[1] != seqA {
+		t.Fatalf("OnCommit saw %v, want [%d %d]", seen, seqB, seqA)
+	}
+	if h := a.Head(); h != seqA {
+		t.Fatalf("head %d, want %d", h, seqA)
+	}
+}

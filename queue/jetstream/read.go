@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -102,6 +103,11 @@ func (s *Store) closeLog() {
 // Head is the last seq handed to OnCommit; at Open, the stream's last seq.
 func (s *Store) Head() uint64 { return s.lg.head.Load() }
 
+// stored is the last seq this node knows the stream holds: the head, or
+// past it an append's PubAck whose seqs below OnCommit has not all seen
+// (reads must find the event that Append returned).
+func (s *Store) stored() uint64 { return max(s.lg.head.Load(), s.lg.fol.known.Load()) }
+
 // follower is the one reader of new events, and the sequencer that hands
 // them to OnCommit: the head moves over every seq known, in order, whether
 // it became known from a PubAck of this node's own append (which needs no
@@ -112,7 +118,11 @@ type follower struct {
 	mu      sync.Mutex // held while the head moves: OnCommit is never concurrent
 	cc      jetstream.ConsumeContext
 	pending map[uint64]*queue.Event // known seqs above head+1; nil: a message that is no event
-	last    uint64                  // the last seq the consumer handed over (the stream's last at Open)
+	waiting atomic.Int64            // len(pending), for Append's bound
+	// known is the highest seq known from a PubAck: the stream holds
+	// every seq up to it, though the head may not have passed them yet.
+	known   atomic.Uint64
+	last    uint64 // the last seq the consumer handed over (the stream's last at Open)
 	stopped bool
 	recent  recentRing // the headers of recent events, for compaction's id index
 }
@@ -196,6 +206,9 @@ func (s *Store) commitAppended(seq uint64, ev *queue.Event) {
 	f := &s.lg.fol
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if seq > f.known.Load() {
+		f.known.Store(seq) // f.mu orders the writes
+	}
 	if !f.stopped {
 		s.commitSeqLocked(seq, ev)
 	}
@@ -215,6 +228,7 @@ func (s *Store) commitSeqLocked(seq uint64, ev *queue.Event) {
 			f.pending = map[uint64]*queue.Event{}
 		}
 		f.pending[seq] = ev
+		f.waiting.Store(int64(len(f.pending)))
 		return
 	}
 	var group []*queue.Event
@@ -232,6 +246,7 @@ func (s *Store) commitSeqLocked(seq uint64, ev *queue.Event) {
 			group = append(group, next)
 		}
 	}
+	f.waiting.Store(int64(len(f.pending)))
 	if len(group) > 0 && s.opts.OnCommit != nil {
 		s.opts.OnCommit(group)
 	}
@@ -259,6 +274,7 @@ func (s *Store) skipGoneLocked(from, to uint64) {
 		}
 		delete(f.pending, seq)
 	}
+	f.waiting.Store(int64(len(f.pending)))
 	if len(group) > 0 && s.opts.OnCommit != nil {
 		s.opts.OnCommit(group)
 	}
@@ -489,7 +505,7 @@ func (s *Store) Event(seq uint64) (*queue.Event, error) {
 		return nil, fmt.Errorf("%s: %w", what, queue.ErrNotFound)
 	}
 	g, err := s.directGet(s.opts.Stream, seq, "")
-	if errors.Is(err, errNoMsg) && seq <= s.Head() {
+	if errors.Is(err, errNoMsg) && seq <= s.stored() {
 		g, err = s.leaderGet(s.opts.Stream, seq, false, "")
 	}
 	if errors.Is(err, errNoMsg) {
@@ -567,11 +583,11 @@ const (
 // scanEvents walks the stored events with from <= seq <= to in seq order, at
 // most n of them, handing each to fn until fn returns false. It returns
 // the seq to continue from: one past the last message handed to fn, to+1
-// once to is passed, or one past what this node's head says exists once
+// once to is passed, or one past what this node knows exists (stored) once
 // the stream has nothing more.
 func (s *Store) scanEvents(from, to uint64, n int, fn func(g *getMsg) bool) (next uint64, err error) {
 	next = from
-	head := s.Head()
+	head := s.stored()
 	for next <= to && n > 0 {
 		batch := int(min(uint64(n), to-next+1, maxBatch))
 		got, stopped := 0, false
@@ -722,7 +738,7 @@ func (s *Store) CountEvents(from, to uint64, match func(typ []byte) bool, limit 
 	if match == nil {
 		return int(min(to-from+1, uint64(limit)+1)), nil
 	}
-	if head := s.Head(); min(to, head) >= from+countByConsumer {
+	if head := s.stored(); min(to, head) >= from+countByConsumer {
 		// The consumer counts what it can; whatever it leaves (it failed,
 		// or did not answer in time: a consumer just made may not answer
 		// at first) the direct batches count.
