@@ -113,7 +113,7 @@ func newLogMetrics(reg prometheus.Registerer, s *Store) *logMetrics {
 		}),
 		commitWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_jetstream_append_commit_wait_seconds",
-			Help:    "Of the appends that waited after their PubAck for OnCommit of the seqs below theirs (other nodes' events still on their way through this node's stream follower), how long.",
+			Help:    "Appends that waited after their PubAck for OnCommit, and how long: only while more than the publish window of appended events (or 64 MiB of them) wait for other nodes' events below theirs to come through this node's stream follower, or for a duplicate whose original OnCommit has not seen yet.",
 			Buckets: appendBuckets,
 		}),
 		pubErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -197,11 +197,14 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	// the event is durable in a quorum, the follower fills the gap and
 	// OnCommit then gets both in seq order, and a membership joined from
 	// now on starts past it (JoinAll reads the stream leader's last seq).
-	// Only when more than PublishWindow events already wait for a gap
-	// does it wait, so the memory they hold stays what PublishWindow
-	// waiting appends held before; that wait is bounded (and ends at
-	// Close): past it the lanes read the event from the stream.
-	if !ack.Duplicate && s.lg.fol.waiting.Load() > int64(s.opts.PublishWindow) {
+	// Only when more than PublishWindow events (or 64 MiB of bodies)
+	// already wait for a gap does it wait, so the memory they hold stays
+	// what waiting appends held before. A duplicate waits for the
+	// original as before: that is at once, unless the original is an
+	// attempt whose PubAck never came (stored after it timed out), which
+	// the follower delivers. Either wait is bounded (and ends at Close):
+	// past it the lanes read the event from the stream.
+	if ack.Duplicate || s.lg.fol.holdsTooMuch(s.opts.PublishWindow) {
 		s.awaitCommit(ack.Sequence, max(time.Until(deadline), s.opts.RequestTimeout/2))
 	}
 	s.lg.m.append.Observe(time.Since(start).Seconds())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -705,5 +706,74 @@ func TestAppendDoesNotWaitForOtherNodes(t *testing.T) {
 	}
 	if h := a.Head(); h != seqA {
 		t.Fatalf("head %d, want %d", h, seqA)
+	}
+}
+
+// TestAppendWaitsPastTheWindow: appended events held for another node's
+// event the follower has not delivered are bounded by PublishWindow;
+// past it an append waits for OnCommit (here until RequestTimeout, as
+// the follower is stopped), and OnCommit still gets every event in order.
+func TestAppendWaitsPastTheWindow(t *testing.T) {
+	name := logStream()
+	var (
+		mu   sync.Mutex
+		seen []uint64
+		all  = make(chan struct{})
+	)
+	reg := prometheus.NewRegistry()
+	oa := logOptions(name)
+	oa.NodeID, oa.PublishWindow, oa.RequestTimeout, oa.Registerer = "a", 1, time.Second, reg
+	oa.OnCommit = func(evs []*queue.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range evs {
+			seen = append(seen, ev.Seq)
+		}
+		if len(seen) == 3 {
+			close(all)
+		}
+	}
+	a := openLog(t, oa, nil)
+	ob := logOptions(name)
+	ob.NodeID = "b"
+	b := openLog(t, ob, nil)
+	waits := func() uint64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_jetstream_append_commit_wait_seconds" {
+				return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		t.Fatal("no sluice_jetstream_append_commit_wait_seconds")
+		return 0
+	}
+
+	jetstream.StopFollower(a)
+	queuetest.MustAppend(t, b, queuetest.Event("from-b", "t", "b"))
+	queuetest.MustAppend(t, a, queuetest.Event("a-1", "t", "a")) // one held: within the window
+	if n := waits(); n != 0 {
+		t.Fatalf("%d appends waited within the window", n)
+	}
+	queuetest.MustAppend(t, a, queuetest.Event("a-2", "t", "a")) // two held: past it
+	if n := waits(); n != 1 {
+		t.Fatalf("%d appends waited, want the one past the window", n)
+	}
+	if err := jetstream.StartFollower(a); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second): // a liveness bound
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("OnCommit saw %v, want 1..3", seen)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, []uint64{1, 2, 3}) {
+		t.Fatalf("OnCommit saw %v, want 1..3 in order", seen)
 	}
 }

@@ -118,7 +118,10 @@ type follower struct {
 	mu      sync.Mutex // held while the head moves: OnCommit is never concurrent
 	cc      jetstream.ConsumeContext
 	pending map[uint64]*queue.Event // known seqs above head+1; nil: a message that is no event
-	waiting atomic.Int64            // len(pending), for Append's bound
+	// held and heldBytes are pending's events and their bodies' bytes, for
+	// Append's bound (heldN and heldB are kept under mu).
+	held, heldBytes atomic.Int64
+	heldN, heldB    int64
 	// known is the highest seq known from a PubAck: the stream holds
 	// every seq up to it, though the head may not have passed them yet.
 	known   atomic.Uint64
@@ -224,11 +227,7 @@ func (s *Store) commitSeqLocked(seq uint64, ev *queue.Event) {
 	case seq <= head:
 		return
 	case seq > head+1:
-		if f.pending == nil {
-			f.pending = map[uint64]*queue.Event{}
-		}
-		f.pending[seq] = ev
-		f.waiting.Store(int64(len(f.pending)))
+		f.hold(seq, ev)
 		return
 	}
 	var group []*queue.Event
@@ -236,22 +235,70 @@ func (s *Store) commitSeqLocked(seq uint64, ev *queue.Event) {
 		group = append(group, ev)
 	}
 	for len(f.pending) > 0 {
-		next, ok := f.pending[seq+1]
+		next, ok := f.release(seq + 1)
 		if !ok {
 			break
 		}
-		delete(f.pending, seq+1)
 		seq++
 		if next != nil {
 			group = append(group, next)
 		}
 	}
-	f.waiting.Store(int64(len(f.pending)))
 	if len(group) > 0 && s.opts.OnCommit != nil {
 		s.opts.OnCommit(group)
 	}
 	s.lg.head.Store(seq)
 	s.wakeAppends(seq)
+}
+
+// hold keeps ev (nil: no event) at seq in pending. f.mu is held.
+func (f *follower) hold(seq uint64, ev *queue.Event) {
+	if f.pending == nil {
+		f.pending = map[uint64]*queue.Event{}
+	}
+	if old, ok := f.pending[seq]; ok {
+		f.heldN--
+		f.heldB -= bodyBytes(old)
+	}
+	f.pending[seq] = ev
+	f.heldN++
+	f.heldB += bodyBytes(ev)
+	f.held.Store(f.heldN)
+	f.heldBytes.Store(f.heldB)
+}
+
+// release takes seq's entry out of pending; false if it has none. f.mu is
+// held.
+func (f *follower) release(seq uint64) (*queue.Event, bool) {
+	ev, ok := f.pending[seq]
+	if !ok {
+		return nil, false
+	}
+	delete(f.pending, seq)
+	f.heldN--
+	f.heldB -= bodyBytes(ev)
+	f.held.Store(f.heldN)
+	f.heldBytes.Store(f.heldB)
+	return ev, true
+}
+
+// holdsTooMuch reports whether pending holds more than an append may add
+// to without waiting: more than window events, or more body bytes than
+// maxHeldBytes.
+func (f *follower) holdsTooMuch(window int) bool {
+	return f.held.Load() > int64(window) || f.heldBytes.Load() > maxHeldBytes
+}
+
+// maxHeldBytes bounds the bodies held in pending before appends wait: what
+// the ingest gate in front of Append admits at once (proxy
+// ingestMaxPendingBytes), which these events have left.
+const maxHeldBytes = 64 << 20
+
+func bodyBytes(ev *queue.Event) int64 {
+	if ev == nil {
+		return 0
+	}
+	return int64(len(ev.Body))
 }
 
 // skipGoneLocked moves the head from from-1 over to, seqs the stream no
@@ -269,12 +316,10 @@ func (s *Store) skipGoneLocked(from, to uint64) {
 	slices.Sort(known)
 	var group []*queue.Event
 	for _, seq := range known {
-		if ev := f.pending[seq]; ev != nil {
+		if ev, _ := f.release(seq); ev != nil {
 			group = append(group, ev)
 		}
-		delete(f.pending, seq)
 	}
-	f.waiting.Store(int64(len(f.pending)))
 	if len(group) > 0 && s.opts.OnCommit != nil {
 		s.opts.OnCommit(group)
 	}
@@ -349,11 +394,11 @@ func (s *Store) awaitCommit(seq uint64, d time.Duration) bool {
 	heap.Push(&s.lg.wq, w)
 	s.lg.wmu.Unlock()
 	start := time.Now()
+	defer func() { s.lg.m.commitWait.Observe(time.Since(start).Seconds()) }()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-w.ch:
-		s.lg.m.commitWait.Observe(time.Since(start).Seconds())
 		return true
 	case <-t.C:
 		if now := time.Now().UnixNano(); now-s.lg.warnedAt.Load() > int64(10*time.Second) {
