@@ -1,10 +1,13 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,8 +41,7 @@ const (
 // logSide is the state of the event log: the publish window, the stream
 // follower feeding OnCommit, the head.
 type logSide struct {
-	api string              // JetStream API prefix, "$JS.API."
-	pjs jetstream.JetStream // the publishing context: its async window is Options.PublishWindow
+	api string // JetStream API prefix, "$JS.API."
 	m   *logMetrics
 
 	// head is the last seq handed to OnCommit, known from a PubAck or the
@@ -49,13 +51,17 @@ type logSide struct {
 	low  atomic.Uint64
 
 	fol follower
-	// calls are the publish attempts waiting for their answer, by the
-	// message they sent: the publishing context's handlers (onPubAck,
-	// onPubErr) find the Append there.
-	cmu   sync.Mutex
-	calls map[*nats.Msg]*appendCall
-	wmu   sync.Mutex
-	wq    waitHeap // appends waiting for the head to pass their seq
+	// The publish window: calls are the publish attempts waiting for their
+	// answer, by the token ending their reply subject (replyPfx + token),
+	// which onReply finds them by; window holds a slot for each.
+	replyPfx string
+	replySub *nats.Subscription
+	window   chan struct{}
+	cmu      sync.Mutex
+	calls    map[uint64]*appendCall
+	lastTok  uint64
+	wmu      sync.Mutex
+	wq       waitHeap // appends waiting for the head to pass their seq
 	// warnedAt (unix nanos) rate-limits the warning of an append that
 	// returned before OnCommit saw it.
 	warnedAt atomic.Int64
@@ -190,7 +196,7 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 		return 0, false, fmt.Errorf("append %s: %w", ev.ID, err)
 	}
 	s.lg.diskFull.Store(false)
-	// onPubAck has handed the event to the sequencer: OnCommit has seen it,
+	// onReply has handed the event to the sequencer: OnCommit has seen it,
 	// unless a seq below it is another node's event still on its way
 	// through the follower. The append does not wait for that (it cost a
 	// 3-node fleet's appends 0.15-1.5 ms each, BenchmarkAppend nodes=3):
@@ -299,22 +305,62 @@ func (s *Store) ownEarlierAttempt(seq uint64, ev *queue.Event, deadline time.Tim
 	}
 }
 
-// publishAttempt is one attempt: the asynchronous publish and the wait for its
-// answer, until deadline.
+// Publishing. Append publishes on a reply subscription of its own rather
+// than through nats.go's asynchronous publisher: onReply reads the PubAcks
+// in the order they arrive (the stream leader's, so this node's events in
+// seq order) and hands each event to OnCommit before it wakes the Append,
+// and it decodes a PubAck by hand (parsePubAck), where nats.go's
+// reflection-based json.Unmarshal was a fifth of the allocations of a
+// fleet-ingest request (BenchmarkPubAck).
+
+// openPublisher subscribes to the replies of this node's appends.
+func (s *Store) openPublisher() error {
+	lg := &s.lg
+	lg.replyPfx = s.nc.NewInbox() + "."
+	lg.window = make(chan struct{}, s.opts.PublishWindow)
+	lg.calls = map[uint64]*appendCall{}
+	sub, err := s.nc.Subscribe(lg.replyPfx+"*", s.onReply)
+	if err != nil {
+		return err
+	}
+	// As many answers may wait as appends are in flight.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return err
+	}
+	lg.replySub = sub
+	return nil
+}
+
+// publishAttempt is one attempt: the publish and the wait for its answer,
+// until deadline.
 func (s *Store) publishAttempt(c *appendCall, deadline time.Time) (*jetstream.PubAck, error) {
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return nil, errPubAckTimeout
 	}
-	s.lg.track(c)
-	if _, err := s.lg.pjs.PublishMsgAsync(c.msg, jetstream.WithStallWait(wait)); err != nil {
-		s.lg.untrack(c)
-		return nil, err
-	}
 	if c.timer == nil {
 		c.timer = time.NewTimer(wait)
 	} else {
 		c.timer.Reset(wait)
+	}
+	select {
+	case s.lg.window <- struct{}{}:
+	default:
+		select {
+		case s.lg.window <- struct{}{}:
+		case <-c.timer.C:
+			return nil, jetstream.ErrTooManyStalledMsgs
+		case <-s.quit:
+			return nil, queue.ErrClosed
+		}
+	}
+	s.lg.track(c)
+	if err := s.nc.PublishMsg(c.msg); err != nil {
+		if r, ok := s.lg.untrack(c); ok {
+			return r.ack, r.err
+		}
+		return nil, err
 	}
 	var quit error
 	select {
@@ -333,12 +379,12 @@ func (s *Store) publishAttempt(c *appendCall, deadline time.Time) (*jetstream.Pu
 	return nil, quit
 }
 
-// appendCall is one Append as the publish handlers see it. It is reused
-// (appendCalls): done is empty and the call untracked whenever it is
-// freed.
+// appendCall is one Append as onReply sees it. It is reused (appendCalls):
+// done is empty and the call untracked whenever it is freed.
 type appendCall struct {
 	msg   *nats.Msg
 	ev    *queue.Event
+	tok   uint64
 	done  chan pubResult // one answer per tracked attempt
 	timer *time.Timer
 }
@@ -364,63 +410,225 @@ func (c *appendCall) free() {
 	appendCalls.Put(c)
 }
 
-// track makes c's next answer reach it.
+// track gives c's next attempt a token of its own (never reused: a late
+// answer to an earlier attempt finds nothing) and sets its reply subject.
+// c holds a slot of the window until it is untracked.
 func (lg *logSide) track(c *appendCall) {
 	lg.cmu.Lock()
-	if lg.calls == nil {
-		lg.calls = map[*nats.Msg]*appendCall{}
-	}
-	lg.calls[c.msg] = c
+	lg.lastTok++
+	c.tok = lg.lastTok
+	lg.calls[c.tok] = c
 	lg.cmu.Unlock()
+	c.msg.Reply = lg.replyPfx + strconv.FormatUint(c.tok, 10)
 }
 
-// untrack stops c's answers; an answer a handler had already taken c for
-// is waited for (it is being handed over) and returned.
+// untrack stops c's answers; an answer onReply had already taken c for is
+// waited for (it is being handed over) and returned.
 func (lg *logSide) untrack(c *appendCall) (pubResult, bool) {
-	lg.cmu.Lock()
-	_, tracked := lg.calls[c.msg]
-	delete(lg.calls, c.msg)
-	lg.cmu.Unlock()
-	if tracked {
+	if lg.take(c.tok) != nil {
 		return pubResult{}, false
 	}
 	return <-c.done, true
 }
 
-// take returns the call that sent m and untracks it: nil when its Append
-// no longer waits (gave up, or this is a stale answer).
-func (lg *logSide) take(m *nats.Msg) *appendCall {
+// take returns the call of token tok and untracks it, freeing its slot:
+// nil when its Append no longer waits.
+func (lg *logSide) take(tok uint64) *appendCall {
 	lg.cmu.Lock()
-	c := lg.calls[m]
-	delete(lg.calls, m)
+	c := lg.calls[tok]
+	if c != nil {
+		delete(lg.calls, tok)
+	}
 	lg.cmu.Unlock()
+	if c != nil {
+		<-lg.window
+	}
 	return c
 }
 
-// onPubAck runs for every PubAck of an event, on the publishing context's
-// one reply goroutine, in the order the PubAcks arrive: the stream
-// leader's order, so this node's own events reach it in seq order. It
-// hands the event to OnCommit there, before waking the Append. When the
-// Appends handed their events over themselves, one woken before the
-// Append of the seq below it found a gap and waited for it (BENCHMARKS.md,
-// Fleet mode): in order, only another node's event leaves a gap.
-func (s *Store) onPubAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
-	c := s.lg.take(m)
-	if c == nil {
-		return // the follower hands the event over
+// failAll answers every call waiting with err: after a disconnect their
+// answers may never come, and each Append can publish again at once.
+func (s *Store) failAll(err error) {
+	lg := &s.lg
+	lg.cmu.Lock()
+	toks := make([]uint64, 0, len(lg.calls))
+	for tok := range lg.calls {
+		toks = append(toks, tok)
 	}
-	if !ack.Duplicate {
-		c.ev.Seq = ack.Sequence
-		s.commitAppended(ack.Sequence, c.ev)
+	lg.cmu.Unlock()
+	for _, tok := range toks {
+		if c := lg.take(tok); c != nil {
+			c.done <- pubResult{err: err}
+		}
 	}
-	c.done <- pubResult{ack: ack}
 }
 
-// onPubErr runs for every failed publish attempt (an error PubAck, no
-// stream responders, the publish timeout, a reconnect).
-func (s *Store) onPubErr(_ jetstream.JetStream, m *nats.Msg, err error) {
-	if c := s.lg.take(m); c != nil {
-		c.done <- pubResult{err: err}
+// onReply handles the answer to one publish attempt, on the reply
+// subscription's one goroutine. A PubAck of a new event hands the event to
+// OnCommit there, before the Append wakes: when the Appends handed their
+// events over themselves, one woken before the Append of the seq below it
+// found a gap and waited for it (BENCHMARKS.md, Fleet mode); in order,
+// only another node's event leaves a gap.
+func (s *Store) onReply(m *nats.Msg) {
+	tok, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, s.lg.replyPfx), 10, 64)
+	if err != nil {
+		return
+	}
+	c := s.lg.take(tok)
+	if c == nil {
+		return // the Append gave up: the follower hands the event over
+	}
+	var r pubResult
+	if len(m.Data) == 0 && hval(m.Header, "Status") == "503" {
+		r.err = nats.ErrNoResponders
+	} else {
+		r.ack, r.err = parsePubAck(m.Data, s.opts.Stream)
+	}
+	if r.err == nil && !r.ack.Duplicate {
+		c.ev.Seq = r.ack.Sequence
+		s.commitAppended(r.ack.Sequence, c.ev)
+	}
+	c.done <- r
+}
+
+// parsePubAck decodes a publish's answer: a PubAck, or the servers' error
+// (*jetstream.APIError). The PubAcks sluice's appends get
+// ({"stream":…,"seq":…} with "duplicate" and "domain" when set) are read
+// by hand; anything else, an error among them, by encoding/json. stream
+// is the expected stream's name, which the PubAck then shares.
+func parsePubAck(b []byte, stream string) (*jetstream.PubAck, error) {
+	if ack, ok := parsePubAckFast(b, stream); ok {
+		return ack, nil
+	}
+	var resp struct {
+		Error *jetstream.APIError `json:"error"`
+		jetstream.PubAck
+	}
+	if err := json.Unmarshal(b, &resp); err != nil {
+		return nil, fmt.Errorf("%w: %q", jetstream.ErrInvalidJSAck, b)
+	}
+	if resp.Error != nil {
+		return nil, resp.Error
+	}
+	if resp.Stream == "" {
+		return nil, fmt.Errorf("%w: %q", jetstream.ErrInvalidJSAck, b)
+	}
+	return &resp.PubAck, nil
+}
+
+// parsePubAckFast reads a flat JSON object of "stream" and "seq" (each
+// once), and optionally "duplicate" and "domain", strings of ASCII without
+// escapes; false for anything else, which parsePubAck leaves to
+// encoding/json.
+func parsePubAckFast(b []byte, stream string) (*jetstream.PubAck, bool) {
+	i := 0
+	space := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+	}
+	str := func() ([]byte, bool) {
+		if i >= len(b) || b[i] != '"' {
+			return nil, false
+		}
+		j := i + 1
+		for ; j < len(b) && b[j] != '"'; j++ {
+			if b[j] == '\\' || b[j] < 0x20 || b[j] >= 0x80 {
+				return nil, false
+			}
+		}
+		if j >= len(b) {
+			return nil, false
+		}
+		v := b[i+1 : j]
+		i = j + 1
+		return v, true
+	}
+	var (
+		ack                                      jetstream.PubAck
+		haveStream, haveSeq, haveDup, haveDomain bool
+	)
+	space()
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	i++
+	for {
+		space()
+		key, ok := str()
+		if !ok {
+			return nil, false
+		}
+		space()
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i++
+		space()
+		switch string(key) {
+		case "stream":
+			v, ok := str()
+			if !ok || haveStream || len(v) == 0 {
+				return nil, false
+			}
+			if string(v) == stream {
+				ack.Stream = stream
+			} else {
+				ack.Stream = string(v)
+			}
+			haveStream = true
+		case "domain":
+			v, ok := str()
+			if !ok || haveDomain {
+				return nil, false
+			}
+			ack.Domain, haveDomain = string(v), true
+		case "seq":
+			j := i
+			var n uint64
+			for ; j < len(b) && b[j] >= '0' && b[j] <= '9'; j++ {
+				d := uint64(b[j] - '0')
+				if n > (math.MaxUint64-d)/10 {
+					return nil, false
+				}
+				n = n*10 + d
+			}
+			if j == i || haveSeq || (b[i] == '0' && j-i > 1) {
+				return nil, false
+			}
+			ack.Sequence, haveSeq, i = n, true, j
+		case "duplicate":
+			switch {
+			case haveDup:
+				return nil, false
+			case bytes.HasPrefix(b[i:], []byte("true")):
+				ack.Duplicate, i = true, i+4
+			case bytes.HasPrefix(b[i:], []byte("false")):
+				i += 5
+			default:
+				return nil, false
+			}
+			haveDup = true
+		default:
+			return nil, false
+		}
+		space()
+		if i >= len(b) {
+			return nil, false
+		}
+		if b[i] == ',' {
+			i++
+			continue
+		}
+		if b[i] != '}' {
+			return nil, false
+		}
+		i++
+		space()
+		if i != len(b) || !haveStream || !haveSeq {
+			return nil, false
+		}
+		return &ack, true
 	}
 }
 

@@ -2,6 +2,8 @@ package jetstream
 
 import (
 	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -77,4 +79,102 @@ func TestEventMsg(t *testing.T) {
 		got.TraceParent != ev.TraceParent || got.OrderingKey != "" || !got.AcceptedAt.Equal(at) {
 		t.Errorf("decoded %+v, %v", got, err)
 	}
+}
+
+// TestParsePubAck: the PubAcks the servers send are read by hand as
+// encoding/json reads them; errors and anything unusual go to
+// encoding/json.
+func TestParsePubAck(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     *jetstream.PubAck
+		fast     bool
+		errCode  jetstream.ErrorCode // an API error with this code
+		invalid  bool                // ErrInvalidJSAck
+	}{
+		{"plain", `{"stream":"S","seq":42}`, &jetstream.PubAck{Stream: "S", Sequence: 42}, true, 0, false},
+		{"duplicate", `{"stream":"S","seq":7,"duplicate":true}`, &jetstream.PubAck{Stream: "S", Sequence: 7, Duplicate: true}, true, 0, false},
+		{"not duplicate", `{"stream":"S","seq":7,"duplicate":false}`, &jetstream.PubAck{Stream: "S", Sequence: 7}, true, 0, false},
+		{"domain", `{"stream":"S","domain":"hub","seq":18446744073709551615}`, &jetstream.PubAck{Stream: "S", Domain: "hub", Sequence: 18446744073709551615}, true, 0, false},
+		{"spaces", " {\n \"seq\" : 3 , \"stream\" : \"other\" }\n", &jetstream.PubAck{Stream: "other", Sequence: 3}, true, 0, false},
+		{"escaped name", `{"stream":"S\u0041","seq":1}`, &jetstream.PubAck{Stream: "SA", Sequence: 1}, false, 0, false},
+		{"unknown key", `{"stream":"S","seq":1,"val":"9"}`, &jetstream.PubAck{Stream: "S", Sequence: 1, Value: "9"}, false, 0, false},
+		{"seq overflow", `{"stream":"S","seq":18446744073709551616}`, nil, false, 0, true},
+		{"seq negative", `{"stream":"S","seq":-1}`, nil, false, 0, true},
+		{"seq float", `{"stream":"S","seq":1.5}`, nil, false, 0, true},
+		{"seq twice", `{"stream":"S","seq":1,"seq":2}`, &jetstream.PubAck{Stream: "S", Sequence: 2}, false, 0, false},
+		{"no stream", `{"seq":1}`, nil, false, 0, true},
+		{"empty", ``, nil, false, 0, true},
+		{"trailing", `{"stream":"S","seq":1}x`, nil, false, 0, true},
+		{"error", `{"error":{"code":503,"err_code":10077,"description":"maximum bytes exceeded"},"stream":"S","seq":0}`, nil, false, 10077, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, ok := parsePubAckFast([]byte(tc.in), "S"); ok != tc.fast {
+				t.Errorf("read by hand: %v, want %v", ok, tc.fast)
+			}
+			got, err := parsePubAck([]byte(tc.in), "S")
+			switch {
+			case tc.errCode != 0:
+				if ae := apiError(err); ae == nil || ae.ErrorCode != tc.errCode {
+					t.Fatalf("error %v, want API error %d", err, tc.errCode)
+				}
+			case tc.invalid:
+				if !errors.Is(err, jetstream.ErrInvalidJSAck) {
+					t.Fatalf("error %v, want ErrInvalidJSAck", err)
+				}
+			case err != nil || *got != *tc.want:
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzParsePubAck: what the hand-written reader accepts, encoding/json
+// reads the same.
+func FuzzParsePubAck(f *testing.F) {
+	for _, s := range []string{`{"stream":"S","seq":42}`, `{"stream":"S","seq":7,"duplicate":true}`,
+		`{"stream":"S","domain":"d","seq":0}`, `{"seq":1,"stream":"x"}`, ` { "stream" : "S" , "seq" : 9 } `} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fast, ok := parsePubAckFast(b, "S")
+		if !ok {
+			return
+		}
+		var want jetstream.PubAck
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatalf("read by hand as %+v, but encoding/json: %v", fast, err)
+		}
+		if *fast != want {
+			t.Fatalf("read by hand as %+v, encoding/json as %+v", fast, want)
+		}
+	})
+}
+
+// BenchmarkPubAck: reading a PubAck by hand against encoding/json (what
+// nats.go's asynchronous publisher did), in the same run.
+//
+//	go test ./queue/jetstream -run '^$' -bench BenchmarkPubAck -benchmem
+func BenchmarkPubAck(b *testing.B) {
+	in := []byte(`{"stream":"SLUICE_EVENTS","seq":123456789}`)
+	b.Run("store", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := parsePubAck(in, "SLUICE_EVENTS"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var resp struct {
+				Error *jetstream.APIError `json:"error"`
+				*jetstream.PubAck
+			}
+			if err := json.Unmarshal(in, &resp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -246,6 +246,7 @@ func (s *Store) connect() error {
 		nats.ReconnectBufSize(-1), // a publish while disconnected fails at once: the producer gets 503, not a silent buffer
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			s.connected.Store(false)
+			s.failAll(nats.ErrDisconnected) // their PubAcks may never come
 			s.log.Warn("disconnected from NATS", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {

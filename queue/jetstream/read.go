@@ -30,15 +30,9 @@ func (s *Store) openLog() error {
 	if lg.ret == nil {
 		lg.ret = s
 	}
-	pjs, err := jetstream.New(s.nc,
-		jetstream.WithPublishAsyncMaxPending(s.opts.PublishWindow),
-		jetstream.WithPublishAsyncTimeout(s.opts.RequestTimeout),
-		jetstream.WithPublishAsyncAckHandler(s.onPubAck),
-		jetstream.WithPublishAsyncErrHandler(s.onPubErr))
-	if err != nil {
+	if err := s.openPublisher(); err != nil {
 		return err
 	}
-	lg.pjs = pjs
 	var st streamState
 	if err := s.retrySetUp("jetstream.stream "+s.opts.Stream+" state", func() (err error) {
 		st, err = s.fetchState()
@@ -81,6 +75,9 @@ func (s *Store) closeLog() {
 	default:
 	}
 	close(lg.stop)
+	if lg.replySub != nil {
+		_ = lg.replySub.Unsubscribe()
+	}
 	lg.fol.mu.Lock()
 	lg.fol.stopped = true
 	cc := lg.fol.cc
