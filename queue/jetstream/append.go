@@ -114,7 +114,7 @@ func newLogMetrics(reg prometheus.Registerer, s *Store) *logMetrics {
 		reg: reg,
 		append: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_queue_append_duration_seconds",
-			Help:    "Duration of one Append: the publish, its PubAck from a quorum of the stream's replicas, and OnCommit.",
+			Help:    "Duration of one Append: the publish and its PubAck from a quorum of the stream's replicas (and OnCommit, when it waits for it: sluice_jetstream_append_commit_wait_seconds).",
 			Buckets: appendBuckets,
 		}),
 		commitWait: prometheus.NewHistogram(prometheus.HistogramOpts{
