@@ -1,10 +1,13 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,8 +41,7 @@ const (
 // logSide is the state of the event log: the publish window, the stream
 // follower feeding OnCommit, the head.
 type logSide struct {
-	api string              // JetStream API prefix, "$JS.API."
-	pjs jetstream.JetStream // the publishing context: its async window is Options.PublishWindow
+	api string // JetStream API prefix, "$JS.API."
 	m   *logMetrics
 
 	// head is the last seq handed to OnCommit, known from a PubAck or the
@@ -49,8 +51,17 @@ type logSide struct {
 	low  atomic.Uint64
 
 	fol follower
-	wmu sync.Mutex
-	wq  waitHeap // appends waiting for the head to pass their seq
+	// The publish window: calls are the publish attempts waiting for their
+	// answer, by the token ending their reply subject (replyPfx + token),
+	// which onReply finds them by; window holds a slot for each.
+	replyPfx string
+	replySub *nats.Subscription
+	window   chan struct{}
+	cmu      sync.Mutex
+	calls    map[uint64]*appendCall
+	lastTok  uint64
+	wmu      sync.Mutex
+	wq       waitHeap // appends waiting for the head to pass their seq
 	// warnedAt (unix nanos) rate-limits the warning of an append that
 	// returned before OnCommit saw it.
 	warnedAt atomic.Int64
@@ -73,6 +84,7 @@ type logSide struct {
 type logMetrics struct {
 	reg        prometheus.Registerer
 	append     prometheus.Histogram
+	commitWait prometheus.Histogram
 	pubErrs    *prometheus.CounterVec
 	collectors []prometheus.Collector
 }
@@ -102,7 +114,12 @@ func newLogMetrics(reg prometheus.Registerer, s *Store) *logMetrics {
 		reg: reg,
 		append: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_queue_append_duration_seconds",
-			Help:    "Duration of one Append: the publish, its PubAck from a quorum of the stream's replicas, and OnCommit.",
+			Help:    "Duration of one Append: the publish and its PubAck from a quorum of the stream's replicas (and OnCommit, when it waits for it: sluice_jetstream_append_commit_wait_seconds).",
+			Buckets: appendBuckets,
+		}),
+		commitWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_jetstream_append_commit_wait_seconds",
+			Help:    "Appends that waited after their PubAck for OnCommit, and how long: only while more than the publish window of appended events (or 64 MiB of them) wait for other nodes' events below theirs to come through this node's stream follower, or for a duplicate whose original OnCommit has not seen yet.",
 			Buckets: appendBuckets,
 		}),
 		pubErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -115,7 +132,7 @@ func newLogMetrics(reg prometheus.Registerer, s *Store) *logMetrics {
 	}
 	// The disk gauges keep the Badger log's names, which dashboards and
 	// alerts rely on; here they measure the stream.
-	m.collectors = append([]prometheus.Collector{m.append, m.pubErrs}, queue.DiskGauges(s.DiskUsage,
+	m.collectors = append([]prometheus.Collector{m.append, m.commitWait, m.pubErrs}, queue.DiskGauges(s.DiskUsage,
 		"Bytes the event stream holds (all replicas count once), measured every second.",
 		"Bytes left under the stream's max_bytes; -1 if unlimited.",
 		"1 while ingest answers 507: the event stream is at its max_bytes.")...)
@@ -129,11 +146,19 @@ func (m *logMetrics) unregister() { queue.UnregisterAll(m.reg, m.collectors) }
 // eventSubject is the event's subject: the id in base64url, so any id is one
 // valid subject token.
 func (s *Store) eventSubject(id string) string {
-	return s.evSubj + base64.RawURLEncoding.EncodeToString([]byte(id))
+	// One allocation, not one for the encoding and one for the join.
+	var sb strings.Builder
+	sb.Grow(len(s.evSubj) + base64.RawURLEncoding.EncodedLen(len(id)))
+	sb.WriteString(s.evSubj)
+	var buf [96]byte
+	sb.Write(base64.RawURLEncoding.AppendEncode(buf[:0], []byte(id)))
+	return sb.String()
 }
 
 // Append publishes ev with Nats-Msg-Id = ev.ID and returns once a quorum of
-// the stream's replicas has it (the PubAck) and OnCommit has seen it. A
+// the stream's replicas has it (the PubAck). OnCommit has seen it by then
+// unless another node's event before it has not come through this node's
+// stream follower yet; it sees both, in seq order, when it has. A
 // repeated id within the dedup window returns the original seq with dup
 // true: the stream's duplicate window answers that, whichever node
 // appended the first.
@@ -151,34 +176,18 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	}
 	start := time.Now()
 	deadline := start.Add(s.opts.RequestTimeout)
-	m := &nats.Msg{
-		Subject: s.eventSubject(ev.ID),
-		Data:    ev.Body,
-		Header: nats.Header{
-			jetstream.MsgIDHeader: {ev.ID},
-			hdrType:               {ev.Type},
-			hdrAcceptedAt:         {strconv.FormatInt(ev.AcceptedAt.UnixNano(), 10)},
-		},
-	}
-	if ev.ContentType != "" {
-		m.Header[hdrContentType] = []string{ev.ContentType}
-	}
-	if ev.OrderingKey != "" {
-		m.Header[hdrOrderingKey] = []string{ev.OrderingKey}
-	}
-	if ev.TraceParent != "" {
-		m.Header[hdrTraceParent] = []string{ev.TraceParent}
-	}
-	if ev.TraceState != "" {
-		m.Header[hdrTraceState] = []string{ev.TraceState}
-	}
-	ack, retried, err := s.publishEvent(m, deadline)
+	m := newEventMsg(s.eventSubject(ev.ID), ev)
+	c := newAppendCall(m, ev)
+	defer c.free()
+	ack, retried, err := s.publishEvent(c, deadline)
 	if err == nil && ack.Duplicate && retried && s.ownEarlierAttempt(ack.Sequence, ev, deadline) {
 		// An attempt of this very Append that timed out (a stream leader
 		// lost mid-publish) was stored after all: the event is new, and
 		// its producer must hear 202, not "duplicate" (the crash soak saw
 		// a first POST answered 200 duplicate).
 		ack.Duplicate = false
+		ev.Seq = ack.Sequence
+		s.commitAppended(ack.Sequence, ev)
 	}
 	if err != nil {
 		if errors.Is(err, queue.ErrDiskFull) {
@@ -187,32 +196,66 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 		return 0, false, fmt.Errorf("append %s: %w", ev.ID, err)
 	}
 	s.lg.diskFull.Store(false)
-	if !ack.Duplicate {
-		ev.Seq = ack.Sequence
-		s.commitAppended(ack.Sequence, ev)
+	// onReply has handed the event to the sequencer: OnCommit has seen it,
+	// unless a seq below it is another node's event still on its way
+	// through the follower. The append does not wait for that (it cost a
+	// 3-node fleet's appends 0.15-1.5 ms each, BenchmarkAppend nodes=3):
+	// the event is durable in a quorum, the follower fills the gap and
+	// OnCommit then gets both in seq order, and a membership joined from
+	// now on starts past it (JoinAll reads the stream leader's last seq).
+	// Only when more than PublishWindow events (or 64 MiB of bodies)
+	// already wait for a gap does it wait, so the memory they hold stays
+	// what waiting appends held before. A duplicate waits for the
+	// original as before: that is at once, unless the original is an
+	// attempt whose PubAck never came (stored after it timed out), which
+	// the follower delivers. Either wait is bounded (and ends at Close):
+	// past it the lanes read the event from the stream.
+	if ack.Duplicate || s.lg.fol.holdsTooMuch(s.opts.PublishWindow) {
+		s.awaitCommit(ack.Sequence, max(time.Until(deadline), s.opts.RequestTimeout/2))
 	}
-	// OnCommit of the event runs before its append returns: at once, unless
-	// another node's events before it are still on their way through the
-	// follower. The wait is bounded (and ends at Close): past it the event
-	// is durable all the same, and the lanes read it from the stream.
-	s.awaitCommit(ack.Sequence, max(time.Until(deadline), s.opts.RequestTimeout/2))
 	s.lg.m.append.Observe(time.Since(start).Seconds())
 	return ack.Sequence, ack.Duplicate, nil
 }
 
-// publishEvent sends m until a PubAck comes back, it fails for good, or deadline
-// passes.
-func (s *Store) publishEvent(m *nats.Msg, deadline time.Time) (ack *jetstream.PubAck, retried bool, err error) {
+// eventMsg is an event's message and the backing of its header values: one
+// allocation where a value slice per header was one each (BenchmarkAppend).
+type eventMsg struct {
+	m    nats.Msg
+	vals [7]string
+}
+
+// newEventMsg makes ev's message. nats.go keeps it for the attempt's
+// lifetime (its own retries resend it), so it is never reused.
+func newEventMsg(subject string, ev *queue.Event) *nats.Msg {
+	em := &eventMsg{}
+	h := make(nats.Header, len(em.vals))
+	n := 0
+	set := func(k, v string) {
+		if v != "" {
+			em.vals[n] = v
+			h[k] = em.vals[n : n+1 : n+1]
+			n++
+		}
+	}
+	set(jetstream.MsgIDHeader, ev.ID)
+	set(hdrType, ev.Type)
+	set(hdrAcceptedAt, strconv.FormatInt(ev.AcceptedAt.UnixNano(), 10))
+	set(hdrContentType, ev.ContentType)
+	set(hdrOrderingKey, ev.OrderingKey)
+	set(hdrTraceParent, ev.TraceParent)
+	set(hdrTraceState, ev.TraceState)
+	em.m = nats.Msg{Subject: subject, Data: ev.Body, Header: h}
+	return &em.m
+}
+
+// publishEvent sends c's message until a PubAck comes back, it fails for
+// good, or deadline passes.
+func (s *Store) publishEvent(c *appendCall, deadline time.Time) (ack *jetstream.PubAck, retried bool, err error) {
 	backoff := 10 * time.Millisecond
 	start := time.Now()
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	timer := &c.timer
 	for attempt := 0; ; attempt++ {
-		ack, err := s.publishAttempt(m, deadline, &timer)
+		ack, err := s.publishAttempt(c, deadline)
 		if err == nil {
 			return ack, attempt > 0, nil
 		}
@@ -237,7 +280,7 @@ func (s *Store) publishEvent(m *nats.Msg, deadline time.Time) (ack *jetstream.Pu
 		if time.Until(deadline) < backoff {
 			return nil, false, err
 		}
-		if !s.sleepOrQuit(backoff, &timer) {
+		if !s.sleepOrQuit(backoff, timer) {
 			return nil, false, queue.ErrClosed
 		}
 		backoff = min(backoff*2, 250*time.Millisecond)
@@ -262,31 +305,330 @@ func (s *Store) ownEarlierAttempt(seq uint64, ev *queue.Event, deadline time.Tim
 	}
 }
 
-// publishAttempt is one attempt: the asynchronous publish and the wait for its
-// answer, until deadline.
-func (s *Store) publishAttempt(m *nats.Msg, deadline time.Time, timer **time.Timer) (*jetstream.PubAck, error) {
+// Publishing. Append publishes on a reply subscription of its own rather
+// than through nats.go's asynchronous publisher: onReply reads the PubAcks
+// in the order they arrive (the stream leader's, so this node's events in
+// seq order) and hands each event to OnCommit before it wakes the Append,
+// and it decodes a PubAck by hand (parsePubAck), where nats.go's
+// reflection-based json.Unmarshal was a fifth of the allocations of a
+// fleet-ingest request (BenchmarkPubAck).
+
+// openPublisher subscribes to the replies of this node's appends.
+func (s *Store) openPublisher() error {
+	lg := &s.lg
+	lg.replyPfx = s.nc.NewInbox() + "."
+	lg.window = make(chan struct{}, s.opts.PublishWindow)
+	lg.calls = map[uint64]*appendCall{}
+	sub, err := s.nc.Subscribe(lg.replyPfx+"*", s.onReply)
+	if err != nil {
+		return err
+	}
+	// As many answers may wait as appends are in flight.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return err
+	}
+	lg.replySub = sub
+	return nil
+}
+
+// publishAttempt is one attempt: the publish and the wait for its answer,
+// until deadline.
+func (s *Store) publishAttempt(c *appendCall, deadline time.Time) (*jetstream.PubAck, error) {
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return nil, errPubAckTimeout
 	}
-	paf, err := s.lg.pjs.PublishMsgAsync(m, jetstream.WithStallWait(wait))
-	if err != nil {
-		return nil, err
-	}
-	if *timer == nil {
-		*timer = time.NewTimer(time.Until(deadline))
+	if c.timer == nil {
+		c.timer = time.NewTimer(wait)
 	} else {
-		(*timer).Reset(time.Until(deadline))
+		c.timer.Reset(wait)
 	}
 	select {
-	case ack := <-paf.Ok():
-		return ack, nil
-	case err := <-paf.Err():
+	case s.lg.window <- struct{}{}:
+	default:
+		select {
+		case s.lg.window <- struct{}{}:
+		case <-c.timer.C:
+			return nil, jetstream.ErrTooManyStalledMsgs
+		case <-s.quit:
+			return nil, queue.ErrClosed
+		}
+	}
+	s.lg.track(c)
+	if err := s.nc.PublishMsg(c.msg); err != nil {
+		if r, ok := s.lg.untrack(c); ok {
+			return r.ack, r.err
+		}
 		return nil, err
-	case <-(*timer).C:
-		return nil, errPubAckTimeout
+	}
+	var quit error
+	select {
+	case r := <-c.done:
+		return r.ack, r.err
+	case <-c.timer.C:
+		quit = errPubAckTimeout
 	case <-s.quit:
-		return nil, queue.ErrClosed
+		quit = queue.ErrClosed
+	}
+	// An answer handed over meanwhile wins: an append acknowledged as
+	// the store closes returns its seq.
+	if r, ok := s.lg.untrack(c); ok {
+		return r.ack, r.err
+	}
+	return nil, quit
+}
+
+// appendCall is one Append as onReply sees it. It is reused (appendCalls):
+// done is empty and the call untracked whenever it is freed.
+type appendCall struct {
+	msg   *nats.Msg
+	ev    *queue.Event
+	tok   uint64
+	done  chan pubResult // one answer per tracked attempt
+	timer *time.Timer
+}
+
+type pubResult struct {
+	ack *jetstream.PubAck
+	err error
+}
+
+var appendCalls = sync.Pool{New: func() any { return &appendCall{done: make(chan pubResult, 1)} }}
+
+func newAppendCall(m *nats.Msg, ev *queue.Event) *appendCall {
+	c := appendCalls.Get().(*appendCall)
+	c.msg, c.ev = m, ev
+	return c
+}
+
+func (c *appendCall) free() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.msg, c.ev = nil, nil
+	appendCalls.Put(c)
+}
+
+// track gives c's next attempt a token of its own (never reused: a late
+// answer to an earlier attempt finds nothing) and sets its reply subject.
+// c holds a slot of the window until it is untracked.
+func (lg *logSide) track(c *appendCall) {
+	lg.cmu.Lock()
+	lg.lastTok++
+	c.tok = lg.lastTok
+	lg.calls[c.tok] = c
+	lg.cmu.Unlock()
+	c.msg.Reply = lg.replyPfx + strconv.FormatUint(c.tok, 10)
+}
+
+// untrack stops c's answers; an answer onReply had already taken c for is
+// waited for (it is being handed over) and returned.
+func (lg *logSide) untrack(c *appendCall) (pubResult, bool) {
+	if lg.take(c.tok) != nil {
+		return pubResult{}, false
+	}
+	return <-c.done, true
+}
+
+// take returns the call of token tok and untracks it, freeing its slot:
+// nil when its Append no longer waits.
+func (lg *logSide) take(tok uint64) *appendCall {
+	lg.cmu.Lock()
+	c := lg.calls[tok]
+	if c != nil {
+		delete(lg.calls, tok)
+	}
+	lg.cmu.Unlock()
+	if c != nil {
+		<-lg.window
+	}
+	return c
+}
+
+// failAll answers every call waiting with err: after a disconnect their
+// answers may never come, and each Append can publish again at once.
+func (s *Store) failAll(err error) {
+	lg := &s.lg
+	lg.cmu.Lock()
+	toks := make([]uint64, 0, len(lg.calls))
+	for tok := range lg.calls {
+		toks = append(toks, tok)
+	}
+	lg.cmu.Unlock()
+	for _, tok := range toks {
+		if c := lg.take(tok); c != nil {
+			c.done <- pubResult{err: err}
+		}
+	}
+}
+
+// onReply handles the answer to one publish attempt, on the reply
+// subscription's one goroutine. A PubAck of a new event hands the event to
+// OnCommit there, before the Append wakes: when the Appends handed their
+// events over themselves, one woken before the Append of the seq below it
+// found a gap and waited for it (BENCHMARKS.md, Fleet mode); in order,
+// only another node's event leaves a gap.
+func (s *Store) onReply(m *nats.Msg) {
+	tok, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, s.lg.replyPfx), 10, 64)
+	if err != nil {
+		return
+	}
+	c := s.lg.take(tok)
+	if c == nil {
+		return // the Append gave up: the follower hands the event over
+	}
+	var r pubResult
+	if len(m.Data) == 0 && hval(m.Header, "Status") == "503" {
+		r.err = nats.ErrNoResponders
+	} else {
+		r.ack, r.err = parsePubAck(m.Data, s.opts.Stream)
+	}
+	if r.err == nil && !r.ack.Duplicate {
+		c.ev.Seq = r.ack.Sequence
+		s.commitAppended(r.ack.Sequence, c.ev)
+	}
+	c.done <- r
+}
+
+// parsePubAck decodes a publish's answer: a PubAck, or the servers' error
+// (*jetstream.APIError). The PubAcks sluice's appends get
+// ({"stream":…,"seq":…} with "duplicate" and "domain" when set) are read
+// by hand; anything else, an error among them, by encoding/json. stream
+// is the expected stream's name, which the PubAck then shares.
+func parsePubAck(b []byte, stream string) (*jetstream.PubAck, error) {
+	if ack, ok := parsePubAckFast(b, stream); ok {
+		return ack, nil
+	}
+	var resp struct {
+		Error *jetstream.APIError `json:"error"`
+		jetstream.PubAck
+	}
+	if err := json.Unmarshal(b, &resp); err != nil {
+		return nil, fmt.Errorf("%w: %q", jetstream.ErrInvalidJSAck, b)
+	}
+	if resp.Error != nil {
+		return nil, resp.Error
+	}
+	if resp.Stream == "" {
+		return nil, fmt.Errorf("%w: %q", jetstream.ErrInvalidJSAck, b)
+	}
+	return &resp.PubAck, nil
+}
+
+// parsePubAckFast reads a flat JSON object of "stream" and "seq" (each
+// once), and optionally "duplicate" and "domain", strings of ASCII without
+// escapes; false for anything else, which parsePubAck leaves to
+// encoding/json.
+func parsePubAckFast(b []byte, stream string) (*jetstream.PubAck, bool) {
+	i := 0
+	space := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+	}
+	str := func() ([]byte, bool) {
+		if i >= len(b) || b[i] != '"' {
+			return nil, false
+		}
+		j := i + 1
+		for ; j < len(b) && b[j] != '"'; j++ {
+			if b[j] == '\\' || b[j] < 0x20 || b[j] >= 0x80 {
+				return nil, false
+			}
+		}
+		if j >= len(b) {
+			return nil, false
+		}
+		v := b[i+1 : j]
+		i = j + 1
+		return v, true
+	}
+	var (
+		ack                                      jetstream.PubAck
+		haveStream, haveSeq, haveDup, haveDomain bool
+	)
+	space()
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	i++
+	for {
+		space()
+		key, ok := str()
+		if !ok {
+			return nil, false
+		}
+		space()
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i++
+		space()
+		switch string(key) {
+		case "stream":
+			v, ok := str()
+			if !ok || haveStream || len(v) == 0 {
+				return nil, false
+			}
+			if string(v) == stream {
+				ack.Stream = stream
+			} else {
+				ack.Stream = string(v)
+			}
+			haveStream = true
+		case "domain":
+			v, ok := str()
+			if !ok || haveDomain {
+				return nil, false
+			}
+			ack.Domain, haveDomain = string(v), true
+		case "seq":
+			j := i
+			var n uint64
+			for ; j < len(b) && b[j] >= '0' && b[j] <= '9'; j++ {
+				d := uint64(b[j] - '0')
+				if n > (math.MaxUint64-d)/10 {
+					return nil, false
+				}
+				n = n*10 + d
+			}
+			if j == i || haveSeq || (b[i] == '0' && j-i > 1) {
+				return nil, false
+			}
+			ack.Sequence, haveSeq, i = n, true, j
+		case "duplicate":
+			switch {
+			case haveDup:
+				return nil, false
+			case bytes.HasPrefix(b[i:], []byte("true")):
+				ack.Duplicate, i = true, i+4
+			case bytes.HasPrefix(b[i:], []byte("false")):
+				i += 5
+			default:
+				return nil, false
+			}
+			haveDup = true
+		default:
+			return nil, false
+		}
+		space()
+		if i >= len(b) {
+			return nil, false
+		}
+		if b[i] == ',' {
+			i++
+			continue
+		}
+		if b[i] != '}' {
+			return nil, false
+		}
+		i++
+		space()
+		if i != len(b) || !haveStream || !haveSeq {
+			return nil, false
+		}
+		return &ack, true
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/jetstream"
@@ -28,15 +29,22 @@ import (
 // rates and their ratio. producers=256 shows how the ratio grows with
 // the appends in flight: 64 producers each waiting for their own PubAck
 // keep at most 64 publishes in flight, the bare loop thousands.
+// nodes=3 spreads the producers over three stores of one stream, as a
+// fleet's nodes ingest: each store's OnCommit sees the others' events
+// too, so an Append whose seq follows another node's event waits for it
+// to come through the follower; commit-waits/append and
+// commit-wait-µs/append (sluice_jetstream_append_commit_wait_seconds)
+// say how often and how long, per append.
 //
 //	go test ./queue/jetstream -run '^$' -bench BenchmarkAppend -benchtime 40000x -count 3
 func BenchmarkAppend(b *testing.B) {
 	for _, producers := range []int{64, 256} {
-		b.Run(fmt.Sprintf("producers=%d", producers), func(b *testing.B) { benchmarkAppend(b, producers) })
+		b.Run(fmt.Sprintf("producers=%d", producers), func(b *testing.B) { benchmarkAppend(b, producers, 1) })
 	}
+	b.Run("nodes=3/producers=64", func(b *testing.B) { benchmarkAppend(b, 64, 3) })
 }
 
-func benchmarkAppend(b *testing.B, producers int) {
+func benchmarkAppend(b *testing.B, producers, nodes int) {
 	const rounds = 4
 	body := bytes.Repeat([]byte("x"), 512)
 
@@ -71,12 +79,20 @@ func benchmarkAppend(b *testing.B, producers int) {
 
 	o := logOptions(logStream())
 	o.OnCommit = func([]*queue.Event) {}
-	s := openLog(b, o, nil)
+	var stores []*jetstream.Store
+	var regs []*prometheus.Registry
+	for n := range nodes {
+		o.NodeID = fmt.Sprint("node-", n)
+		o.Registerer = prometheus.NewRegistry()
+		regs = append(regs, o.Registerer.(*prometheus.Registry))
+		stores = append(stores, openLog(b, o, nil))
+	}
 	store := func(from, to int) {
 		var next atomic.Int64
 		next.Store(int64(from))
 		var wg sync.WaitGroup
-		for range producers {
+		for p := range producers {
+			s := stores[p%nodes]
 			wg.Go(func() {
 				for {
 					i := next.Add(1) - 1
@@ -109,6 +125,22 @@ func benchmarkAppend(b *testing.B, producers int) {
 	b.ReportMetric(float64(b.N)/tBare.Seconds(), "bare-events/s")
 	b.ReportMetric(float64(b.N)/tStore.Seconds(), "store-events/s")
 	b.ReportMetric(tBare.Seconds()/tStore.Seconds(), "ratio")
+	var waits, waited float64
+	for _, reg := range regs {
+		mfs, err := reg.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_jetstream_append_commit_wait_seconds" {
+				h := mf.GetMetric()[0].GetHistogram()
+				waits += float64(h.GetSampleCount())
+				waited += h.GetSampleSum()
+			}
+		}
+	}
+	b.ReportMetric(waits/float64(b.N), "commit-waits/append")
+	b.ReportMetric(waited*1e6/float64(b.N), "commit-wait-µs/append")
 }
 
 // BenchmarkEvents compares the two ways of reading a range of the stream

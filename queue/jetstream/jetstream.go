@@ -100,7 +100,10 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// RequestTimeout bounds each request to JetStream.
 	RequestTimeout time.Duration
-	// PublishWindow bounds the appends in flight at once.
+	// PublishWindow bounds the appends in flight at once, and the
+	// appended events held until OnCommit can have them (those after
+	// another node's event the follower has not delivered yet): past it,
+	// an append waits for OnCommit before it returns.
 	PublishWindow int
 	// CompactInterval is the least time between two compactions by this
 	// node (DefaultCompactInterval if 0; negative: none, every Compact
@@ -108,7 +111,10 @@ type Options struct {
 	// every node's dispatcher calls Compact every second.
 	CompactInterval time.Duration
 	// OnCommit is called with each group of new events, in seq order,
-	// whichever node appended them; never concurrently.
+	// whichever node appended them, each once; never concurrently. An
+	// event this node appended is handed over before its Append returns
+	// unless another node's event before it has not reached this node's
+	// follower yet: then both are, in order, when it has.
 	OnCommit func([]*queue.Event)
 	// Logger gets connection events and errors; slog.Default() if nil.
 	Logger *slog.Logger
@@ -240,6 +246,7 @@ func (s *Store) connect() error {
 		nats.ReconnectBufSize(-1), // a publish while disconnected fails at once: the producer gets 503, not a silent buffer
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			s.connected.Store(false)
+			s.failAll(nats.ErrDisconnected) // their PubAcks may never come
 			s.log.Warn("disconnected from NATS", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {

@@ -112,3 +112,18 @@ func (r *Retention) retentionHolds(from, to uint64) (uint64, map[uint64]struct{}
 func OwnEarlierAttempt(s *Store, seq uint64, ev *queue.Event) bool {
 	return s.ownEarlierAttempt(seq, ev, time.Now().Add(time.Second))
 }
+
+// StopFollower stops the store's stream follower, as if it lagged behind
+// the stream: OnCommit then sees no other node's events.
+func StopFollower(s *Store) {
+	f := &s.lg.fol
+	f.mu.Lock()
+	cc := f.cc
+	f.cc = nil
+	f.mu.Unlock()
+	cc.Stop()
+	<-cc.Closed()
+}
+
+// StartFollower starts the follower again, after the head.
+func StartFollower(s *Store) error { return s.follow() }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -623,5 +624,156 @@ func TestEventContextHeaders(t *testing.T) {
 	old, err := a.Event(2)
 	if err != nil || old.ID != "old" || old.OrderingKey != "" || old.TraceParent != "" || old.TraceState != "" || string(old.Body) != `{"old":1}` {
 		t.Fatalf("Event of an old message = %+v, %v", old, err)
+	}
+}
+
+// TestAppendDoesNotWaitForOtherNodes: an append whose seq follows another
+// node's event that this node's follower has not delivered yet returns at
+// its PubAck, readable at once; OnCommit gets both, in seq order, once the
+// follower delivers the other node's event.
+func TestAppendDoesNotWaitForOtherNodes(t *testing.T) {
+	name := logStream()
+	var (
+		mu   sync.Mutex
+		seen []uint64
+		both = make(chan struct{})
+	)
+	oa := logOptions(name)
+	oa.NodeID = "a"
+	// Far above the liveness bound below: an append that waited for the
+	// other node's event would wait this long.
+	oa.RequestTimeout = 2 * time.Minute
+	oa.OnCommit = func(evs []*queue.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range evs {
+			seen = append(seen, ev.Seq)
+		}
+		if len(seen) == 2 {
+			close(both)
+		}
+	}
+	a := openLog(t, oa, nil)
+	ob := logOptions(name)
+	ob.NodeID = "b"
+	b := openLog(t, ob, nil)
+
+	jetstream.StopFollower(a)
+	seqB, _ := queuetest.MustAppend(t, b, queuetest.Event("from-b", "t", "b"))
+	done := make(chan uint64, 1)
+	go func() {
+		seq, _ := queuetest.MustAppend(t, a, queuetest.Event("from-a", "t", "a"))
+		done <- seq
+	}()
+	var seqA uint64
+	select {
+	case seqA = <-done:
+	case <-time.After(30 * time.Second): // a liveness bound
+		t.Fatal("the append waited for another node's event to reach OnCommit")
+	}
+	if seqA != seqB+1 {
+		t.Fatalf("seqs %d (b) and %d (a), want consecutive", seqB, seqA)
+	}
+	mu.Lock()
+	if len(seen) != 0 {
+		t.Fatalf("OnCommit saw %v before the event below them", seen)
+	}
+	mu.Unlock()
+	if h := a.Head(); h != 0 {
+		t.Fatalf("head %d, want 0: OnCommit has seen nothing", h)
+	}
+	if ev, err := a.Event(seqA); err != nil || ev.ID != "from-a" {
+		t.Fatalf("the appended event: %v, %v", ev, err)
+	}
+	if evs, _, err := a.Events(1, seqA, 10, nil); err != nil || len(evs) != 2 {
+		t.Fatalf("events 1..%d: %d, %v", seqA, len(evs), err)
+	}
+
+	if err := jetstream.StartFollower(a); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-both:
+	case <-time.After(30 * time.Second): // a liveness bound
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("OnCommit saw %v, want %d and %d", seen, seqB, seqA)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[0] != seqB || seen[1] != seqA {
+		t.Fatalf("OnCommit saw %v, want [%d %d]", seen, seqB, seqA)
+	}
+	if h := a.Head(); h != seqA {
+		t.Fatalf("head %d, want %d", h, seqA)
+	}
+}
+
+// TestAppendWaitsPastTheWindow: appended events held for another node's
+// event the follower has not delivered are bounded by PublishWindow;
+// past it an append waits for OnCommit (here until RequestTimeout, as
+// the follower is stopped), and OnCommit still gets every event in order.
+func TestAppendWaitsPastTheWindow(t *testing.T) {
+	name := logStream()
+	var (
+		mu   sync.Mutex
+		seen []uint64
+		all  = make(chan struct{})
+	)
+	reg := prometheus.NewRegistry()
+	oa := logOptions(name)
+	oa.NodeID, oa.PublishWindow, oa.RequestTimeout, oa.Registerer = "a", 1, time.Second, reg
+	oa.OnCommit = func(evs []*queue.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range evs {
+			seen = append(seen, ev.Seq)
+		}
+		if len(seen) == 3 {
+			close(all)
+		}
+	}
+	a := openLog(t, oa, nil)
+	ob := logOptions(name)
+	ob.NodeID = "b"
+	b := openLog(t, ob, nil)
+	waits := func() uint64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_jetstream_append_commit_wait_seconds" {
+				return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		t.Fatal("no sluice_jetstream_append_commit_wait_seconds")
+		return 0
+	}
+
+	jetstream.StopFollower(a)
+	queuetest.MustAppend(t, b, queuetest.Event("from-b", "t", "b"))
+	queuetest.MustAppend(t, a, queuetest.Event("a-1", "t", "a")) // one held: within the window
+	if n := waits(); n != 0 {
+		t.Fatalf("%d appends waited within the window", n)
+	}
+	queuetest.MustAppend(t, a, queuetest.Event("a-2", "t", "a")) // two held: past it
+	if n := waits(); n != 1 {
+		t.Fatalf("%d appends waited, want the one past the window", n)
+	}
+	if err := jetstream.StartFollower(a); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second): // a liveness bound
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("OnCommit saw %v, want 1..3", seen)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, []uint64{1, 2, 3}) {
+		t.Fatalf("OnCommit saw %v, want 1..3 in order", seen)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,13 +30,9 @@ func (s *Store) openLog() error {
 	if lg.ret == nil {
 		lg.ret = s
 	}
-	pjs, err := jetstream.New(s.nc,
-		jetstream.WithPublishAsyncMaxPending(s.opts.PublishWindow),
-		jetstream.WithPublishAsyncTimeout(s.opts.RequestTimeout))
-	if err != nil {
+	if err := s.openPublisher(); err != nil {
 		return err
 	}
-	lg.pjs = pjs
 	var st streamState
 	if err := s.retrySetUp("jetstream.stream "+s.opts.Stream+" state", func() (err error) {
 		st, err = s.fetchState()
@@ -78,6 +75,9 @@ func (s *Store) closeLog() {
 	default:
 	}
 	close(lg.stop)
+	if lg.replySub != nil {
+		_ = lg.replySub.Unsubscribe()
+	}
 	lg.fol.mu.Lock()
 	lg.fol.stopped = true
 	cc := lg.fol.cc
@@ -100,6 +100,11 @@ func (s *Store) closeLog() {
 // Head is the last seq handed to OnCommit; at Open, the stream's last seq.
 func (s *Store) Head() uint64 { return s.lg.head.Load() }
 
+// stored is the last seq this node knows the stream holds: the head, or
+// past it an append's PubAck whose seqs below OnCommit has not all seen
+// (reads must find the event that Append returned).
+func (s *Store) stored() uint64 { return max(s.lg.head.Load(), s.lg.fol.known.Load()) }
+
 // follower is the one reader of new events, and the sequencer that hands
 // them to OnCommit: the head moves over every seq known, in order, whether
 // it became known from a PubAck of this node's own append (which needs no
@@ -110,7 +115,14 @@ type follower struct {
 	mu      sync.Mutex // held while the head moves: OnCommit is never concurrent
 	cc      jetstream.ConsumeContext
 	pending map[uint64]*queue.Event // known seqs above head+1; nil: a message that is no event
-	last    uint64                  // the last seq the consumer handed over (the stream's last at Open)
+	// held and heldBytes are pending's events and their bodies' bytes, for
+	// Append's bound (heldN and heldB are kept under mu).
+	held, heldBytes atomic.Int64
+	heldN, heldB    int64
+	// known is the highest seq known from a PubAck: the stream holds
+	// every seq up to it, though the head may not have passed them yet.
+	known   atomic.Uint64
+	last    uint64 // the last seq the consumer handed over (the stream's last at Open)
 	stopped bool
 	recent  recentRing // the headers of recent events, for compaction's id index
 }
@@ -194,6 +206,9 @@ func (s *Store) commitAppended(seq uint64, ev *queue.Event) {
 	f := &s.lg.fol
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if seq > f.known.Load() {
+		f.known.Store(seq) // f.mu orders the writes
+	}
 	if !f.stopped {
 		s.commitSeqLocked(seq, ev)
 	}
@@ -209,10 +224,7 @@ func (s *Store) commitSeqLocked(seq uint64, ev *queue.Event) {
 	case seq <= head:
 		return
 	case seq > head+1:
-		if f.pending == nil {
-			f.pending = map[uint64]*queue.Event{}
-		}
-		f.pending[seq] = ev
+		f.hold(seq, ev)
 		return
 	}
 	var group []*queue.Event
@@ -220,11 +232,10 @@ func (s *Store) commitSeqLocked(seq uint64, ev *queue.Event) {
 		group = append(group, ev)
 	}
 	for len(f.pending) > 0 {
-		next, ok := f.pending[seq+1]
+		next, ok := f.release(seq + 1)
 		if !ok {
 			break
 		}
-		delete(f.pending, seq+1)
 		seq++
 		if next != nil {
 			group = append(group, next)
@@ -235,6 +246,56 @@ func (s *Store) commitSeqLocked(seq uint64, ev *queue.Event) {
 	}
 	s.lg.head.Store(seq)
 	s.wakeAppends(seq)
+}
+
+// hold keeps ev (nil: no event) at seq in pending. f.mu is held.
+func (f *follower) hold(seq uint64, ev *queue.Event) {
+	if f.pending == nil {
+		f.pending = map[uint64]*queue.Event{}
+	}
+	if old, ok := f.pending[seq]; ok {
+		f.heldN--
+		f.heldB -= bodyBytes(old)
+	}
+	f.pending[seq] = ev
+	f.heldN++
+	f.heldB += bodyBytes(ev)
+	f.held.Store(f.heldN)
+	f.heldBytes.Store(f.heldB)
+}
+
+// release takes seq's entry out of pending; false if it has none. f.mu is
+// held.
+func (f *follower) release(seq uint64) (*queue.Event, bool) {
+	ev, ok := f.pending[seq]
+	if !ok {
+		return nil, false
+	}
+	delete(f.pending, seq)
+	f.heldN--
+	f.heldB -= bodyBytes(ev)
+	f.held.Store(f.heldN)
+	f.heldBytes.Store(f.heldB)
+	return ev, true
+}
+
+// holdsTooMuch reports whether pending holds more than an append may add
+// to without waiting: more than window events, or more body bytes than
+// maxHeldBytes.
+func (f *follower) holdsTooMuch(window int) bool {
+	return f.held.Load() > int64(window) || f.heldBytes.Load() > maxHeldBytes
+}
+
+// maxHeldBytes bounds the bodies held in pending before appends wait: what
+// the ingest gate in front of Append admits at once (proxy
+// ingestMaxPendingBytes), which these events have left.
+const maxHeldBytes = 64 << 20
+
+func bodyBytes(ev *queue.Event) int64 {
+	if ev == nil {
+		return 0
+	}
+	return int64(len(ev.Body))
 }
 
 // skipGoneLocked moves the head from from-1 over to, seqs the stream no
@@ -252,10 +313,9 @@ func (s *Store) skipGoneLocked(from, to uint64) {
 	slices.Sort(known)
 	var group []*queue.Event
 	for _, seq := range known {
-		if ev := f.pending[seq]; ev != nil {
+		if ev, _ := f.release(seq); ev != nil {
 			group = append(group, ev)
 		}
-		delete(f.pending, seq)
 	}
 	if len(group) > 0 && s.opts.OnCommit != nil {
 		s.opts.OnCommit(group)
@@ -330,6 +390,8 @@ func (s *Store) awaitCommit(seq uint64, d time.Duration) bool {
 	}
 	heap.Push(&s.lg.wq, w)
 	s.lg.wmu.Unlock()
+	start := time.Now()
+	defer func() { s.lg.m.commitWait.Observe(time.Since(start).Seconds()) }()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -485,7 +547,7 @@ func (s *Store) Event(seq uint64) (*queue.Event, error) {
 		return nil, fmt.Errorf("%s: %w", what, queue.ErrNotFound)
 	}
 	g, err := s.directGet(s.opts.Stream, seq, "")
-	if errors.Is(err, errNoMsg) && seq <= s.Head() {
+	if errors.Is(err, errNoMsg) && seq <= s.stored() {
 		g, err = s.leaderGet(s.opts.Stream, seq, false, "")
 	}
 	if errors.Is(err, errNoMsg) {
@@ -563,11 +625,11 @@ const (
 // scanEvents walks the stored events with from <= seq <= to in seq order, at
 // most n of them, handing each to fn until fn returns false. It returns
 // the seq to continue from: one past the last message handed to fn, to+1
-// once to is passed, or one past what this node's head says exists once
+// once to is passed, or one past what this node knows exists (stored) once
 // the stream has nothing more.
 func (s *Store) scanEvents(from, to uint64, n int, fn func(g *getMsg) bool) (next uint64, err error) {
 	next = from
-	head := s.Head()
+	head := s.stored()
 	for next <= to && n > 0 {
 		batch := int(min(uint64(n), to-next+1, maxBatch))
 		got, stopped := 0, false
@@ -718,7 +780,7 @@ func (s *Store) CountEvents(from, to uint64, match func(typ []byte) bool, limit 
 	if match == nil {
 		return int(min(to-from+1, uint64(limit)+1)), nil
 	}
-	if head := s.Head(); min(to, head) >= from+countByConsumer {
+	if head := s.stored(); min(to, head) >= from+countByConsumer {
 		// The consumer counts what it can; whatever it leaves (it failed,
 		// or did not answer in time: a consumer just made may not answer
 		// at first) the direct batches count.
