@@ -257,20 +257,30 @@ func (d *dispatcher) kickLoop() {
 	}
 }
 
-// flushLoop writes dirty cursors together, retires drained lanes and
-// compacts the log.
+// flushLoop writes dirty cursors together, cursorInterval after the first
+// of them moved: the same bound on what a crash sends again as a ticker
+// of that interval, without its wake-ups while no cursor moves.
 func (d *dispatcher) flushLoop() {
 	defer d.wg.Done()
-	t := time.NewTicker(d.cursorInterval)
+	t := time.NewTimer(d.cursorInterval)
+	t.Stop()
 	defer t.Stop()
 	var failed int
 	var loggedAt time.Time
 	for {
 		select {
+		case <-d.dirty.armed:
+		case <-d.quit:
+			return
+		}
+		t.Reset(d.cursorInterval)
+		select {
 		case <-t.C:
 		case <-d.quit:
 			return
 		}
+		// A failed flush marks its lanes again, which arms the next try
+		// one interval later, as the ticker retried.
 		if err := d.flush(); err != nil {
 			// Logged at most every few seconds: a shared log out of reach
 			// fails this every cursorInterval.
@@ -432,7 +442,8 @@ type timerHeap struct {
 }
 
 // maxTimerSleep bounds how long the timer loop sleeps without reading the
-// clock again; an idle dispatcher wakes this often, which costs nothing.
+// clock again while anything is scheduled; with nothing scheduled it
+// sleeps until something is.
 const maxTimerSleep = time.Second
 
 type timerEntry struct {
@@ -492,7 +503,8 @@ func (d *dispatcher) timerLoop() {
 			e.lane.timerAt = 0
 			due = append(due, e.lane)
 		}
-		if t.h.Len() > 0 {
+		empty := t.h.Len() == 0
+		if !empty {
 			wait = t.h[0].due.Sub(now)
 		}
 		// Look again at least every maxTimerSleep: the wall clock may step
@@ -507,16 +519,22 @@ func (d *dispatcher) timerLoop() {
 		if len(due) > 0 {
 			continue
 		}
+		if empty {
+			// Nothing is scheduled, so no clock step can make anything
+			// due: sleep until add wakes us (a quiet sidecar woke every
+			// maxTimerSleep for nothing).
+			select {
+			case <-t.wake:
+			case <-d.quit:
+				return
+			}
+			continue
+		}
 		timer.Reset(wait)
 		select {
 		case <-timer.C:
 		case <-t.wake:
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
+			timer.Stop()
 		case <-d.quit:
 			return
 		}

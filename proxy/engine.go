@@ -52,7 +52,7 @@ func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now
 		store: store, client: client, log: log, now: now,
 		feed:      newFeed(store),
 		timers:    &timerHeap{wake: make(chan struct{}, 1)},
-		dirty:     &dirtySet{m: map[*lane]struct{}{}},
+		dirty:     newDirtySet(),
 		budget:    policy.NewBudget(budget, now),
 		quit:      make(chan struct{}),
 		bulkheads: map[string]*bulkhead{},
@@ -69,12 +69,27 @@ func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now
 type dirtySet struct {
 	mu sync.Mutex
 	m  map[*lane]struct{}
+	// armed is signalled when the set stops being empty: the flush loop
+	// sleeps until then instead of ticking every cursor interval, which
+	// woke a quiet sidecar 50 times a second for nothing (issue 14).
+	armed chan struct{}
+}
+
+func newDirtySet() *dirtySet {
+	return &dirtySet{m: map[*lane]struct{}{}, armed: make(chan struct{}, 1)}
 }
 
 func (s *dirtySet) mark(l *lane) {
 	s.mu.Lock()
+	first := len(s.m) == 0
 	s.m[l] = struct{}{}
 	s.mu.Unlock()
+	if first {
+		select {
+		case s.armed <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // take returns the lanes marked since the last take and forgets them.
