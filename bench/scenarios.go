@@ -128,6 +128,15 @@ func (h *harness) scenarioFanout(ctx context.Context, name string, n int) error 
 		return nil
 	}
 	h.pacedRows(name, "fsync", w, paced)
+	if b := h.base[baseClientServer]; b != nil && b.Extra["paced_server_cpu_us_per_request"] > 0 {
+		// The floor: a Go server that does nothing pays this for each
+		// request that wakes it; a paced delivery is two such wake-ups at
+		// least (the producer's POST, the endpoint's answer).
+		x := b.Extra
+		r.add(name, fmt.Sprintf("  no-op server CPU per request, paced %.0f/s (floor)", h.opts.pacedRate), x["paced_server_cpu_us_per_request"], "µs").
+			vsValue("its saturated", x["server_cpu_us_per_request"]).
+			note(fmt.Sprintf("system %.1f µs, %.1f context switches per request", x["paced_server_sys_us_per_request"], x["paced_server_ctx_switches_per_request"]))
+	}
 	if ctx.Err() != nil {
 		return nil
 	}
