@@ -355,14 +355,18 @@ func (d *dispatcher) maintain() {
 	head := d.feed.head.Load()
 	below := head + 1
 	now := d.now()
+	// Without a fleet no lane is foreign, and without any quota there is
+	// none to enforce: the pass then takes no lane's lock.
+	fleet, quotas := d.fleet != nil, d.quotas.Load()
 	for _, l := range d.laneList() {
-		foreign := l.isForeign()
-		if foreign {
+		if fleet && l.isForeign() {
 			// Its owner enforces its quota, retires it and keeps its
 			// cursor; the shared store's compaction counts it from there.
 			continue
 		}
-		l.enforceQuota(now)
+		if quotas {
+			l.enforceQuota(now)
+		}
 		// A filtered lane that sees none of its types sleeps with a stale
 		// cursor; move it to the head now and then so it does not pin
 		// compaction (its cursor write is one key).
