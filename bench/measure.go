@@ -130,32 +130,32 @@ type window struct {
 	SysCPUms         float64    `json:"sidecar_sys_cpu_ms"`
 	// Per delivery (per accepted event when nothing was delivered):
 	// context switches of the sidecar's threads and its read/write syscalls.
-	CtxSwitchesPerDeliv float64     `json:"sidecar_ctx_switches_per_delivery,omitempty"`
-	SyscallsPerDeliv    float64     `json:"sidecar_rw_syscalls_per_delivery,omitempty"`
-	HarnessCPUms        float64     `json:"harness_cpu_ms"`
-	AllocBytes          uint64      `json:"sidecar_alloc_bytes"`
-	Mallocs             uint64      `json:"sidecar_mallocs"`
-	BytesPerEvent       float64     `json:"sidecar_bytes_per_event"`
-	AllocsPerEvent      float64     `json:"sidecar_allocs_per_event"`
-	BytesPerDeliv       float64     `json:"sidecar_bytes_per_delivery,omitempty"`
-	AllocsPerDeliv      float64     `json:"sidecar_allocs_per_delivery,omitempty"`
-	GCs                 uint32      `json:"sidecar_gcs"`
-	RSSStart            int64       `json:"sidecar_rss_start_bytes"`
-	RSSEnd              int64       `json:"sidecar_rss_end_bytes"`
-	HeapStart           uint64      `json:"sidecar_heap_start_bytes"`
-	HeapEnd             uint64      `json:"sidecar_heap_end_bytes"`
-	Nodes               int         `json:"nodes,omitempty"` // fleet windows: the sidecar figures sum this many nodes
-	NodeCPUms           []float64   `json:"node_cpu_ms,omitempty"`
-	NATSCPUms           float64     `json:"nats_cpu_ms,omitempty"`
-	NATSCores           float64     `json:"nats_cpu_cores,omitempty"`
-	NATSPerEventUs      float64     `json:"nats_cpu_us_per_event,omitempty"`
-	NATSPerDelivUs      float64     `json:"nats_cpu_us_per_delivery,omitempty"`
-	Receipt             *latSummary `json:"publish_to_receipt,omitempty"`
-	ReceiptDropped      int64       `json:"publish_to_receipt_dropped,omitempty"`
-	DrainSeconds        float64     `json:"drain_seconds,omitempty"`
-	Drained             *bool       `json:"drained,omitempty"`
-	Profiles            []string    `json:"profiles,omitempty"`
-	Errors              []string    `json:"errors,omitempty"`
+	SwitchesPerDeliv float64     `json:"sidecar_ctx_switches_per_delivery,omitempty"`
+	SyscallsPerDeliv float64     `json:"sidecar_rw_syscalls_per_delivery,omitempty"`
+	HarnessCPUms     float64     `json:"harness_cpu_ms"`
+	AllocBytes       uint64      `json:"sidecar_alloc_bytes"`
+	Mallocs          uint64      `json:"sidecar_mallocs"`
+	BytesPerEvent    float64     `json:"sidecar_bytes_per_event"`
+	AllocsPerEvent   float64     `json:"sidecar_allocs_per_event"`
+	BytesPerDeliv    float64     `json:"sidecar_bytes_per_delivery,omitempty"`
+	AllocsPerDeliv   float64     `json:"sidecar_allocs_per_delivery,omitempty"`
+	GCs              uint32      `json:"sidecar_gcs"`
+	RSSStart         int64       `json:"sidecar_rss_start_bytes"`
+	RSSEnd           int64       `json:"sidecar_rss_end_bytes"`
+	HeapStart        uint64      `json:"sidecar_heap_start_bytes"`
+	HeapEnd          uint64      `json:"sidecar_heap_end_bytes"`
+	Nodes            int         `json:"nodes,omitempty"` // fleet windows: the sidecar figures sum this many nodes
+	NodeCPUms        []float64   `json:"node_cpu_ms,omitempty"`
+	NATSCPUms        float64     `json:"nats_cpu_ms,omitempty"`
+	NATSCores        float64     `json:"nats_cpu_cores,omitempty"`
+	NATSPerEventUs   float64     `json:"nats_cpu_us_per_event,omitempty"`
+	NATSPerDelivUs   float64     `json:"nats_cpu_us_per_delivery,omitempty"`
+	Receipt          *latSummary `json:"publish_to_receipt,omitempty"`
+	ReceiptDropped   int64       `json:"publish_to_receipt_dropped,omitempty"`
+	DrainSeconds     float64     `json:"drain_seconds,omitempty"`
+	Drained          *bool       `json:"drained,omitempty"`
+	Profiles         []string    `json:"profiles,omitempty"`
+	Errors           []string    `json:"errors,omitempty"`
 }
 
 // winOpts says what a sidecar window records besides the defaults.
@@ -380,7 +380,7 @@ func (w *window) fill(s0, s1 snap) {
 	}
 	if per > 0 {
 		cs := (s1.Wake.Voluntary + s1.Wake.Involuntary) - (s0.Wake.Voluntary + s0.Wake.Involuntary)
-		w.CtxSwitchesPerDeliv = float64(cs) / float64(per)
+		w.SwitchesPerDeliv = float64(cs) / float64(per)
 		w.SyscallsPerDeliv = float64((s1.Wake.SyscR+s1.Wake.SyscW)-(s0.Wake.SyscR+s0.Wake.SyscW)) / float64(per)
 	}
 	w.HarnessCPUms = float64(s1.Self-s0.Self) / 1e6

@@ -197,7 +197,7 @@ func (h *harness) pacedRows(name, durability string, sat, paced *window) {
 	if durability != "fsync" {
 		lbl += ", " + durability
 	}
-	r.add(name, lbl, paced.CtxSwitchesPerDeliv, "").vsValue("saturated", sat.CtxSwitchesPerDeliv).
+	r.add(name, lbl, paced.SwitchesPerDeliv, "").vsValue("saturated", sat.SwitchesPerDeliv).
 		note(fmt.Sprintf("read/write syscalls per delivery %.1f (saturated %.1f)", paced.SyscallsPerDeliv, sat.SyscallsPerDeliv))
 }
 
