@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -155,7 +156,39 @@ func (h *harness) baselineNoop(ctx context.Context, name string) (*baselineResul
 	}
 	h.logf("  %-22s %8.0f req/s  cpu %5.1f µs (server %.1f, client %.1f)  P99 %.2f ms",
 		name, b.PerSec, b.CPUPerOpUs, server, client, res.Lat.P99)
+	if name == baseClientServer && slices.Contains(h.opts.scenarios, "fanout-1") && ctx.Err() == nil {
+		h.noopPaced(ctx, c, spec, b)
+	}
 	return b, nil
+}
+
+// noopPaced loads the no-op server at -paced-rate requests/s: what one
+// wake-up per request costs a Go fasthttp server that does nothing, the
+// floor under fanout-1's paced CPU per delivery (a delivery is at least
+// two such wake-ups: the producer's POST and the endpoint's answer).
+func (h *harness) noopPaced(ctx context.Context, c *child, spec loadSpec, b *baselineResult) {
+	spec.Conc, spec.Rate, spec.Grace = openWorkers, h.opts.pacedRate, openGrace
+	type reading struct {
+		t  cpuTimes
+		wk wakeups
+		ok bool
+	}
+	var r [2]reading
+	spec.Tick = func(phase int) {
+		t, err1 := procTimes(c.pid)
+		wk, err2 := procWakeups(c.pid)
+		r[phase] = reading{t, wk, err1 == nil && err2 == nil}
+	}
+	res := runLoad(ctx, spec)
+	if res.WinOK == 0 || !r[0].ok || !r[1].ok {
+		return
+	}
+	n := float64(res.WinOK)
+	cpu := (r[1].t.User + r[1].t.Sys) - (r[0].t.User + r[0].t.Sys)
+	b.Extra["paced_server_cpu_us_per_request"] = float64(cpu) / 1e3 / n
+	b.Extra["paced_server_sys_us_per_request"] = float64(r[1].t.Sys-r[0].t.Sys) / 1e3 / n
+	b.Extra["paced_server_ctx_switches_per_request"] = float64((r[1].wk.Voluntary+r[1].wk.Involuntary)-(r[0].wk.Voluntary+r[0].wk.Involuntary)) / n
+	h.logf("  %-22s %8.0f req/s  server cpu %5.1f µs per request, paced", b.Name, res.PerSec, b.Extra["paced_server_cpu_us_per_request"])
 }
 
 // baselineAppender runs the bare Badger group-commit appender as a child.

@@ -61,6 +61,7 @@ type options struct {
 	lanes        int           // subscriptions of lanes-50k
 	lanesRate    float64       // events/s of the lanes-50k steady phase
 	payloadRate  float64       // events/s of the paced payload runs
+	pacedRate    float64       // events/s of fanout-1's paced windows
 	startTimeout time.Duration // process start → /readyz 200
 	idle         time.Duration // idle CPU window of lanes-50k
 	settle       time.Duration // longest wait for a sidecar to go quiet after /readyz
@@ -115,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	lanes := fs.Int("lanes", 0, "subscriptions of lanes-50k (default 50000, 5000 with -quick); 1% of them active")
 	lanesRate := fs.Float64("lanes-rate", 20, "events/s offered in the steady phase of lanes-50k (each goes to 1% of the lanes: 20/s × 500 = 10k deliveries/s)")
 	payloadRate := fs.Float64("payload-rate", 200, "events/s of the paced payload runs (fan-out 10)")
+	pacedRate := fs.Float64("paced-rate", 200, "events/s of fanout-1's paced windows (low load: CPU per delivery vs saturated)")
 	startTimeout := fs.Duration("start-timeout", 60*time.Second, "how long a sidecar may take to answer /readyz")
 	keep := fs.Bool("keep", false, "keep the temp dir with generated configs and sidecar logs")
 	fs.Usage = func() {
@@ -129,7 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	o := &options{
 		duration: *dur, warmup: *warm, quick: *quick, jsonPath: *jsonPath, profileDir: *prof,
-		sluicePath: *sluice, lanes: *lanes, lanesRate: *lanesRate, payloadRate: *payloadRate,
+		sluicePath: *sluice, lanes: *lanes, lanesRate: *lanesRate, payloadRate: *payloadRate, pacedRate: *pacedRate,
 		startTimeout: *startTimeout, idle: 2 * time.Second, settle: 15 * time.Second, keep: *keep, args: args,
 	}
 	set := map[string]bool{}
@@ -161,8 +163,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.lanes < 100 || o.lanes > 200000 {
 		return nil, fmt.Errorf("-lanes %d: want 100 to 200000", o.lanes)
 	}
-	if o.lanesRate <= 0 || o.payloadRate <= 0 {
-		return nil, errors.New("-lanes-rate and -payload-rate must be positive")
+	if o.lanesRate <= 0 || o.payloadRate <= 0 || o.pacedRate <= 0 {
+		return nil, errors.New("-lanes-rate, -payload-rate and -paced-rate must be positive")
 	}
 	for _, s := range strings.Split(*scen, ",") {
 		s = strings.TrimSpace(s)

@@ -24,6 +24,10 @@ type snap struct {
 	// fleet; NATS the JetStream cluster's process, when one runs.
 	NodeCPU []time.Duration
 	NATS    time.Duration
+	// Sys is the system part of CPU; Wake the measured processes'
+	// context switches and read/write syscalls (summed over nodes).
+	Sys  time.Duration
+	Wake wakeups
 }
 
 // snapshot reads the child's CPU and RSS from /proc, the harness's own CPU,
@@ -50,18 +54,25 @@ func (h *harness) snapshot(pid int, sc *sidecar) snap {
 func (h *harness) snapshotTarget(t *target) snap {
 	s := snap{T: time.Now(), Recv: h.recv.delivered()}
 	for _, sc := range t.nodes {
-		c, err := procCPU(sc.pid)
+		c, err := procTimes(sc.pid)
 		if err != nil && s.Err == nil {
 			s.Err = err
 		}
-		s.CPU += c
-		s.NodeCPU = append(s.NodeCPU, c)
+		s.CPU += c.User + c.Sys
+		s.Sys += c.Sys
+		s.NodeCPU = append(s.NodeCPU, c.User+c.Sys)
 	}
 	if t.nats != nil {
 		s.NATS, _ = procCPU(t.nats.pid)
 	}
 	s.Self, _ = procCPU(os.Getpid())
 	for _, sc := range t.nodes {
+		if wk, err := procWakeups(sc.pid); err == nil {
+			s.Wake.Voluntary += wk.Voluntary
+			s.Wake.Involuntary += wk.Involuntary
+			s.Wake.SyscR += wk.SyscR
+			s.Wake.SyscW += wk.SyscW
+		}
 		rss, _ := procRSS(sc.pid)
 		s.RSS += rss
 		ms, err := sc.memstats()
@@ -101,21 +112,26 @@ func (h *harness) single(sc *sidecar) *target {
 // deliveries the receiver counted between the two snapshots; per-event
 // figures by the 202s the producers got in the window.
 type window struct {
-	Name             string      `json:"name"`
-	Scenario         string      `json:"scenario"`
-	Subscriptions    int         `json:"subscriptions"`
-	Durability       string      `json:"durability"`
-	Producers        int         `json:"producers"`
-	RateOffered      float64     `json:"rate_offered_per_s,omitempty"`
-	BodyBytes        int         `json:"body_bytes"`
-	Load             loadResult  `json:"producer"`
-	Seconds          float64     `json:"seconds"`
-	Deliveries       int64       `json:"deliveries"`
-	DeliveriesPerSec float64     `json:"deliveries_per_s"`
-	CPUms            float64     `json:"sidecar_cpu_ms"`
-	CPUPerEventUs    float64     `json:"sidecar_cpu_us_per_event"`
-	CPUPerDelivUs    float64     `json:"sidecar_cpu_us_per_delivery,omitempty"`
-	CPUCores         float64     `json:"sidecar_cpu_cores"`
+	Name             string     `json:"name"`
+	Scenario         string     `json:"scenario"`
+	Subscriptions    int        `json:"subscriptions"`
+	Durability       string     `json:"durability"`
+	Producers        int        `json:"producers"`
+	RateOffered      float64    `json:"rate_offered_per_s,omitempty"`
+	BodyBytes        int        `json:"body_bytes"`
+	Load             loadResult `json:"producer"`
+	Seconds          float64    `json:"seconds"`
+	Deliveries       int64      `json:"deliveries"`
+	DeliveriesPerSec float64    `json:"deliveries_per_s"`
+	CPUms            float64    `json:"sidecar_cpu_ms"`
+	CPUPerEventUs    float64    `json:"sidecar_cpu_us_per_event"`
+	CPUPerDelivUs    float64    `json:"sidecar_cpu_us_per_delivery,omitempty"`
+	CPUCores         float64    `json:"sidecar_cpu_cores"`
+	SysCPUms         float64    `json:"sidecar_sys_cpu_ms"`
+	// Per delivery (per accepted event when nothing was delivered):
+	// context switches of the sidecar's threads and its read/write syscalls.
+	SwitchesPerDeliv float64     `json:"sidecar_ctx_switches_per_delivery,omitempty"`
+	SyscallsPerDeliv float64     `json:"sidecar_rw_syscalls_per_delivery,omitempty"`
 	HarnessCPUms     float64     `json:"harness_cpu_ms"`
 	AllocBytes       uint64      `json:"sidecar_alloc_bytes"`
 	Mallocs          uint64      `json:"sidecar_mallocs"`
@@ -357,6 +373,16 @@ func (w *window) fill(s0, s1 snap) {
 	cpu := s1.CPU - s0.CPU
 	w.CPUms = float64(cpu) / 1e6
 	w.CPUCores = cpu.Seconds() / w.Seconds
+	w.SysCPUms = float64(s1.Sys-s0.Sys) / 1e6
+	per := w.Deliveries
+	if per == 0 {
+		per = w.Load.WinOK
+	}
+	if per > 0 {
+		cs := (s1.Wake.Voluntary + s1.Wake.Involuntary) - (s0.Wake.Voluntary + s0.Wake.Involuntary)
+		w.SwitchesPerDeliv = float64(cs) / float64(per)
+		w.SyscallsPerDeliv = float64((s1.Wake.SyscR+s1.Wake.SyscW)-(s0.Wake.SyscR+s0.Wake.SyscW)) / float64(per)
+	}
 	w.HarnessCPUms = float64(s1.Self-s0.Self) / 1e6
 	w.AllocBytes = s1.MS.TotalAlloc - s0.MS.TotalAlloc
 	w.Mallocs = s1.MS.Mallocs - s0.MS.Mallocs

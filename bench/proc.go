@@ -36,26 +36,75 @@ func initClockTicks() {
 // procCPU is the CPU time (user + system) process pid has used so far, at
 // the resolution of a clock tick (10 ms).
 func procCPU(pid int) (time.Duration, error) {
+	t, err := procTimes(pid)
+	return t.User + t.Sys, err
+}
+
+// cpuTimes splits a process's CPU time: at low load the sidecar's cost was
+// about half system time (issue 14), which utime+stime alone hides.
+type cpuTimes struct {
+	User, Sys time.Duration
+}
+
+// procTimes is the user and system CPU time process pid has used so far
+// (utime and stime of /proc/<pid>/stat, clock ticks).
+func procTimes(pid int) (cpuTimes, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return cpuTimes{}, err
 	}
 	// The command name (field 2) is in parentheses and may hold spaces.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 || i+2 > len(b) {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+		return cpuTimes{}, fmt.Errorf("parse /proc/%d/stat", pid)
 	}
 	f := strings.Fields(string(b[i+2:]))
 	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
 	if len(f) < 13 {
-		return 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f))
+		return cpuTimes{}, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f))
 	}
 	ut, err1 := strconv.ParseUint(f[11], 10, 64)
 	st, err2 := strconv.ParseUint(f[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
+		return cpuTimes{}, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
 	}
-	return time.Duration(float64(ut+st) / clockTicks * float64(time.Second)), nil
+	tick := func(n uint64) time.Duration { return time.Duration(float64(n) / clockTicks * float64(time.Second)) }
+	return cpuTimes{User: tick(ut), Sys: tick(st)}, nil
+}
+
+// procWakeups counts what a process's fixed costs are made of: the context
+// switches of all its threads (voluntary ones are mostly a thread going to
+// sleep in futex or epoll and being woken again) and its read- and
+// write-like syscalls (/proc/<pid>/io; epoll_wait, futex and timers are not
+// in it). Threads that exited are not counted; Go's threads rarely do.
+type wakeups struct {
+	Voluntary, Involuntary int64
+	SyscR, SyscW           int64
+}
+
+func procWakeups(pid int) (wakeups, error) {
+	var w wakeups
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return w, err
+	}
+	for _, t := range tasks {
+		path := fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name())
+		v, err1 := statusField(path, "voluntary_ctxt_switches:")
+		n, err2 := statusField(path, "nonvoluntary_ctxt_switches:")
+		if err1 != nil || err2 != nil {
+			continue // the thread exited meanwhile
+		}
+		w.Voluntary += v
+		w.Involuntary += n
+	}
+	r, err1 := statusField(fmt.Sprintf("/proc/%d/io", pid), "syscr:")
+	wr, err2 := statusField(fmt.Sprintf("/proc/%d/io", pid), "syscw:")
+	if err := errors.Join(err1, err2); err != nil {
+		return w, err
+	}
+	w.SyscR, w.SyscW = r, wr
+	return w, nil
 }
 
 // procRSS is the resident set size of pid in bytes (VmRSS).

@@ -53,7 +53,7 @@ func newReport(o *options) *report {
 		Command: append([]string{"go", "run", "./bench"}, o.args...),
 		Options: map[string]any{
 			"scenarios": o.scenarios, "duration": o.duration.String(), "warmup": o.warmup.String(), "quick": o.quick,
-			"lanes": o.lanes, "lanes_rate": o.lanesRate, "payload_rate": o.payloadRate,
+			"lanes": o.lanes, "lanes_rate": o.lanesRate, "payload_rate": o.payloadRate, "paced_rate": o.pacedRate,
 			"start_timeout": o.startTimeout.String(), "profile_dir": o.profileDir, "json": o.jsonPath,
 			"lane_cap": laneCap, "body_bytes": 512, "ingest_producers": ingestProducers,
 			"fanout_producers": fanoutProducers, "open_loop_workers": openWorkers,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -35,6 +36,11 @@ type dispatcher struct {
 
 	cursorInterval time.Duration
 	wg             sync.WaitGroup
+	// flushes counts cursor writes and leaves the lanes that began to
+	// leave: with the head and the lane set they tell maintain whether
+	// anything its pass looks at changed since the last (lastPass).
+	flushes, leaves atomic.Uint64
+	lastPass        passMark // maintain's goroutine only
 	// onMaintain, when set, runs at the end of each maintenance pass (the
 	// server retires the secrets whose rotation grace ended).
 	onMaintain func(now time.Time)
@@ -212,6 +218,7 @@ func (d *dispatcher) leave(l *lane) (queue.Membership, error) {
 	l.left, l.until = true, m.Until
 	l.leaving.Store(true)
 	l.mu.Unlock()
+	d.leaves.Add(1)
 	d.log.Info("subscription removed; draining what it was entitled to", "subscription", l.id, "until_seq", m.Until)
 	l.pump()
 	return m, nil
@@ -257,20 +264,30 @@ func (d *dispatcher) kickLoop() {
 	}
 }
 
-// flushLoop writes dirty cursors together, retires drained lanes and
-// compacts the log.
+// flushLoop writes dirty cursors together, cursorInterval after the first
+// of them moved: the same bound on what a crash sends again as a ticker
+// of that interval, without its wake-ups while no cursor moves.
 func (d *dispatcher) flushLoop() {
 	defer d.wg.Done()
-	t := time.NewTicker(d.cursorInterval)
+	t := time.NewTimer(d.cursorInterval)
+	t.Stop()
 	defer t.Stop()
 	var failed int
 	var loggedAt time.Time
 	for {
 		select {
+		case <-d.dirty.armed:
+		case <-d.quit:
+			return
+		}
+		t.Reset(d.cursorInterval)
+		select {
 		case <-t.C:
 		case <-d.quit:
 			return
 		}
+		// A failed flush marks its lanes again, which arms the next try
+		// one interval later, as the ticker retried.
 		if err := d.flush(); err != nil {
 			// Logged at most every few seconds: a shared log out of reach
 			// fails this every cursorInterval.
@@ -336,7 +353,17 @@ func (d *dispatcher) flush() error {
 	for l := range dirty {
 		l.saved.Store(cursors[l.id])
 	}
+	d.flushes.Add(1)
 	return nil
+}
+
+// passMark is what a maintenance pass started from, and the floor of the
+// durable cursors it found.
+type passMark struct {
+	valid                 bool // the pass found no lane leaving, in a pass that can be skipped
+	head, flushes, leaves uint64
+	lanes                 []*lane // laneList's slice: a new one when lanes come or go
+	below                 uint64
 }
 
 // maintain retires lanes that left and drained, then compacts the log below
@@ -345,14 +372,31 @@ func (d *dispatcher) maintain() {
 	head := d.feed.head.Load()
 	below := head + 1
 	now := d.now()
-	for _, l := range d.laneList() {
-		foreign := l.isForeign()
-		if foreign {
+	// Without a fleet no lane is foreign, and without any quota there is
+	// none to enforce: the pass then takes no lane's lock.
+	fleet, quotas := d.fleet != nil, d.quotas.Load()
+	lanes := d.laneList()
+	mark := passMark{head: head, flushes: d.flushes.Load(), leaves: d.leaves.Load(), lanes: lanes}
+	if p := d.lastPass; p.valid && !fleet && !quotas && p.head == head && p.flushes == mark.flushes &&
+		p.leaves == mark.leaves && len(p.lanes) == len(lanes) && (len(lanes) == 0 || &p.lanes[0] == &lanes[0]) {
+		// Nothing the loop looks at moved since the last pass: no event
+		// was appended, no cursor written, no lane came, went or began to
+		// leave. It would pump nothing and find the same floor, so skip
+		// it (it read every one of 50,000 lanes each second when idle);
+		// compaction still runs, for the events retries released.
+		d.compact(p.below, now)
+		return
+	}
+	leaving := false
+	for _, l := range lanes {
+		if fleet && l.isForeign() {
 			// Its owner enforces its quota, retires it and keeps its
 			// cursor; the shared store's compaction counts it from there.
 			continue
 		}
-		l.enforceQuota(now)
+		if quotas {
+			l.enforceQuota(now)
+		}
 		// A filtered lane that sees none of its types sleeps with a stale
 		// cursor; move it to the head now and then so it does not pin
 		// compaction (its cursor write is one key).
@@ -361,6 +405,7 @@ func (d *dispatcher) maintain() {
 		}
 		drained := false
 		if l.leaving.Load() { // only lanes that left can retire; skip the lock for the rest
+			leaving = true
 			l.mu.Lock()
 			drained = l.drainedLocked() && l.saved.Load() >= l.until
 			l.mu.Unlock()
@@ -384,6 +429,16 @@ func (d *dispatcher) maintain() {
 		}
 		below = min(below, l.saved.Load()+1)
 	}
+	// A leaving lane is watched every pass until it retires: what it
+	// waits for (its retries, its last delivery) need not move a cursor.
+	mark.valid, mark.below = !leaving, below
+	d.lastPass = mark
+	d.compact(below, now)
+}
+
+// compact ends a maintenance pass: the log below the floor of the durable
+// cursors, then the server's own periodic duty.
+func (d *dispatcher) compact(below uint64, now time.Time) {
 	if _, err := d.store.Compact(below); err != nil {
 		d.log.Error("compact", "err", err)
 	}
@@ -432,7 +487,8 @@ type timerHeap struct {
 }
 
 // maxTimerSleep bounds how long the timer loop sleeps without reading the
-// clock again; an idle dispatcher wakes this often, which costs nothing.
+// clock again while anything is scheduled; with nothing scheduled it
+// sleeps until something is.
 const maxTimerSleep = time.Second
 
 type timerEntry struct {
@@ -492,7 +548,8 @@ func (d *dispatcher) timerLoop() {
 			e.lane.timerAt = 0
 			due = append(due, e.lane)
 		}
-		if t.h.Len() > 0 {
+		empty := t.h.Len() == 0
+		if !empty {
 			wait = t.h[0].due.Sub(now)
 		}
 		// Look again at least every maxTimerSleep: the wall clock may step
@@ -507,16 +564,22 @@ func (d *dispatcher) timerLoop() {
 		if len(due) > 0 {
 			continue
 		}
+		if empty {
+			// Nothing is scheduled, so no clock step can make anything
+			// due: sleep until add wakes us (a quiet sidecar woke every
+			// maxTimerSleep for nothing).
+			select {
+			case <-t.wake:
+			case <-d.quit:
+				return
+			}
+			continue
+		}
 		timer.Reset(wait)
 		select {
 		case <-timer.C:
 		case <-t.wake:
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
+			timer.Stop()
 		case <-d.quit:
 			return
 		}

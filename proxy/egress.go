@@ -436,6 +436,9 @@ type egress struct {
 	tokens map[grantKey]*tokenSource
 
 	checkMu sync.Mutex // one check at a time: the loop's and a reload's
+	// armed wakes run when a route or token source is made: with none
+	// there is nothing to check or sweep, and run does not tick.
+	armed chan struct{}
 
 	// ctx ends the token requests in flight at stop; wg waits for them.
 	ctx    context.Context
@@ -452,6 +455,7 @@ func newEgress(opts *Options, log *slog.Logger) *egress {
 		interval:  DefaultEgressCheckInterval,
 		routes:    map[routeKey]*route{},
 		tokens:    map[grantKey]*tokenSource{},
+		armed:     make(chan struct{}, 1),
 	}
 	if opts.egressCheckInterval > 0 {
 		g.interval = opts.egressCheckInterval
@@ -507,6 +511,7 @@ func (g *egress) attach(sub *Subscription) {
 		if r == nil {
 			r = g.makeRoute(k, sub.ID)
 			g.routes[k] = r
+			g.arm()
 		}
 		r.epoch, r.idle = g.epoch, 0
 	}
@@ -516,6 +521,7 @@ func (g *egress) attach(sub *Subscription) {
 		if ts == nil {
 			ts = newTokenSource(g, *sub.Auth, eg)
 			g.tokens[tk] = ts
+			g.arm()
 		}
 		ts.epoch, ts.idle = g.epoch, 0
 	}
@@ -663,8 +669,21 @@ func (g *egress) sweep(lanes []*lane) {
 func (g *egress) run(quit <-chan struct{}, lanes func() []*lane) {
 	t := time.NewTicker(g.interval)
 	defer t.Stop()
+	ticking := true
 	for {
+		// Most sidecars need neither a route nor a token source: they
+		// sleep here until one is made (or stop) instead of waking every
+		// interval to find nothing.
+		if g.mu.Lock(); len(g.routes) == 0 && len(g.tokens) == 0 {
+			t.Stop()
+			ticking = false
+		} else if !ticking {
+			t.Reset(g.interval)
+			ticking = true
+		}
+		g.mu.Unlock()
 		select {
+		case <-g.armed:
 		case <-t.C:
 			g.check()
 			g.sweep(lanes())
@@ -683,6 +702,14 @@ func (g *egress) run(quit <-chan struct{}, lanes func() []*lane) {
 			}
 			return
 		}
+	}
+}
+
+// arm wakes run, which ticks while a route or token source exists.
+func (g *egress) arm() {
+	select {
+	case g.armed <- struct{}{}:
+	default:
 	}
 }
 

@@ -42,6 +42,11 @@ type engine struct {
 	// expire (a rotation's grace): the maintenance pass looks for expired
 	// ones only then, not over 50,000 lanes every second.
 	rotating atomic.Bool
+	// quotas is set once any lane takes a subscription with a backlog
+	// quota, and never cleared: until then the maintenance pass does not
+	// lock each of 50,000 lanes every second to find none (that was most
+	// of an idle sidecar's CPU with 50,000 lanes, issue 14).
+	quotas atomic.Bool
 
 	stopping atomic.Bool  // no new deliveries
 	life     sync.RWMutex // finish holds it shared while writing outcomes and moving the cursor
@@ -53,7 +58,7 @@ func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now
 		store: store, client: client, log: log, now: now,
 		feed:      newFeed(store),
 		timers:    &timerHeap{wake: make(chan struct{}, 1)},
-		dirty:     &dirtySet{m: map[*lane]struct{}{}},
+		dirty:     newDirtySet(),
 		budget:    policy.NewBudget(budget, now),
 		quit:      make(chan struct{}),
 		bulkheads: map[string]*bulkhead{},
@@ -70,12 +75,27 @@ func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now
 type dirtySet struct {
 	mu sync.Mutex
 	m  map[*lane]struct{}
+	// armed is signalled when the set stops being empty: the flush loop
+	// sleeps until then instead of ticking every cursor interval, which
+	// woke a quiet sidecar 50 times a second for nothing (issue 14).
+	armed chan struct{}
+}
+
+func newDirtySet() *dirtySet {
+	return &dirtySet{m: map[*lane]struct{}{}, armed: make(chan struct{}, 1)}
 }
 
 func (s *dirtySet) mark(l *lane) {
 	s.mu.Lock()
+	first := len(s.m) == 0
 	s.m[l] = struct{}{}
 	s.mu.Unlock()
+	if first {
+		select {
+		case s.armed <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // take returns the lanes marked since the last take and forgets them.

@@ -154,6 +154,9 @@ func (l *lane) setPolicies(sub *Subscription) {
 	if sub.SecretExpiry != nil {
 		l.e.rotating.Store(true)
 	}
+	if sub.Backlog.MaxEvents > 0 || sub.Backlog.MaxAge > 0 {
+		l.e.quotas.Store(true)
+	}
 	l.sub = sub
 }
 

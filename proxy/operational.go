@@ -243,6 +243,7 @@ func (o *operational) drop(err error) {
 		o.lastErr = err
 		o.mu.Unlock()
 	}
+	o.poke() // run ticks again, to log the drop within the minute
 }
 
 // Who paused a subscription (the paused_by of subscription.paused).
@@ -313,11 +314,24 @@ func (o *operational) windowLocked(k windowKey, now time.Time) *window {
 	}
 	w := &window{end: now.Add(coalesceWindow), sendNow: true}
 	o.windows[k] = w
+	o.poke()
+	return w
+}
+
+// poke wakes the appender's loop without blocking.
+func (o *operational) poke() {
 	select {
 	case o.wake <- struct{}{}:
 	default:
 	}
-	return w
+}
+
+// idle reports whether the appender has nothing to look at on a tick:
+// no window open and no drop to log.
+func (o *operational) idle() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.windows) == 0 && o.unlogged.Load() == 0
 }
 
 func (w *window) add(n int64, at time.Time) {
@@ -496,8 +510,20 @@ func (o *operational) run() {
 	defer o.wg.Done()
 	t := time.NewTicker(opsTick)
 	defer t.Stop()
+	ticking := true
 	var loggedAt time.Time
 	for {
+		// Tick only while a window is open or a drop waits to be logged:
+		// both poke the loop when they begin, and a quiet sidecar with
+		// an operational webhook then sleeps instead of waking each second.
+		switch idle := o.idle(); {
+		case idle && ticking:
+			t.Stop()
+			ticking = false
+		case !idle && !ticking:
+			t.Reset(opsTick)
+			ticking = true
+		}
 		select {
 		case n := <-o.notices:
 			o.appendEvent(n.pending())
