@@ -5,9 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/queue"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/queue"
 
 	badgerdb "github.com/dgraph-io/badger/v4"
 )

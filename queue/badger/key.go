@@ -3,8 +3,9 @@ package badger
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/sluicehq/sluice/queue"
 	"time"
+
+	"github.com/sluicehq/sluice/queue"
 )
 
 // Key prefixes. One byte of prefix plus '/' keeps the layout readable in a
