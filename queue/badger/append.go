@@ -12,11 +12,14 @@ import (
 )
 
 type appendReq struct {
-	ev   *queue.Event
-	seq  uint64
-	dup  bool
-	err  error
-	done chan struct{}
+	ev *queue.Event
+	// checked: the appender found no i/ entry of the id in a snapshot
+	// taken once every event up to checked was indexed (dedup.go).
+	checked uint64
+	seq     uint64
+	dup     bool
+	err     error
+	done    chan struct{}
 }
 
 var reqPool = sync.Pool{New: func() any { return &appendReq{done: make(chan struct{}, 1)} }}
@@ -32,13 +35,34 @@ func (l *Log) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 		return 0, false, err
 	}
 	start := time.Now()
-	r := reqPool.Get().(*appendReq)
-	r.ev = ev
 	l.closeMu.RLock()
 	if l.closed {
 		l.closeMu.RUnlock()
-		reqPool.Put(r)
 		return 0, false, queue.ErrClosed
+	}
+	// The dedup lookup is the appender's, not the committer's: appenders
+	// make it in parallel, and a duplicate of a durable event is answered
+	// here. The mark is read before the snapshot is taken (dedup.go).
+	checked := l.indexed.Load()
+	var found bool
+	err = l.db.View(func(txn *badgerdb.Txn) error {
+		seq, _, found, err = lookupIndexed(txn, ev.ID)
+		return err
+	})
+	if err != nil || found && seq <= l.head.Load() {
+		l.closeMu.RUnlock()
+		if err == nil {
+			l.m.append.Observe(time.Since(start).Seconds())
+		}
+		return seq, err == nil, err
+	}
+	r := reqPool.Get().(*appendReq)
+	r.ev, r.checked = ev, checked
+	if found {
+		// Indexed, yet not published: the indexer writes only published
+		// events, so this should not be; were it so, the committer
+		// answers it after the sync that covers the original.
+		r.seq, r.dup = seq, true
 	}
 	l.reqs <- r
 	l.closeMu.RUnlock()
@@ -58,6 +82,7 @@ type written struct {
 	events    []*queue.Event // the new events, in seq order
 	committed uint64         // last seq actually written
 	err       error          // the write error, for requests past committed
+	expires   int64          // unix seconds when the ids of events expire
 }
 
 // committer gathers waiting appends into batches and writes each in one
@@ -68,7 +93,6 @@ type written struct {
 func (l *Log) committer() {
 	var (
 		arena []byte
-		seen  = map[string]uint64{}
 		syncs chan *written
 		done  = make(chan struct{})
 	)
@@ -102,8 +126,7 @@ func (l *Log) committer() {
 			}
 		}
 		var w *written
-		w, arena = l.write(batch, arena[:0], seen)
-		clear(seen)
+		w, arena = l.write(batch, arena[:0])
 		if syncs != nil && w.committed > l.head.Load() {
 			syncs <- w
 		} else {
@@ -141,13 +164,19 @@ func (l *Log) syncer(in <-chan *written, done chan<- struct{}) {
 
 // write assigns sequence numbers and writes one batch in as few
 // transactions as Badger allows.
-func (l *Log) write(batch []*appendReq, arena []byte, seen map[string]uint64) (*written, []byte) {
+func (l *Log) write(batch []*appendReq, arena []byte) (*written, []byte) {
 	l.seqMu.Lock()
 	defer l.seqMu.Unlock()
+	// Held across the batch, so that Lookup never sees an id of this
+	// batch that its transaction then failed to write.
+	l.idsMu.Lock()
+	defer l.idsMu.Unlock()
 	l.writeMu.RLock()
 	defer l.writeMu.RUnlock()
 	next := l.assigned.Load() + 1
-	w := &written{reqs: batch, committed: l.assigned.Load()}
+	now := time.Now()
+	w := &written{reqs: batch, committed: l.assigned.Load(), expires: now.Add(l.opts.DedupWindow).Unix()}
+	head := l.head.Load()
 	txn := l.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
 	var err error
@@ -191,43 +220,30 @@ func (l *Log) write(batch []*appendReq, arena []byte, seen map[string]uint64) (*
 			r.err = err
 			continue
 		}
-		if s, ok := seen[r.ev.ID]; ok {
-			r.seq, r.dup = s, true
+		if r.dup {
 			continue
 		}
-		item, gerr := txn.Get(idKey(r.ev.ID))
-		if gerr == nil {
-			gerr = item.Value(func(v []byte) error {
-				seq, _, err := decodeIDValue(v)
-				if err != nil {
-					return fmt.Errorf("dedup entry of %q: %w", r.ev.ID, err)
-				}
-				r.seq, r.dup = seq, true
-				return nil
-			})
-			if gerr != nil {
-				r.err = gerr
+		if e, ok := l.recentID(r.ev.ID, now.Unix(), head); ok {
+			r.seq, r.dup = e.seq, true
+			continue
+		}
+		if r.checked < l.idsLow {
+			// The appender's snapshot is older than what recent holds.
+			seq, _, found, gerr := lookupIndexed(txn, r.ev.ID)
+			if gerr != nil || found {
+				r.seq, r.dup, r.err = seq, found, gerr
+				continue
 			}
-			continue
-		}
-		if !errors.Is(gerr, badgerdb.ErrKeyNotFound) {
-			r.err = fmt.Errorf("dedup lookup: %w", gerr)
-			continue
 		}
 		r.ev.Seq = next
 		start := len(arena)
 		arena = appendEvent(arena, r.ev)
 		val := arena[start:len(arena):len(arena)]
-		if err = set(badgerdb.NewEntry(eventKey(next), val)); err == nil {
-			start = len(arena)
-			arena = appendIDValue(arena, next, r.ev.Type)
-			err = set(badgerdb.NewEntry(idKey(r.ev.ID), arena[start:len(arena):len(arena)]).WithTTL(l.opts.DedupWindow))
-		}
-		if err != nil {
+		if err = set(badgerdb.NewEntry(eventKey(next), val)); err != nil {
 			r.err = err
 			continue
 		}
-		seen[r.ev.ID] = next
+		l.ids[r.ev.ID] = idEntry{seq: next, typ: r.ev.Type, expires: w.expires}
 		r.seq = next
 		pending++
 		next++
@@ -240,14 +256,20 @@ func (l *Log) write(batch []*appendReq, arena []byte, seen map[string]uint64) (*
 	l.assigned.Store(w.committed)
 	// Events past the last committed transaction were never written.
 	for len(w.events) > 0 && w.events[len(w.events)-1].Seq > w.committed {
+		delete(l.ids, w.events[len(w.events)-1].ID)
 		w.events = w.events[:len(w.events)-1]
 	}
+	if len(w.events) > 0 {
+		l.idsMax = w.committed
+	}
+	l.rotateRecent()
 	return w, arena
 }
 
 // publish makes a written batch visible once it is durable: it advances
 // the head, hands the events to OnCommit and answers every appender.
 func (l *Log) publish(w *written, syncErr error) {
+	l.queueIndex(w.events, w.expires)
 	if w.committed > l.head.Load() {
 		l.head.Store(w.committed)
 	}

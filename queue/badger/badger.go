@@ -35,8 +35,9 @@
 //	m/format                        format version of the data dir (key.go)
 //	m/head                          last assigned sequence number
 //	m/low                           compaction boundary: no event below it but those retries hold
+//	m/indexed                       every event up to it has its i/ entry (format 5; dedup.go)
 //	e/<seq:8>                       event: version | id | type | content type | accepted-at | body
-//	i/<event id>                    seq:8 | type, Badger TTL = dedup window
+//	i/<event id>                    seq:8 | type, Badger TTL = dedup window, written after e/ (dedup.go)
 //	s/<subscription>                membership JSON: from, until, paused, config snapshot
 //	c/<subscription>                cursor seq:8
 //	r/<subscription>/<due:8><seq:8> retry JSON: attempt, first attempt, last status/error, replay
@@ -177,6 +178,25 @@ type Log struct {
 	// wait. Taken last, after any other lock, and never twice by one call.
 	writeMu sync.RWMutex
 
+	// The dedup index (dedup.go). ids and idsOld are the ids the
+	// committer wrote lately, the newer generation first: every event
+	// past idsLow is in one of them. idsMax and idsOldMax are the last seq
+	// of each. The committer writes them, Lookup reads them.
+	idsMu     sync.RWMutex
+	ids       map[string]idEntry
+	idsOld    map[string]idEntry
+	idsLow    uint64
+	idsMax    uint64
+	idsOldMax uint64
+	// indexed: every event up to it has its i/ entry (m/indexed).
+	indexed   atomic.Uint64
+	indexMu   sync.Mutex // one index write at a time
+	pendMu    sync.Mutex
+	pend      []indexBatch // published events without i/ entries, in seq order
+	indexKick chan struct{}
+	indexStop chan struct{}
+	indexDone chan struct{}
+
 	disk *diskGuard // nil when neither disk limit is set
 	m    *metrics
 	gc   *valueLogGC
@@ -265,6 +285,11 @@ func Open(opts Options) (_ *Log, err error) {
 		retryRefs: map[uint64]int32{},
 		held:      map[uint64]struct{}{},
 		vlogSize:  vlogSize,
+		ids:       map[string]idEntry{},
+		idsOld:    map[string]idEntry{},
+		indexKick: make(chan struct{}, 1),
+		indexStop: make(chan struct{}),
+		indexDone: make(chan struct{}),
 		// Buffered: a kick of the guard waits in it while a reclaim runs.
 		reclaimKick: make(chan struct{}, 1),
 	}
@@ -280,6 +305,7 @@ func Open(opts Options) (_ *Log, err error) {
 		l.disk = newDiskGuard(opts.Dir, opts.MaxDiskBytes, max(minFree, 0), log, l.kickReclaim)
 	}
 	l.startGC(gcInterval)
+	go l.indexer(l.indexStop, l.indexDone)
 	go l.committer()
 	// Last, so that a scrape never sees a half-made log.
 	if err := l.m.register(); err != nil {
@@ -308,12 +334,19 @@ func (l *Log) Close() error {
 	close(l.reqs)
 	l.closeMu.Unlock()
 	<-l.done
+	close(l.indexStop)
+	<-l.indexDone
+	// What the indexer had not written yet; Open would write it too.
+	ierr := l.index()
 	l.stopGC()
 	if l.disk != nil {
 		l.disk.close()
 	}
 	l.m.unregister()
-	return l.db.Close()
+	if err := l.db.Close(); err != nil {
+		return err
+	}
+	return ierr
 }
 
 // DiskUsage returns the last measurement of the data dir's disk use; the

@@ -39,6 +39,13 @@ func TestContract(t *testing.T) { queuetest.Run(t, backend) }
 // process several times; every append it acknowledged must be in the log.
 func TestInvariant1_AcknowledgedAppendsSurviveSIGKILL(t *testing.T) { queuetest.Crash(t, backend) }
 
+// TestInvariant2_DuplicatesRecognisedAfterSIGKILL kills a real appending
+// and compacting process; every id it acknowledged must still be a
+// duplicate, its event compacted or not.
+func TestInvariant2_DuplicatesRecognisedAfterSIGKILL(t *testing.T) {
+	queuetest.CrashDedup(t, backend)
+}
+
 // BenchmarkAppend measures Append with 64 concurrent producers (32 per
 // core on this 2-core machine; a sidecar's closed-loop producers), with
 // and without fsync. cpu-ns/op is the process's user+system CPU per

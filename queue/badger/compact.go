@@ -19,6 +19,14 @@ func (l *Log) Compact(below uint64) (int, error) {
 	l.compactMu.Lock()
 	defer l.compactMu.Unlock()
 	below = min(below, l.head.Load()+1)
+	// An event leaves the log only with its i/ entry written: after a
+	// crash Open finds the ids of unindexed events in the log alone
+	// (dedup.go). The head was read first, so every event below below
+	// is queued for the index by now.
+	if err := l.index(); err != nil {
+		return 0, fmt.Errorf("compact: %w", err)
+	}
+	below = min(below, l.indexed.Load()+1)
 	low := l.low.Load()
 	l.refMu.Lock()
 	released := l.released

@@ -105,6 +105,19 @@ func eventType(b []byte) ([]byte, error) {
 	return b[k : k+int(n)], nil
 }
 
+// eventIDType reads the id and type of an event record (of either
+// version), for Open's indexing of the log's tail.
+func eventIDType(b []byte) (id, typ string, err error) {
+	if len(b) == 0 || b[0] != recordVersion && b[0] != eventVersionExt {
+		return "", "", queue.ErrCorrupt
+	}
+	if id, b, err = readString(b[1:]); err != nil {
+		return "", "", err
+	}
+	typ, _, err = readString(b)
+	return id, typ, err
+}
+
 func readString(b []byte) (string, []byte, error) {
 	n, k := binary.Uvarint(b)
 	if k <= 0 || uint64(len(b)-k) < n {

@@ -12,7 +12,7 @@ import (
 // Badger dump and lets each record family be scanned on its own.
 var (
 	prefixEvent      = []byte("e/") // e/<seq>                      → event record
-	prefixID         = []byte("i/") // i/<event id>                 → seq | type (TTL = dedup window)
+	prefixID         = []byte("i/") // i/<event id>                 → seq | type (TTL = dedup window; dedup.go)
 	prefixMember     = []byte("s/") // s/<subscription>             → membership record
 	prefixCursor     = []byte("c/") // c/<subscription>             → cursor (8 bytes)
 	prefixRetry      = []byte("r/") // r/<subscription>/<due><seq>  → retry record
@@ -21,12 +21,13 @@ var (
 	prefixRecord     = []byte("a/") // a/<record key>               → the admin API's record (records.go)
 	keyHead          = []byte("m/head")
 	keyLow           = []byte("m/low")
+	keyIndexed       = []byte("m/indexed")
 	keyFormat        = []byte("m/format")
 )
 
 // formatVersion is written into a new data dir, and over an older one on
 // open; a dir written by a newer sluice is refused rather than misread.
-const formatVersion = 4
+const formatVersion = 5
 
 // Format history. A data dir of an older format is upgraded on open (its
 // m/format rewritten), so an older sluice then refuses it instead of
@@ -45,6 +46,11 @@ const formatVersion = 4
 //	   without them are still written as version 1, so an older dir needs
 //	   no rewrite; an older sluice must refuse the dir, as it would read a
 //	   version-2 record as damage.
+//	5  i/<id> entries are written after their events, by the indexer
+//	   (dedup.go), and m/indexed says how far: the events past it have
+//	   none yet, and Open writes them. A format-4 dir has every entry
+//	   (m/indexed absent: the head); a format-4 sluice must refuse a
+//	   format-5 dir, as it would not deduplicate the events past the mark.
 
 // recordVersion leads every value we encode so a record format can evolve.
 const recordVersion = 1

@@ -3,6 +3,7 @@ package badger
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	badgerdb "github.com/dgraph-io/badger/v4"
 
@@ -13,19 +14,20 @@ import (
 // type ("" for an entry written by format 1), while the id is remembered
 // (the dedup window); ErrNotFound after.
 func (l *Log) Lookup(id string) (seq uint64, typ string, err error) {
+	// recent first: an event not indexed yet is only there, and one that
+	// is moves from recent to its i/ entry only after that is written.
+	l.idsMu.RLock()
+	e, ok := l.recentID(id, time.Now().Unix(), l.head.Load())
+	l.idsMu.RUnlock()
+	if ok {
+		return e.seq, e.typ, nil
+	}
+	var found bool
 	err = l.db.View(func(txn *badgerdb.Txn) error {
-		item, err := txn.Get(idKey(id))
-		if err != nil {
-			return err
-		}
-		return item.Value(func(v []byte) error {
-			var t []byte
-			seq, t, err = decodeIDValue(v)
-			typ = string(t)
-			return err
-		})
+		seq, typ, found, err = lookupIndexed(txn, id)
+		return err
 	})
-	if errors.Is(err, badgerdb.ErrKeyNotFound) {
+	if err == nil && !found {
 		return 0, "", queue.ErrNotFound
 	}
 	return seq, typ, err
