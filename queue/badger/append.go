@@ -1,6 +1,7 @@
 package badger
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -20,6 +21,7 @@ type appendReq struct {
 	dup     bool
 	err     error
 	done    chan struct{}
+	key     []byte // i/<id>, for the appender's lookup
 }
 
 var reqPool = sync.Pool{New: func() any { return &appendReq{done: make(chan struct{}, 1)} }}
@@ -44,19 +46,21 @@ func (l *Log) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	// make it in parallel, and a duplicate of a durable event is answered
 	// here. The mark is read before the snapshot is taken (dedup.go).
 	checked := l.indexed.Load()
+	r := reqPool.Get().(*appendReq)
+	r.key = append(append(r.key[:0], prefixID...), ev.ID...)
 	var found bool
 	err = l.db.View(func(txn *badgerdb.Txn) error {
-		seq, _, found, err = lookupIndexed(txn, ev.ID)
+		seq, _, found, err = lookupIndexed(txn, r.key, ev.ID)
 		return err
 	})
 	if err != nil || found && seq <= l.head.Load() {
 		l.closeMu.RUnlock()
+		reqPool.Put(r)
 		if err == nil {
 			l.m.append.Observe(time.Since(start).Seconds())
 		}
 		return seq, err == nil, err
 	}
-	r := reqPool.Get().(*appendReq)
 	r.ev, r.checked = ev, checked
 	if found {
 		// Indexed, yet not published: the indexer writes only published
@@ -71,7 +75,7 @@ func (l *Log) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	// guard or after Close answers at once and is not counted.
 	l.m.append.Observe(time.Since(start).Seconds())
 	seq, dup, err = r.seq, r.dup, r.err
-	*r = appendReq{done: r.done}
+	*r = appendReq{done: r.done, key: r.key[:0]}
 	reqPool.Put(r)
 	return seq, dup, err
 }
@@ -93,6 +97,7 @@ type written struct {
 func (l *Log) committer() {
 	var (
 		arena []byte
+		ents  []badgerdb.Entry
 		syncs chan *written
 		done  = make(chan struct{})
 	)
@@ -126,7 +131,7 @@ func (l *Log) committer() {
 			}
 		}
 		var w *written
-		w, arena = l.write(batch, arena[:0])
+		w, arena, ents = l.write(batch, arena[:0], ents)
 		if syncs != nil && w.committed > l.head.Load() {
 			syncs <- w
 		} else {
@@ -164,7 +169,15 @@ func (l *Log) syncer(in <-chan *written, done chan<- struct{}) {
 
 // write assigns sequence numbers and writes one batch in as few
 // transactions as Badger allows.
-func (l *Log) write(batch []*appendReq, arena []byte) (*written, []byte) {
+//
+// The keys and values of a batch go in arena and its entries in ents,
+// both the committer's and reused: Badger is done with them once the
+// transaction's Commit has returned.
+func (l *Log) write(batch []*appendReq, arena []byte, ents []badgerdb.Entry) (*written, []byte, []badgerdb.Entry) {
+	if cap(ents) < len(batch) {
+		ents = make([]badgerdb.Entry, 0, len(batch))
+	}
+	ents = ents[:0]
 	l.seqMu.Lock()
 	defer l.seqMu.Unlock()
 	// Held across the batch, so that Lookup never sees an id of this
@@ -229,7 +242,7 @@ func (l *Log) write(batch []*appendReq, arena []byte) (*written, []byte) {
 		}
 		if r.checked < l.idsLow {
 			// The appender's snapshot is older than what recent holds.
-			seq, _, found, gerr := lookupIndexed(txn, r.ev.ID)
+			seq, _, found, gerr := lookupIndexed(txn, r.key, r.ev.ID)
 			if gerr != nil || found {
 				r.seq, r.dup, r.err = seq, found, gerr
 				continue
@@ -237,9 +250,12 @@ func (l *Log) write(batch []*appendReq, arena []byte) (*written, []byte) {
 		}
 		r.ev.Seq = next
 		start := len(arena)
+		arena = binary.BigEndian.AppendUint64(append(arena, prefixEvent...), next)
+		key := arena[start:len(arena):len(arena)]
+		start = len(arena)
 		arena = appendEvent(arena, r.ev)
-		val := arena[start:len(arena):len(arena)]
-		if err = set(badgerdb.NewEntry(eventKey(next), val)); err != nil {
+		ents = append(ents, badgerdb.Entry{Key: key, Value: arena[start:len(arena):len(arena)]})
+		if err = set(&ents[len(ents)-1]); err != nil {
 			r.err = err
 			continue
 		}
@@ -263,7 +279,7 @@ func (l *Log) write(batch []*appendReq, arena []byte) (*written, []byte) {
 		l.idsMax = w.committed
 	}
 	l.rotateRecent()
-	return w, arena
+	return w, arena, ents
 }
 
 // publish makes a written batch visible once it is durable: it advances

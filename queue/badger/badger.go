@@ -190,7 +190,9 @@ type Log struct {
 	idsOldMax uint64
 	// indexed: every event up to it has its i/ entry (m/indexed).
 	indexed   atomic.Uint64
-	indexMu   sync.Mutex // one index write at a time
+	indexMu   sync.Mutex // one index write at a time; guards idxEnts, idxArena
+	idxEnts   []badgerdb.Entry
+	idxArena  []byte
 	pendMu    sync.Mutex
 	pend      []indexBatch // published events without i/ entries, in seq order
 	indexKick chan struct{}

@@ -80,9 +80,9 @@ func (l *Log) rotateRecent() {
 	l.ids = make(map[string]idEntry, recentKeep)
 }
 
-// lookupIndexed reads id's i/ entry in a snapshot.
-func lookupIndexed(txn *badgerdb.Txn, id string) (seq uint64, typ string, found bool, err error) {
-	item, err := txn.Get(idKey(id))
+// lookupIndexed reads id's i/ entry, key, in a snapshot.
+func lookupIndexed(txn *badgerdb.Txn, key []byte, id string) (seq uint64, typ string, found bool, err error) {
+	item, err := txn.Get(key)
 	if errors.Is(err, badgerdb.ErrKeyNotFound) {
 		return 0, "", false, nil
 	}
@@ -169,10 +169,18 @@ func (l *Log) writeIndex(batches []indexBatch, through uint64) error {
 	defer l.writeMu.RUnlock()
 	txn := l.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
-	var (
-		val  []byte
-		last uint64 // last seq set in txn
-	)
+	// Keys, values and entries in one arena and one slab, reused by the
+	// next write (indexMu): Badger is done with them once Commit returns.
+	n := 0
+	for _, b := range batches {
+		n += len(b.events)
+	}
+	if cap(l.idxEnts) < n {
+		l.idxEnts = make([]badgerdb.Entry, 0, n)
+	}
+	ents, arena := l.idxEnts[:0], l.idxArena[:0]
+	defer func() { l.idxEnts, l.idxArena = ents[:0], arena[:0] }()
+	var last uint64 // last seq set in txn
 	commit := func() error {
 		if err := txn.Set(keyIndexed, u64(last)); err != nil {
 			return err
@@ -186,8 +194,13 @@ func (l *Log) writeIndex(batches []indexBatch, through uint64) error {
 	}
 	for _, b := range batches {
 		for _, ev := range b.events {
-			val = appendIDValue(val[:0:0], ev.Seq, ev.Type)
-			e := &badgerdb.Entry{Key: idKey(ev.ID), Value: val, ExpiresAt: uint64(b.expires)}
+			start := len(arena)
+			arena = append(append(arena, prefixID...), ev.ID...)
+			key := arena[start:len(arena):len(arena)]
+			start = len(arena)
+			arena = appendIDValue(arena, ev.Seq, ev.Type)
+			ents = append(ents, badgerdb.Entry{Key: key, Value: arena[start:len(arena):len(arena)], ExpiresAt: uint64(b.expires)})
+			e := &ents[len(ents)-1]
 			err := txn.SetEntry(e)
 			if errors.Is(err, badgerdb.ErrTxnTooBig) && last > 0 {
 				if err = commit(); err == nil {

@@ -24,7 +24,7 @@ func (l *Log) Lookup(id string) (seq uint64, typ string, err error) {
 	}
 	var found bool
 	err = l.db.View(func(txn *badgerdb.Txn) error {
-		seq, typ, found, err = lookupIndexed(txn, id)
+		seq, typ, found, err = lookupIndexed(txn, idKey(id), id)
 		return err
 	})
 	if err == nil && !found {
