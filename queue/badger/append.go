@@ -22,6 +22,7 @@ type appendReq struct {
 	err     error
 	done    chan struct{}
 	key     []byte // i/<id>, for the appender's lookup
+	hash    uint64 // of the id, in the filter (idfilter.go)
 }
 
 var reqPool = sync.Pool{New: func() any { return &appendReq{done: make(chan struct{}, 1)} }}
@@ -42,11 +43,22 @@ func (l *Log) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 		l.closeMu.RUnlock()
 		return 0, false, queue.ErrClosed
 	}
-	// The dedup lookup is the appender's, not the committer's: appenders
+	// The dedup check is the appender's, not the committer's: appenders
 	// make it in parallel, and a duplicate of a durable event is answered
-	// here. The mark is read before the snapshot is taken (dedup.go).
-	checked := l.indexed.Load()
+	// here. An id the filter has never seen needs no lookup; the
+	// committer checks it against what it wrote after assigned, read
+	// before the filter (idfilter.go).
 	r := reqPool.Get().(*appendReq)
+	r.hash = l.filter.hash(ev.ID)
+	assigned := l.assigned.Load()
+	if !l.filter.mayContain(r.hash) {
+		r.ev, r.checked = ev, assigned
+		l.reqs <- r
+		l.closeMu.RUnlock()
+		return l.await(r, start)
+	}
+	// The mark is read before the snapshot is taken (dedup.go).
+	checked := l.indexed.Load()
 	r.key = append(append(r.key[:0], prefixID...), ev.ID...)
 	var found bool
 	err = l.db.View(func(txn *badgerdb.Txn) error {
@@ -55,6 +67,7 @@ func (l *Log) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	})
 	if err != nil || found && seq <= l.head.Load() {
 		l.closeMu.RUnlock()
+		*r = appendReq{done: r.done, key: r.key[:0]}
 		reqPool.Put(r)
 		if err == nil {
 			l.m.append.Observe(time.Since(start).Seconds())
@@ -70,6 +83,11 @@ func (l *Log) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	}
 	l.reqs <- r
 	l.closeMu.RUnlock()
+	return l.await(r, start)
+}
+
+// await waits for the committer's answer to r and puts r back.
+func (l *Log) await(r *appendReq, start time.Time) (seq uint64, dup bool, err error) {
 	<-r.done
 	// Timed from the hand-off to the committer: a refusal by the disk
 	// guard or after Close answers at once and is not counted.
@@ -260,6 +278,7 @@ func (l *Log) write(batch []*appendReq, arena []byte, ents []badgerdb.Entry) (*w
 			continue
 		}
 		l.ids[r.ev.ID] = idEntry{seq: next, typ: r.ev.Type, expires: w.expires}
+		l.filter.add(r.hash, now.UnixNano())
 		r.seq = next
 		pending++
 		next++
@@ -279,6 +298,7 @@ func (l *Log) write(batch []*appendReq, arena []byte, ents []badgerdb.Entry) (*w
 		l.idsMax = w.committed
 	}
 	l.rotateRecent()
+	l.filter.expire(now.UnixNano())
 	return w, arena, ents
 }
 

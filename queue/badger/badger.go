@@ -198,6 +198,8 @@ type Log struct {
 	indexKick chan struct{}
 	indexStop chan struct{}
 	indexDone chan struct{}
+	filter    *idFilter     // ids written within the window (idfilter.go)
+	fillDone  chan struct{} // closed when fillFilter has returned
 
 	disk *diskGuard // nil when neither disk limit is set
 	m    *metrics
@@ -292,6 +294,8 @@ func Open(opts Options) (_ *Log, err error) {
 		indexKick: make(chan struct{}, 1),
 		indexStop: make(chan struct{}),
 		indexDone: make(chan struct{}),
+		filter:    newIDFilter(opts.DedupWindow, time.Now()),
+		fillDone:  make(chan struct{}),
 		// Buffered: a kick of the guard waits in it while a reclaim runs.
 		reclaimKick: make(chan struct{}, 1),
 	}
@@ -308,6 +312,10 @@ func Open(opts Options) (_ *Log, err error) {
 	}
 	l.startGC(gcInterval)
 	go l.indexer(l.indexStop, l.indexDone)
+	go func() {
+		defer close(l.fillDone)
+		l.fillFilter(l.indexStop)
+	}()
 	go l.committer()
 	// Last, so that a scrape never sees a half-made log.
 	if err := l.m.register(); err != nil {
@@ -338,6 +346,7 @@ func (l *Log) Close() error {
 	<-l.done
 	close(l.indexStop)
 	<-l.indexDone
+	<-l.fillDone
 	// What the indexer had not written yet; Open would write it too.
 	ierr := l.index()
 	l.stopGC()
