@@ -210,25 +210,30 @@ func (l *Log) write(batch []*appendReq, arena []byte, ents []badgerdb.Entry) (*w
 	head := l.head.Load()
 	txn := l.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
-	var err error
-	pending := 0 // events set in txn but not yet committed
+	var (
+		err     error
+		pending = 0           // records set in txn but not yet committed
+		through = w.committed // last seq of the records set in txn
+		g       groupWriter   // the group being built (g.n events)
+		gsize   int           // bytes of its events
+	)
 	flush := func() error {
 		// The head goes with its events. Only when they fill the
 		// transaction to its last bytes does it take one of its own: Open
 		// would find the head from the last event key, but not once
 		// compaction has deleted every event.
-		headErr := txn.Set(keyHead, u64(next-1))
+		headErr := txn.Set(keyHead, u64(through))
 		if headErr != nil && !errors.Is(headErr, badgerdb.ErrTxnTooBig) {
 			return fmt.Errorf("set head: %w", headErr)
 		}
 		if err := txn.Commit(); err != nil {
 			return err
 		}
-		w.committed = next - 1
+		w.committed = through
 		pending = 0
 		txn = l.db.NewTransaction(true)
 		if headErr != nil {
-			if err := l.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(keyHead, u64(next-1)) }); err != nil {
+			if err := l.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(keyHead, u64(through)) }); err != nil {
 				return fmt.Errorf("set head: %w", err)
 			}
 		}
@@ -245,6 +250,24 @@ func (l *Log) write(batch []*appendReq, arena []byte, ents []badgerdb.Entry) (*w
 			err = txn.SetEntry(e)
 		}
 		return err
+	}
+	// closeGroup sets the group built so far as one record under the key
+	// of its last seq (next-1), or the event alone as its own record.
+	closeGroup := func() error {
+		if g.n == 0 {
+			return nil
+		}
+		val := g.value(arena)
+		start := len(arena)
+		arena = binary.BigEndian.AppendUint64(append(arena, prefixEvent...), next-1)
+		ents = append(ents, badgerdb.Entry{Key: arena[start:len(arena):len(arena)], Value: val})
+		g.n = 0
+		if err := set(&ents[len(ents)-1]); err != nil {
+			return err
+		}
+		through = next - 1
+		pending++
+		return nil
 	}
 	for _, r := range batch {
 		if err != nil {
@@ -266,23 +289,32 @@ func (l *Log) write(batch []*appendReq, arena []byte, ents []badgerdb.Entry) (*w
 				continue
 			}
 		}
-		r.ev.Seq = next
-		start := len(arena)
-		arena = binary.BigEndian.AppendUint64(append(arena, prefixEvent...), next)
-		key := arena[start:len(arena):len(arena)]
-		start = len(arena)
-		arena = appendEvent(arena, r.ev)
-		ents = append(ents, badgerdb.Entry{Key: key, Value: arena[start:len(arena):len(arena)]})
-		if err = set(&ents[len(ents)-1]); err != nil {
-			r.err = err
-			continue
+		size := r.ev.Size()
+		if g.n > 0 && gsize+size > groupMaxBytes {
+			if err = closeGroup(); err != nil {
+				r.err = err
+				continue
+			}
 		}
+		if g.n == 0 {
+			arena, gsize = g.begin(arena), 0
+		}
+		r.ev.Seq = next
+		arena = g.add(arena, r.ev)
+		gsize += size
 		l.ids[r.ev.ID] = idEntry{seq: next, typ: r.ev.Type, expires: w.expires}
 		l.filter.add(r.hash, now.UnixNano())
 		r.seq = next
-		pending++
 		next++
 		w.events = append(w.events, r.ev)
+		if gsize >= groupMaxBytes {
+			// A failure here fails this group's appends in publish (their
+			// seqs are past what was committed) and the rest below.
+			err = closeGroup()
+		}
+	}
+	if err == nil {
+		err = closeGroup()
 	}
 	if err == nil && pending > 0 {
 		err = flush()

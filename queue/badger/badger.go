@@ -110,6 +110,12 @@ func roomAtOpen(dir string, quota, minFree int64) int64 {
 const (
 	maxBatchEvents = 1024
 	maxBatchBytes  = 4 << 20
+	// groupMaxBytes bounds a group record (format 6, key.go): about 30
+	// events of 512 bytes in one Badger entry, well below the value
+	// threshold so that groups stay in the LSM tree, and small enough
+	// that reading one event of it, or copying out the few a retry
+	// holds, costs little.
+	groupMaxBytes = 16 << 10
 )
 
 // Options configure a Log. The zero value of each field but Dir is usable.

@@ -234,14 +234,19 @@ func (l *Log) indexTail(indexed, head uint64) error {
 		it := txn.NewIterator(badgerdb.IteratorOptions{Prefix: prefixEvent, PrefetchValues: true, PrefetchSize: 100})
 		defer it.Close()
 		for it.Seek(eventKey(indexed + 1)); it.Valid(); it.Next() {
-			seq := seqFromEventKey(it.Item().Key())
-			if err := it.Item().Value(func(v []byte) error {
-				id, typ, err := eventIDType(v)
-				if err != nil {
-					return fmt.Errorf("event %d: %w", seq, err)
-				}
-				evs = append(evs, &queue.Event{Seq: seq, ID: id, Type: typ})
-				return nil
+			item := it.Item()
+			if err := item.Value(func(v []byte) error {
+				return records(seqFromEventKey(item.Key()), v, func(seq uint64, rec []byte) error {
+					if seq <= indexed {
+						return nil
+					}
+					id, typ, err := eventIDType(rec)
+					if err != nil {
+						return fmt.Errorf("event %d: %w", seq, err)
+					}
+					evs = append(evs, &queue.Event{Seq: seq, ID: id, Type: typ})
+					return nil
+				})
 			}); err != nil {
 				return err
 			}

@@ -121,6 +121,19 @@ func (l *Log) recover() error {
 			if seq >= low {
 				break
 			}
+			// Compact leaves no group below its boundary; should one be
+			// there, the boundary goes back to it for the next Compact.
+			var first uint64
+			if err := eit.Item().Value(func(v []byte) (err error) {
+				first, err = firstSeq(seq, v)
+				return err
+			}); err != nil {
+				return err
+			}
+			if first != seq {
+				l.low.Store(first)
+				break
+			}
 			if l.retryRefs[seq] > 0 {
 				l.held[seq] = struct{}{}
 			} else {
