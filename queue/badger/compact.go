@@ -173,7 +173,7 @@ func (l *Log) compactRecords(recs []record, below uint64) (int, error) {
 			continue
 		}
 		var g groupWriter
-		rest := 0
+		rest, lastHeld := 0, false
 		err := records(r.key, r.val, func(seq uint64, rec []byte) error {
 			switch {
 			case seq >= below:
@@ -185,6 +185,7 @@ func (l *Log) compactRecords(recs []record, below uint64) (int, error) {
 			case l.retryRefs[seq] > 0:
 				l.held[seq] = struct{}{}
 				copies = append(copies, copyOut{seq, rec})
+				lastHeld = seq == r.key
 			default:
 				n++
 			}
@@ -194,9 +195,12 @@ func (l *Log) compactRecords(recs []record, below uint64) (int, error) {
 			l.refMu.Unlock()
 			return 0, err
 		}
-		if rest > 0 {
+		switch {
+		case rest > 0:
 			rewrite = &record{key: r.key, val: g.value(keep)}
-		} else {
+		case !lastHeld:
+			// A held last event's own record replaces the group under
+			// the same key: deleting the key too would delete it.
 			deletes = append(deletes, r.key)
 		}
 	}
