@@ -212,9 +212,13 @@ type Log struct {
 	gc   *valueLogGC
 	// deleted counts the events Compact has deleted since Open: the
 	// reclaim loop reclaims only once it has moved.
-	deleted     atomic.Uint64
-	reclaimKick chan struct{}
-	vlogSize    int64 // bytes of one value-log file (vlogFileSize)
+	deleted atomic.Uint64
+	// deletedBytes is what the records Compact deleted since the last
+	// reclaim held in the LSM tree (their values), for the reclaim to
+	// judge its flush by.
+	deletedBytes atomic.Uint64
+	reclaimKick  chan struct{}
+	vlogSize     int64 // bytes of one value-log file (vlogFileSize)
 }
 
 var _ queue.Store = (*Log)(nil)

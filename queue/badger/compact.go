@@ -103,6 +103,7 @@ const compactChunk = 256
 type record struct {
 	key, first uint64
 	val        []byte // nil for an event's own record
+	size       int    // of its value, when it is in the LSM tree
 }
 
 // compactBytes bounds the group values one compaction chunk holds.
@@ -118,7 +119,18 @@ func (l *Log) recordsBelow(from, below uint64) ([]record, error) {
 		size := 0
 		for it.Seek(eventKey(from)); it.Valid() && len(recs) < compactChunk && size < compactBytes; it.Next() {
 			item := it.Item()
-			r := record{key: seqFromEventKey(item.Key())}
+			r := record{key: seqFromEventKey(item.Key()), first: seqFromEventKey(item.Key())}
+			if item.ValueSize() >= valueThreshold {
+				// An event's own record (groups stay below groupMaxBytes)
+				// in the value log, whose GC gives its space back: no need
+				// to read it.
+				if r.key >= below {
+					return nil
+				}
+				recs = append(recs, r)
+				continue
+			}
+			r.size = int(item.ValueSize())
 			if err := item.Value(func(v []byte) error {
 				first, err := firstSeq(r.key, v)
 				if err != nil {
@@ -159,6 +171,7 @@ func (l *Log) compactRecords(recs []record, below uint64) (int, error) {
 		rewrite *record   // the straddling group, less its events below below
 		keep    []byte
 		n       int
+		bytes   int // values in the tree of the records deleted or rewritten
 	)
 	l.refMu.Lock()
 	for i := range recs {
@@ -168,10 +181,12 @@ func (l *Log) compactRecords(recs []record, below uint64) (int, error) {
 				l.held[r.key] = struct{}{}
 			} else {
 				deletes = append(deletes, r.key)
+				bytes += r.size
 				n++
 			}
 			continue
 		}
+		bytes += r.size
 		var g groupWriter
 		rest, lastHeld := 0, false
 		err := records(r.key, r.val, func(seq uint64, rec []byte) error {
@@ -227,5 +242,6 @@ func (l *Log) compactRecords(recs []record, below uint64) (int, error) {
 		return 0, err
 	}
 	l.deleted.Add(uint64(n))
+	l.deletedBytes.Add(uint64(bytes))
 	return n, nil
 }
