@@ -36,7 +36,8 @@
 //	m/head                          last assigned sequence number
 //	m/low                           compaction boundary: no event below it but those retries hold
 //	m/indexed                       every event up to it has its i/ entry (format 5; dedup.go)
-//	e/<seq:8>                       event: version | id | type | content type | accepted-at | body
+//	e/<seq:8>                       event: version | id | type | content type | accepted-at | body;
+//	                                or a group (format 6): the events of one batch up to seq (encoding.go)
 //	i/<event id>                    seq:8 | type, Badger TTL = dedup window, written after e/ (dedup.go)
 //	s/<subscription>                membership JSON: from, until, paused, config snapshot
 //	c/<subscription>                cursor seq:8
