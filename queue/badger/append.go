@@ -1,6 +1,7 @@
 package badger
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -12,11 +13,16 @@ import (
 )
 
 type appendReq struct {
-	ev   *queue.Event
-	seq  uint64
-	dup  bool
-	err  error
-	done chan struct{}
+	ev *queue.Event
+	// checked: the appender found no i/ entry of the id in a snapshot
+	// taken once every event up to checked was indexed (dedup.go).
+	checked uint64
+	seq     uint64
+	dup     bool
+	err     error
+	done    chan struct{}
+	key     []byte // i/<id>, for the appender's lookup
+	hash    uint64 // of the id, in the filter (idfilter.go)
 }
 
 var reqPool = sync.Pool{New: func() any { return &appendReq{done: make(chan struct{}, 1)} }}
@@ -32,22 +38,62 @@ func (l *Log) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 		return 0, false, err
 	}
 	start := time.Now()
-	r := reqPool.Get().(*appendReq)
-	r.ev = ev
 	l.closeMu.RLock()
 	if l.closed {
 		l.closeMu.RUnlock()
-		reqPool.Put(r)
 		return 0, false, queue.ErrClosed
+	}
+	// The dedup check is the appender's, not the committer's: appenders
+	// make it in parallel, and a duplicate of a durable event is answered
+	// here. An id the filter has never seen needs no lookup; the
+	// committer checks it against what it wrote after assigned, read
+	// before the filter (idfilter.go).
+	r := reqPool.Get().(*appendReq)
+	r.hash = l.filter.hash(ev.ID)
+	assigned := l.assigned.Load()
+	if !l.filter.mayContain(r.hash) {
+		r.ev, r.checked = ev, assigned
+		l.reqs <- r
+		l.closeMu.RUnlock()
+		return l.await(r, start)
+	}
+	// The mark is read before the snapshot is taken (dedup.go).
+	checked := l.indexed.Load()
+	r.key = append(append(r.key[:0], prefixID...), ev.ID...)
+	var found bool
+	err = l.db.View(func(txn *badgerdb.Txn) error {
+		seq, _, found, err = lookupIndexed(txn, r.key, ev.ID)
+		return err
+	})
+	if err != nil || found && seq <= l.head.Load() {
+		l.closeMu.RUnlock()
+		*r = appendReq{done: r.done, key: r.key[:0]}
+		reqPool.Put(r)
+		if err == nil {
+			l.m.append.Observe(time.Since(start).Seconds())
+		}
+		return seq, err == nil, err
+	}
+	r.ev, r.checked = ev, checked
+	if found {
+		// Indexed, yet not published: the indexer writes only published
+		// events, so this should not be; were it so, the committer
+		// answers it after the sync that covers the original.
+		r.seq, r.dup = seq, true
 	}
 	l.reqs <- r
 	l.closeMu.RUnlock()
+	return l.await(r, start)
+}
+
+// await waits for the committer's answer to r and puts r back.
+func (l *Log) await(r *appendReq, start time.Time) (seq uint64, dup bool, err error) {
 	<-r.done
 	// Timed from the hand-off to the committer: a refusal by the disk
 	// guard or after Close answers at once and is not counted.
 	l.m.append.Observe(time.Since(start).Seconds())
 	seq, dup, err = r.seq, r.dup, r.err
-	*r = appendReq{done: r.done}
+	*r = appendReq{done: r.done, key: r.key[:0]}
 	reqPool.Put(r)
 	return seq, dup, err
 }
@@ -58,6 +104,7 @@ type written struct {
 	events    []*queue.Event // the new events, in seq order
 	committed uint64         // last seq actually written
 	err       error          // the write error, for requests past committed
+	expires   int64          // unix seconds when the ids of events expire
 }
 
 // committer gathers waiting appends into batches and writes each in one
@@ -68,7 +115,7 @@ type written struct {
 func (l *Log) committer() {
 	var (
 		arena []byte
-		seen  = map[string]uint64{}
+		ents  []badgerdb.Entry
 		syncs chan *written
 		done  = make(chan struct{})
 	)
@@ -102,8 +149,7 @@ func (l *Log) committer() {
 			}
 		}
 		var w *written
-		w, arena = l.write(batch, arena[:0], seen)
-		clear(seen)
+		w, arena, ents = l.write(batch, arena[:0], ents)
 		if syncs != nil && w.committed > l.head.Load() {
 			syncs <- w
 		} else {
@@ -141,34 +187,53 @@ func (l *Log) syncer(in <-chan *written, done chan<- struct{}) {
 
 // write assigns sequence numbers and writes one batch in as few
 // transactions as Badger allows.
-func (l *Log) write(batch []*appendReq, arena []byte, seen map[string]uint64) (*written, []byte) {
+//
+// The keys and values of a batch go in arena and its entries in ents,
+// both the committer's and reused: Badger is done with them once the
+// transaction's Commit has returned.
+func (l *Log) write(batch []*appendReq, arena []byte, ents []badgerdb.Entry) (*written, []byte, []badgerdb.Entry) {
+	if cap(ents) < len(batch) {
+		ents = make([]badgerdb.Entry, 0, len(batch))
+	}
+	ents = ents[:0]
 	l.seqMu.Lock()
 	defer l.seqMu.Unlock()
+	// Held across the batch, so that Lookup never sees an id of this
+	// batch that its transaction then failed to write.
+	l.idsMu.Lock()
+	defer l.idsMu.Unlock()
 	l.writeMu.RLock()
 	defer l.writeMu.RUnlock()
 	next := l.assigned.Load() + 1
-	w := &written{reqs: batch, committed: l.assigned.Load()}
+	now := time.Now()
+	w := &written{reqs: batch, committed: l.assigned.Load(), expires: now.Add(l.opts.DedupWindow).Unix()}
+	head := l.head.Load()
 	txn := l.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
-	var err error
-	pending := 0 // events set in txn but not yet committed
+	var (
+		err     error
+		pending = 0           // records set in txn but not yet committed
+		through = w.committed // last seq of the records set in txn
+		g       groupWriter   // the group being built (g.n events)
+		gsize   int           // bytes of its events
+	)
 	flush := func() error {
 		// The head goes with its events. Only when they fill the
 		// transaction to its last bytes does it take one of its own: Open
 		// would find the head from the last event key, but not once
 		// compaction has deleted every event.
-		headErr := txn.Set(keyHead, u64(next-1))
+		headErr := txn.Set(keyHead, u64(through))
 		if headErr != nil && !errors.Is(headErr, badgerdb.ErrTxnTooBig) {
 			return fmt.Errorf("set head: %w", headErr)
 		}
 		if err := txn.Commit(); err != nil {
 			return err
 		}
-		w.committed = next - 1
+		w.committed = through
 		pending = 0
 		txn = l.db.NewTransaction(true)
 		if headErr != nil {
-			if err := l.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(keyHead, u64(next-1)) }); err != nil {
+			if err := l.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(keyHead, u64(through)) }); err != nil {
 				return fmt.Errorf("set head: %w", err)
 			}
 		}
@@ -186,52 +251,70 @@ func (l *Log) write(batch []*appendReq, arena []byte, seen map[string]uint64) (*
 		}
 		return err
 	}
+	// closeGroup sets the group built so far as one record under the key
+	// of its last seq (next-1), or the event alone as its own record.
+	closeGroup := func() error {
+		if g.n == 0 {
+			return nil
+		}
+		val := g.value(arena)
+		start := len(arena)
+		arena = binary.BigEndian.AppendUint64(append(arena, prefixEvent...), next-1)
+		ents = append(ents, badgerdb.Entry{Key: arena[start:len(arena):len(arena)], Value: val})
+		g.n = 0
+		if err := set(&ents[len(ents)-1]); err != nil {
+			return err
+		}
+		through = next - 1
+		pending++
+		return nil
+	}
 	for _, r := range batch {
 		if err != nil {
 			r.err = err
 			continue
 		}
-		if s, ok := seen[r.ev.ID]; ok {
-			r.seq, r.dup = s, true
+		if r.dup {
 			continue
 		}
-		item, gerr := txn.Get(idKey(r.ev.ID))
-		if gerr == nil {
-			gerr = item.Value(func(v []byte) error {
-				seq, _, err := decodeIDValue(v)
-				if err != nil {
-					return fmt.Errorf("dedup entry of %q: %w", r.ev.ID, err)
-				}
-				r.seq, r.dup = seq, true
-				return nil
-			})
-			if gerr != nil {
-				r.err = gerr
+		if e, ok := l.recentID(r.ev.ID, now.Unix(), head); ok {
+			r.seq, r.dup = e.seq, true
+			continue
+		}
+		if r.checked < l.idsLow {
+			// The appender's snapshot is older than what recent holds.
+			seq, _, found, gerr := lookupIndexed(txn, r.key, r.ev.ID)
+			if gerr != nil || found {
+				r.seq, r.dup, r.err = seq, found, gerr
+				continue
 			}
-			continue
 		}
-		if !errors.Is(gerr, badgerdb.ErrKeyNotFound) {
-			r.err = fmt.Errorf("dedup lookup: %w", gerr)
-			continue
+		size := r.ev.Size()
+		if g.n > 0 && gsize+size > groupMaxBytes {
+			if err = closeGroup(); err != nil {
+				r.err = err
+				continue
+			}
+		}
+		if g.n == 0 {
+			arena, gsize = g.begin(arena), 0
 		}
 		r.ev.Seq = next
-		start := len(arena)
-		arena = appendEvent(arena, r.ev)
-		val := arena[start:len(arena):len(arena)]
-		if err = set(badgerdb.NewEntry(eventKey(next), val)); err == nil {
-			start = len(arena)
-			arena = appendIDValue(arena, next, r.ev.Type)
-			err = set(badgerdb.NewEntry(idKey(r.ev.ID), arena[start:len(arena):len(arena)]).WithTTL(l.opts.DedupWindow))
-		}
-		if err != nil {
-			r.err = err
-			continue
-		}
-		seen[r.ev.ID] = next
+		arena = g.add(arena, r.ev)
+		gsize += size
+		l.ids[r.ev.ID] = idEntry{seq: next, typ: r.ev.Type, expires: w.expires}
+		l.filter.add(r.hash, now.UnixNano())
 		r.seq = next
-		pending++
 		next++
 		w.events = append(w.events, r.ev)
+		if gsize >= groupMaxBytes {
+			// A failure here fails this group's appends in publish (their
+			// seqs are past what was committed) and the rest below.
+			err = closeGroup()
+		}
+	}
+	if err == nil {
+		err = closeGroup()
 	}
 	if err == nil && pending > 0 {
 		err = flush()
@@ -240,14 +323,21 @@ func (l *Log) write(batch []*appendReq, arena []byte, seen map[string]uint64) (*
 	l.assigned.Store(w.committed)
 	// Events past the last committed transaction were never written.
 	for len(w.events) > 0 && w.events[len(w.events)-1].Seq > w.committed {
+		delete(l.ids, w.events[len(w.events)-1].ID)
 		w.events = w.events[:len(w.events)-1]
 	}
-	return w, arena
+	if len(w.events) > 0 {
+		l.idsMax = w.committed
+	}
+	l.rotateRecent()
+	l.filter.expire(now.UnixNano())
+	return w, arena, ents
 }
 
 // publish makes a written batch visible once it is durable: it advances
 // the head, hands the events to OnCommit and answers every appender.
 func (l *Log) publish(w *written, syncErr error) {
+	l.queueIndex(w.events, w.expires)
 	if w.committed > l.head.Load() {
 		l.head.Store(w.committed)
 	}

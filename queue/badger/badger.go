@@ -35,8 +35,10 @@
 //	m/format                        format version of the data dir (key.go)
 //	m/head                          last assigned sequence number
 //	m/low                           compaction boundary: no event below it but those retries hold
-//	e/<seq:8>                       event: version | id | type | content type | accepted-at | body
-//	i/<event id>                    seq:8 | type, Badger TTL = dedup window
+//	m/indexed                       every event up to it has its i/ entry (format 5; dedup.go)
+//	e/<seq:8>                       event: version | id | type | content type | accepted-at | body;
+//	                                or a group (format 6): the events of one batch up to seq (encoding.go)
+//	i/<event id>                    seq:8 | type, Badger TTL = dedup window, written after e/ (dedup.go)
 //	s/<subscription>                membership JSON: from, until, paused, config snapshot
 //	c/<subscription>                cursor seq:8
 //	r/<subscription>/<due:8><seq:8> retry JSON: attempt, first attempt, last status/error, replay
@@ -109,6 +111,12 @@ func roomAtOpen(dir string, quota, minFree int64) int64 {
 const (
 	maxBatchEvents = 1024
 	maxBatchBytes  = 4 << 20
+	// groupMaxBytes bounds a group record (format 6, key.go): about 30
+	// events of 512 bytes in one Badger entry, well below the value
+	// threshold so that groups stay in the LSM tree, and small enough
+	// that reading one event of it, or copying out the few a retry
+	// holds, costs little.
+	groupMaxBytes = 16 << 10
 )
 
 // Options configure a Log. The zero value of each field but Dir is usable.
@@ -177,14 +185,41 @@ type Log struct {
 	// wait. Taken last, after any other lock, and never twice by one call.
 	writeMu sync.RWMutex
 
+	// The dedup index (dedup.go). ids and idsOld are the ids the
+	// committer wrote lately, the newer generation first: every event
+	// past idsLow is in one of them. idsMax and idsOldMax are the last seq
+	// of each. The committer writes them, Lookup reads them.
+	idsMu     sync.RWMutex
+	ids       map[string]idEntry
+	idsOld    map[string]idEntry
+	idsLow    uint64
+	idsMax    uint64
+	idsOldMax uint64
+	// indexed: every event up to it has its i/ entry (m/indexed).
+	indexed   atomic.Uint64
+	indexMu   sync.Mutex // one index write at a time; guards idxEnts, idxArena
+	idxEnts   []badgerdb.Entry
+	idxArena  []byte
+	pendMu    sync.Mutex
+	pend      []indexBatch // published events without i/ entries, in seq order
+	indexKick chan struct{}
+	indexStop chan struct{}
+	indexDone chan struct{}
+	filter    *idFilter     // ids written within the window (idfilter.go)
+	fillDone  chan struct{} // closed when fillFilter has returned
+
 	disk *diskGuard // nil when neither disk limit is set
 	m    *metrics
 	gc   *valueLogGC
 	// deleted counts the events Compact has deleted since Open: the
 	// reclaim loop reclaims only once it has moved.
-	deleted     atomic.Uint64
-	reclaimKick chan struct{}
-	vlogSize    int64 // bytes of one value-log file (vlogFileSize)
+	deleted atomic.Uint64
+	// deletedBytes is what the records Compact deleted since the last
+	// reclaim held in the LSM tree (their values), for the reclaim to
+	// judge its flush by.
+	deletedBytes atomic.Uint64
+	reclaimKick  chan struct{}
+	vlogSize     int64 // bytes of one value-log file (vlogFileSize)
 }
 
 var _ queue.Store = (*Log)(nil)
@@ -265,6 +300,13 @@ func Open(opts Options) (_ *Log, err error) {
 		retryRefs: map[uint64]int32{},
 		held:      map[uint64]struct{}{},
 		vlogSize:  vlogSize,
+		ids:       map[string]idEntry{},
+		idsOld:    map[string]idEntry{},
+		indexKick: make(chan struct{}, 1),
+		indexStop: make(chan struct{}),
+		indexDone: make(chan struct{}),
+		filter:    newIDFilter(opts.DedupWindow, time.Now()),
+		fillDone:  make(chan struct{}),
 		// Buffered: a kick of the guard waits in it while a reclaim runs.
 		reclaimKick: make(chan struct{}, 1),
 	}
@@ -280,6 +322,11 @@ func Open(opts Options) (_ *Log, err error) {
 		l.disk = newDiskGuard(opts.Dir, opts.MaxDiskBytes, max(minFree, 0), log, l.kickReclaim)
 	}
 	l.startGC(gcInterval)
+	go l.indexer(l.indexStop, l.indexDone)
+	go func() {
+		defer close(l.fillDone)
+		l.fillFilter(l.indexStop)
+	}()
 	go l.committer()
 	// Last, so that a scrape never sees a half-made log.
 	if err := l.m.register(); err != nil {
@@ -308,12 +355,20 @@ func (l *Log) Close() error {
 	close(l.reqs)
 	l.closeMu.Unlock()
 	<-l.done
+	close(l.indexStop)
+	<-l.indexDone
+	<-l.fillDone
+	// What the indexer had not written yet; Open would write it too.
+	ierr := l.index()
 	l.stopGC()
 	if l.disk != nil {
 		l.disk.close()
 	}
 	l.m.unregister()
-	return l.db.Close()
+	if err := l.db.Close(); err != nil {
+		return err
+	}
+	return ierr
 }
 
 // DiskUsage returns the last measurement of the data dir's disk use; the

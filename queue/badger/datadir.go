@@ -3,12 +3,13 @@ package badger
 import (
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/queue"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/sluicehq/sluice/queue"
 
 	badgerdb "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"

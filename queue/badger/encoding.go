@@ -105,6 +105,19 @@ func eventType(b []byte) ([]byte, error) {
 	return b[k : k+int(n)], nil
 }
 
+// eventIDType reads the id and type of an event record (of either
+// version), for Open's indexing of the log's tail.
+func eventIDType(b []byte) (id, typ string, err error) {
+	if len(b) == 0 || b[0] != recordVersion && b[0] != eventVersionExt {
+		return "", "", queue.ErrCorrupt
+	}
+	if id, b, err = readString(b[1:]); err != nil {
+		return "", "", err
+	}
+	typ, _, err = readString(b)
+	return id, typ, err
+}
+
 func readString(b []byte) (string, []byte, error) {
 	n, k := binary.Uvarint(b)
 	if k <= 0 || uint64(len(b)-k) < n {
@@ -150,4 +163,112 @@ func decodeIDValue(v []byte) (seq uint64, typ []byte, err error) {
 		return 0, nil, queue.ErrCorrupt
 	}
 	return binary.BigEndian.Uint64(v), v[8:], nil
+}
+
+// A group record (format 6) holds several events of one batch, with
+// consecutive seqs, under the key of the last:
+//
+//	version(3) | count (2, big endian) | count × (uvarint len + event record)
+//
+// each event record as appendEvent writes it. An event alone in its batch
+// part is written as its own record, as before.
+const groupHeader = 3
+
+// records walks the events of the record under key seq (a single event or
+// a group), calling fn with each seq and event record in seq order; fn's
+// record aliases v.
+func records(seq uint64, v []byte, fn func(seq uint64, rec []byte) error) error {
+	if len(v) == 0 || v[0] != eventVersionGroup {
+		return fn(seq, v)
+	}
+	n, err := groupCount(seq, v)
+	if err != nil {
+		return err
+	}
+	b := v[groupHeader:]
+	for s := seq - n + 1; s <= seq; s++ {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < l {
+			return fmt.Errorf("event %d in group %d: %w", s, seq, queue.ErrCorrupt)
+		}
+		if err := fn(s, b[k:k+int(l)]); err != nil {
+			return err
+		}
+		b = b[k+int(l):]
+	}
+	if len(b) != 0 {
+		return fmt.Errorf("group %d: %d bytes past its events: %w", seq, len(b), queue.ErrCorrupt)
+	}
+	return nil
+}
+
+// firstSeq is the first seq of the record under key seq.
+func firstSeq(seq uint64, v []byte) (uint64, error) {
+	if len(v) == 0 || v[0] != eventVersionGroup {
+		return seq, nil
+	}
+	n, err := groupCount(seq, v)
+	return seq - n + 1, err
+}
+
+func groupCount(seq uint64, v []byte) (uint64, error) {
+	if len(v) < groupHeader {
+		return 0, fmt.Errorf("group %d: header: %w", seq, queue.ErrCorrupt)
+	}
+	n := uint64(binary.BigEndian.Uint16(v[1:]))
+	if n < 2 || n > seq {
+		return 0, fmt.Errorf("group %d of %d events: %w", seq, n, queue.ErrCorrupt)
+	}
+	return n, nil
+}
+
+// groupWriter builds a group record in place at the end of a buffer.
+type groupWriter struct {
+	start int    // offset of the group's header in the buffer
+	n     int    // events in it
+	only  [2]int // offsets of the first event's record, while it is alone
+}
+
+// begin starts a group at the end of dst.
+func (g *groupWriter) begin(dst []byte) []byte {
+	g.start, g.n = len(dst), 0
+	return append(dst, eventVersionGroup, 0, 0)
+}
+
+// add appends ev as the group's next event.
+func (g *groupWriter) add(dst []byte, ev *queue.Event) []byte {
+	lenAt := len(dst)
+	dst = appendEvent(append(dst, make([]byte, binary.MaxVarintLen32)...), ev)
+	// The length goes before the record: write the record after room
+	// for the longest uvarint, then close the gap.
+	l := len(dst) - lenAt - binary.MaxVarintLen32
+	var lb [binary.MaxVarintLen32]byte
+	k := binary.PutUvarint(lb[:], uint64(l))
+	copy(dst[lenAt+k:], dst[lenAt+binary.MaxVarintLen32:])
+	dst = dst[:lenAt+k+l]
+	copy(dst[lenAt:], lb[:k])
+	if g.n == 0 {
+		g.only = [2]int{lenAt + k, len(dst)}
+	}
+	g.n++
+	return dst
+}
+
+// addRecord appends an event record as the group's next event.
+func (g *groupWriter) addRecord(dst []byte, rec []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(rec)))
+	if g.n == 0 {
+		g.only = [2]int{len(dst), len(dst) + len(rec)}
+	}
+	g.n++
+	return append(dst, rec...)
+}
+
+// value is the record to write: the group, or the one event's own record.
+func (g *groupWriter) value(dst []byte) []byte {
+	if g.n == 1 {
+		return dst[g.only[0]:g.only[1]:g.only[1]]
+	}
+	binary.BigEndian.PutUint16(dst[g.start+1:], uint16(g.n))
+	return dst[g.start:len(dst):len(dst)]
 }

@@ -5,9 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/queue"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/queue"
 
 	badgerdb "github.com/dgraph-io/badger/v4"
 )
@@ -46,17 +47,15 @@ func TestFormat1DirIsUpgraded(t *testing.T) {
 	if _, _, err := q.Append(&queue.Event{ID: "old", Type: "t.a", Body: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
-	// Make it what format 1 wrote.
-	err = q.db.Update(func(txn *badgerdb.Txn) error {
+	// Make it what format 1 wrote, once Close has written the i/ entry
+	// (format 5 writes it after the event).
+	q.Close()
+	rawUpdate(t, dir, func(txn *badgerdb.Txn) error {
 		if err := txn.Set(keyFormat, u64(1)); err != nil {
 			return err
 		}
 		return txn.Set(idKey("old"), u64(1))
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Close()
 
 	q, err = Open(Options{Dir: dir, MinFreeBytes: -1})
 	if err != nil {
@@ -177,7 +176,7 @@ func TestFormat2DirGetsRetryIndex(t *testing.T) {
 // through Events with and without a type filter; an event appended after
 // the upgrade keeps them; an event without them is still written as
 // those exact version-1 bytes (the compact case costs nothing more); and
-// m/format says 4.
+// m/format says the current version (4 or later).
 func TestFormat3EventsReadAfterUpgrade(t *testing.T) {
 	dir := t.TempDir()
 	q, err := Open(Options{Dir: dir, MinFreeBytes: -1})
@@ -260,7 +259,136 @@ func TestFormat3EventsReadAfterUpgrade(t *testing.T) {
 		}
 		return err
 	})
-	if len(f) != 8 || f[7] != formatVersion || formatVersion != 4 {
-		t.Fatalf("m/format after open = %v, want 4", f)
+	if len(f) != 8 || f[7] != formatVersion || formatVersion < 4 {
+		t.Fatalf("m/format after open = %v, want %d", f, formatVersion)
+	}
+}
+
+// rawUpdate changes a closed log's dir with Badger directly.
+func rawUpdate(t *testing.T, dir string, f func(txn *badgerdb.Txn) error) {
+	t.Helper()
+	db, err := badgerdb.Open(badgerdb.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readMark reads an 8-byte m/ key of an open log.
+func readMark(t *testing.T, q *Log, key []byte) uint64 {
+	t.Helper()
+	var v uint64
+	err := q.db.View(func(txn *badgerdb.Txn) error {
+		item, err := txn.Get(key)
+		if err != nil {
+			return err
+		}
+		b, err := item.ValueCopy(nil)
+		if len(b) == 8 {
+			v = binary.BigEndian.Uint64(b)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	return v
+}
+
+// TestFormat4DirDedupsAfterUpgrade: a format-4 dir (an i/ entry written
+// with every event, no m/indexed) opens; its ids still deduplicate, also
+// once their events are compacted; m/indexed is the head and m/format 5.
+func TestFormat4DirDedupsAfterUpgrade(t *testing.T) {
+	dir := t.TempDir()
+	q, err := Open(Options{Dir: dir, MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, _, err := q.Append(&queue.Event{ID: id, Type: "t." + id, AcceptedAt: time.Now(), Body: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+	// What format 4 left: the same i/ entries (written with the events
+	// then, by Close's indexing here), no mark.
+	rawUpdate(t, dir, func(txn *badgerdb.Txn) error {
+		if err := txn.Delete(keyIndexed); err != nil {
+			return err
+		}
+		return txn.Set(keyFormat, u64(4))
+	})
+	q, err = Open(Options{Dir: dir, MinFreeBytes: -1})
+	if err != nil {
+		t.Fatalf("open a format-4 dir: %v", err)
+	}
+	defer q.Close()
+	if f, m := readMark(t, q, keyFormat), readMark(t, q, keyIndexed); f != formatVersion || m != 3 {
+		t.Fatalf("after the upgrade m/format = %d, m/indexed = %d; want %d, 3", f, m, formatVersion)
+	}
+	if _, err := q.Compact(3); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range []string{"a", "b", "c"} {
+		if seq, typ, err := q.Lookup(id); err != nil || seq != uint64(i+1) || typ != "t."+id {
+			t.Fatalf("Lookup(%s) = %d %q, %v", id, seq, typ, err)
+		}
+		if seq, dup, err := q.Append(&queue.Event{ID: id, Type: "t", AcceptedAt: time.Now(), Body: []byte("{}")}); err != nil || !dup || seq != uint64(i+1) {
+			t.Fatalf("append of %s again = %d dup %v, %v", id, seq, dup, err)
+		}
+	}
+}
+
+// TestUnindexedTailIsIndexedOnOpen: events whose i/ entries the process
+// never wrote (killed before its indexer ran: m/indexed behind the head)
+// get them on the next Open, before any append, so their ids are
+// duplicates there and after compaction and another reopen.
+func TestUnindexedTailIsIndexedOnOpen(t *testing.T) {
+	dir := t.TempDir()
+	q, err := Open(Options{Dir: dir, MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"a", "b", "c", "d"}
+	for _, id := range ids {
+		if _, _, err := q.Append(&queue.Event{ID: id, Type: "t." + id, AcceptedAt: time.Now(), Body: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+	rawUpdate(t, dir, func(txn *badgerdb.Txn) error {
+		for _, id := range ids[1:] {
+			if err := txn.Delete(idKey(id)); err != nil {
+				return err
+			}
+		}
+		return txn.Set(keyIndexed, u64(1))
+	})
+	for round := range 2 {
+		q, err = Open(Options{Dir: dir, MinFreeBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := readMark(t, q, keyIndexed); m != 4 {
+			t.Fatalf("round %d: m/indexed after open = %d, want the head 4", round, m)
+		}
+		for i, id := range ids {
+			if seq, typ, err := q.Lookup(id); err != nil || seq != uint64(i+1) || typ != "t."+id {
+				t.Fatalf("round %d: Lookup(%s) = %d %q, %v", round, id, seq, typ, err)
+			}
+			if seq, dup, err := q.Append(&queue.Event{ID: id, Type: "t", AcceptedAt: time.Now(), Body: []byte("{}")}); err != nil || !dup || seq != uint64(i+1) {
+				t.Fatalf("round %d: append of %s again = %d dup %v, %v", round, id, seq, dup, err)
+			}
+		}
+		if _, err := q.Compact(q.Head() + 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Event(4); !errors.Is(err, queue.ErrNotFound) {
+			t.Fatalf("round %d: event 4 after compaction: %v", round, err)
+		}
+		q.Close()
 	}
 }

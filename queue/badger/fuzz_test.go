@@ -2,9 +2,10 @@ package badger
 
 import (
 	"bytes"
-	"github.com/sluicehq/sluice/queue"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/queue"
 )
 
 // FuzzDecodeEvent: decoding arbitrary bytes never panics, and what encodes

@@ -3,9 +3,10 @@ package badger
 import (
 	"bytes"
 	"fmt"
-	"github.com/sluicehq/sluice/queue"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/queue"
 )
 
 // TestValueLogGCReclaimsLargeEvents: bodies over the value threshold live

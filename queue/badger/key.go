@@ -3,15 +3,16 @@ package badger
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/sluicehq/sluice/queue"
 	"time"
+
+	"github.com/sluicehq/sluice/queue"
 )
 
 // Key prefixes. One byte of prefix plus '/' keeps the layout readable in a
 // Badger dump and lets each record family be scanned on its own.
 var (
 	prefixEvent      = []byte("e/") // e/<seq>                      → event record
-	prefixID         = []byte("i/") // i/<event id>                 → seq | type (TTL = dedup window)
+	prefixID         = []byte("i/") // i/<event id>                 → seq | type (TTL = dedup window; dedup.go)
 	prefixMember     = []byte("s/") // s/<subscription>             → membership record
 	prefixCursor     = []byte("c/") // c/<subscription>             → cursor (8 bytes)
 	prefixRetry      = []byte("r/") // r/<subscription>/<due><seq>  → retry record
@@ -20,12 +21,13 @@ var (
 	prefixRecord     = []byte("a/") // a/<record key>               → the admin API's record (records.go)
 	keyHead          = []byte("m/head")
 	keyLow           = []byte("m/low")
+	keyIndexed       = []byte("m/indexed")
 	keyFormat        = []byte("m/format")
 )
 
 // formatVersion is written into a new data dir, and over an older one on
 // open; a dir written by a newer sluice is refused rather than misread.
-const formatVersion = 4
+const formatVersion = 6
 
 // Format history. A data dir of an older format is upgraded on open (its
 // m/format rewritten), so an older sluice then refuses it instead of
@@ -44,6 +46,18 @@ const formatVersion = 4
 //	   without them are still written as version 1, so an older dir needs
 //	   no rewrite; an older sluice must refuse the dir, as it would read a
 //	   version-2 record as damage.
+//	5  i/<id> entries are written after their events, by the indexer
+//	   (dedup.go), and m/indexed says how far: the events past it have
+//	   none yet, and Open writes them. A format-4 dir has every entry
+//	   (m/indexed absent: the head); a format-4 sluice must refuse a
+//	   format-5 dir, as it would not deduplicate the events past the mark.
+//	6  e/<seq> may be a group record (eventVersionGroup): the events of
+//	   one batch, consecutive, up to groupMaxBytes, under the key of the
+//	   last, so that a batch costs Badger one entry rather than one per
+//	   event. Readers seek to the first key at or after a seq. Compact
+//	   deletes groups whole, rewrites the one that straddles its bound
+//	   without the events below it, and copies the events retries hold out
+//	   into records of their own. Older records are read as they are.
 
 // recordVersion leads every value we encode so a record format can evolve.
 const recordVersion = 1
@@ -51,6 +65,10 @@ const recordVersion = 1
 // eventVersionExt leads an event record that carries an ordering key or
 // trace context (encoding.go appendEvent; format 4).
 const eventVersionExt = 2
+
+// eventVersionGroup leads a group record: several events of one batch in
+// one entry (encoding.go records; format 6).
+const eventVersionGroup = 3
 
 func eventKey(seq uint64) []byte {
 	k := make([]byte, 2+8)

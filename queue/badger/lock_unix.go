@@ -5,8 +5,9 @@ package badger
 import (
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/queue"
 	"os"
+
+	"github.com/sluicehq/sluice/queue"
 
 	"golang.org/x/sys/unix"
 )

@@ -1,8 +1,10 @@
 package badger
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"time"
 
 	badgerdb "github.com/dgraph-io/badger/v4"
 
@@ -13,39 +15,50 @@ import (
 // type ("" for an entry written by format 1), while the id is remembered
 // (the dedup window); ErrNotFound after.
 func (l *Log) Lookup(id string) (seq uint64, typ string, err error) {
+	// recent first: an event not indexed yet is only there, and one that
+	// is moves from recent to its i/ entry only after that is written.
+	l.idsMu.RLock()
+	e, ok := l.recentID(id, time.Now().Unix(), l.head.Load())
+	l.idsMu.RUnlock()
+	if ok {
+		return e.seq, e.typ, nil
+	}
+	var found bool
 	err = l.db.View(func(txn *badgerdb.Txn) error {
-		item, err := txn.Get(idKey(id))
-		if err != nil {
-			return err
-		}
-		return item.Value(func(v []byte) error {
-			var t []byte
-			seq, t, err = decodeIDValue(v)
-			typ = string(t)
-			return err
-		})
+		seq, typ, found, err = lookupIndexed(txn, idKey(id), id)
+		return err
 	})
-	if errors.Is(err, badgerdb.ErrKeyNotFound) {
+	if err == nil && !found {
 		return 0, "", queue.ErrNotFound
 	}
 	return seq, typ, err
 }
 
-// Event reads one event by sequence number.
+// Event reads one event by sequence number: in the first record at or
+// after seq, a group or its own (format 6, key.go).
 func (l *Log) Event(seq uint64) (*queue.Event, error) {
 	var ev *queue.Event
 	err := l.db.View(func(txn *badgerdb.Txn) error {
-		item, err := txn.Get(eventKey(seq))
-		if err != nil {
-			return err
+		it := txn.NewIterator(badgerdb.IteratorOptions{Prefix: prefixEvent})
+		defer it.Close()
+		if it.Seek(eventKey(seq)); !it.Valid() {
+			return badgerdb.ErrKeyNotFound
 		}
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		ev, err = decodeEvent(seq, v)
-		return err
+		item := it.Item()
+		return item.Value(func(v []byte) error {
+			return records(seqFromEventKey(item.Key()), v, func(s uint64, rec []byte) error {
+				if s != seq {
+					return nil
+				}
+				var err error
+				ev, err = decodeEvent(seq, bytes.Clone(rec))
+				return err
+			})
+		})
 	})
+	if err == nil && ev == nil {
+		err = badgerdb.ErrKeyNotFound
+	}
 	if errors.Is(err, badgerdb.ErrKeyNotFound) {
 		return nil, fmt.Errorf("event %d: %w", seq, queue.ErrNotFound)
 	}
@@ -78,37 +91,45 @@ func (l *Log) Events(from, to uint64, limit int, match func(typ []byte) bool) (e
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		scanned := 0
+		errStop := errors.New("stop")
 		for it.Seek(eventKey(from)); it.Valid() && len(evs) < limit && scanned < maxScan; it.Next() {
 			item := it.Item()
-			seq := seqFromEventKey(item.Key())
-			if seq > to {
-				next = to + 1
+			err := item.Value(func(v []byte) error {
+				return records(seqFromEventKey(item.Key()), v, func(seq uint64, rec []byte) error {
+					if seq < from {
+						return nil
+					}
+					if seq > to || len(evs) >= limit || scanned >= maxScan {
+						return errStop
+					}
+					next = seq + 1
+					scanned++
+					if match != nil {
+						typ, err := eventType(rec)
+						if err != nil {
+							return fmt.Errorf("event %d: %w", seq, err)
+						}
+						if !match(typ) {
+							return nil
+						}
+					}
+					ev, err := decodeEvent(seq, bytes.Clone(rec))
+					if err != nil {
+						return err
+					}
+					evs = append(evs, ev)
+					return nil
+				})
+			})
+			if err == errStop {
+				if next <= to && len(evs) < limit && scanned < maxScan {
+					next = to + 1 // stopped at seq > to
+				}
 				return nil
 			}
-			next = seq + 1
-			scanned++
-			if match != nil {
-				var ok bool
-				if err := item.Value(func(v []byte) error {
-					typ, err := eventType(v)
-					ok = err == nil && match(typ)
-					return err
-				}); err != nil {
-					return fmt.Errorf("event %d: %w", seq, err)
-				}
-				if !ok {
-					continue
-				}
-			}
-			v, err := item.ValueCopy(nil)
 			if err != nil {
 				return err
 			}
-			ev, err := decodeEvent(seq, v)
-			if err != nil {
-				return err
-			}
-			evs = append(evs, ev)
 		}
 		if !it.Valid() {
 			// Nothing more is written yet: everything up to the head seen by
@@ -134,17 +155,28 @@ func (l *Log) CountEvents(from, to uint64, match func(typ []byte) bool, limit in
 	err := l.db.View(func(txn *badgerdb.Txn) error {
 		it := txn.NewIterator(badgerdb.IteratorOptions{Prefix: prefixEvent})
 		defer it.Close()
+		errStop := errors.New("stop")
 		for it.Seek(eventKey(from)); it.Valid() && n <= limit; it.Next() {
-			if seqFromEventKey(it.Item().Key()) > to {
+			item := it.Item()
+			err := item.Value(func(v []byte) error {
+				return records(seqFromEventKey(item.Key()), v, func(seq uint64, rec []byte) error {
+					if seq < from {
+						return nil
+					}
+					if seq > to || n > limit {
+						return errStop
+					}
+					typ, err := eventType(rec)
+					if err == nil && match(typ) {
+						n++
+					}
+					return err
+				})
+			})
+			if err == errStop {
 				return nil
 			}
-			if err := it.Item().Value(func(v []byte) error {
-				typ, err := eventType(v)
-				if err == nil && match(typ) {
-					n++
-				}
-				return err
-			}); err != nil {
+			if err != nil {
 				return err
 			}
 		}

@@ -12,8 +12,9 @@ import (
 )
 
 // recover checks the format version, upgrades a dir of an older format,
-// and rebuilds the in-memory state: head, compaction boundary, retry
-// references, and the events below the boundary still on disk.
+// rebuilds the in-memory state: head, compaction boundary, retry
+// references, and the events below the boundary still on disk; and writes
+// the i/ entries of events the last process had not indexed (dedup.go).
 func (l *Log) recover() error {
 	var format uint64 // 0: no format key yet (a new dir)
 	err := l.db.View(func(txn *badgerdb.Txn) error {
@@ -44,6 +45,7 @@ func (l *Log) recover() error {
 	// from its retry records before m/format says 3, so a crash during the
 	// upgrade leaves an older format that is upgraded again.
 	var index *badgerdb.WriteBatch
+	var indexed uint64 // m/indexed
 	if format < 3 {
 		index = l.db.NewWriteBatch()
 		defer index.Cancel()
@@ -79,6 +81,20 @@ func (l *Log) recover() error {
 		l.head.Store(head)
 		l.assigned.Store(head)
 		l.low.Store(low)
+		// Before format 5 every event had its i/ entry as it was written.
+		indexed = head
+		if format == formatVersion {
+			indexed = 0
+			if item, err := txn.Get(keyIndexed); err == nil {
+				v, err := item.ValueCopy(nil)
+				if err != nil || len(v) != 8 {
+					return fmt.Errorf("dedup index mark: %w", queue.ErrCorrupt)
+				}
+				indexed = binary.BigEndian.Uint64(v)
+			} else if !errors.Is(err, badgerdb.ErrKeyNotFound) {
+				return err
+			}
+		}
 		retries := txn.NewIterator(badgerdb.IteratorOptions{Prefix: prefixRetry})
 		defer retries.Close()
 		for retries.Rewind(); retries.Valid(); retries.Next() {
@@ -105,6 +121,19 @@ func (l *Log) recover() error {
 			if seq >= low {
 				break
 			}
+			// Compact leaves no group below its boundary; should one be
+			// there, the boundary goes back to it for the next Compact.
+			var first uint64
+			if err := eit.Item().Value(func(v []byte) (err error) {
+				first, err = firstSeq(seq, v)
+				return err
+			}); err != nil {
+				return err
+			}
+			if first != seq {
+				l.low.Store(first)
+				break
+			}
 			if l.retryRefs[seq] > 0 {
 				l.held[seq] = struct{}{}
 			} else {
@@ -121,10 +150,25 @@ func (l *Log) recover() error {
 			return fmt.Errorf("index retries: %w", err)
 		}
 	}
+	// Ids of the events the last process wrote but had not indexed, before
+	// the format says 5: a crash here leaves a dir that Open indexes again.
+	if err := l.indexTail(indexed, l.head.Load()); err != nil {
+		return err
+	}
+	l.indexed.Store(l.head.Load())
+	l.idsLow = l.head.Load()
 	if format < formatVersion {
 		// Every older format is readable as it is (key.go); rewriting
 		// m/format makes an older sluice refuse the dir rather than misread it.
-		if err := l.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(keyFormat, u64(formatVersion)) }); err != nil {
+		// m/indexed goes in the same transaction: in a format-5 dir its
+		// absence means nothing is indexed.
+		err := l.db.Update(func(txn *badgerdb.Txn) error {
+			if err := txn.Set(keyIndexed, u64(l.head.Load())); err != nil {
+				return err
+			}
+			return txn.Set(keyFormat, u64(formatVersion))
+		})
+		if err != nil {
 			return fmt.Errorf("write format version: %w", err)
 		}
 	}

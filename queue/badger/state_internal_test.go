@@ -3,9 +3,10 @@ package badger
 import (
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/queue"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/queue"
 )
 
 func refs(q *Log, seq uint64) int32 {

@@ -2,6 +2,7 @@ package queuetest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -167,6 +168,81 @@ func crashChild(t *testing.T, b Backend) {
 				fmt.Fprintf(out, "acked %s %d\n", id, seq)
 				if err := out.Flush(); err != nil {
 					os.Exit(3) // the parent is gone
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Fatal("crash child: not killed within a minute")
+}
+
+// CrashDedup is invariant 2 against a real process: like Crash, it
+// SIGKILLs a child appending with Sync from 16 goroutines, three times
+// over one place, but the child also compacts the log up to each eighth
+// event it is acknowledged, before it prints it. Then every acknowledged
+// id must still be a duplicate of its own seq (Lookup, and an Append of
+// it again), whether the kill came right after its Append returned or
+// after compaction had deleted its event; some must have been compacted,
+// or the test proved nothing of that.
+func CrashDedup(t *testing.T, b Backend) {
+	if os.Getenv(crashTestEnv) == t.Name() {
+		crashDedupChild(t, b)
+		return
+	}
+	place := b.NewPlace(t)
+	acked := map[string]uint64{}
+	for round := range crashRounds {
+		crashRound(t, place, round, acked)
+	}
+	s := b.Open(t, place, Options{Sync: true})
+	compacted := 0
+	for id, seq := range acked {
+		if _, err := s.Event(seq); errors.Is(err, queue.ErrNotFound) {
+			compacted++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if got, _, err := s.Lookup(id); err != nil || got != seq {
+			t.Fatalf("dedup entry of %s = %d, %v; want %d", id, got, err, seq)
+		}
+		got, dup, err := s.Append(&queue.Event{ID: id, Type: "crash", AcceptedAt: time.Now(), Body: []byte("again")})
+		if err != nil || !dup || got != seq {
+			t.Fatalf("append of acknowledged %s again = seq %d dup %v, %v; want a duplicate of %d", id, got, dup, err, seq)
+		}
+	}
+	if compacted == 0 {
+		t.Fatal("no acknowledged event was compacted: the test proved nothing of compaction")
+	}
+	t.Logf("%d acknowledged appends across %d SIGKILLs, %d of them compacted, all still duplicates", len(acked), crashRounds, compacted)
+}
+
+// crashDedupChild is crashChild with compaction.
+func crashDedupChild(t *testing.T, b Backend) {
+	place, round := os.Getenv(crashPlaceEnv), os.Getenv(crashRoundEnv)
+	s := b.Open(t, place, Options{Sync: true})
+	var (
+		mu  sync.Mutex
+		out = bufio.NewWriter(os.Stdout)
+		wg  sync.WaitGroup
+	)
+	stop := time.Now().Add(time.Minute)
+	for w := range 16 {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(stop); i++ {
+				id := fmt.Sprintf("d%s-w%d-%d", round, w, i)
+				seq, _, err := s.Append(&queue.Event{ID: id, Type: "crash", AcceptedAt: time.Now(), Body: []byte(id)})
+				if err == nil && i%8 == 7 {
+					_, err = s.Compact(seq + 1)
+				}
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "append:", err)
+					os.Exit(2)
+				}
+				mu.Lock()
+				fmt.Fprintf(out, "acked %s %d\n", id, seq)
+				if err := out.Flush(); err != nil {
+					os.Exit(3)
 				}
 				mu.Unlock()
 			}
