@@ -39,8 +39,11 @@ type Options struct {
 	// default (queue.DefaultDedupWindow) if 0.
 	DedupWindow time.Duration
 	// OnCommit, when set, is called with each group of new events, in seq
-	// order, once they are durable and before their appends return; the
-	// proxy hands them to caught-up lanes from there.
+	// order, once they are durable; the proxy hands them to caught-up
+	// lanes from there. Badger calls it before the appends return; the
+	// fleet backend may return an append first when the seq below it is
+	// another node's event its follower has not brought yet (OnCommit then
+	// gets both, in order).
 	OnCommit func([]*queue.Event)
 }
 
