@@ -253,7 +253,44 @@ func (r *rawSubs) decode(cfg *Config) error {
 	return nil
 }
 
+// decodeSubs decodes the parsed list raw: each subscription by
+// decodeSubFast where it can, the others by mapstructure. Errors come from
+// decoding the whole list again with mapstructure alone, so that they are
+// the ones it always gave (the first unknown key in list order, then the
+// first bad value by field path) whichever subscriptions the fast path
+// took.
 func decodeSubs(raw any, source string) ([]SubscriptionConfig, error) {
+	list, ok := raw.([]any)
+	if !ok {
+		return decodeSubsSlow(raw, source)
+	}
+	out := make([]SubscriptionConfig, len(list))
+	var slow []int
+	for i, e := range list {
+		if !decodeSubFast(e, &out[i]) {
+			out[i] = SubscriptionConfig{}
+			slow = append(slow, i)
+		}
+	}
+	if len(slow) > 0 {
+		rest := make([]any, len(slow))
+		for j, i := range slow {
+			rest[j] = list[i]
+		}
+		dec, err := decodeSubsSlow(rest, source)
+		if err != nil {
+			return decodeSubsSlow(raw, source)
+		}
+		for j, i := range slow {
+			out[i] = dec[j]
+		}
+	}
+	markSource(out, raw)
+	return out, nil
+}
+
+// decodeSubsSlow is decodeSubs by mapstructure alone.
+func decodeSubsSlow(raw any, source string) ([]SubscriptionConfig, error) {
 	in := map[string]any{"subscriptions": raw}
 	if key := unknownKey("", in, reflect.TypeFor[Config]()); key != "" {
 		return nil, &ValidationError{Field: key, Err: ErrUnknownKey, Source: source}
