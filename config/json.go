@@ -32,6 +32,15 @@ func isJSONConfig(path string) bool {
 // parseJSONConfig decodes a JSON config document whose top level is an
 // object. Errors name the line.
 func parseJSONConfig(b []byte) (map[string]any, error) {
+	if m, ok := fastJSONConfig(b); ok {
+		return m, nil
+	}
+	return parseJSONTokens(b)
+}
+
+// parseJSONTokens is parseJSONConfig by encoding/json's token reader,
+// which words every error (jsonfast.go).
+func parseJSONTokens(b []byte) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	v, err := jsonValue(dec, b)
