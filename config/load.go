@@ -226,21 +226,22 @@ type rawSubs struct {
 
 // decode checks the list for unknown keys and decodes it into cfg, both
 // straight from the parsed YAML, without copies. A long list is decoded in
-// chunks on every core; on any error the whole list is decoded again in one
-// piece, so the message names the right index.
+// chunks on every core, each into its part of the one result; on any
+// error the whole list is decoded again in one piece, so the message
+// names the right index.
 func (r *rawSubs) decode(cfg *Config) error {
 	list, ok := r.raw.([]any)
 	if n := runtime.GOMAXPROCS(0); ok && n > 1 && len(list) >= 4096 {
-		chunks := make([][]SubscriptionConfig, n)
+		out := make([]SubscriptionConfig, len(list))
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for i := range n {
-			part := list[len(list)*i/n : len(list)*(i+1)/n]
-			wg.Go(func() { chunks[i], errs[i] = decodeSubs(part, r.source) })
+			lo, hi := len(list)*i/n, len(list)*(i+1)/n
+			wg.Go(func() { errs[i] = decodeSubsInto(out[lo:hi], list[lo:hi], r.source) })
 		}
 		wg.Wait()
 		if errors.Join(errs...) == nil {
-			cfg.Subscriptions = slices.Concat(chunks...)
+			cfg.Subscriptions = out
 			return nil
 		}
 	}
@@ -264,6 +265,15 @@ func decodeSubs(raw any, source string) ([]SubscriptionConfig, error) {
 		return decodeSubsSlow(raw, source)
 	}
 	out := make([]SubscriptionConfig, len(list))
+	if err := decodeSubsInto(out, list, source); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// decodeSubsInto is decodeSubs of list into out, of the same length and
+// zero.
+func decodeSubsInto(out []SubscriptionConfig, list []any, source string) error {
 	var slow []int
 	for i, e := range list {
 		if !decodeSubFast(e, &out[i]) {
@@ -278,14 +288,18 @@ func decodeSubs(raw any, source string) ([]SubscriptionConfig, error) {
 		}
 		dec, err := decodeSubsSlow(rest, source)
 		if err != nil {
-			return decodeSubsSlow(raw, source)
+			// The same error as the list gives, with its index there.
+			if _, whole := decodeSubsSlow(list, source); whole != nil {
+				err = whole
+			}
+			return err
 		}
 		for j, i := range slow {
 			out[i] = dec[j]
 		}
 	}
-	markSource(out, raw)
-	return out, nil
+	markSource(out, list)
+	return nil
 }
 
 // decodeSubsSlow is decodeSubs by mapstructure alone.
