@@ -24,12 +24,20 @@ import (
 //   - the file has no tab, carriage return, byte order mark, directive or
 //     document marker, and no "&" (so no anchor, and so no alias that
 //     could reach across pieces; an alias to nothing fails the piece);
-//   - the part before "subscriptions:" parses alone as a mapping (so that
-//     line is a key of the top level, not inside a quoted scalar), and so
+//     the key's line and any comments before the first item, which no
+//     piece holds, are printable ASCII;
+//   - the part before "subscriptions:", if any, starts with a plain key
+//     and parses alone as a mapping (so that line is a key of the same
+//     block mapping, not inside a quoted scalar), and so
 //     does each piece (so no quoted scalar or flow collection runs from one
 //     piece into the next or past the end of the list), and the rest of
-//     the file with them; the rest must not set subscriptions again.
+//     the file with them; the part after the list, if any, starts with a
+//     plain key ("log_level:"; not "- x", which would be the value of a
+//     key left empty before the list, nor a lone scalar); the rest must
+//     not set subscriptions again.
 //
+// A piece made only of one-line flow mappings, as programs write them, is
+// read by fastFlowItems (yamlflow.go) rather than yaml.v3 where it can.
 // Anything else, and any error, and the whole file is parsed in one piece,
 // which reports errors with their lines as before. TestParseYAMLSplit and
 // FuzzParseYAMLSplit check that both give equal maps wherever the split
@@ -55,8 +63,21 @@ func parseYAMLSplit(b []byte, n int) (map[string]any, bool) {
 	if bytes.ContainsAny(b, "\t\r&") || bytes.HasPrefix(b, []byte("\xef\xbb\xbf")) {
 		return nil, false
 	}
-	head, items, end, ok := findSubscriptionItems(b)
+	head, items, indent, end, ok := findSubscriptionItems(b)
 	if !ok || len(items) < 2*n {
+		return nil, false
+	}
+	// The key's line and the comments before the first item are the only
+	// bytes no piece holds: they must be what yaml.v3 takes (it refuses
+	// control characters, even in a comment).
+	for off := head; off < items[0]; {
+		line, next := nextLine(b, off)
+		if !printableASCII(line) {
+			return nil, false
+		}
+		off = next
+	}
+	if !startsWithKey(b[:head]) || !startsWithKey(b[end:]) {
 		return nil, false
 	}
 	var prefix map[string]any
@@ -72,6 +93,10 @@ func parseYAMLSplit(b []byte, n int) (map[string]any, bool) {
 			to = items[len(items)*(i+1)/n]
 		}
 		wg.Go(func() {
+			if l, ok := fastFlowItems(b[from:to], indent); ok {
+				pieces[i], oks[i] = l, true
+				return
+			}
 			var v any
 			if yamlv3.Unmarshal(b[from:to], &v) == nil {
 				pieces[i], oks[i] = v.([]any)
@@ -105,13 +130,14 @@ func parseYAMLSplit(b []byte, n int) (map[string]any, bool) {
 
 // findSubscriptionItems finds, in b, the line "subscriptions:" in column
 // 0 (head is its offset), the offsets of the lines where the items of its
-// block list start, and end, the offset of the first line after the list.
+// block list start, their indentation, and end, the offset of the first
+// line after the list.
 // It reports false unless the list has the shape parseYAMLSplit needs.
-func findSubscriptionItems(b []byte) (head int, items []int, end int, ok bool) {
+func findSubscriptionItems(b []byte) (head int, items []int, indent, end int, ok bool) {
 	// Directives and document markers start in column 0.
 	for _, mark := range []string{"%", "---", "..."} {
 		if bytes.HasPrefix(b, []byte(mark)) || bytes.Contains(b, []byte("\n"+mark)) {
-			return 0, nil, 0, false
+			return 0, nil, 0, 0, false
 		}
 	}
 	const key = "subscriptions:"
@@ -126,9 +152,9 @@ func findSubscriptionItems(b []byte) (head int, items []int, end int, ok bool) {
 		off = next
 	}
 	if head < 0 {
-		return 0, nil, 0, false
+		return 0, nil, 0, 0, false
 	}
-	indent := -1
+	indent = -1
 	end = len(b)
 	off := head
 	_, off = nextLine(b, off)
@@ -140,7 +166,7 @@ func findSubscriptionItems(b []byte) (head int, items []int, end int, ok bool) {
 		case len(rest) == 0 || rest[0] == '#': // blank or comment: belongs to no item
 		case sp == 0:
 			end = off
-			return head, items, end, indent > 0
+			return head, items, indent, end, indent > 0
 		case indent < 0 && isItem(rest):
 			indent = sp
 			items = append(items, off)
@@ -148,11 +174,11 @@ func findSubscriptionItems(b []byte) (head int, items []int, end int, ok bool) {
 			items = append(items, off)
 		case indent > 0 && sp > indent: // the inside of an item
 		default: // a line that is neither an item nor inside one
-			return 0, nil, 0, false
+			return 0, nil, 0, 0, false
 		}
 		off = next
 	}
-	return head, items, end, indent > 0
+	return head, items, indent, end, indent > 0
 }
 
 // nextLine returns the line starting at off, without its newline, and the
@@ -183,4 +209,24 @@ func leadingSpaces(s []byte) int {
 		n++
 	}
 	return n
+}
+
+// startsWithKey reports whether the first line of s that is not blank or
+// a comment is a plain key at column 0 ("name:" then a space or the end
+// of the line), or s has no such line.
+func startsWithKey(s []byte) bool {
+	for off := 0; off < len(s); {
+		line, next := nextLine(s, off)
+		off = next
+		t := bytes.TrimLeft(line, " ")
+		if len(t) == 0 || t[0] == '#' {
+			continue
+		}
+		k := 0
+		for k < len(line) && (line[k] >= 'a' && line[k] <= 'z' || line[k] >= 'A' && line[k] <= 'Z' || line[k] == '_' || k > 0 && (line[k] >= '0' && line[k] <= '9' || line[k] == '.' || line[k] == '-')) {
+			k++
+		}
+		return k > 0 && k < len(line) && line[k] == ':' && (k+1 == len(line) || line[k+1] == ' ')
+	}
+	return true
 }

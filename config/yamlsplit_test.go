@@ -71,6 +71,12 @@ func TestParseYAMLSplit(t *testing.T) {
 		{"document marker", subsYAML("", 40, flow, "---\nlisten: x\n"), false},
 		{"less indented line", subsYAML("", 40, func(i int) string { return "    - a\n  b: c\n" }, ""), false},
 		{"head is a list", subsYAML("- a\n", 40, flow, ""), false},
+		{"control character before the first item", strings.Replace(subsYAML("", 40, flow, ""), "subscriptions:\n", "subscriptions: # \x01\n# \x7f\n", 1), false},
+		{"control character in a comment between items", subsYAML("", 40, func(i int) string { return flow(i) + "  # \x00\n" }, ""), false},
+		{"tail is a list", subsYAML("a:\n", 40, flow, "- x\n"), false},
+		{"tail is a lone tag", subsYAML("", 40, flow, "!\n"), false},
+		{"head is a lone null", subsYAML("~\n", 40, flow, ""), false},
+		{"head is a flow mapping", subsYAML("{a: 1}\n", 40, flow, ""), false},
 		{"bad item", subsYAML("", 40, func(i int) string { return "  - {id: a\n" }, ""), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
