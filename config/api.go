@@ -241,7 +241,7 @@ func specOf(raw any) []byte {
 	default:
 		return nil
 	}
-	b, err := json.Marshal(redactDoc(m))
+	b, err := specJSON(redactDoc(m))
 	if err != nil {
 		return nil
 	}

@@ -11,12 +11,14 @@ import (
 	"strings"
 )
 
-// A config file whose name ends in .json is read with encoding/json, not
-// with the YAML parser (which reads JSON too, being a superset): fleets of
-// tens of thousands of generated subscriptions are usually written by a
-// program, and encoding/json reads them about four times faster than
-// yaml.v3 (7 MiB, 50,000 subscriptions: about 0.2 s against 0.8 s), which
-// is most of start-up at that size. See BENCHMARKS.md, lanes-50k.
+// A config file whose name ends in .json is read as JSON, not with the
+// YAML parser (which reads JSON too, being a superset): fleets of tens of
+// thousands of generated subscriptions are usually written by a program,
+// and yaml.v3 read them about four times slower than encoding/json (7 MiB,
+// 50,000 subscriptions: about 0.8 s against 0.2 s), which was most of
+// start-up at that size. See BENCHMARKS.md, lanes-50k. (Since issue 14
+// such YAML is split and scanned too, yamlsplit.go and yamlflow.go, and
+// this JSON goes through a scanner first, jsonfast.go.)
 //
 // The result has the shapes the YAML parser gives, so everything after
 // parsing (unknown keys, decoding, validation) is shared: objects become
@@ -32,6 +34,15 @@ func isJSONConfig(path string) bool {
 // parseJSONConfig decodes a JSON config document whose top level is an
 // object. Errors name the line.
 func parseJSONConfig(b []byte) (map[string]any, error) {
+	if m, ok := fastJSONConfig(b); ok {
+		return m, nil
+	}
+	return parseJSONTokens(b)
+}
+
+// parseJSONTokens is parseJSONConfig by encoding/json's token reader,
+// which words every error (jsonfast.go).
+func parseJSONTokens(b []byte) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	v, err := jsonValue(dec, b)

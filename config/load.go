@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
-	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/env/v2"
 	"github.com/knadh/koanf/providers/file"
@@ -107,7 +106,7 @@ func Load(path string, environ []string, overrides map[string]any) (*Config, err
 		var m map[string]any
 		if isJSONConfig(path) {
 			m, err = parseJSONConfig(b)
-		} else if m, err = yaml.Parser().Unmarshal(b); err != nil {
+		} else if m, err = parseYAMLConfig(b); err != nil {
 			err = errors.New(redactYAMLError(err))
 		}
 		if err != nil {
@@ -227,21 +226,22 @@ type rawSubs struct {
 
 // decode checks the list for unknown keys and decodes it into cfg, both
 // straight from the parsed YAML, without copies. A long list is decoded in
-// chunks on every core; on any error the whole list is decoded again in one
-// piece, so the message names the right index.
+// chunks on every core, each into its part of the one result; on any
+// error the whole list is decoded again in one piece, so the message
+// names the right index.
 func (r *rawSubs) decode(cfg *Config) error {
 	list, ok := r.raw.([]any)
 	if n := runtime.GOMAXPROCS(0); ok && n > 1 && len(list) >= 4096 {
-		chunks := make([][]SubscriptionConfig, n)
+		out := make([]SubscriptionConfig, len(list))
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for i := range n {
-			part := list[len(list)*i/n : len(list)*(i+1)/n]
-			wg.Go(func() { chunks[i], errs[i] = decodeSubs(part, r.source) })
+			lo, hi := len(list)*i/n, len(list)*(i+1)/n
+			wg.Go(func() { errs[i] = decodeSubsInto(out[lo:hi], list[lo:hi], r.source) })
 		}
 		wg.Wait()
 		if errors.Join(errs...) == nil {
-			cfg.Subscriptions = slices.Concat(chunks...)
+			cfg.Subscriptions = out
 			return nil
 		}
 	}
@@ -253,7 +253,57 @@ func (r *rawSubs) decode(cfg *Config) error {
 	return nil
 }
 
+// decodeSubs decodes the parsed list raw: each subscription by
+// decodeSubFast where it can, the others by mapstructure. Errors come from
+// decoding the whole list again with mapstructure alone, so that they are
+// the ones it always gave (the first unknown key in list order, then the
+// first bad value by field path) whichever subscriptions the fast path
+// took.
 func decodeSubs(raw any, source string) ([]SubscriptionConfig, error) {
+	list, ok := raw.([]any)
+	if !ok {
+		return decodeSubsSlow(raw, source)
+	}
+	out := make([]SubscriptionConfig, len(list))
+	if err := decodeSubsInto(out, list, source); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// decodeSubsInto is decodeSubs of list into out, of the same length and
+// zero.
+func decodeSubsInto(out []SubscriptionConfig, list []any, source string) error {
+	var slow []int
+	for i, e := range list {
+		if !decodeSubFast(e, &out[i]) {
+			out[i] = SubscriptionConfig{}
+			slow = append(slow, i)
+		}
+	}
+	if len(slow) > 0 {
+		rest := make([]any, len(slow))
+		for j, i := range slow {
+			rest[j] = list[i]
+		}
+		dec, err := decodeSubsSlow(rest, source)
+		if err != nil {
+			// The same error as the list gives, with its index there.
+			if _, whole := decodeSubsSlow(list, source); whole != nil {
+				err = whole
+			}
+			return err
+		}
+		for j, i := range slow {
+			out[i] = dec[j]
+		}
+	}
+	markSource(out, list)
+	return nil
+}
+
+// decodeSubsSlow is decodeSubs by mapstructure alone.
+func decodeSubsSlow(raw any, source string) ([]SubscriptionConfig, error) {
 	in := map[string]any{"subscriptions": raw}
 	if key := unknownKey("", in, reflect.TypeFor[Config]()); key != "" {
 		return nil, &ValidationError{Field: key, Err: ErrUnknownKey, Source: source}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	badgerdb "github.com/dgraph-io/badger/v4"
@@ -146,7 +147,7 @@ func (l *Log) JoinAll(reqs []queue.JoinRequest) ([]queue.Membership, error) {
 		if !changed[i] {
 			continue
 		}
-		v, err := json.Marshal(memberRecord{V: recordVersion, From: m.From, Paused: m.Paused, Snapshot: m.Snapshot})
+		v, err := joinRecord(m)
 		if err != nil {
 			return nil, fmt.Errorf("join %s: %w", m.Subscription, err)
 		}
@@ -174,6 +175,34 @@ func (l *Log) JoinAll(reqs []queue.JoinRequest) ([]queue.Membership, error) {
 		}
 	}
 	return out, nil
+}
+
+// joinRecord encodes a joining member's record (memberRecord with From,
+// Paused and Snapshot) as json.Marshal does, except that the snapshot is
+// checked and copied as it is rather than compacted: json.Marshal of the
+// record spent 60% of JoinAll's CPU re-encoding 50,000 snapshots (issue
+// 14) that are the proxy's json.Marshal output already. Written as given,
+// a snapshot also reads back equal to the one JoinAll compares it with.
+func joinRecord(m queue.Membership) ([]byte, error) {
+	if len(m.Snapshot) > 0 && !json.Valid(m.Snapshot) {
+		return nil, errors.New("snapshot is not valid JSON")
+	}
+	b := make([]byte, 0, len(m.Snapshot)+64)
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, recordVersion, 10)
+	b = append(b, `,"from":`...)
+	b = strconv.AppendUint(b, m.From, 10)
+	if m.Paused != "" {
+		p, err := json.Marshal(m.Paused)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(b, `,"paused":`...), p...)
+	}
+	if len(m.Snapshot) > 0 {
+		b = append(append(b, `,"snapshot":`...), m.Snapshot...)
+	}
+	return append(b, '}'), nil
 }
 
 // Leave ends sub's entitlement at the current head: it still receives every
