@@ -43,8 +43,12 @@ type modelInputs struct {
 	cpuPerDeliv   float64 // µs of sidecar CPU per delivery, fan-out 40, Badger (ingest included)
 	rssPerSidecar float64 // bytes, the fan-out-40 sidecar's RSS at the end of its window
 	heapPerLane   float64 // bytes of live heap per idle lane (lanes-50k)
-	fleetRatio    float64 // Badger deliveries per sidecar CPU-second ÷ the 1-node fleet's (fleet-scale): what fleet mode costs per delivery
-	followPerEv   float64 // µs of node CPU per event per node following the stream (fit over fleet-scale's 1, 2, 3 nodes)
+	// The fleet nodes' CPU, fit over fleet-scale's 1, 2 and 3 nodes as
+	// CPU = perDeliv·deliveries + perEvent·events + followPerEv·events·nodes:
+	// delivering, ingesting, and every node following every event.
+	fleetPerDeliv float64 // µs per delivery
+	fleetPerEvent float64 // µs per event ingested (by whichever node took it)
+	followPerEv   float64 // µs per event per node following the stream
 	natsBase      float64 // µs of NATS cluster CPU per event (R3), with no follower (fit)
 	natsPerNode   float64 // µs of NATS cluster CPU per event per following node (fit)
 	eventBytes    float64 // bytes of one stored message (fleet-ingest's stream)
@@ -78,31 +82,69 @@ func (h *harness) modelInputs() modelInputs {
 	}
 	in.heapPerLane = h.rep.rowValue("lanes-50k", "live heap per idle lane")
 	in.eventBytes = h.rep.Extra["fleet-ingest.stream_bytes_per_msg"]
-	// fleet-scale: node CPU and NATS CPU per event at 1, 2, 3 nodes.
-	var ns, nodeCPU, natsCPU []float64
-	badger := h.windowNamed("fleet-scale.badger")
+	// fleet-scale: node CPU and NATS CPU at 1, 2, 3 nodes. The nodes'
+	// CPU per event alone would not do: how far the lanes kept up differs
+	// between the windows, so deliveries per event do too.
+	var ns, natsCPU []float64
+	var x [][3]float64
+	var y []float64
 	for n := 1; n <= fleetNodes; n++ {
 		w := h.windowNamed(fmt.Sprintf("fleet-scale.nodes-%d", n))
-		if w == nil || w.Load.WinOK == 0 || w.CPUPerDelivUs == 0 {
+		if w == nil || w.Load.WinOK == 0 || w.Deliveries == 0 {
 			continue
 		}
+		e := float64(w.Load.WinOK)
 		ns = append(ns, float64(n))
-		nodeCPU = append(nodeCPU, w.CPUPerEventUs)
 		natsCPU = append(natsCPU, w.NATSPerEventUs)
+		x = append(x, [3]float64{float64(w.Deliveries), e, e * float64(n)})
+		y = append(y, w.CPUms*1e3)
 		in.scaleNodes = append(in.scaleNodes, float64(n))
 		in.scalePerCPU = append(in.scalePerCPU, 1e6/w.CPUPerDelivUs)
-		if n == 1 && badger != nil && badger.CPUPerDelivUs > 0 {
-			in.fleetRatio = w.CPUPerDelivUs / badger.CPUPerDelivUs
+	}
+	if len(ns) >= 3 {
+		if b, ok := leastSquares3(x, y); ok && b[0] > 0 {
+			in.fleetPerDeliv, in.fleetPerEvent, in.followPerEv = b[0], max(b[1], 0), max(b[2], 0)
 		}
 	}
 	if len(ns) >= 2 {
-		_, in.followPerEv = fitLine(ns, nodeCPU)
 		in.natsBase, in.natsPerNode = fitLine(ns, natsCPU)
-		in.followPerEv = max(in.followPerEv, 0)
 		in.natsPerNode = max(in.natsPerNode, 0)
 		in.natsBase = max(in.natsBase, 0)
 	}
 	return in
+}
+
+// leastSquares3 fits y = b·x over three regressors, solving the normal
+// equations by Cramer's rule; false when they are singular.
+func leastSquares3(x [][3]float64, y []float64) ([3]float64, bool) {
+	var a [3][3]float64
+	var v [3]float64
+	for i := range x {
+		for j := range 3 {
+			v[j] += x[i][j] * y[i]
+			for k := range 3 {
+				a[j][k] += x[i][j] * x[i][k]
+			}
+		}
+	}
+	det := func(m [3][3]float64) float64 {
+		return m[0][0]*(m[1][1]*m[2][2]-m[1][2]*m[2][1]) -
+			m[0][1]*(m[1][0]*m[2][2]-m[1][2]*m[2][0]) +
+			m[0][2]*(m[1][0]*m[2][1]-m[1][1]*m[2][0])
+	}
+	d := det(a)
+	if d == 0 || math.IsNaN(d) {
+		return [3]float64{}, false
+	}
+	var b [3]float64
+	for k := range 3 {
+		m := a
+		for j := range 3 {
+			m[j][k] = v[j]
+		}
+		b[k] = det(m) / d
+	}
+	return b, true
 }
 
 // fitLine is the least-squares line y = a + b·x.
@@ -148,14 +190,13 @@ func (h *harness) addModel() {
 	r.add(name, "memory, all sidecars", (mem+lanes)/(1<<30), "GiB").
 		note(fmt.Sprintf("RSS %.0f MiB per loaded sidecar (fanout-40) × pods + %d subscriptions × %.0f B per idle lane (lanes-50k)",
 			in.rssPerSidecar/(1<<20), modelSubs, in.heapPerLane))
-	if in.fleetRatio == 0 {
+	if in.fleetPerDeliv == 0 {
 		r.Rows[len(r.Rows)-2].note("fleet rows need fleet-scale")
 	} else {
-		// Fleet nodes: the delivery cost scaled by what fleet mode costs
-		// per delivery, plus every node following every event. With P
-		// pods of C cores at use u: P·C·u = D·c·f + P·I·φ, so
-		// P = D·c·f / (C·u − I·φ).
-		busy := deliveries * in.cpuPerDeliv * in.fleetRatio / 1e6
+		// Fleet nodes: delivering and ingesting as fit, plus every node
+		// following every event. With P pods of C cores at use u:
+		// P·C·u = D·a + I·c + P·I·φ, so P = (D·a + I·c) / (C·u − I·φ).
+		busy := (deliveries*in.fleetPerDeliv + modelTriggers*in.fleetPerEvent) / 1e6
 		followCores := modelTriggers * in.followPerEv / 1e6 // per node
 		room := modelCoresPerPod*modelUtilisation - followCores
 		row := r.add(name, "fleet: sidecar cores for "+plat, 0, "cores")
@@ -163,10 +204,10 @@ func (h *harness) addModel() {
 			row.fail(fmt.Sprintf("following the stream alone (%.2f cores per node) fills a %d-core pod at %.0f%%: fleet mode does not scale past this without partitioned streams",
 				followCores, modelCoresPerPod, modelUtilisation*100))
 		} else {
-			pods := math.Ceil(busy / room)
+			pods := math.Ceil(busy/room - 1e-9) // not a pod more for a rounding error
 			row.Value = pods * modelCoresPerPod
-			row.note(fmt.Sprintf("%.0f pods: deliveries %.1f cores busy (×%.2f fleet vs Badger per delivery, fleet-scale 1 node) + following %d events/s on every pod, %.2f cores each (%.1f µs per event per node, fit over fleet-scale)",
-				pods, busy, in.fleetRatio, modelTriggers, followCores, in.followPerEv))
+			row.note(fmt.Sprintf("%.0f pods: %.1f cores busy delivering and ingesting (%.1f µs per delivery, %.1f µs per event) + following %d events/s on every pod, %.2f cores each (%.1f µs per event per node); fit over fleet-scale's 1-3 nodes",
+				pods, busy, in.fleetPerDeliv, in.fleetPerEvent, modelTriggers, followCores, in.followPerEv))
 			if in.natsBase > 0 || in.natsPerNode > 0 {
 				nats := modelTriggers * (in.natsBase + in.natsPerNode*pods) / 1e6
 				perServer := nats / modelReplicas

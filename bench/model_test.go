@@ -22,11 +22,11 @@ func TestModelFromWindows(t *testing.T) {
 	h := &harness{rep: newReport(&options{})}
 	h.rep.Windows = []*window{
 		{Name: "fanout-40", CPUPerDelivUs: 10, RSSEnd: 100 << 20},
-		{Name: "fleet-scale.badger", CPUPerDelivUs: 10},
-		// Node CPU per event 100 + 20·n µs, NATS 50 + 10·n µs.
-		{Name: "fleet-scale.nodes-1", CPUPerDelivUs: 10, CPUPerEventUs: 120, NATSPerEventUs: 60, Load: loadResult{WinOK: 1}},
-		{Name: "fleet-scale.nodes-2", CPUPerDelivUs: 10, CPUPerEventUs: 140, NATSPerEventUs: 70, Load: loadResult{WinOK: 1}},
-		{Name: "fleet-scale.nodes-3", CPUPerDelivUs: 12.5, CPUPerEventUs: 160, NATSPerEventUs: 80, Load: loadResult{WinOK: 1}},
+		// Nodes: 10 µs per delivery, 20 µs per event ingested, 20 µs per
+		// event per node following; NATS 50 + 10·n µs per event.
+		{Name: "fleet-scale.nodes-1", CPUPerDelivUs: 10, CPUms: 140, Deliveries: 10000, NATSPerEventUs: 60, Load: loadResult{WinOK: 1000}},
+		{Name: "fleet-scale.nodes-2", CPUPerDelivUs: 10, CPUms: 140, Deliveries: 8000, NATSPerEventUs: 70, Load: loadResult{WinOK: 1000}},
+		{Name: "fleet-scale.nodes-3", CPUPerDelivUs: 12.5, CPUms: 360, Deliveries: 20000, NATSPerEventUs: 80, Load: loadResult{WinOK: 2000}},
 	}
 	h.addModel()
 	got := map[string]*row{}
@@ -47,7 +47,8 @@ func TestModelFromWindows(t *testing.T) {
 		t.Errorf("Badger cores %v, want %v", x.Value, 10/0.6)
 	}
 	// Following: 25,000 × 20 µs = 0.5 cores per node; room 2·0.6 − 0.5 =
-	// 0.7 cores per pod for 10 cores of deliveries: 15 pods, 30 cores.
+	// 0.7 cores per pod for 10 + 0.5 cores of deliveries and ingest: 15
+	// pods, 30 cores.
 	if x := find("fleet: sidecar cores"); x.Value != 30 {
 		t.Errorf("fleet cores %v (%s), want 30", x.Value, x.Note)
 	}
