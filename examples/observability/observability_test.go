@@ -43,6 +43,7 @@ var metricNames = []string{
 	"sluice_fleet_lease_renewals_total",
 	"sluice_fleet_lease_takeovers_total",
 	"sluice_jetstream_publish_errors_total",
+	"sluice_jetstream_append_commit_wait_seconds",
 }
 
 var metricRE = regexp.MustCompile(`sluice_[a-z_]+`)
