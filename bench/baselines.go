@@ -64,7 +64,7 @@ func (h *harness) neededBaselines() []string {
 			add(baseNoopIngest)
 			add(baseAppenderAsync)
 		case "latency":
-			add(baseAppender) // the disk's own P99, for the latency target's alternative bound
+			add(baseAppender) // the disk's own P99 saturated, for context beside the open-loop one (scenarioLatency)
 		case "fanout-1", "fanout-10", "fanout-40":
 			add(baseClientServer)
 			n, _ := strconv.Atoi(strings.TrimPrefix(s, "fanout-"))
@@ -191,8 +191,15 @@ func (h *harness) noopPaced(ctx context.Context, c *child, spec loadSpec, b *bas
 	h.logf("  %-22s %8.0f req/s  server cpu %5.1f µs per request, paced", b.Name, res.PerSec, b.Extra["paced_server_cpu_us_per_request"])
 }
 
-// baselineAppender runs the bare Badger group-commit appender as a child.
+// baselineAppender runs the bare Badger group-commit appender as a child,
+// 64 writers in a closed loop.
 func (h *harness) baselineAppender(ctx context.Context, name string, sync bool) (*baselineResult, error) {
+	return h.baselineAppenderAt(ctx, name, sync, 0)
+}
+
+// baselineAppenderAt runs it in an open loop at rate appends/s (128
+// writers, latency from each append's due time) when rate > 0.
+func (h *harness) baselineAppenderAt(ctx context.Context, name string, sync bool, rate float64) (*baselineResult, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -200,8 +207,12 @@ func (h *harness) baselineAppender(ctx context.Context, name string, sync bool) 
 	dir := filepath.Join(h.tmp, h.nextID(name)+"-data")
 	defer os.RemoveAll(dir)
 	var out bytes.Buffer
-	args := []string{"_appender", "-dir", dir, "-sync=" + strconv.FormatBool(sync), "-writers", "64", "-size", "512",
-		"-warmup", h.opts.warmup.String(), "-duration", h.opts.duration.String()}
+	writers := 64
+	if rate > 0 {
+		writers = openWorkers
+	}
+	args := []string{"_appender", "-dir", dir, "-sync=" + strconv.FormatBool(sync), "-writers", strconv.Itoa(writers), "-size", "512",
+		"-warmup", h.opts.warmup.String(), "-duration", h.opts.duration.String(), "-rate", strconv.FormatFloat(rate, 'f', 0, 64)}
 	logPath := filepath.Join(h.tmp, h.nextID(name)+".log")
 	c, err := h.startChild(name, self, args, logPath, &out)
 	if err != nil {

@@ -129,11 +129,15 @@ func appenderMain(args []string, stdout, stderr io.Writer) error {
 	size := fs.Int("size", 512, "value bytes")
 	warmup := fs.Duration("warmup", time.Second, "unmeasured start")
 	dur := fs.Duration("duration", 5*time.Second, "measured window")
+	rate := fs.Float64("rate", 0, "appends/s in an open loop, each due at its time and timed from it (0: closed loop)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *dir == "" {
 		return errors.New("-dir is required")
+	}
+	if *rate < 0 {
+		return fmt.Errorf("-rate %v: want appends/s, or 0 for a closed loop", *rate)
 	}
 	opts := badger.DefaultOptions(*dir).
 		WithSyncWrites(false).
@@ -225,6 +229,18 @@ func appenderMain(args []string, stdout, stderr io.Writer) error {
 			for {
 				now := time.Now()
 				i := seq.Add(1)
+				if *rate > 0 {
+					// Open loop: the append is due at its slot, and its
+					// latency counts from then, as the sidecar's open
+					// loops count publish→receipt from each event's due
+					// time (a late writer counts against the disk).
+					due := start.Add(time.Duration(float64(i-1) / *rate * float64(time.Second)))
+					if !due.Before(winEnd) {
+						break
+					}
+					sleepUntil(context.Background(), due)
+					now = due
+				}
 				if !now.Before(winEnd) || i > maxAppends {
 					break
 				}

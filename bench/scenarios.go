@@ -257,13 +257,22 @@ func (h *harness) scenarioLatency(ctx context.Context, name string) error {
 		if pct == 50 {
 			p50.want(onValue, "<=", 2)
 			p99.want(onValue, "<=", 10)
-			// Issue 14's alternative bound: what the disk allows. The bare
-			// group commit's P99 (64 writers, fsync) is this disk's tail
-			// for one durable append, measured in the same run.
-			if b := h.base[baseAppender]; b != nil && b.Err == "" && rc.N > 0 {
-				r.add(name, "publish→receipt P99"+at+" vs bare fsync group commit P99", rc.P99, "ms").
-					vs(b, func(b *baselineResult) float64 { return b.Latency.P99 }).want(onRatio, "<=", 2).
-					note("either this or the 10 ms bound meets the target")
+			// Issue 14's alternative bound: what the disk allows. A bare
+			// Badger group commit (fsync) in an open loop at the same rate,
+			// timed from each append's due time as these rows are, is
+			// this disk's tail for one durable append at this load,
+			// measured in the same run (the closed-loop appender's P99 is
+			// that of saturated batches, another load).
+			if rc.N > 0 {
+				b, err := h.baselineAppenderAt(ctx, baseAppender+"-open50", true, rate)
+				if err != nil {
+					h.logf("  bare appender at %.0f/s: %v", rate, err)
+				} else {
+					h.logf("  %s: P50 %.2f ms, P99 %.2f ms at %.0f appends/s", b.Name, b.Latency.P50, b.Latency.P99, b.PerSec)
+					r.add(name, "publish→receipt P99"+at+" vs bare fsync group commit P99 at that rate", rc.P99, "ms").
+						vsValue(b.Name, b.Latency.P99).want(onRatio, "<=", 2).
+						note(fmt.Sprintf("either this or the 10 ms bound meets the target; the bare appender, open loop at %.0f/s: P50 %.2f ms, max %.1f ms", b.PerSec, b.Latency.P50, b.Latency.Max))
+				}
 			}
 			if rc.N > 0 {
 				h.badgerLat50 = rc
