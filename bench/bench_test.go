@@ -95,9 +95,15 @@ func TestBody(t *testing.T) {
 			t.Errorf("newBody(%d) is not JSON: %.80s…", size, b)
 		}
 		want := time.Now().UnixNano()
-		stampBody(b, want)
+		stampSent(b, want, want+1234)
 		if got, ok := sentNs(b); !ok || got != want {
 			t.Errorf("sentNs = %d, %v; want %d", got, ok, want)
+		}
+		if got, ok := atNs(b); !ok || got != want+1234 {
+			t.Errorf("atNs = %d, %v; want %d", got, ok, want+1234)
+		}
+		if !json.Valid(b) {
+			t.Errorf("stamped body is not JSON: %.80s…", b)
 		}
 	}
 }

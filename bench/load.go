@@ -167,7 +167,7 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 		timer := time.NewTimer(time.Hour)
 		defer timer.Stop()
 		for n := 0; ctx.Err() == nil; n++ {
-			var t0 time.Time
+			var t0, at time.Time
 			if s.Rate > 0 {
 				i := next.Add(1) - 1
 				if i >= total {
@@ -195,13 +195,15 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 				if !t0.Before(winStart) {
 					mySlip = append(mySlip, int64(now.Sub(t0)))
 				}
+				at = now
 			} else {
 				t0 = time.Now()
 				if !t0.Before(winEnd) || next.Add(1) > total || stopped(s.Stop) {
 					return
 				}
+				at = t0
 			}
-			stampBody(body, t0.UnixNano())
+			stampSent(body, t0.UnixNano(), at.UnixNano())
 			if s.Keys {
 				key = strconv.AppendInt(key[:keyLen], int64(n), 10)
 			}

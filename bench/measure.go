@@ -151,11 +151,15 @@ type window struct {
 	NATSPerEventUs   float64     `json:"nats_cpu_us_per_event,omitempty"`
 	NATSPerDelivUs   float64     `json:"nats_cpu_us_per_delivery,omitempty"`
 	Receipt          *latSummary `json:"publish_to_receipt,omitempty"`
-	ReceiptDropped   int64       `json:"publish_to_receipt_dropped,omitempty"`
-	DrainSeconds     float64     `json:"drain_seconds,omitempty"`
-	Drained          *bool       `json:"drained,omitempty"`
-	Profiles         []string    `json:"profiles,omitempty"`
-	Errors           []string    `json:"errors,omitempty"`
+	// ReceiptNet is the same deliveries timed from when the harness
+	// actually sent each event, not from when it was due: Receipt less
+	// the harness's own lateness (open loops).
+	ReceiptNet     *latSummary `json:"publish_to_receipt_from_send,omitempty"`
+	ReceiptDropped int64       `json:"publish_to_receipt_dropped,omitempty"`
+	DrainSeconds   float64     `json:"drain_seconds,omitempty"`
+	Drained        *bool       `json:"drained,omitempty"`
+	Profiles       []string    `json:"profiles,omitempty"`
+	Errors         []string    `json:"errors,omitempty"`
 }
 
 // winOpts says what a sidecar window records besides the defaults.
@@ -268,8 +272,8 @@ func (h *harness) targetWindow(ctx context.Context, t *target, name string, spec
 			w.drain(ctx, h, t, o.Drain)
 		}
 		lat := h.recv.stopRecording(rec)
-		sum := summarize(lat)
-		w.Receipt, w.ReceiptDropped = &sum, rec.dropped.Load()
+		sum, net := summarize(lat), summarize(rec.netSamples())
+		w.Receipt, w.ReceiptNet, w.ReceiptDropped = &sum, &net, rec.dropped.Load()
 	}
 	profWG.Wait()
 	for range profs {

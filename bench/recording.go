@@ -74,7 +74,11 @@ func (r *receiver) hook(req testbed.Request, status int) int {
 	}
 	sent, ok := sentNs(req.Body())
 	if rec != nil && ok && sent >= rec.from && rec.wants(i) {
-		rec.add(now.UnixNano() - sent)
+		at, ok := atNs(req.Body())
+		if !ok {
+			at = sent
+		}
+		rec.add(now.UnixNano()-sent, now.UnixNano()-at)
 	}
 	if tr != nil {
 		tr.add(i, req.Header("webhook-id"), sent)
@@ -129,7 +133,7 @@ func (r *receiver) snapshotPaths(n int) []int64 {
 // after from; capacity bounds the samples kept (the rest are counted as
 // dropped). With only set, deliveries to /s<i> count only where only[i].
 func (r *receiver) startRecording(from time.Time, capacity int, only []bool) *latRecorder {
-	rec := &latRecorder{from: from.UnixNano(), v: make([]atomic.Int64, capacity), only: only}
+	rec := &latRecorder{from: from.UnixNano(), v: make([]atomic.Int64, capacity), net: make([]atomic.Int64, capacity), only: only}
 	r.rec.Store(rec)
 	return rec
 }
@@ -146,7 +150,8 @@ type latRecorder struct {
 	only    []bool // nil: every path
 	n       atomic.Int64
 	dropped atomic.Int64
-	v       []atomic.Int64
+	v       []atomic.Int64 // from the due time (sent_ns)
+	net     []atomic.Int64 // the same deliveries from the actual send (at_ns)
 }
 
 // wants reports whether deliveries to path index i (-1: not /s<N>) count.
@@ -154,13 +159,26 @@ func (l *latRecorder) wants(i int) bool {
 	return l.only == nil || i >= 0 && i < len(l.only) && l.only[i]
 }
 
-func (l *latRecorder) add(ns int64) {
+func (l *latRecorder) add(ns, netNs int64) {
 	i := l.n.Add(1) - 1
 	if i >= int64(len(l.v)) {
 		l.dropped.Add(1)
 		return
 	}
 	l.v[i].Store(ns)
+	l.net[i].Store(netNs)
+}
+
+// netSamples are the latencies from the actual send.
+func (l *latRecorder) netSamples() []int64 {
+	n := min(l.n.Load(), int64(len(l.net)))
+	out := make([]int64, 0, n)
+	for i := range n {
+		if v := l.net[i].Load(); v != 0 {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func (l *latRecorder) samples() []int64 {
@@ -193,8 +211,16 @@ func pathIndex(p []byte) (int, bool) {
 // Event bodies are JSON objects that start with the send time, so the
 // receiver finds it with one bytes.Index and no JSON decoding:
 //
-//	{"sent_ns":1767225600123456789,"pad":"xxxx…"}
-var sentKey = []byte(`"sent_ns":`)
+//	{"sent_ns":1767225600123456789,"at_ns":1767225600123456789,"pad":"xxxx…"}
+//
+// sent_ns is when the event was due (an open loop's schedule; in a closed
+// loop, when it was sent), at_ns when the producer actually sent it: the
+// difference is the harness's own lateness, which publish→receipt from
+// sent_ns counts and from at_ns does not.
+var (
+	sentKey = []byte(`"sent_ns":`)
+	atKey   = []byte(`,"at_ns":`)
+)
 
 // sentDigits is the width of the send time: unix nanoseconds have 19
 // digits from 2001 to 2286, so the field never needs a leading zero (which
@@ -204,7 +230,8 @@ const sentDigits = 19
 // newBody returns a body of size bytes (at least the fixed part) with a
 // placeholder send time; stampBody fills it in.
 func newBody(size int) []byte {
-	head := `{"sent_ns":1` + string(bytes.Repeat([]byte("0"), sentDigits-1)) + `,"pad":"`
+	stamp := "1" + string(bytes.Repeat([]byte("0"), sentDigits-1))
+	head := `{"sent_ns":` + stamp + string(atKey) + stamp + `,"pad":"`
 	tail := `"}`
 	pad := max(0, size-len(head)-len(tail))
 	b := make([]byte, 0, len(head)+pad+len(tail))
@@ -213,13 +240,31 @@ func newBody(size int) []byte {
 	return append(b, tail...)
 }
 
-// stampBody writes ns as the body's send time, in place.
-func stampBody(b []byte, ns int64) {
+// stampBody writes ns as the body's due and send time, in place.
+func stampBody(b []byte, ns int64) { stampSent(b, ns, ns) }
+
+// stampSent writes the body's due time and the time it is sent, in place.
+func stampSent(b []byte, due, at int64) {
 	off := 1 + len(sentKey)
-	for i := off + sentDigits - 1; i >= off; i-- {
+	putDigits(b[off:off+sentDigits], due)
+	off += sentDigits + len(atKey)
+	putDigits(b[off:off+sentDigits], at)
+}
+
+func putDigits(b []byte, ns int64) {
+	for i := len(b) - 1; i >= 0; i-- {
 		b[i] = byte('0' + ns%10)
 		ns /= 10
 	}
+}
+
+// atNs reads the time a body made by newBody was actually sent.
+func atNs(body []byte) (int64, bool) {
+	i := bytes.Index(body, atKey)
+	if i < 0 {
+		return 0, false
+	}
+	return leadingNs(body[i+len(atKey):])
 }
 
 // sentNs reads the send time of a body made by newBody.
@@ -228,9 +273,14 @@ func sentNs(body []byte) (int64, bool) {
 	if i < 0 {
 		return 0, false
 	}
+	return leadingNs(body[i+len(sentKey):])
+}
+
+// leadingNs reads the unix nanoseconds b starts with.
+func leadingNs(b []byte) (int64, bool) {
 	var n int64
 	digits := 0
-	for _, c := range body[i+len(sentKey):] {
+	for _, c := range b {
 		if c < '0' || c > '9' {
 			break
 		}
