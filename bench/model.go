@@ -182,16 +182,17 @@ func (h *harness) addModel() {
 	// Badger sidecars: every delivery costs what fan-out 40 costs per
 	// delivery here (its ingest share included).
 	badgerCores := deliveries * in.cpuPerDeliv / 1e6
-	r.add(name, "Badger sidecars: cores for "+plat, badgerCores/modelUtilisation, "cores").
+	badgerPods := math.Ceil(badgerCores / modelUtilisation / modelCoresPerPod)
+	cores := r.add(name, "Badger sidecars: cores for "+plat, badgerCores/modelUtilisation, "cores").
 		note(fmt.Sprintf("%.0f deliveries/s × %.1f µs (fanout-40) = %.1f cores busy, at %.0f%% use; %.0f pods of %d cores",
-			deliveries, in.cpuPerDeliv, badgerCores, modelUtilisation*100, math.Ceil(badgerCores/modelUtilisation/modelCoresPerPod), modelCoresPerPod))
-	mem := in.rssPerSidecar * math.Ceil(badgerCores/modelUtilisation/modelCoresPerPod)
+			deliveries, in.cpuPerDeliv, badgerCores, modelUtilisation*100, badgerPods, modelCoresPerPod))
+	mem := in.rssPerSidecar * badgerPods
 	lanes := in.heapPerLane * modelSubs
 	r.add(name, "memory, all sidecars", (mem+lanes)/(1<<30), "GiB").
 		note(fmt.Sprintf("RSS %.0f MiB per loaded sidecar (fanout-40) × pods + %d subscriptions × %.0f B per idle lane (lanes-50k)",
 			in.rssPerSidecar/(1<<20), modelSubs, in.heapPerLane))
 	if in.fleetPerDeliv == 0 {
-		r.Rows[len(r.Rows)-2].note("fleet rows need fleet-scale")
+		cores.note("fleet rows need fleet-scale")
 	} else {
 		// Fleet nodes: delivering and ingesting as fit, plus every node
 		// following every event. With P pods of C cores at use u:
