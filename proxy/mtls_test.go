@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,7 +125,8 @@ func TestMTLSCertificateRotatedWhenFilesChange(t *testing.T) {
 	files := f.clientFiles(t, f.clientCA, "client-1")
 	sb := sub("mtls", f.ep.URL+"/hook")
 	sb.TLS = files
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}}, false)
+	var logs capture
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Logger: logs.logger()}, false)
 	var n atomic.Int64
 	deliver := func() string {
 		t.Helper()
@@ -140,7 +142,11 @@ func TestMTLSCertificateRotatedWhenFilesChange(t *testing.T) {
 
 	c2, k2 := f.clientCA.issue(t, leaf{cn: "client-2", client: true})
 	writeFile(t, files.CertFile, c2) // the key is still the old one's
-	time.Sleep(200 * time.Millisecond)
+	// The check has seen the half-written pair once it says it keeps the
+	// files in use; only then does the next delivery show what it kept.
+	eventually(t, "the half-written rotation refused", func() bool {
+		return strings.Contains(logs.String(), "egress files changed but do not load")
+	})
 	if cn := deliver(); cn != "client-1" {
 		t.Fatalf("with a certificate that does not match its key, delivery presented %q; want the old client-1", cn)
 	}
