@@ -127,17 +127,9 @@ func benchmarkAppend(b *testing.B, producers, nodes int) {
 	b.ReportMetric(tBare.Seconds()/tStore.Seconds(), "ratio")
 	var waits, waited float64
 	for _, reg := range regs {
-		mfs, err := reg.Gather()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "sluice_jetstream_append_commit_wait_seconds" {
-				h := mf.GetMetric()[0].GetHistogram()
-				waits += float64(h.GetSampleCount())
-				waited += h.GetSampleSum()
-			}
-		}
+		h := gather(b, reg, "sluice_jetstream_append_commit_wait_seconds")[0].GetHistogram()
+		waits += float64(h.GetSampleCount())
+		waited += h.GetSampleSum()
 	}
 	b.ReportMetric(waits/float64(b.N), "commit-waits/append")
 	b.ReportMetric(waited*1e6/float64(b.N), "commit-wait-µs/append")

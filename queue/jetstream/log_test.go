@@ -299,7 +299,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name, cause string) float64
 	return 0
 }
 
-func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+func histogramCount(t testing.TB, reg *prometheus.Registry, name string) uint64 {
 	t.Helper()
 	for _, m := range gather(t, reg, name) {
 		return m.GetHistogram().GetSampleCount()
@@ -307,7 +307,7 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 	return 0
 }
 
-func gather(t *testing.T, reg *prometheus.Registry, name string) []*dto.Metric {
+func gather(t testing.TB, reg *prometheus.Registry, name string) []*dto.Metric {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -737,19 +737,7 @@ func TestAppendWaitsPastTheWindow(t *testing.T) {
 	ob := logOptions(name)
 	ob.NodeID = "b"
 	b := openLog(t, ob, nil)
-	waits := func() uint64 {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "sluice_jetstream_append_commit_wait_seconds" {
-				return mf.GetMetric()[0].GetHistogram().GetSampleCount()
-			}
-		}
-		t.Fatal("no sluice_jetstream_append_commit_wait_seconds")
-		return 0
-	}
+	waits := func() uint64 { return histogramCount(t, reg, "sluice_jetstream_append_commit_wait_seconds") }
 
 	jetstream.StopFollower(a)
 	queuetest.MustAppend(t, b, queuetest.Event("from-b", "t", "b"))
