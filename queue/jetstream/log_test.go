@@ -647,14 +647,24 @@ func TestAppendDoesNotWaitForOtherNodes(t *testing.T) {
 
 	jetstream.StopFollower(a)
 	seqB, _ := queuetest.MustAppend(t, b, queuetest.Event("from-b", "t", "b"))
-	done := make(chan uint64, 1)
+	// The append runs aside so the bound below can end the test; its
+	// error comes back here, where t.Fatal may be called.
+	type appended struct {
+		seq uint64
+		err error
+	}
+	done := make(chan appended, 1)
 	go func() {
-		seq, _ := queuetest.MustAppend(t, a, queuetest.Event("from-a", "t", "a"))
-		done <- seq
+		seq, _, err := a.Append(queuetest.Event("from-a", "t", "a"))
+		done <- appended{seq, err}
 	}()
 	var seqA uint64
 	select {
-	case seqA = <-done:
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("append from-a: %v", r.err)
+		}
+		seqA = r.seq
 	case <-time.After(30 * time.Second): // a liveness bound
 		t.Fatal("the append waited for another node's event to reach OnCommit")
 	}
