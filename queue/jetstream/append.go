@@ -224,8 +224,9 @@ type eventMsg struct {
 	vals [7]string
 }
 
-// newEventMsg makes ev's message. nats.go keeps it for the attempt's
-// lifetime (its own retries resend it), so it is never reused.
+// newEventMsg makes ev's message. Every attempt of its Append sends it
+// (track sets each one's reply subject), so it lives as long as the
+// Append.
 func newEventMsg(subject string, ev *queue.Event) *nats.Msg {
 	em := &eventMsg{}
 	h := make(nats.Header, len(em.vals))

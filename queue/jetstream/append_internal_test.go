@@ -178,3 +178,34 @@ func BenchmarkPubAck(b *testing.B) {
 		}
 	})
 }
+
+// TestFollowerHeld: held and heldBytes follow pending through holds (a
+// seq held again replaces its entry), releases and non-events.
+func TestFollowerHeld(t *testing.T) {
+	var f follower
+	check := func(n, bytes int64) {
+		t.Helper()
+		if f.held.Load() != n || f.heldBytes.Load() != bytes || int64(len(f.pending)) != n {
+			t.Fatalf("held %d, %d bytes (pending %d); want %d, %d", f.held.Load(), f.heldBytes.Load(), len(f.pending), n, bytes)
+		}
+	}
+	f.hold(5, &queue.Event{Body: []byte("abc")})
+	f.hold(6, nil)
+	check(2, 3)
+	f.hold(5, &queue.Event{Body: []byte("abcdef")})
+	check(2, 6)
+	if !f.holdsTooMuch(1) || f.holdsTooMuch(2) {
+		t.Fatal("holdsTooMuch does not compare held with the window")
+	}
+	if _, ok := f.release(7); ok {
+		t.Fatal("released a seq never held")
+	}
+	if ev, ok := f.release(5); !ok || len(ev.Body) != 6 {
+		t.Fatalf("release(5) = %v, %v", ev, ok)
+	}
+	check(1, 0)
+	if ev, ok := f.release(6); !ok || ev != nil {
+		t.Fatalf("release(6) = %v, %v", ev, ok)
+	}
+	check(0, 0)
+}

@@ -299,7 +299,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name, cause string) float64
 	return 0
 }
 
-func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+func histogramCount(t testing.TB, reg *prometheus.Registry, name string) uint64 {
 	t.Helper()
 	for _, m := range gather(t, reg, name) {
 		return m.GetHistogram().GetSampleCount()
@@ -307,7 +307,7 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 	return 0
 }
 
-func gather(t *testing.T, reg *prometheus.Registry, name string) []*dto.Metric {
+func gather(t testing.TB, reg *prometheus.Registry, name string) []*dto.Metric {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -633,26 +633,13 @@ func TestEventContextHeaders(t *testing.T) {
 // follower delivers the other node's event.
 func TestAppendDoesNotWaitForOtherNodes(t *testing.T) {
 	name := logStream()
-	var (
-		mu   sync.Mutex
-		seen []uint64
-		both = make(chan struct{})
-	)
+	seen := newCommitSeqs(2)
 	oa := logOptions(name)
 	oa.NodeID = "a"
 	// Far above the liveness bound below: an append that waited for the
 	// other node's event would wait this long.
 	oa.RequestTimeout = 2 * time.Minute
-	oa.OnCommit = func(evs []*queue.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, ev := range evs {
-			seen = append(seen, ev.Seq)
-		}
-		if len(seen) == 2 {
-			close(both)
-		}
-	}
+	oa.OnCommit = seen.onCommit
 	a := openLog(t, oa, nil)
 	ob := logOptions(name)
 	ob.NodeID = "b"
@@ -660,25 +647,33 @@ func TestAppendDoesNotWaitForOtherNodes(t *testing.T) {
 
 	jetstream.StopFollower(a)
 	seqB, _ := queuetest.MustAppend(t, b, queuetest.Event("from-b", "t", "b"))
-	done := make(chan uint64, 1)
+	// The append runs aside so the bound below can end the test; its
+	// error comes back here, where t.Fatal may be called.
+	type appended struct {
+		seq uint64
+		err error
+	}
+	done := make(chan appended, 1)
 	go func() {
-		seq, _ := queuetest.MustAppend(t, a, queuetest.Event("from-a", "t", "a"))
-		done <- seq
+		seq, _, err := a.Append(queuetest.Event("from-a", "t", "a"))
+		done <- appended{seq, err}
 	}()
 	var seqA uint64
 	select {
-	case seqA = <-done:
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("append from-a: %v", r.err)
+		}
+		seqA = r.seq
 	case <-time.After(30 * time.Second): // a liveness bound
 		t.Fatal("the append waited for another node's event to reach OnCommit")
 	}
 	if seqA != seqB+1 {
 		t.Fatalf("seqs %d (b) and %d (a), want consecutive", seqB, seqA)
 	}
-	mu.Lock()
-	if len(seen) != 0 {
-		t.Fatalf("OnCommit saw %v before the event below them", seen)
+	if got := seen.seqs(); len(got) != 0 {
+		t.Fatalf("OnCommit saw %v before the event below them", got)
 	}
-	mu.Unlock()
 	if h := a.Head(); h != 0 {
 		t.Fatalf("head %d, want 0: OnCommit has seen nothing", h)
 	}
@@ -692,18 +687,7 @@ func TestAppendDoesNotWaitForOtherNodes(t *testing.T) {
 	if err := jetstream.StartFollower(a); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-both:
-	case <-time.After(30 * time.Second): // a liveness bound
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("OnCommit saw %v, want %d and %d", seen, seqB, seqA)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 2 || seen[0] != seqB || seen[1] != seqA {
-		t.Fatalf("OnCommit saw %v, want [%d %d]", seen, seqB, seqA)
-	}
+	seen.await(t, []uint64{seqB, seqA})
 	if h := a.Head(); h != seqA {
 		t.Fatalf("head %d, want %d", h, seqA)
 	}
@@ -715,41 +699,16 @@ func TestAppendDoesNotWaitForOtherNodes(t *testing.T) {
 // the follower is stopped), and OnCommit still gets every event in order.
 func TestAppendWaitsPastTheWindow(t *testing.T) {
 	name := logStream()
-	var (
-		mu   sync.Mutex
-		seen []uint64
-		all  = make(chan struct{})
-	)
+	seen := newCommitSeqs(3)
 	reg := prometheus.NewRegistry()
 	oa := logOptions(name)
 	oa.NodeID, oa.PublishWindow, oa.RequestTimeout, oa.Registerer = "a", 1, time.Second, reg
-	oa.OnCommit = func(evs []*queue.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, ev := range evs {
-			seen = append(seen, ev.Seq)
-		}
-		if len(seen) == 3 {
-			close(all)
-		}
-	}
+	oa.OnCommit = seen.onCommit
 	a := openLog(t, oa, nil)
 	ob := logOptions(name)
 	ob.NodeID = "b"
 	b := openLog(t, ob, nil)
-	waits := func() uint64 {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "sluice_jetstream_append_commit_wait_seconds" {
-				return mf.GetMetric()[0].GetHistogram().GetSampleCount()
-			}
-		}
-		t.Fatal("no sluice_jetstream_append_commit_wait_seconds")
-		return 0
-	}
+	waits := func() uint64 { return histogramCount(t, reg, "sluice_jetstream_append_commit_wait_seconds") }
 
 	jetstream.StopFollower(a)
 	queuetest.MustAppend(t, b, queuetest.Event("from-b", "t", "b"))
@@ -764,16 +723,47 @@ func TestAppendWaitsPastTheWindow(t *testing.T) {
 	if err := jetstream.StartFollower(a); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second): // a liveness bound
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("OnCommit saw %v, want 1..3", seen)
+	seen.await(t, []uint64{1, 2, 3})
+}
+
+// commitSeqs records the seqs OnCommit is handed; all closes once n have
+// come.
+type commitSeqs struct {
+	mu   sync.Mutex
+	seen []uint64
+	n    int
+	all  chan struct{}
+}
+
+func newCommitSeqs(n int) *commitSeqs { return &commitSeqs{n: n, all: make(chan struct{})} }
+
+func (c *commitSeqs) onCommit(evs []*queue.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ev := range evs {
+		c.seen = append(c.seen, ev.Seq)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Equal(seen, []uint64{1, 2, 3}) {
-		t.Fatalf("OnCommit saw %v, want 1..3 in order", seen)
+	if len(c.seen) == c.n {
+		close(c.all)
+	}
+}
+
+func (c *commitSeqs) seqs() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.seen)
+}
+
+// await waits for n seqs, within a liveness bound, and checks they are
+// want, in that order.
+func (c *commitSeqs) await(t *testing.T, want []uint64) {
+	t.Helper()
+	select {
+	case <-c.all:
+	case <-time.After(30 * time.Second): // a liveness bound
+		t.Fatalf("OnCommit saw %v, want %v", c.seqs(), want)
+	}
+	if got := c.seqs(); !slices.Equal(got, want) {
+		t.Fatalf("OnCommit saw %v, want %v in order", got, want)
 	}
 }

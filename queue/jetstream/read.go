@@ -115,10 +115,9 @@ type follower struct {
 	mu      sync.Mutex // held while the head moves: OnCommit is never concurrent
 	cc      jetstream.ConsumeContext
 	pending map[uint64]*queue.Event // known seqs above head+1; nil: a message that is no event
-	// held and heldBytes are pending's events and their bodies' bytes, for
-	// Append's bound (heldN and heldB are kept under mu).
+	// held and heldBytes are len(pending) and its bodies' bytes, for
+	// Append's bound, read without mu (written under it).
 	held, heldBytes atomic.Int64
-	heldN, heldB    int64
 	// known is the highest seq known from a PubAck: the stream holds
 	// every seq up to it, though the head may not have passed them yet.
 	known   atomic.Uint64
@@ -253,15 +252,9 @@ func (f *follower) hold(seq uint64, ev *queue.Event) {
 	if f.pending == nil {
 		f.pending = map[uint64]*queue.Event{}
 	}
-	if old, ok := f.pending[seq]; ok {
-		f.heldN--
-		f.heldB -= bodyBytes(old)
-	}
+	f.heldBytes.Add(bodyBytes(ev) - bodyBytes(f.pending[seq]))
 	f.pending[seq] = ev
-	f.heldN++
-	f.heldB += bodyBytes(ev)
-	f.held.Store(f.heldN)
-	f.heldBytes.Store(f.heldB)
+	f.held.Store(int64(len(f.pending)))
 }
 
 // release takes seq's entry out of pending; false if it has none. f.mu is
@@ -272,10 +265,8 @@ func (f *follower) release(seq uint64) (*queue.Event, bool) {
 		return nil, false
 	}
 	delete(f.pending, seq)
-	f.heldN--
-	f.heldB -= bodyBytes(ev)
-	f.held.Store(f.heldN)
-	f.heldBytes.Store(f.heldB)
+	f.heldBytes.Add(-bodyBytes(ev))
+	f.held.Store(int64(len(f.pending)))
 	return ev, true
 }
 
