@@ -283,6 +283,8 @@ func (l *Log) write(batch []*appendReq, arena []byte, ents []badgerdb.Entry) (*w
 		}
 		if r.checked < l.idsLow {
 			// The appender's snapshot is older than what recent holds.
+			// An append the filter cleared comes without its key.
+			r.key = append(append(r.key[:0], prefixID...), r.ev.ID...)
 			seq, _, found, gerr := lookupIndexed(txn, r.key, r.ev.ID)
 			if gerr != nil || found {
 				r.seq, r.dup, r.err = seq, found, gerr

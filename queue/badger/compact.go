@@ -98,12 +98,12 @@ func (l *Log) deleteEvents(seqs []uint64) error {
 // compactChunk is how many deletes one compaction transaction carries.
 const compactChunk = 256
 
-// record is one e/ record met by Compact: its key (the last seq), its
-// first seq, and, for a group, a copy of its value.
+// record is one e/ record met by Compact: its key (the last seq) and, for
+// a group, a copy of its value.
 type record struct {
-	key, first uint64
-	val        []byte // nil for an event's own record
-	size       int    // of its value, when it is in the LSM tree
+	key  uint64
+	val  []byte // nil for an event's own record
+	size int    // of its value, when it is in the LSM tree
 }
 
 // compactBytes bounds the group values one compaction chunk holds.
@@ -119,7 +119,7 @@ func (l *Log) recordsBelow(from, below uint64) ([]record, error) {
 		size := 0
 		for it.Seek(eventKey(from)); it.Valid() && len(recs) < compactChunk && size < compactBytes; it.Next() {
 			item := it.Item()
-			r := record{key: seqFromEventKey(item.Key()), first: seqFromEventKey(item.Key())}
+			r := record{key: seqFromEventKey(item.Key())}
 			if item.ValueSize() >= valueThreshold {
 				// An event's own record (groups stay below groupMaxBytes)
 				// in the value log, whose GC gives its space back: no need
@@ -131,12 +131,11 @@ func (l *Log) recordsBelow(from, below uint64) ([]record, error) {
 				continue
 			}
 			r.size = int(item.ValueSize())
-			if err := item.Value(func(v []byte) error {
-				first, err := firstSeq(r.key, v)
-				if err != nil {
+			var first uint64
+			if err := item.Value(func(v []byte) (err error) {
+				if first, err = firstSeq(r.key, v); err != nil {
 					return err
 				}
-				r.first = first
 				if first != r.key {
 					r.val = bytes.Clone(v)
 				}
@@ -144,7 +143,7 @@ func (l *Log) recordsBelow(from, below uint64) ([]record, error) {
 			}); err != nil {
 				return err
 			}
-			if r.first >= below {
+			if first >= below {
 				return nil
 			}
 			recs = append(recs, r)

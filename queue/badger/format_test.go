@@ -74,16 +74,8 @@ func TestFormat1DirIsUpgraded(t *testing.T) {
 	if seq, typ, err := q.Lookup("new"); err != nil || seq != 2 || typ != "t.b" {
 		t.Fatalf("format-2 entry: seq %d type %q %v", seq, typ, err)
 	}
-	var f []byte
-	q.db.View(func(txn *badgerdb.Txn) error {
-		item, err := txn.Get(keyFormat)
-		if err == nil {
-			f, err = item.ValueCopy(nil)
-		}
-		return err
-	})
-	if len(f) != 8 || f[7] != formatVersion {
-		t.Fatalf("m/format after open = %v, want %d", f, formatVersion)
+	if f := readMark(t, q, keyFormat); f != formatVersion {
+		t.Fatalf("m/format after open = %d, want %d", f, formatVersion)
 	}
 }
 
@@ -157,16 +149,8 @@ func TestFormat2DirGetsRetryIndex(t *testing.T) {
 	if r, _ := q.RetryOf("b", 2); r == nil {
 		t.Fatal("another subscription's retry of the seq lost from the index")
 	}
-	var f []byte
-	q.db.View(func(txn *badgerdb.Txn) error {
-		item, err := txn.Get(keyFormat)
-		if err == nil {
-			f, err = item.ValueCopy(nil)
-		}
-		return err
-	})
-	if len(f) != 8 || f[7] != formatVersion {
-		t.Fatalf("m/format after open = %v, want %d", f, formatVersion)
+	if f := readMark(t, q, keyFormat); f != formatVersion {
+		t.Fatalf("m/format after open = %d, want %d", f, formatVersion)
 	}
 }
 
@@ -251,16 +235,8 @@ func TestFormat3EventsReadAfterUpgrade(t *testing.T) {
 	if ev := evs[0]; ev.ID != "new" || ev.OrderingKey != "vehicle-17" || ev.TraceParent != tp || ev.TraceState != "vendor=x" || string(ev.Body) != "{}" {
 		t.Fatalf("new event read as %+v", ev)
 	}
-	var f []byte
-	q.db.View(func(txn *badgerdb.Txn) error {
-		item, err := txn.Get(keyFormat)
-		if err == nil {
-			f, err = item.ValueCopy(nil)
-		}
-		return err
-	})
-	if len(f) != 8 || f[7] != formatVersion || formatVersion < 4 {
-		t.Fatalf("m/format after open = %v, want %d", f, formatVersion)
+	if f := readMark(t, q, keyFormat); f != formatVersion || formatVersion < 4 {
+		t.Fatalf("m/format after open = %d, want %d", f, formatVersion)
 	}
 }
 

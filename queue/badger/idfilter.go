@@ -208,4 +208,6 @@ func (l *Log) fillFilter(stop <-chan struct{}) {
 	f.ready.Store(true)
 }
 
+// errStopped ends a walk early: fillFilter's when Close stops it, and the
+// record walks of Events and Count once they have what they need.
 var errStopped = errors.New("stopped")

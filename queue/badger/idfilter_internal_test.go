@@ -147,3 +147,33 @@ func TestOldIDPastRecentIsDuplicate(t *testing.T) {
 		t.Fatalf("first again: seq %d dup %v, %v", seq, dup, err)
 	}
 }
+
+// TestClearedAppendBehindRecentIsLookedUp: an append the filter cleared,
+// whose mark is below what recent holds (it waited behind two rotations),
+// goes to the committer's LSM lookup without the appender's key, and is
+// still appended.
+func TestClearedAppendBehindRecentIsLookedUp(t *testing.T) {
+	q, err := Open(Options{Dir: t.TempDir(), MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if _, _, err := q.Append(&queue.Event{ID: "old", Type: "t", AcceptedAt: time.Now(), Body: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.index(); err != nil {
+		t.Fatal(err)
+	}
+	<-q.fillDone
+	if !q.filter.ready.Load() {
+		t.Fatal("filter not ready after its fill")
+	}
+	// What two rotations after the appender's check leave.
+	q.idsMu.Lock()
+	q.idsLow = 1 << 40
+	clear(q.ids)
+	q.idsMu.Unlock()
+	if seq, dup, err := q.Append(&queue.Event{ID: "new", Type: "t", AcceptedAt: time.Now(), Body: []byte("{}")}); err != nil || dup || seq != 2 {
+		t.Fatalf("append of a cleared id behind recent: seq %d dup %v, %v; want 2, new", seq, dup, err)
+	}
+}

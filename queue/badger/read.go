@@ -91,7 +91,6 @@ func (l *Log) Events(from, to uint64, limit int, match func(typ []byte) bool) (e
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		scanned := 0
-		errStop := errors.New("stop")
 		for it.Seek(eventKey(from)); it.Valid() && len(evs) < limit && scanned < maxScan; it.Next() {
 			item := it.Item()
 			err := item.Value(func(v []byte) error {
@@ -100,7 +99,7 @@ func (l *Log) Events(from, to uint64, limit int, match func(typ []byte) bool) (e
 						return nil
 					}
 					if seq > to || len(evs) >= limit || scanned >= maxScan {
-						return errStop
+						return errStopped
 					}
 					next = seq + 1
 					scanned++
@@ -121,7 +120,7 @@ func (l *Log) Events(from, to uint64, limit int, match func(typ []byte) bool) (e
 					return nil
 				})
 			})
-			if err == errStop {
+			if err == errStopped {
 				if next <= to && len(evs) < limit && scanned < maxScan {
 					next = to + 1 // stopped at seq > to
 				}
@@ -155,7 +154,6 @@ func (l *Log) CountEvents(from, to uint64, match func(typ []byte) bool, limit in
 	err := l.db.View(func(txn *badgerdb.Txn) error {
 		it := txn.NewIterator(badgerdb.IteratorOptions{Prefix: prefixEvent})
 		defer it.Close()
-		errStop := errors.New("stop")
 		for it.Seek(eventKey(from)); it.Valid() && n <= limit; it.Next() {
 			item := it.Item()
 			err := item.Value(func(v []byte) error {
@@ -164,7 +162,7 @@ func (l *Log) CountEvents(from, to uint64, match func(typ []byte) bool, limit in
 						return nil
 					}
 					if seq > to || n > limit {
-						return errStop
+						return errStopped
 					}
 					typ, err := eventType(rec)
 					if err == nil && match(typ) {
@@ -173,7 +171,7 @@ func (l *Log) CountEvents(from, to uint64, match func(typ []byte) bool, limit in
 					return err
 				})
 			})
-			if err == errStop {
+			if err == errStopped {
 				return nil
 			}
 			if err != nil {

@@ -45,14 +45,10 @@ func crashKillAfter(round int) int { return 300 + round*137 }
 // through must not exit early.
 func Crash(t *testing.T, b Backend) {
 	if os.Getenv(crashTestEnv) == t.Name() {
-		crashChild(t, b)
+		crashChild(t, b, "r", nil)
 		return
 	}
-	place := b.NewPlace(t)
-	acked := map[string]uint64{}
-	for round := range crashRounds {
-		crashRound(t, place, round, acked)
-	}
+	place, acked := crashRoundsAt(t, b)
 	s := b.Open(t, place, Options{})
 	for id, seq := range acked {
 		ev, err := s.Event(seq)
@@ -80,6 +76,18 @@ func runPattern(name string) string {
 		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
 	}
 	return strings.Join(parts, "/")
+}
+
+// crashRoundsAt runs crashRounds children over one new place of b and
+// returns the place and every append acknowledged across them.
+func crashRoundsAt(t *testing.T, b Backend) (string, map[string]uint64) {
+	t.Helper()
+	place := b.NewPlace(t)
+	acked := map[string]uint64{}
+	for round := range crashRounds {
+		crashRound(t, place, round, acked)
+	}
+	return place, acked
 }
 
 // crashRound starts a child, reads its acknowledgements into acked, kills
@@ -142,9 +150,11 @@ func parseAck(line string) (id string, seq uint64, ok bool) {
 }
 
 // crashChild appends until killed, printing "acked <id> <seq>" for each
-// acknowledged append. It bounds its own life in case the parent died
-// without killing it.
-func crashChild(t *testing.T, b Backend) {
+// acknowledged append; ids start with prefix. after, when not nil, runs
+// on each append (i counts the goroutine's appends) before it is printed,
+// and an error from it ends the child as an append's would. It bounds its
+// own life in case the parent died without killing it.
+func crashChild(t *testing.T, b Backend, prefix string, after func(s queue.Store, i int, seq uint64) error) {
 	place, round := os.Getenv(crashPlaceEnv), os.Getenv(crashRoundEnv)
 	s := b.Open(t, place, Options{Sync: true})
 	var (
@@ -156,8 +166,11 @@ func crashChild(t *testing.T, b Backend) {
 	for w := range 16 {
 		wg.Go(func() {
 			for i := 0; time.Now().Before(stop); i++ {
-				id := fmt.Sprintf("r%s-w%d-%d", round, w, i)
+				id := fmt.Sprintf("%s%s-w%d-%d", prefix, round, w, i)
 				seq, _, err := s.Append(&queue.Event{ID: id, Type: "crash", AcceptedAt: time.Now(), Body: []byte(id)})
+				if err == nil && after != nil {
+					err = after(s, i, seq)
+				}
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "append:", err)
 					os.Exit(2)
@@ -187,14 +200,17 @@ func crashChild(t *testing.T, b Backend) {
 // or the test proved nothing of that.
 func CrashDedup(t *testing.T, b Backend) {
 	if os.Getenv(crashTestEnv) == t.Name() {
-		crashDedupChild(t, b)
+		// Compact up to each eighth acknowledged event, before it is printed.
+		crashChild(t, b, "d", func(s queue.Store, i int, seq uint64) error {
+			if i%8 != 7 {
+				return nil
+			}
+			_, err := s.Compact(seq + 1)
+			return err
+		})
 		return
 	}
-	place := b.NewPlace(t)
-	acked := map[string]uint64{}
-	for round := range crashRounds {
-		crashRound(t, place, round, acked)
-	}
+	place, acked := crashRoundsAt(t, b)
 	s := b.Open(t, place, Options{Sync: true})
 	compacted := 0
 	for id, seq := range acked {
@@ -215,39 +231,4 @@ func CrashDedup(t *testing.T, b Backend) {
 		t.Fatal("no acknowledged event was compacted: the test proved nothing of compaction")
 	}
 	t.Logf("%d acknowledged appends across %d SIGKILLs, %d of them compacted, all still duplicates", len(acked), crashRounds, compacted)
-}
-
-// crashDedupChild is crashChild with compaction.
-func crashDedupChild(t *testing.T, b Backend) {
-	place, round := os.Getenv(crashPlaceEnv), os.Getenv(crashRoundEnv)
-	s := b.Open(t, place, Options{Sync: true})
-	var (
-		mu  sync.Mutex
-		out = bufio.NewWriter(os.Stdout)
-		wg  sync.WaitGroup
-	)
-	stop := time.Now().Add(time.Minute)
-	for w := range 16 {
-		wg.Go(func() {
-			for i := 0; time.Now().Before(stop); i++ {
-				id := fmt.Sprintf("d%s-w%d-%d", round, w, i)
-				seq, _, err := s.Append(&queue.Event{ID: id, Type: "crash", AcceptedAt: time.Now(), Body: []byte(id)})
-				if err == nil && i%8 == 7 {
-					_, err = s.Compact(seq + 1)
-				}
-				if err != nil {
-					fmt.Fprintln(os.Stderr, "append:", err)
-					os.Exit(2)
-				}
-				mu.Lock()
-				fmt.Fprintf(out, "acked %s %d\n", id, seq)
-				if err := out.Flush(); err != nil {
-					os.Exit(3)
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	t.Fatal("crash child: not killed within a minute")
 }
