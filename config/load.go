@@ -266,13 +266,18 @@ func decodeSubs(raw any, source string) ([]SubscriptionConfig, error) {
 	}
 	out := make([]SubscriptionConfig, len(list))
 	if err := decodeSubsInto(out, list, source); err != nil {
+		// The same error as the list gives, with its index there.
+		if _, whole := decodeSubsSlow(list, source); whole != nil {
+			err = whole
+		}
 		return nil, err
 	}
 	return out, nil
 }
 
 // decodeSubsInto is decodeSubs of list into out, of the same length and
-// zero.
+// zero, except that an error is only a sign: its index is within the
+// subscriptions the fast path left, and decodeSubs words it again.
 func decodeSubsInto(out []SubscriptionConfig, list []any, source string) error {
 	var slow []int
 	for i, e := range list {
@@ -288,10 +293,6 @@ func decodeSubsInto(out []SubscriptionConfig, list []any, source string) error {
 		}
 		dec, err := decodeSubsSlow(rest, source)
 		if err != nil {
-			// The same error as the list gives, with its index there.
-			if _, whole := decodeSubsSlow(list, source); whole != nil {
-				err = whole
-			}
 			return err
 		}
 		for j, i := range slow {
