@@ -262,7 +262,12 @@ func (r *rawSubs) decode(cfg *Config) error {
 func decodeSubs(raw any, source string) ([]SubscriptionConfig, error) {
 	list, ok := raw.([]any)
 	if !ok {
-		return decodeSubsSlow(raw, source)
+		out, err := decodeSubsSlow(raw, source)
+		if err != nil {
+			return nil, err
+		}
+		markSource(out, raw)
+		return out, nil
 	}
 	out := make([]SubscriptionConfig, len(list))
 	if err := decodeSubsInto(out, list, source); err != nil {
@@ -303,7 +308,9 @@ func decodeSubsInto(out []SubscriptionConfig, list []any, source string) error {
 	return nil
 }
 
-// decodeSubsSlow is decodeSubs by mapstructure alone.
+// decodeSubsSlow is decodeSubs by mapstructure alone, without markSource:
+// decodeSubsInto marks the whole list once, the ones mapstructure decoded
+// among the others.
 func decodeSubsSlow(raw any, source string) ([]SubscriptionConfig, error) {
 	in := map[string]any{"subscriptions": raw}
 	if key := unknownKey("", in, reflect.TypeFor[Config]()); key != "" {
@@ -330,7 +337,6 @@ func decodeSubsSlow(raw any, source string) ([]SubscriptionConfig, error) {
 		}
 		return nil, err
 	}
-	markSource(out.Subscriptions, raw)
 	return out.Subscriptions, nil
 }
 
