@@ -63,7 +63,8 @@ func (p *jsonScanner) value() (any, bool) {
 	case c == '[':
 		return p.array()
 	case c == '"':
-		return p.string()
+		s, ok := p.string()
+		return s, ok
 	case c == '-' || (c >= '0' && c <= '9'):
 		return p.number()
 	case c == 't':
@@ -96,11 +97,10 @@ func (p *jsonScanner) object() (any, bool) {
 		if p.i >= len(p.b) || p.b[p.i] != '"' {
 			return nil, false
 		}
-		k, ok := p.string()
+		key, ok := p.string()
 		if !ok {
 			return nil, false
 		}
-		key := k.(string)
 		if _, dup := m[key]; dup {
 			return nil, false
 		}
@@ -115,19 +115,12 @@ func (p *jsonScanner) object() (any, bool) {
 			return nil, false
 		}
 		m[key] = v
-		p.space()
-		if p.i >= len(p.b) {
+		closed, ok := p.next('}')
+		if !ok {
 			return nil, false
 		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-			p.space()
-		case '}':
-			p.i++
+		if closed {
 			return m, true
-		default:
-			return nil, false
 		}
 	}
 }
@@ -146,27 +139,39 @@ func (p *jsonScanner) array() (any, bool) {
 			return nil, false
 		}
 		l = append(l, v)
-		p.space()
-		if p.i >= len(p.b) {
+		closed, ok := p.next(']')
+		if !ok {
 			return nil, false
 		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-			p.space()
-		case ']':
-			p.i++
+		if closed {
 			return l, true
-		default:
-			return nil, false
 		}
 	}
+}
+
+// next reads the "," between entries, and the space after it, or the
+// closing character, and reports which it was.
+func (p *jsonScanner) next(closing byte) (closed, ok bool) {
+	p.space()
+	if p.i >= len(p.b) {
+		return false, false
+	}
+	switch p.b[p.i] {
+	case ',':
+		p.i++
+		p.space()
+		return false, true
+	case closing:
+		p.i++
+		return true, true
+	}
+	return false, false
 }
 
 // string reads a string. One of plain ASCII without escapes is copied;
 // any other (escapes, UTF-8, which encoding/json checks and repairs) is
 // decoded by encoding/json itself, so that both paths agree on it.
-func (p *jsonScanner) string() (any, bool) {
+func (p *jsonScanner) string() (string, bool) {
 	start := p.i
 	p.i++ // '"'
 	plain := true
@@ -180,7 +185,7 @@ func (p *jsonScanner) string() (any, bool) {
 			}
 			var s string
 			if json.Unmarshal(p.b[start:p.i], &s) != nil {
-				return nil, false
+				return "", false
 			}
 			return s, true
 		case c == '\\':
@@ -188,13 +193,13 @@ func (p *jsonScanner) string() (any, bool) {
 			p.i += 2 // the escaped byte cannot end the string
 			continue
 		case c < 0x20:
-			return nil, false
+			return "", false
 		case c >= utf8.RuneSelf:
 			plain = false
 		}
 		p.i++
 	}
-	return nil, false
+	return "", false
 }
 
 // number reads a number by JSON's grammar and converts it as jsonValue

@@ -262,17 +262,27 @@ func (r *rawSubs) decode(cfg *Config) error {
 func decodeSubs(raw any, source string) ([]SubscriptionConfig, error) {
 	list, ok := raw.([]any)
 	if !ok {
-		return decodeSubsSlow(raw, source)
+		out, err := decodeSubsSlow(raw, source)
+		if err != nil {
+			return nil, err
+		}
+		markSource(out, raw)
+		return out, nil
 	}
 	out := make([]SubscriptionConfig, len(list))
 	if err := decodeSubsInto(out, list, source); err != nil {
+		// The same error as the list gives, with its index there.
+		if _, whole := decodeSubsSlow(list, source); whole != nil {
+			err = whole
+		}
 		return nil, err
 	}
 	return out, nil
 }
 
 // decodeSubsInto is decodeSubs of list into out, of the same length and
-// zero.
+// zero, except that an error is only a sign: its index is within the
+// subscriptions the fast path left, and decodeSubs words it again.
 func decodeSubsInto(out []SubscriptionConfig, list []any, source string) error {
 	var slow []int
 	for i, e := range list {
@@ -288,10 +298,6 @@ func decodeSubsInto(out []SubscriptionConfig, list []any, source string) error {
 		}
 		dec, err := decodeSubsSlow(rest, source)
 		if err != nil {
-			// The same error as the list gives, with its index there.
-			if _, whole := decodeSubsSlow(list, source); whole != nil {
-				err = whole
-			}
 			return err
 		}
 		for j, i := range slow {
@@ -302,7 +308,9 @@ func decodeSubsInto(out []SubscriptionConfig, list []any, source string) error {
 	return nil
 }
 
-// decodeSubsSlow is decodeSubs by mapstructure alone.
+// decodeSubsSlow is decodeSubs by mapstructure alone, without markSource:
+// decodeSubsInto marks the whole list once, the ones mapstructure decoded
+// among the others.
 func decodeSubsSlow(raw any, source string) ([]SubscriptionConfig, error) {
 	in := map[string]any{"subscriptions": raw}
 	if key := unknownKey("", in, reflect.TypeFor[Config]()); key != "" {
@@ -329,7 +337,6 @@ func decodeSubsSlow(raw any, source string) ([]SubscriptionConfig, error) {
 		}
 		return nil, err
 	}
-	markSource(out.Subscriptions, raw)
 	return out.Subscriptions, nil
 }
 

@@ -104,6 +104,7 @@ func compareSubDecoders(t *testing.T, name string, doc []byte) int {
 				t.Fatalf("%s: subscriptions[%d] %#v: the fast path takes it, mapstructure refuses it: %v", name, i, e, err)
 			}
 			markSource(fasts, []any{e})
+			markSource(slow, []any{e})
 			if fast := fasts[0]; !reflect.DeepEqual(fast, slow[0]) && !equalModuloNaN(fast, slow[0]) {
 				t.Fatalf("%s: subscriptions[%d] %#v: the fast path and mapstructure differ in %s", name, i, e, diffField(reflect.ValueOf(fast), reflect.ValueOf(slow[0])))
 			}

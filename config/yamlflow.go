@@ -133,10 +133,11 @@ func (p *flowScanner) mapping() (any, bool) {
 			return nil, false
 		}
 		m[key] = v
-		if !p.next('}') {
+		closed, ok := p.next('}')
+		if !ok {
 			return nil, false
 		}
-		if p.b[p.i-1] == '}' {
+		if closed {
 			return m, true
 		}
 	}
@@ -156,32 +157,33 @@ func (p *flowScanner) sequence() (any, bool) {
 			return nil, false
 		}
 		l = append(l, v)
-		if !p.next(']') {
+		closed, ok := p.next(']')
+		if !ok {
 			return nil, false
 		}
-		if p.b[p.i-1] == ']' {
+		if closed {
 			return l, true
 		}
 	}
 }
 
-// next reads the ", " between entries or the closing character (a
-// trailing comma is left to yaml.v3).
-func (p *flowScanner) next(closing byte) bool {
+// next reads the ", " between entries or the closing character, and
+// reports which it was (a trailing comma is left to yaml.v3).
+func (p *flowScanner) next(closing byte) (closed, ok bool) {
 	p.space()
 	if p.i >= len(p.b) {
-		return false
+		return false, false
 	}
 	switch p.b[p.i] {
 	case closing:
 		p.i++
-		return true
+		return true, true
 	case ',':
 		p.i++
 		p.space()
-		return p.i < len(p.b) && p.b[p.i] != closing && p.b[p.i] != ','
+		return false, p.i < len(p.b) && p.b[p.i] != closing && p.b[p.i] != ','
 	}
-	return false
+	return false, false
 }
 
 // quoted reads a quoted scalar of printable ASCII without escapes.

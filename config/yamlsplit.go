@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/knadh/koanf/parsers/yaml"
@@ -114,17 +115,13 @@ func parseYAMLSplit(b []byte, n int) (map[string]any, bool) {
 	if _, again := m["subscriptions"]; again {
 		return nil, false
 	}
-	var list []any
-	for i := range n {
-		if !oks[i] {
-			return nil, false
-		}
-		list = append(list, pieces[i]...)
+	if slices.Contains(oks, false) {
+		return nil, false
 	}
 	if m == nil {
 		m = map[string]any{}
 	}
-	m["subscriptions"] = list
+	m["subscriptions"] = slices.Concat(pieces...)
 	return m, true
 }
 
@@ -146,7 +143,6 @@ func findSubscriptionItems(b []byte) (head int, items []int, indent, end int, ok
 		line, next := nextLine(b, off)
 		if bytes.HasPrefix(line, []byte(key)) && onlyComment(line[len(key):]) {
 			head = off
-			off = next
 			break
 		}
 		off = next
@@ -156,8 +152,7 @@ func findSubscriptionItems(b []byte) (head int, items []int, indent, end int, ok
 	}
 	indent = -1
 	end = len(b)
-	off := head
-	_, off = nextLine(b, off)
+	_, off := nextLine(b, head)
 	for off < len(b) {
 		line, next := nextLine(b, off)
 		sp := leadingSpaces(line)
