@@ -163,7 +163,9 @@ func (c *Config) Validate() error {
 // 50,000-subscription file spent 70 ms here on one, issue 14). Validate
 // reports the first error in list order, with the duplicate-id check
 // between the two, so each worker stops at its first error: Validate
-// never looks past it.
+// never looks past it. lookup is called from every worker at once, so it
+// must be safe for concurrent use (os.LookupEnv and envLookup's are), as
+// must any check added to SubscriptionConfig.validate.
 func (c *Config) checkEachSubscription(lookup func(string) (string, bool)) (own, target []error) {
 	subs := c.Subscriptions
 	own, target = make([]error, len(subs)), make([]error, len(subs))
