@@ -378,12 +378,7 @@ func (l *lane) pumpLocked() {
 	for l.inFlight < limit {
 		ev := l.nextFresh()
 		if ev == nil {
-			l.hungry = true
-			e.feed.markHungry(l)
-			// A commit between nextFresh and markHungry would find this
-			// lane not yet hungry: look once more now that it is.
-			if !rechecked && len(l.buf) == 0 && l.next <= l.limitSeq() {
-				rechecked = true
+			if l.parkHungry(&rechecked) {
 				continue
 			}
 			break
@@ -407,6 +402,20 @@ func (l *lane) pumpLocked() {
 	}
 	l.updateCursor()
 	l.armNextDue(now)
+}
+
+// parkHungry parks the lane in the feed until a commit, its pump having
+// found nothing to read, and reports whether to read once more: a commit
+// between nextFresh and markHungry would find the lane not yet hungry.
+// It says so at most once per pump (*rechecked). l.mu is held.
+func (l *lane) parkHungry(rechecked *bool) bool {
+	l.hungry = true
+	l.e.feed.markHungry(l)
+	if !*rechecked && len(l.buf) == 0 && l.next <= l.limitSeq() {
+		*rechecked = true
+		return true
+	}
+	return false
 }
 
 // armNextDue makes sure a wake-up is armed for the lane's next retry: the
