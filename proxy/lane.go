@@ -387,14 +387,14 @@ func (l *lane) pumpLocked() {
 		// render is dead-lettered here, before any gate.
 		if skip, err := l.unrenderable(ev, nil, now); skip {
 			if err != nil {
-				l.buf = append([]*queue.Event{ev}, l.buf...) // not written: it waits
+				l.unread(ev) // not written: it waits
 				break
 			}
 			continue
 		}
 		probe, ok := l.admit(now)
 		if !ok {
-			l.buf = append([]*queue.Event{ev}, l.buf...) // back in front: it waits
+			l.unread(ev) // back in front: it waits
 			break
 		}
 		l.window = append(l.window, slot{seq: ev.Seq})
@@ -756,14 +756,14 @@ func (l *lane) enforceQuota(now time.Time) {
 		}
 		old := q.MaxAge > 0 && now.Sub(ev.AcceptedAt) > q.MaxAge
 		if excess <= 0 && !old {
-			l.buf = append([]*queue.Event{ev}, l.buf...)
+			l.unread(ev)
 			break
 		}
 		o := queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: ev.Seq, At: now,
 			DeadLetter: newDeadLetter(l.id, ev, policy.ReasonBacklogQuota, 0, policy.Exchange{}, "", now)}
 		if err := l.record(o); err != nil {
 			e.log.Error("dead-letter over quota", "subscription", l.id, "seq", ev.Seq, "err", err)
-			l.buf = append([]*queue.Event{ev}, l.buf...)
+			l.unread(ev)
 			break
 		}
 		l.resolved(nil, o)
