@@ -370,9 +370,7 @@ type route struct {
 	key   routeKey
 	state atomic.Pointer[routeState]
 
-	// Under egress.mu.
-	epoch uint64 // of the last attach
-	idle  int    // sweeps in a row that found no lane using it
+	use sweepMark // under egress.mu
 	// Under egress.checkMu.
 	stamps []fileStamp
 }
@@ -513,7 +511,7 @@ func (g *egress) attach(sub *Subscription) {
 			g.routes[k] = r
 			g.arm()
 		}
-		r.epoch, r.idle = g.epoch, 0
+		r.use.touch(g.epoch)
 	}
 	if sub.Auth != nil {
 		tk := newGrantKey(*sub.Auth, eg)
@@ -523,7 +521,7 @@ func (g *egress) attach(sub *Subscription) {
 			g.tokens[tk] = ts
 			g.arm()
 		}
-		ts.epoch, ts.idle = g.epoch, 0
+		ts.use.touch(g.epoch)
 	}
 	g.mu.Unlock()
 	if sub.route != r {
@@ -640,11 +638,7 @@ func (g *egress) sweep(lanes []*lane) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for k, r := range g.routes {
-		if routes[r] || r.epoch >= start {
-			r.idle = 0
-			continue
-		}
-		if r.idle++; r.idle >= 2 {
+		if r.use.unused(routes[r], start) {
 			delete(g.routes, k)
 			if st := r.state.Load(); st.client != nil {
 				st.client.CloseIdleConnections()
@@ -652,15 +646,32 @@ func (g *egress) sweep(lanes []*lane) {
 		}
 	}
 	for k, ts := range g.tokens {
-		if tokens[ts] || ts.epoch >= start {
-			ts.idle = 0
-			continue
-		}
-		if ts.idle++; ts.idle >= 2 {
+		if ts.use.unused(tokens[ts], start) {
 			delete(g.tokens, k)
 			ts.http.CloseIdleConnections()
 		}
 	}
+}
+
+// sweepMark is when a route or token source was last attached, and how
+// many sweeps in a row found no lane using it. Under egress.mu.
+type sweepMark struct {
+	epoch uint64 // of the last attach
+	idle  int
+}
+
+func (m *sweepMark) touch(epoch uint64) { m.epoch, m.idle = epoch, 0 }
+
+// unused counts a sweep that began at epoch start and reports whether it
+// is the second in a row to find the mark unused: an attach since start
+// counts as a use, so one made for a lane not listed yet is kept.
+func (m *sweepMark) unused(used bool, start uint64) bool {
+	if used || m.epoch >= start {
+		m.idle = 0
+		return false
+	}
+	m.idle++
+	return m.idle >= 2
 }
 
 // run checks the files and sweeps every interval until quit, then ends
