@@ -678,20 +678,14 @@ func (m *sweepMark) unused(used bool, start uint64) bool {
 // the token requests in flight and closes the idle connections of every
 // route and token source.
 func (g *egress) run(quit <-chan struct{}, lanes func() []*lane) {
-	t := time.NewTicker(g.interval)
+	t := newIdleTicker(g.interval)
 	defer t.Stop()
-	ticking := true
 	for {
 		// Most sidecars need neither a route nor a token source: they
 		// sleep here until one is made (or stop) instead of waking every
 		// interval to find nothing.
-		if g.mu.Lock(); len(g.routes) == 0 && len(g.tokens) == 0 {
-			t.Stop()
-			ticking = false
-		} else if !ticking {
-			t.Reset(g.interval)
-			ticking = true
-		}
+		g.mu.Lock()
+		t.tickIf(len(g.routes) > 0 || len(g.tokens) > 0)
 		g.mu.Unlock()
 		select {
 		case <-g.armed:
@@ -713,6 +707,31 @@ func (g *egress) run(quit <-chan struct{}, lanes func() []*lane) {
 			}
 			return
 		}
+	}
+}
+
+// idleTicker is a ticker its loop stops while it has nothing to look at,
+// so an idle sidecar sleeps instead of waking every period; what gives it
+// work wakes the loop, which starts the ticker again.
+type idleTicker struct {
+	*time.Ticker
+	d       time.Duration
+	ticking bool
+}
+
+func newIdleTicker(d time.Duration) *idleTicker {
+	return &idleTicker{Ticker: time.NewTicker(d), d: d, ticking: true}
+}
+
+// tickIf runs the ticker when busy and stops it when not.
+func (t *idleTicker) tickIf(busy bool) {
+	switch {
+	case !busy && t.ticking:
+		t.Stop()
+		t.ticking = false
+	case busy && !t.ticking:
+		t.Reset(t.d)
+		t.ticking = true
 	}
 }
 
