@@ -61,14 +61,9 @@ func (h *harness) scenarioAPI(ctx context.Context, name string) error {
 
 	// The 0-subscription start, the baseline of the start-up rows, and its
 	// heap for the per-lane figure.
-	empty, err := h.start(ctx, sidecarSpec{Name: name + ".empty", Durability: "fsync"})
+	empty, m0, err := h.emptyIdle(ctx, name)
 	if err != nil {
-		return fmt.Errorf("0-subscription sidecar: %w", err)
-	}
-	m0, err := h.idleState(ctx, empty)
-	h.stopSidecar(empty)
-	if err != nil {
-		return fmt.Errorf("0-subscription sidecar: %w", err)
+		return err
 	}
 
 	// Creates, fsync, bracketed by the bare fsync baseline.

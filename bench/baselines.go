@@ -187,7 +187,7 @@ func (h *harness) noopPaced(ctx context.Context, c *child, spec loadSpec, b *bas
 	cpu := (r[1].t.User + r[1].t.Sys) - (r[0].t.User + r[0].t.Sys)
 	b.Extra["paced_server_cpu_us_per_request"] = float64(cpu) / 1e3 / n
 	b.Extra["paced_server_sys_us_per_request"] = float64(r[1].t.Sys-r[0].t.Sys) / 1e3 / n
-	b.Extra["paced_server_ctx_switches_per_request"] = float64((r[1].wk.Voluntary+r[1].wk.Involuntary)-(r[0].wk.Voluntary+r[0].wk.Involuntary)) / n
+	b.Extra["paced_server_ctx_switches_per_request"] = float64(r[1].wk.switches()-r[0].wk.switches()) / n
 	h.logf("  %-22s %8.0f req/s  server cpu %5.1f µs per request, paced", b.Name, res.PerSec, b.Extra["paced_server_cpu_us_per_request"])
 }
 

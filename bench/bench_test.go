@@ -40,14 +40,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	t.Logf("harness took %s\n%s", time.Since(start).Round(time.Millisecond), stdout.String())
 
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, out)
 	if len(rep.Failures) > 0 {
 		t.Errorf("failures: %q", rep.Failures)
 	}
@@ -149,14 +142,7 @@ func TestQuickFleetIngest(t *testing.T) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
 	t.Logf("harness took %s\n%s", time.Since(start).Round(time.Millisecond), stdout.String())
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, out)
 	if b := rep.Baselines[baseJSPublish]; b == nil || b.PerSec <= 0 || b.Extra["nats_cpu_us_per_publish"] <= 0 {
 		t.Errorf("baseline %s: %+v", baseJSPublish, b)
 	}
@@ -178,4 +164,18 @@ func TestQuickFleetIngest(t *testing.T) {
 	if !found {
 		t.Errorf("no fleet-ingest row with a ratio against its target:\n%s", stdout.String())
 	}
+}
+
+// readReport reads the -json report the harness wrote to path.
+func readReport(t *testing.T, path string) report {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }

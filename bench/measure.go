@@ -68,10 +68,7 @@ func (h *harness) snapshotTarget(t *target) snap {
 	s.Self, _ = procCPU(os.Getpid())
 	for _, sc := range t.nodes {
 		if wk, err := procWakeups(sc.pid); err == nil {
-			s.Wake.Voluntary += wk.Voluntary
-			s.Wake.Involuntary += wk.Involuntary
-			s.Wake.SyscR += wk.SyscR
-			s.Wake.SyscW += wk.SyscW
+			s.Wake.add(wk)
 		}
 		rss, _ := procRSS(sc.pid)
 		s.RSS += rss
@@ -383,9 +380,8 @@ func (w *window) fill(s0, s1 snap) {
 		per = w.Load.WinOK
 	}
 	if per > 0 {
-		cs := (s1.Wake.Voluntary + s1.Wake.Involuntary) - (s0.Wake.Voluntary + s0.Wake.Involuntary)
-		w.SwitchesPerDeliv = float64(cs) / float64(per)
-		w.SyscallsPerDeliv = float64((s1.Wake.SyscR+s1.Wake.SyscW)-(s0.Wake.SyscR+s0.Wake.SyscW)) / float64(per)
+		w.SwitchesPerDeliv = float64(s1.Wake.switches()-s0.Wake.switches()) / float64(per)
+		w.SyscallsPerDeliv = float64(s1.Wake.syscalls()-s0.Wake.syscalls()) / float64(per)
 	}
 	w.HarnessCPUms = float64(s1.Self-s0.Self) / 1e6
 	w.AllocBytes = s1.MS.TotalAlloc - s0.MS.TotalAlloc

@@ -85,7 +85,7 @@ func (h *harness) modelInputs() modelInputs {
 	// fleet-scale: node CPU and NATS CPU at 1, 2, 3 nodes. The nodes'
 	// CPU per event alone would not do: how far the lanes kept up differs
 	// between the windows, so deliveries per event do too.
-	var ns, natsCPU []float64
+	var natsCPU []float64
 	var x [][3]float64
 	var y []float64
 	for n := 1; n <= fleetNodes; n++ {
@@ -94,13 +94,13 @@ func (h *harness) modelInputs() modelInputs {
 			continue
 		}
 		e := float64(w.Load.WinOK)
-		ns = append(ns, float64(n))
 		natsCPU = append(natsCPU, w.NATSPerEventUs)
 		x = append(x, [3]float64{float64(w.Deliveries), e, e * float64(n)})
 		y = append(y, w.CPUms*1e3)
 		in.scaleNodes = append(in.scaleNodes, float64(n))
 		in.scalePerCPU = append(in.scalePerCPU, 1e6/w.CPUPerDelivUs)
 	}
+	ns := in.scaleNodes
 	if len(ns) >= 3 {
 		if b, ok := leastSquares3(x, y); ok && b[0] > 0 {
 			in.fleetPerDeliv, in.fleetPerEvent, in.followPerEv = b[0], max(b[1], 0), max(b[2], 0)

@@ -82,6 +82,16 @@ type wakeups struct {
 	SyscR, SyscW           int64
 }
 
+func (w wakeups) switches() int64 { return w.Voluntary + w.Involuntary }
+func (w wakeups) syscalls() int64 { return w.SyscR + w.SyscW }
+
+func (w *wakeups) add(o wakeups) {
+	w.Voluntary += o.Voluntary
+	w.Involuntary += o.Involuntary
+	w.SyscR += o.SyscR
+	w.SyscW += o.SyscW
+}
+
 func procWakeups(pid int) (wakeups, error) {
 	var w wakeups
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))

@@ -170,23 +170,17 @@ func (l *latRecorder) add(ns, netNs int64) {
 }
 
 // netSamples are the latencies from the actual send.
-func (l *latRecorder) netSamples() []int64 {
-	n := min(l.n.Load(), int64(len(l.net)))
-	out := make([]int64, 0, n)
-	for i := range n {
-		if v := l.net[i].Load(); v != 0 {
-			out = append(out, v)
-		}
-	}
-	return out
-}
+func (l *latRecorder) netSamples() []int64 { return l.stored(l.net) }
 
-func (l *latRecorder) samples() []int64 {
-	n := min(l.n.Load(), int64(len(l.v)))
+func (l *latRecorder) samples() []int64 { return l.stored(l.v) }
+
+// stored returns the samples of vs the handlers claimed and stored.
+func (l *latRecorder) stored(vs []atomic.Int64) []int64 {
+	n := min(l.n.Load(), int64(len(vs)))
 	out := make([]int64, 0, n)
 	for i := range n {
 		// A handler may have claimed a slot and not stored yet: skip zeros.
-		if v := l.v[i].Load(); v != 0 {
+		if v := vs[i].Load(); v != 0 {
 			out = append(out, v)
 		}
 	}

@@ -315,14 +315,9 @@ func (h *harness) drainTimeout() time.Duration {
 func (h *harness) scenarioLanes(ctx context.Context, name string) error {
 	r := h.rep
 	// The same process with no subscriptions, for the differences.
-	empty, err := h.start(ctx, sidecarSpec{Name: name + ".empty", Durability: "fsync"})
+	empty, m0, err := h.emptyIdle(ctx, name)
 	if err != nil {
-		return fmt.Errorf("0-subscription sidecar: %w", err)
-	}
-	m0, err := h.idleState(ctx, empty)
-	h.stopSidecar(empty)
-	if err != nil {
-		return fmt.Errorf("0-subscription sidecar: %w", err)
+		return err
 	}
 
 	lanes := h.opts.lanes
@@ -431,6 +426,22 @@ type idleMeasure struct {
 	heap      memStats      // live heap once quiet
 	rss       int64         // once quiet
 	idle      float64       // CPU ms per s over opts.idle, once quiet
+}
+
+// emptyIdle starts the same sidecar with no subscriptions, the baseline
+// the per-lane rows are differences from, and returns it stopped (its
+// start-up time) with its idle state.
+func (h *harness) emptyIdle(ctx context.Context, name string) (*sidecar, idleMeasure, error) {
+	empty, err := h.start(ctx, sidecarSpec{Name: name + ".empty", Durability: "fsync"})
+	if err != nil {
+		return nil, idleMeasure{}, fmt.Errorf("0-subscription sidecar: %w", err)
+	}
+	m0, err := h.idleState(ctx, empty)
+	h.stopSidecar(empty)
+	if err != nil {
+		return nil, idleMeasure{}, fmt.Errorf("0-subscription sidecar: %w", err)
+	}
+	return empty, m0, nil
 }
 
 // idleState measures sc at ready, waits until it is quiet, then measures

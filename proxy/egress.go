@@ -370,9 +370,7 @@ type route struct {
 	key   routeKey
 	state atomic.Pointer[routeState]
 
-	// Under egress.mu.
-	epoch uint64 // of the last attach
-	idle  int    // sweeps in a row that found no lane using it
+	use sweepMark // under egress.mu
 	// Under egress.checkMu.
 	stamps []fileStamp
 }
@@ -513,7 +511,7 @@ func (g *egress) attach(sub *Subscription) {
 			g.routes[k] = r
 			g.arm()
 		}
-		r.epoch, r.idle = g.epoch, 0
+		r.use.touch(g.epoch)
 	}
 	if sub.Auth != nil {
 		tk := newGrantKey(*sub.Auth, eg)
@@ -523,7 +521,7 @@ func (g *egress) attach(sub *Subscription) {
 			g.tokens[tk] = ts
 			g.arm()
 		}
-		ts.epoch, ts.idle = g.epoch, 0
+		ts.use.touch(g.epoch)
 	}
 	g.mu.Unlock()
 	if sub.route != r {
@@ -640,11 +638,7 @@ func (g *egress) sweep(lanes []*lane) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for k, r := range g.routes {
-		if routes[r] || r.epoch >= start {
-			r.idle = 0
-			continue
-		}
-		if r.idle++; r.idle >= 2 {
+		if r.use.unused(routes[r], start) {
 			delete(g.routes, k)
 			if st := r.state.Load(); st.client != nil {
 				st.client.CloseIdleConnections()
@@ -652,35 +646,46 @@ func (g *egress) sweep(lanes []*lane) {
 		}
 	}
 	for k, ts := range g.tokens {
-		if tokens[ts] || ts.epoch >= start {
-			ts.idle = 0
-			continue
-		}
-		if ts.idle++; ts.idle >= 2 {
+		if ts.use.unused(tokens[ts], start) {
 			delete(g.tokens, k)
 			ts.http.CloseIdleConnections()
 		}
 	}
 }
 
+// sweepMark is when a route or token source was last attached, and how
+// many sweeps in a row found no lane using it. Under egress.mu.
+type sweepMark struct {
+	epoch uint64 // of the last attach
+	idle  int
+}
+
+func (m *sweepMark) touch(epoch uint64) { m.epoch, m.idle = epoch, 0 }
+
+// unused counts a sweep that began at epoch start and reports whether it
+// is the second in a row to find the mark unused: an attach since start
+// counts as a use, so one made for a lane not listed yet is kept.
+func (m *sweepMark) unused(used bool, start uint64) bool {
+	if used || m.epoch >= start {
+		m.idle = 0
+		return false
+	}
+	m.idle++
+	return m.idle >= 2
+}
+
 // run checks the files and sweeps every interval until quit, then ends
 // the token requests in flight and closes the idle connections of every
 // route and token source.
 func (g *egress) run(quit <-chan struct{}, lanes func() []*lane) {
-	t := time.NewTicker(g.interval)
+	t := newIdleTicker(g.interval)
 	defer t.Stop()
-	ticking := true
 	for {
 		// Most sidecars need neither a route nor a token source: they
 		// sleep here until one is made (or stop) instead of waking every
 		// interval to find nothing.
-		if g.mu.Lock(); len(g.routes) == 0 && len(g.tokens) == 0 {
-			t.Stop()
-			ticking = false
-		} else if !ticking {
-			t.Reset(g.interval)
-			ticking = true
-		}
+		g.mu.Lock()
+		t.tickIf(len(g.routes) > 0 || len(g.tokens) > 0)
 		g.mu.Unlock()
 		select {
 		case <-g.armed:
@@ -702,6 +707,31 @@ func (g *egress) run(quit <-chan struct{}, lanes func() []*lane) {
 			}
 			return
 		}
+	}
+}
+
+// idleTicker is a ticker its loop stops while it has nothing to look at,
+// so an idle sidecar sleeps instead of waking every period; what gives it
+// work wakes the loop, which starts the ticker again.
+type idleTicker struct {
+	*time.Ticker
+	d       time.Duration
+	ticking bool
+}
+
+func newIdleTicker(d time.Duration) *idleTicker {
+	return &idleTicker{Ticker: time.NewTicker(d), d: d, ticking: true}
+}
+
+// tickIf runs the ticker when busy and stops it when not.
+func (t *idleTicker) tickIf(busy bool) {
+	switch {
+	case !busy && t.ticking:
+		t.Stop()
+		t.ticking = false
+	case busy && !t.ticking:
+		t.Reset(t.d)
+		t.ticking = true
 	}
 }
 

@@ -132,9 +132,7 @@ type tokenSource struct {
 	err      error         // the last request's failure, returned until errUntil
 	errUntil time.Time
 
-	// Under egress.mu.
-	epoch uint64
-	idle  int
+	use sweepMark // under egress.mu
 }
 
 func newTokenSource(g *egress, o OAuth2, eg *Egress) *tokenSource {

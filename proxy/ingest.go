@@ -485,12 +485,21 @@ func checkOrderingKey(b []byte) string {
 	if len(b) > maxOrderingKeyLen {
 		return "longer than " + strconv.Itoa(maxOrderingKeyLen) + " bytes"
 	}
-	for i, c := range b {
-		if c < 0x20 || c > 0x7e {
-			return "character " + strconv.QuoteRuneToASCII(rune(c)) + " at " + strconv.Itoa(i) + " not allowed (printable ASCII only)"
-		}
+	if i := notPrintable(b); i >= 0 {
+		return "character " + strconv.QuoteRuneToASCII(rune(b[i])) + " at " + strconv.Itoa(i) + " not allowed (printable ASCII only)"
 	}
 	return ""
+}
+
+// notPrintable returns the index of the first byte of b that is not
+// printable ASCII (space through '~'), or -1.
+func notPrintable(b []byte) int {
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			return i
+		}
+	}
+	return -1
 }
 
 // traceContext returns the request's W3C trace context (traceparent and
@@ -519,13 +528,8 @@ func traceContext(h *fasthttp.RequestHeader) (parent, state []byte) {
 	if all := h.PeekAll("tracestate"); len(all) > 1 {
 		state = bytes.Join(all, []byte(","))
 	}
-	if len(state) > maxTraceStateLen {
+	if len(state) > maxTraceStateLen || notPrintable(state) >= 0 {
 		return parent, nil
-	}
-	for _, c := range state {
-		if c < 0x20 || c > 0x7e {
-			return parent, nil
-		}
 	}
 	return parent, state
 }

@@ -378,12 +378,7 @@ func (l *lane) pumpLocked() {
 	for l.inFlight < limit {
 		ev := l.nextFresh()
 		if ev == nil {
-			l.hungry = true
-			e.feed.markHungry(l)
-			// A commit between nextFresh and markHungry would find this
-			// lane not yet hungry: look once more now that it is.
-			if !rechecked && len(l.buf) == 0 && l.next <= l.limitSeq() {
-				rechecked = true
+			if l.parkHungry(&rechecked) {
 				continue
 			}
 			break
@@ -392,14 +387,14 @@ func (l *lane) pumpLocked() {
 		// render is dead-lettered here, before any gate.
 		if skip, err := l.unrenderable(ev, nil, now); skip {
 			if err != nil {
-				l.buf = append([]*queue.Event{ev}, l.buf...) // not written: it waits
+				l.unread(ev) // not written: it waits
 				break
 			}
 			continue
 		}
 		probe, ok := l.admit(now)
 		if !ok {
-			l.buf = append([]*queue.Event{ev}, l.buf...) // back in front: it waits
+			l.unread(ev) // back in front: it waits
 			break
 		}
 		l.window = append(l.window, slot{seq: ev.Seq})
@@ -407,6 +402,20 @@ func (l *lane) pumpLocked() {
 	}
 	l.updateCursor()
 	l.armNextDue(now)
+}
+
+// parkHungry parks the lane in the feed until a commit, its pump having
+// found nothing to read, and reports whether to read once more: a commit
+// between nextFresh and markHungry would find the lane not yet hungry.
+// It says so at most once per pump (*rechecked). l.mu is held.
+func (l *lane) parkHungry(rechecked *bool) bool {
+	l.hungry = true
+	l.e.feed.markHungry(l)
+	if !*rechecked && len(l.buf) == 0 && l.next <= l.limitSeq() {
+		*rechecked = true
+		return true
+	}
+	return false
 }
 
 // armNextDue makes sure a wake-up is armed for the lane's next retry: the
@@ -747,14 +756,14 @@ func (l *lane) enforceQuota(now time.Time) {
 		}
 		old := q.MaxAge > 0 && now.Sub(ev.AcceptedAt) > q.MaxAge
 		if excess <= 0 && !old {
-			l.buf = append([]*queue.Event{ev}, l.buf...)
+			l.unread(ev)
 			break
 		}
 		o := queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: ev.Seq, At: now,
 			DeadLetter: newDeadLetter(l.id, ev, policy.ReasonBacklogQuota, 0, policy.Exchange{}, "", now)}
 		if err := l.record(o); err != nil {
 			e.log.Error("dead-letter over quota", "subscription", l.id, "seq", ev.Seq, "err", err)
-			l.buf = append([]*queue.Event{ev}, l.buf...)
+			l.unread(ev)
 			break
 		}
 		l.resolved(nil, o)

@@ -508,22 +508,14 @@ const stopBudget = 2 * time.Second
 
 func (o *operational) run() {
 	defer o.wg.Done()
-	t := time.NewTicker(opsTick)
+	t := newIdleTicker(opsTick)
 	defer t.Stop()
-	ticking := true
 	var loggedAt time.Time
 	for {
 		// Tick only while a window is open or a drop waits to be logged:
 		// both poke the loop when they begin, and a quiet sidecar with
 		// an operational webhook then sleeps instead of waking each second.
-		switch idle := o.idle(); {
-		case idle && ticking:
-			t.Stop()
-			ticking = false
-		case !idle && !ticking:
-			t.Reset(opsTick)
-			ticking = true
-		}
+		t.tickIf(!o.idle())
 		select {
 		case n := <-o.notices:
 			o.appendEvent(n.pending())

@@ -360,7 +360,6 @@ func (l *lane) rebuildOrder(o *ordering, now time.Time) bool {
 // ready parked events first (they are older than anything unread), then
 // the log in order, each event through its key's gate. l.mu is held.
 func (l *lane) pumpOrdered(o *ordering, now time.Time, limit int) {
-	e := l.e
 	rechecked := false
 	for l.inFlight < limit {
 		if len(o.ready) > 0 {
@@ -371,11 +370,7 @@ func (l *lane) pumpOrdered(o *ordering, now time.Time, limit int) {
 		}
 		ev := l.nextFresh()
 		if ev == nil {
-			// As pumpLocked: park in the feed until a commit.
-			l.hungry = true
-			e.feed.markHungry(l)
-			if !rechecked && len(l.buf) == 0 && l.next <= l.limitSeq() {
-				rechecked = true
+			if l.parkHungry(&rechecked) {
 				continue
 			}
 			return

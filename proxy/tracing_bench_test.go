@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -113,10 +112,9 @@ func benchDeliveryTraced(b *testing.B, fan int, body []byte, opts proxy.Options,
 	}()
 	want := int64(b.N)
 	var ms0, ms1 runtime.MemStats
-	var ru0, ru1 syscall.Rusage
 	runtime.GC()
 	runtime.ReadMemStats(&ms0)
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	cpu0 := processCPU()
 	b.ResetTimer()
 	start := time.Now()
 	produceKeyed(b, s.URL(), 32, b.N, body, 0, hdr)
@@ -131,10 +129,9 @@ func benchDeliveryTraced(b *testing.B, fan int, body []byte, opts proxy.Options,
 	tick.Stop()
 	el := time.Since(start)
 	b.StopTimer()
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := processCPU() - cpu0
 	runtime.ReadMemStats(&ms1)
 	deliveries := float64(b.N * fan)
-	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 	b.ReportMetric(float64(cpu.Microseconds())/deliveries, "cpu-µs/delivery")
 	b.ReportMetric(deliveries/el.Seconds(), "deliveries/s")
 	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/deliveries, "B/delivery")

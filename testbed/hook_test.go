@@ -223,3 +223,43 @@ func TestLean(t *testing.T) {
 		t.Fatalf("lean stats = %+v, ids %v: no webhook-id is kept", st, s.IDs("/p"))
 	}
 }
+
+// TestHangUpReportsTheHeldRequest: HangUp is called once per black-holed
+// request when its hold ends, with its path, its number and when it
+// ended, and before the request stops counting as in flight.
+func TestHangUpReportsTheHeldRequest(t *testing.T) {
+	type hangUp struct {
+		path  string
+		n     int64
+		ended time.Time
+	}
+	var mu sync.Mutex
+	var got []hangUp
+	s := mustOpen(t, testbed.Options{Mode: testbed.ModeBlackhole, MaxHold: 50 * time.Millisecond,
+		HangUp: func(path string, n int64, ended time.Time) {
+			mu.Lock()
+			got = append(got, hangUp{path, n, ended})
+			mu.Unlock()
+		}})
+	ctx, c := waitCtx(t), newClient(t)
+	for i := range 2 {
+		sent := time.Now()
+		resp, err := c.Post(s.URL()+"/hole", "application/json", strings.NewReader("{}"))
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("answered %s", resp.Status)
+		}
+		if err := s.Wait(ctx, func(m map[string]testbed.PathStats) bool { return m["/hole"].InFlight == 0 }); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		if len(got) != i+1 {
+			t.Fatalf("after request %d ended: %d HangUp calls", i+1, len(got))
+		}
+		h := got[i]
+		mu.Unlock()
+		if h.path != "/hole" || h.n != int64(i+1) || h.ended.Sub(sent) < 50*time.Millisecond {
+			t.Fatalf("HangUp(%q, %d, %v after the send), want (\"/hole\", %d, at least MaxHold after)", h.path, h.n, h.ended.Sub(sent), i+1)
+		}
+	}
+}
