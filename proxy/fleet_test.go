@@ -105,3 +105,53 @@ func TestFleetCursorIsDurableWhileDelivering(t *testing.T) {
 		t.Errorf("%d duplicates without any kill", d)
 	}
 }
+
+// TestFleetCommitsWhileTheStoreOpens: a node joining a busy fleet sees
+// other nodes' events committed by its stream follower while its store is
+// still opening, before its dispatcher exists. That crashed the node
+// (fleet.sh, a rollout's new pod); now those commits move the head the
+// lanes start from, so the new owner delivers them without any later event
+// to wake it.
+func TestFleetCommitsWhileTheStoreOpens(t *testing.T) {
+	f := newFleet(t)
+	tb := startTestbed(t, testbed.ModeOK)
+	a := f.node("a", sub("s1", tb.URL()+"/s1", "*"))
+	eventually(t, "a owns s1", func() bool { return lane(a, "s1").Owner == "a" })
+	closeServer(t, a, 5*time.Second)
+	obs := f.observer()
+
+	const n = 20
+	b := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
+		Subscriptions: []*proxy.Subscription{sub("s1", tb.URL()+"/s1", "*")}, Logger: quietLogger(),
+		CursorInterval: 10 * time.Millisecond,
+		OpenStore: func(onCommit func([]*queue.Event), reg prometheus.Registerer) (queue.Store, error) {
+			o := f.options("b")
+			o.OnCommit, o.Registerer = onCommit, reg
+			st, err := jetstream.Open(o)
+			if err != nil {
+				return nil, err
+			}
+			var last uint64
+			for i := range n {
+				seq, _, err := obs.Append(&queue.Event{ID: fmt.Sprintf("early-%d", i), Type: "t", Body: []byte(`{}`), AcceptedAt: time.Now()})
+				if err != nil {
+					st.Close()
+					return nil, err
+				}
+				last = seq
+			}
+			// The follower hands them to onCommit before Open returns.
+			for deadline := time.Now().Add(10 * time.Second); st.Head() < last; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					st.Close()
+					return nil, fmt.Errorf("the follower did not commit seq %d (head %d)", last, st.Head())
+				}
+			}
+			return st, nil
+		}})
+	if err := b.Open(); err != nil {
+		t.Fatalf("open node b: %v", err)
+	}
+	t.Cleanup(func() { closeServer(t, b, 5*time.Second) })
+	eventually(t, "b delivers the events committed while it opened", func() bool { return tb.Stats()["/s1"].Unique >= n })
+}

@@ -39,6 +39,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -286,10 +287,33 @@ func (s *Server) Open() (err error) {
 	for _, sub := range subs {
 		sub.withDefaults()
 	}
-	var d *dispatcher
+	// A shared log's follower may commit other nodes' events while the
+	// store is still opening, before the dispatcher exists (a nil d here
+	// crashed a node joining a busy fleet). Those commits only move the
+	// head: the lanes read from their cursors in the store, up to the
+	// feed's head, which starts at the last seq committed meanwhile.
+	var (
+		dp        atomic.Pointer[dispatcher]
+		earlyMu   sync.Mutex
+		earlyHead uint64
+	)
+	onCommit := func(evs []*queue.Event) {
+		if d := dp.Load(); d != nil {
+			d.feed.onCommit(evs)
+			return
+		}
+		earlyMu.Lock()
+		d := dp.Load()
+		if d == nil {
+			earlyHead = max(earlyHead, evs[len(evs)-1].Seq)
+		}
+		earlyMu.Unlock()
+		if d != nil {
+			d.feed.onCommit(evs)
+		}
+	}
 	// A local first: a failed open must leave s.q nil (an interface
 	// holding a nil pointer would not be), so Close skips it.
-	onCommit := func(evs []*queue.Event) { d.feed.onCommit(evs) }
 	var q queue.Store
 	if s.opts.OpenStore != nil {
 		q, err = s.opts.OpenStore(onCommit, s.opts.Registry)
@@ -303,7 +327,13 @@ func (s *Server) Open() (err error) {
 	if s.wrapStore != nil {
 		s.q = s.wrapStore(q)
 	}
-	d = newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval, s.opts.RetryBudget)
+	d := newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval, s.opts.RetryBudget)
+	earlyMu.Lock()
+	if earlyHead > d.feed.head.Load() {
+		d.feed.head.Store(earlyHead)
+	}
+	dp.Store(d)
+	earlyMu.Unlock()
 	s.d = d
 	d.egress = newEgress(&s.opts, s.log)
 	d.wg.Go(func() { d.egress.run(d.quit, d.laneList) })
