@@ -1,118 +1,45 @@
 package main
 
-// `sluice inject` adds the sidecar to Kubernetes workloads. It edits the
-// YAML as a yaml.Node tree rather than decoding into types, so comments, key
-// order and fields it does not know survive the round trip.
+// `sluice inject` adds the sidecar to Kubernetes workloads in YAML files;
+// the rewrite itself is package inject's, shared with `sluice injector`.
 
 import (
-	"bytes"
-	"cmp"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/inject"
 )
 
-// Names and paths that inject owns in a pod spec. Running inject again finds
-// them by these names and replaces them instead of adding a second copy.
-const (
-	injectContainerName = "sluice"
-	injectDataVolume    = "sluice-data"
-	injectConfigVolume  = "sluice-config"
-	injectSecretsVolume = "sluice-secrets"
-	injectDataDir       = "/var/lib/sluice"
-	injectConfigDir     = "/etc/sluice"
-	injectConfigFile    = injectConfigDir + "/sluice.yaml"
-	injectSecretsDir    = "/etc/sluice-secrets"
-	injectDefaultImage  = "ghcr.io/sluicehq/sluice:latest"
-	injectDefaultConfig = "sluice-config"
-	injectGraceHeadroom = 5 // seconds beyond the drain grace for the kubelet
-	injectImageUID      = 65532
-	injectDefaultIngest = 8700
-	injectDefaultAdmin  = 8701
-	injectDefaultGrace  = "10s"
-)
-
-// podSpecPaths says where each kind keeps its pod spec. Other kinds pass
-// through untouched.
-var podSpecPaths = map[string][]string{
-	"Pod":         {"spec"},
-	"Deployment":  {"spec", "template", "spec"},
-	"StatefulSet": {"spec", "template", "spec"},
-	"DaemonSet":   {"spec", "template", "spec"},
-	"Job":         {"spec", "template", "spec"},
-}
-
-// dns1123 is a Kubernetes resource name (ConfigMap, Secret, PVC).
-var dns1123 = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
-
-// injectOptions are the flags of `sluice inject`.
-type injectOptions struct {
-	Image      string
-	ConfigMap  string
-	PVC        string
-	Secret     string
-	Grace      time.Duration
-	IngestPort int
-	AdminPort  int
-	// JetStreamURLs, when set, put the sidecar in fleet mode (DESIGN.md
-	// §6): the log is in JetStream at these servers, and each pod's node
-	// id is its name.
-	JetStreamURLs []string
-}
-
-func (o injectOptions) validate() error {
-	switch {
-	case o.Image == "":
-		return errors.New("--image must not be empty")
-	case !dns1123.MatchString(o.ConfigMap):
-		return fmt.Errorf("--config-map %q is not a Kubernetes resource name", o.ConfigMap)
-	case o.PVC != "" && !dns1123.MatchString(o.PVC):
-		return fmt.Errorf("--pvc %q is not a Kubernetes resource name", o.PVC)
-	case o.Secret != "" && !dns1123.MatchString(o.Secret):
-		return fmt.Errorf("--secret %q is not a Kubernetes resource name", o.Secret)
-	case o.Grace < 0 || o.Grace > 24*time.Hour:
-		return fmt.Errorf("--grace %s is out of range (0 to 24h)", o.Grace)
-	case o.IngestPort < 1 || o.IngestPort > 65535:
-		return fmt.Errorf("--ingest-port %d is out of range (1 to 65535)", o.IngestPort)
-	case o.AdminPort < 1 || o.AdminPort > 65535:
-		return fmt.Errorf("--admin-port %d is out of range (1 to 65535)", o.AdminPort)
-	case o.IngestPort == o.AdminPort:
-		return fmt.Errorf("--ingest-port and --admin-port are both %d", o.IngestPort)
+// injectFlags registers the flags that say what sidecar to add, shared by
+// `sluice inject` and `sluice injector` (whose pods' annotations override
+// them). The returned function, called after parsing, gives the options,
+// checked.
+func injectFlags(fs *flag.FlagSet) func() (inject.Options, error) {
+	var o inject.Options
+	fs.StringVar(&o.Image, "image", inject.DefaultImage, "sidecar image")
+	fs.StringVar(&o.ConfigMap, "config-map", inject.DefaultConfigMap, "ConfigMap holding sluice.yaml, mounted at "+inject.ConfigDir)
+	fs.StringVar(&o.PVC, "pvc", "", "PersistentVolumeClaim for the data dir (default: an emptyDir)")
+	fs.StringVar(&o.Secret, "secret", "", "Secret mounted read-only at "+inject.SecretsDir+" (for secret_file)")
+	grace := fs.String("grace", inject.DefaultGrace, "drain grace after SIGTERM (shutdown_grace); terminationGracePeriodSeconds is raised to grace+5s")
+	fs.IntVar(&o.IngestPort, "ingest-port", inject.DefaultIngestPort, "ingest port on the pod's loopback")
+	fs.IntVar(&o.AdminPort, "admin-port", inject.DefaultAdminPort, "admin API port on the pod's loopback")
+	fs.Func("jetstream-url", "fleet mode: a NATS server URL (nats://nats.nats.svc:4222); repeat it or give a comma-separated list", func(v string) error {
+		for _, u := range strings.Split(v, ",") {
+			o.JetStreamURLs = append(o.JetStreamURLs, strings.TrimSpace(u))
+		}
+		return nil
+	})
+	return func() (inject.Options, error) {
+		var err error
+		if o.Grace, err = time.ParseDuration(*grace); err != nil {
+			return o, fmt.Errorf("--grace: %w", err)
+		}
+		return o, o.Validate()
 	}
-	for i, u := range o.JetStreamURLs {
-		shown := u
-		if strings.Contains(u, "@") {
-			shown = "[redacted]" // it may hold a password
-		}
-		if err := config.ValidateJetStreamURL(u); err != nil {
-			return fmt.Errorf("--jetstream-url %q: %w", shown, err)
-		}
-		if slices.Index(o.JetStreamURLs, u) < i {
-			return fmt.Errorf("--jetstream-url %q: given twice", shown)
-		}
-	}
-	return nil
-}
-
-// fleet reports whether the sidecar runs in fleet mode.
-func (o injectOptions) fleet() bool { return len(o.JetStreamURLs) > 0 }
-
-// terminationGrace is the smallest terminationGracePeriodSeconds that lets
-// the sidecar drain for the full grace.
-func (o injectOptions) terminationGrace() int {
-	return int(math.Ceil(o.Grace.Seconds())) + injectGraceHeadroom
 }
 
 func injectCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -122,20 +49,7 @@ func injectCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: sluice inject [FILE|-] [flags]\n\nReads Kubernetes YAML (FILE, or stdin for - or none) and writes it to stdout\nwith the sluice sidecar added to every Deployment, StatefulSet, DaemonSet, Job\nand Pod. Other documents pass through. Running it again changes nothing.\nWith --jetstream-url the sidecars run in fleet mode: one shared log in NATS\nJetStream, each pod's node id its name.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	var o injectOptions
-	fs.StringVar(&o.Image, "image", injectDefaultImage, "sidecar image")
-	fs.StringVar(&o.ConfigMap, "config-map", injectDefaultConfig, "ConfigMap holding sluice.yaml, mounted at "+injectConfigDir)
-	fs.StringVar(&o.PVC, "pvc", "", "PersistentVolumeClaim for the data dir (default: an emptyDir)")
-	fs.StringVar(&o.Secret, "secret", "", "Secret mounted read-only at "+injectSecretsDir+" (for secret_file)")
-	grace := fs.String("grace", injectDefaultGrace, "drain grace after SIGTERM (shutdown_grace); terminationGracePeriodSeconds is raised to grace+5s")
-	fs.IntVar(&o.IngestPort, "ingest-port", injectDefaultIngest, "ingest port on the pod's loopback")
-	fs.IntVar(&o.AdminPort, "admin-port", injectDefaultAdmin, "admin API port on the pod's loopback")
-	fs.Func("jetstream-url", "fleet mode: a NATS server URL (nats://nats.nats.svc:4222); repeat it or give a comma-separated list", func(v string) error {
-		for _, u := range strings.Split(v, ",") {
-			o.JetStreamURLs = append(o.JetStreamURLs, strings.TrimSpace(u))
-		}
-		return nil
-	})
+	options := injectFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -143,10 +57,8 @@ func injectCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(pos) > 1 {
 		return fmt.Errorf("inject: want at most one FILE, got %d arguments", len(pos))
 	}
-	if o.Grace, err = time.ParseDuration(*grace); err != nil {
-		return fmt.Errorf("inject: --grace: %w", err)
-	}
-	if err := o.validate(); err != nil {
+	o, err := options()
+	if err != nil {
 		return fmt.Errorf("inject: %w", err)
 	}
 	in, name := stdin, "stdin"
@@ -162,357 +74,10 @@ func injectCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("inject: read %s: %w", name, err)
 	}
-	out, err := inject(src, o)
+	out, err := inject.YAML(src, o)
 	if err != nil {
 		return fmt.Errorf("inject: %s: %w", name, err)
 	}
 	_, err = stdout.Write(out)
 	return err
-}
-
-// inject returns src with the sidecar added to every workload in it. On any
-// error it returns nothing, so a caller never writes half a file.
-func inject(src []byte, o injectOptions) ([]byte, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(src))
-	var docs []*yaml.Node
-	for i := 1; ; i++ {
-		doc := new(yaml.Node)
-		if err := dec.Decode(doc); err == io.EOF {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("document %d: not valid YAML: %w", i, err)
-		}
-		if err := injectDocument(doc, o); err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		docs = append(docs, doc)
-	}
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	written := 0
-	for i, doc := range docs {
-		if emptyDocument(doc) {
-			continue // nothing but comments, or "---" at the end
-		}
-		if err := enc.Encode(doc); err != nil {
-			return nil, fmt.Errorf("document %d: write: %w", i+1, err)
-		}
-		written++
-	}
-	if written == 0 {
-		return src, nil // no object at all: nothing to change
-	}
-	if err := enc.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-func emptyDocument(doc *yaml.Node) bool {
-	if len(doc.Content) == 0 {
-		return true
-	}
-	n := doc.Content[0]
-	return len(doc.Content) == 1 && n.Kind == yaml.ScalarNode && n.Tag == "!!null" && n.Value == "" &&
-		doc.HeadComment == "" && doc.FootComment == "" && n.HeadComment == "" && n.LineComment == "" && n.FootComment == ""
-}
-
-// injectDocument edits one document in place if it is a workload.
-func injectDocument(doc *yaml.Node, o injectOptions) error {
-	if len(doc.Content) == 0 {
-		return nil
-	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		return nil // not a Kubernetes object: pass through
-	}
-	kindNode := mapGet(root, "kind")
-	if kindNode == nil || kindNode.Kind != yaml.ScalarNode {
-		return nil
-	}
-	path, ok := podSpecPaths[kindNode.Value]
-	if !ok {
-		return nil
-	}
-	what := kindNode.Value
-	if meta := mapGet(root, "metadata"); meta != nil {
-		if n := mapGet(meta, "name"); n != nil && n.Kind == yaml.ScalarNode {
-			what = fmt.Sprintf("%s %q", what, n.Value)
-			// The pods' names derive from the workload's and become their
-			// node ids, which cannot hold a "." (config.Config.NodeID):
-			// refuse here rather than let every pod fail to start.
-			if o.fleet() && strings.Contains(n.Value, ".") {
-				return fmt.Errorf("%s: with --jetstream-url each pod's name is its node_id, which cannot contain \".\"; rename the %s", what, kindNode.Value)
-			}
-		}
-	}
-	spec := root
-	for i, key := range path {
-		next := mapGet(spec, key)
-		if next == nil || next.Kind != yaml.MappingNode {
-			where := strings.Join(path[:i+1], ".")
-			if next == nil {
-				return fmt.Errorf("%s has no %s", what, where)
-			}
-			return fmt.Errorf("%s: %s is not a mapping", what, where)
-		}
-		spec = next
-	}
-	// In a StatefulSet, --pvc may name one of its volumeClaimTemplates: the
-	// sidecar then mounts that claim, one per replica, and the pod needs no
-	// sluice-data volume.
-	dataVolume := ""
-	if kindNode.Value == "StatefulSet" && o.PVC != "" {
-		if tpl := mapGet(mapGet(root, "spec"), "volumeClaimTemplates"); tpl != nil && tpl.Kind == yaml.SequenceNode {
-			for _, t := range tpl.Content {
-				if n := mapGet(mapGet(t, "metadata"), "name"); n != nil && n.Value == o.PVC {
-					dataVolume = o.PVC
-				}
-			}
-		}
-	}
-	if err := injectPodSpec(spec, o, dataVolume); err != nil {
-		return fmt.Errorf("%s: %s: %w", what, strings.Join(path, "."), err)
-	}
-	return nil
-}
-
-// injectPodSpec adds or replaces the sidecar, its volumes and the grace
-// period in one pod spec. claimTemplate, if set, names the StatefulSet
-// volumeClaimTemplate that holds the data dir.
-func injectPodSpec(spec *yaml.Node, o injectOptions, claimTemplate string) error {
-	if c := mapGet(spec, "containers"); c == nil || c.Kind != yaml.SequenceNode || len(c.Content) == 0 {
-		return errors.New("containers is missing or not a list")
-	}
-	sidecar, err := toNode(sidecarContainer(o, cmp.Or(claimTemplate, injectDataVolume)))
-	if err != nil {
-		return err
-	}
-	if err := upsertNamed(spec, "initContainers", injectContainerName, sidecar); err != nil {
-		return err
-	}
-	volumes := []any{
-		volume{Name: injectDataVolume, EmptyDir: &struct{}{}},
-		volume{Name: injectConfigVolume, ConfigMap: &configMapSource{Name: o.ConfigMap}},
-	}
-	switch {
-	case claimTemplate != "":
-		volumes = volumes[1:]
-	case o.PVC != "":
-		volumes[0] = volume{Name: injectDataVolume, PersistentVolumeClaim: &pvcSource{ClaimName: o.PVC}}
-	}
-	if o.Secret != "" {
-		volumes = append(volumes, volume{Name: injectSecretsVolume, Secret: &secretSource{SecretName: o.Secret}})
-	}
-	for _, v := range volumes {
-		n, err := toNode(v)
-		if err != nil {
-			return err
-		}
-		if err := upsertNamed(spec, "volumes", v.(volume).Name, n); err != nil {
-			return err
-		}
-	}
-	want := o.terminationGrace()
-	if g := mapGet(spec, "terminationGracePeriodSeconds"); g != nil {
-		have, err := strconv.Atoi(g.Value)
-		if g.Kind != yaml.ScalarNode || err != nil {
-			return fmt.Errorf("terminationGracePeriodSeconds %q is not an integer", g.Value)
-		}
-		if have < want {
-			g.Value, g.Tag, g.Style = strconv.Itoa(want), "!!int", 0
-		}
-	} else {
-		mapSet(spec, "terminationGracePeriodSeconds", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(want)})
-	}
-	return nil
-}
-
-// upsertNamed replaces the item called name in the list spec[key], or
-// appends item, creating the list if needed. A replaced item keeps its
-// position and comments.
-func upsertNamed(spec *yaml.Node, key, name string, item *yaml.Node) error {
-	list := mapGet(spec, key)
-	if list == nil || (list.Kind == yaml.ScalarNode && list.Tag == "!!null") {
-		list = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-		mapSet(spec, key, list)
-	}
-	if list.Kind != yaml.SequenceNode {
-		return fmt.Errorf("%s is not a list", key)
-	}
-	for i, old := range list.Content {
-		if old.Kind != yaml.MappingNode {
-			return fmt.Errorf("%s[%d] is not a mapping", key, i)
-		}
-		if n := mapGet(old, "name"); n != nil && n.Value == name {
-			item.HeadComment, item.LineComment, item.FootComment = old.HeadComment, old.LineComment, old.FootComment
-			list.Content[i] = item
-			return nil
-		}
-	}
-	list.Content = append(list.Content, item)
-	return nil
-}
-
-// mapGet returns the value of key in mapping m, or nil.
-func mapGet(m *yaml.Node, key string) *yaml.Node {
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1]
-		}
-	}
-	return nil
-}
-
-// mapSet sets key in mapping m, appending it if absent.
-func mapSet(m *yaml.Node, key string, v *yaml.Node) {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			m.Content[i+1] = v
-			return
-		}
-	}
-	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
-}
-
-func toNode(v any) (*yaml.Node, error) {
-	var n yaml.Node
-	if err := n.Encode(v); err != nil {
-		return nil, err
-	}
-	return &n, nil
-}
-
-// The pieces of a pod spec that inject writes, in the key order it writes
-// them.
-type (
-	container struct {
-		Name            string          `yaml:"name"`
-		Image           string          `yaml:"image"`
-		RestartPolicy   string          `yaml:"restartPolicy"`
-		Args            []string        `yaml:"args"`
-		Env             []envVar        `yaml:"env"`
-		VolumeMounts    []volumeMount   `yaml:"volumeMounts"`
-		StartupProbe    probe           `yaml:"startupProbe"`
-		ReadinessProbe  probe           `yaml:"readinessProbe"`
-		LivenessProbe   probe           `yaml:"livenessProbe"`
-		Resources       resources       `yaml:"resources"`
-		SecurityContext securityContext `yaml:"securityContext"`
-	}
-	envVar struct {
-		Name      string        `yaml:"name"`
-		Value     string        `yaml:"value,omitempty"`
-		ValueFrom *envVarSource `yaml:"valueFrom,omitempty"`
-	}
-	envVarSource struct {
-		FieldRef fieldRef `yaml:"fieldRef"`
-	}
-	fieldRef struct {
-		FieldPath string `yaml:"fieldPath"`
-	}
-	volumeMount struct {
-		Name      string `yaml:"name"`
-		MountPath string `yaml:"mountPath"`
-		ReadOnly  bool   `yaml:"readOnly,omitempty"`
-	}
-	probe struct {
-		Exec             execAction `yaml:"exec"`
-		PeriodSeconds    int        `yaml:"periodSeconds"`
-		TimeoutSeconds   int        `yaml:"timeoutSeconds"`
-		FailureThreshold int        `yaml:"failureThreshold"`
-	}
-	execAction struct {
-		Command []string `yaml:"command,flow"`
-	}
-	resources struct {
-		Requests map[string]string `yaml:"requests"`
-		Limits   map[string]string `yaml:"limits"`
-	}
-	securityContext struct {
-		RunAsNonRoot             bool `yaml:"runAsNonRoot"`
-		RunAsUser                int  `yaml:"runAsUser"`
-		RunAsGroup               int  `yaml:"runAsGroup"`
-		ReadOnlyRootFilesystem   bool `yaml:"readOnlyRootFilesystem"`
-		AllowPrivilegeEscalation bool `yaml:"allowPrivilegeEscalation"`
-	}
-	volume struct {
-		Name                  string           `yaml:"name"`
-		EmptyDir              *struct{}        `yaml:"emptyDir,omitempty"`
-		PersistentVolumeClaim *pvcSource       `yaml:"persistentVolumeClaim,omitempty"`
-		ConfigMap             *configMapSource `yaml:"configMap,omitempty"`
-		Secret                *secretSource    `yaml:"secret,omitempty"`
-	}
-	pvcSource struct {
-		ClaimName string `yaml:"claimName"`
-	}
-	configMapSource struct {
-		Name string `yaml:"name"`
-	}
-	secretSource struct {
-		SecretName string `yaml:"secretName"`
-	}
-)
-
-// sidecarContainer is the native sidecar: an init container that keeps
-// running (restartPolicy: Always), started before the app containers and
-// stopped after them. Its listeners stay on loopback, which the pod shares.
-func sidecarContainer(o injectOptions, dataVolume string) container {
-	healthcheck := []string{"/sluice", "healthcheck"}
-	c := container{
-		Name:          injectContainerName,
-		Image:         o.Image,
-		RestartPolicy: "Always",
-		Args:          []string{"serve"},
-		Env: []envVar{
-			{Name: "SLUICE_CONFIG", Value: injectConfigFile},
-			{Name: "SLUICE_DATA_DIR", Value: injectDataDir},
-			{Name: "SLUICE_LISTEN", Value: fmt.Sprintf("127.0.0.1:%d", o.IngestPort)},
-			{Name: "SLUICE_ADMIN__LISTEN", Value: fmt.Sprintf("127.0.0.1:%d", o.AdminPort)},
-			{Name: "SLUICE_SHUTDOWN_GRACE", Value: o.Grace.String()},
-		},
-		VolumeMounts: []volumeMount{
-			{Name: dataVolume, MountPath: injectDataDir},
-			{Name: injectConfigVolume, MountPath: injectConfigDir, ReadOnly: true},
-		},
-		// The kubelet starts the app containers once the startup probe
-		// passes, so the app's first POST finds ingest listening.
-		StartupProbe:   probe{Exec: execAction{healthcheck}, PeriodSeconds: 1, TimeoutSeconds: 3, FailureThreshold: 60},
-		ReadinessProbe: probe{Exec: execAction{healthcheck}, PeriodSeconds: 10, TimeoutSeconds: 3, FailureThreshold: 3},
-		LivenessProbe: probe{Exec: execAction{append(healthcheck, "--path", "/healthz")},
-			PeriodSeconds: 10, TimeoutSeconds: 3, FailureThreshold: 6},
-		// Idle, sluice holds tens of MiB. Under a sustained burst its live
-		// set is bounded but large, up to ~550 MiB measured: ingest
-		// admission and the ring of recent events (64 MiB each) and
-		// mostly Badger's table builders, whose buffers its allocator
-		// pool keeps (RELIABILITY.md). sluice sets GOMEMLIMIT to 85% of
-		// the limit, which must leave that room.
-		Resources: resources{
-			Requests: map[string]string{"cpu": "50m", "memory": "64Mi"},
-			Limits:   map[string]string{"memory": "1Gi"},
-		},
-		SecurityContext: securityContext{
-			RunAsNonRoot: true, RunAsUser: injectImageUID, RunAsGroup: injectImageUID,
-			ReadOnlyRootFilesystem: true, AllowPrivilegeEscalation: false,
-		},
-	}
-	if o.Secret != "" {
-		c.VolumeMounts = append(c.VolumeMounts, volumeMount{Name: injectSecretsVolume, MountPath: injectSecretsDir, ReadOnly: true})
-	}
-	if o.fleet() {
-		// Fleet mode: the log, the delivery state and the registry live in
-		// JetStream, so deleting the pod loses nothing and the data
-		// volume can stay an emptyDir (sluice keeps nothing in it). The
-		// node id is the pod's name, unique among running pods, from the
-		// downward API.
-		c.Env = append(c.Env,
-			envVar{Name: "SLUICE_LOG__BACKEND", Value: "jetstream"},
-			envVar{Name: "SLUICE_JETSTREAM__URLS", Value: strings.Join(o.JetStreamURLs, ",")},
-			envVar{Name: "SLUICE_NODE_ID", ValueFrom: &envVarSource{FieldRef: fieldRef{FieldPath: "metadata.name"}}},
-		)
-	}
-	return c
 }

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/inject"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata/inject")
@@ -98,7 +99,7 @@ func TestInjectGolden(t *testing.T) {
 // up to formatting, and comments survive.
 func TestInjectPassThrough(t *testing.T) {
 	src := "# head\napiVersion: v1\nkind: Service\nmetadata:\n  name: s # line\nspec:\n  ports:\n    - port: 80\n"
-	out, err := inject([]byte(src), defaultInjectOptions())
+	out, err := inject.YAML([]byte(src), defaultInjectOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestInjectPassThrough(t *testing.T) {
 		t.Errorf("Service changed:\n%s", out)
 	}
 	for _, empty := range []string{"", "# only a comment\n"} {
-		out, err := inject([]byte(empty), defaultInjectOptions())
+		out, err := inject.YAML([]byte(empty), defaultInjectOptions())
 		if err != nil || string(out) != empty {
 			t.Errorf("inject(%q) = %q, %v", empty, out, err)
 		}
@@ -203,7 +204,17 @@ func TestInjectFleetEnvLoads(t *testing.T) {
 		Spec struct {
 			Template struct {
 				Spec struct {
-					InitContainers []container `yaml:"initContainers"`
+					InitContainers []struct {
+						Env []struct {
+							Name      string `yaml:"name"`
+							Value     string `yaml:"value"`
+							ValueFrom *struct {
+								FieldRef struct {
+									FieldPath string `yaml:"fieldPath"`
+								} `yaml:"fieldRef"`
+							} `yaml:"valueFrom"`
+						} `yaml:"env"`
+					} `yaml:"initContainers"`
 				} `yaml:"spec"`
 			} `yaml:"template"`
 		} `yaml:"spec"`
@@ -229,12 +240,12 @@ func TestInjectFleetEnvLoads(t *testing.T) {
 	}
 	want := []string{"nats://nats-0.nats-headless.nats.svc:4222", "tls://nats-1.nats-headless.nats.svc:4222"}
 	if cfg.Log.Backend != config.BackendJetStream || !slices.Equal(cfg.JetStream.URLs, want) || cfg.NodeID != podName ||
-		cfg.DataDir != injectDataDir || len(cfg.IgnoredEnv) != 0 {
+		cfg.DataDir != inject.DataDir || len(cfg.IgnoredEnv) != 0 {
 		t.Errorf("loaded: backend %q, urls %q, node_id %q, data_dir %q, ignored %v", cfg.Log.Backend, cfg.JetStream.URLs, cfg.NodeID, cfg.DataDir, cfg.IgnoredEnv)
 	}
 }
 
-func defaultInjectOptions() injectOptions {
-	return injectOptions{Image: injectDefaultImage, ConfigMap: injectDefaultConfig, Grace: 10e9,
-		IngestPort: injectDefaultIngest, AdminPort: injectDefaultAdmin}
+func defaultInjectOptions() inject.Options {
+	return inject.Options{Image: inject.DefaultImage, ConfigMap: inject.DefaultConfigMap, Grace: 10e9,
+		IngestPort: inject.DefaultIngestPort, AdminPort: inject.DefaultAdminPort}
 }
