@@ -1,0 +1,680 @@
+package examples_test
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// kubeTypes maps apiVersion and kind to the Go type a manifest must decode
+// into. cert-manager's and kustomize's kinds have no type in k8s.io/api:
+// the local structs below hold the fields the examples use.
+var kubeTypes = map[string]func() any{
+	"v1/Namespace":      func() any { return new(corev1.Namespace) },
+	"v1/ConfigMap":      func() any { return new(corev1.ConfigMap) },
+	"v1/Secret":         func() any { return new(corev1.Secret) },
+	"v1/Service":        func() any { return new(corev1.Service) },
+	"v1/ServiceAccount": func() any { return new(corev1.ServiceAccount) },
+	"v1/Pod":            func() any { return new(corev1.Pod) },
+
+	"apps/v1/Deployment":  func() any { return new(appsv1.Deployment) },
+	"apps/v1/StatefulSet": func() any { return new(appsv1.StatefulSet) },
+	"apps/v1/DaemonSet":   func() any { return new(appsv1.DaemonSet) },
+	"batch/v1/Job":        func() any { return new(batchv1.Job) },
+	"batch/v1/CronJob":    func() any { return new(batchv1.CronJob) },
+
+	"policy/v1/PodDisruptionBudget": func() any { return new(policyv1.PodDisruptionBudget) },
+
+	"admissionregistration.k8s.io/v1/MutatingWebhookConfiguration":   func() any { return new(admissionregistrationv1.MutatingWebhookConfiguration) },
+	"admissionregistration.k8s.io/v1/ValidatingWebhookConfiguration": func() any { return new(admissionregistrationv1.ValidatingWebhookConfiguration) },
+
+	"rbac.authorization.k8s.io/v1/Role":               func() any { return new(rbacv1.Role) },
+	"rbac.authorization.k8s.io/v1/RoleBinding":        func() any { return new(rbacv1.RoleBinding) },
+	"rbac.authorization.k8s.io/v1/ClusterRole":        func() any { return new(rbacv1.ClusterRole) },
+	"rbac.authorization.k8s.io/v1/ClusterRoleBinding": func() any { return new(rbacv1.ClusterRoleBinding) },
+
+	"cert-manager.io/v1/Issuer":      func() any { return new(cmIssuer) },
+	"cert-manager.io/v1/Certificate": func() any { return new(cmCertificate) },
+
+	"kustomize.config.k8s.io/v1beta1/Kustomization": func() any { return new(kustomization) },
+}
+
+// cmIssuer is the part of cert-manager.io/v1 Issuer the examples use.
+type cmIssuer struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		SelfSigned *struct{} `json:"selfSigned,omitempty"`
+		CA         *struct {
+			SecretName string `json:"secretName"`
+		} `json:"ca,omitempty"`
+	} `json:"spec"`
+}
+
+// cmCertificate is the part of cert-manager.io/v1 Certificate the examples
+// use.
+type cmCertificate struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		IsCA        bool     `json:"isCA,omitempty"`
+		CommonName  string   `json:"commonName,omitempty"`
+		SecretName  string   `json:"secretName"`
+		DNSNames    []string `json:"dnsNames,omitempty"`
+		Duration    string   `json:"duration,omitempty"`
+		RenewBefore string   `json:"renewBefore,omitempty"`
+		Usages      []string `json:"usages,omitempty"`
+		PrivateKey  *struct {
+			Algorithm      string `json:"algorithm,omitempty"`
+			Size           int    `json:"size,omitempty"`
+			RotationPolicy string `json:"rotationPolicy,omitempty"`
+		} `json:"privateKey,omitempty"`
+		IssuerRef struct {
+			Group string `json:"group,omitempty"`
+			Kind  string `json:"kind,omitempty"`
+			Name  string `json:"name"`
+		} `json:"issuerRef"`
+	} `json:"spec"`
+}
+
+// kustomization is the part of kustomize.config.k8s.io/v1beta1
+// Kustomization the examples use.
+type kustomization struct {
+	metav1.TypeMeta `json:",inline"`
+	Resources       []string `json:"resources"`
+}
+
+// manifest is one decoded YAML document.
+type manifest struct {
+	file string // relative to examples/
+	doc  int    // 1-based document number in file
+	kind string // apiVersion/kind
+	obj  any    // a pointer to the kubeTypes value
+}
+
+func (m manifest) String() string { return fmt.Sprintf("%s#%d (%s)", m.file, m.doc, m.kind) }
+
+var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
+
+// decodeStrict decodes one YAML document into obj the way the API server's
+// strict field validation does: an unknown field, a duplicate key or a key
+// in the wrong case is an error. sigs.k8s.io/yaml's UnmarshalStrict catches
+// the first two (its JSON step is encoding/json, which matches keys
+// case-insensitively), sigs.k8s.io/json's UnmarshalStrict (the API
+// server's decoder) the third.
+func decodeStrict(doc []byte, obj any) error {
+	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+		return err
+	}
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return err
+	}
+	strict, err := kjson.UnmarshalStrict(j, obj)
+	if err != nil {
+		return err
+	}
+	if len(strict) > 0 {
+		return fmt.Errorf("strict decoding: %v", strict)
+	}
+	return nil
+}
+
+// decodeManifests decodes every document of a YAML file. A document with
+// neither apiVersion nor kind is not a Kubernetes object (a Helm values
+// file): it is returned as skipped. One with an apiVersion and kind not in
+// kubeTypes, or with only one of the two, is an error.
+func decodeManifests(path, name string) (ms []manifest, skipped int, err error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	for i, doc := range docSeparator.Split(string(src), -1) {
+		var head struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			return nil, 0, fmt.Errorf("%s#%d: %w", name, i+1, err)
+		}
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
+		}
+		if head.APIVersion == "" && head.Kind == "" {
+			skipped++
+			continue
+		}
+		if head.APIVersion == "" || head.Kind == "" {
+			return nil, 0, fmt.Errorf("%s#%d: apiVersion %q, kind %q: want both", name, i+1, head.APIVersion, head.Kind)
+		}
+		kind := head.APIVersion + "/" + head.Kind
+		newObj, ok := kubeTypes[kind]
+		if !ok {
+			return nil, 0, fmt.Errorf("%s#%d: unknown apiVersion/kind %q", name, i+1, kind)
+		}
+		obj := newObj()
+		if err := decodeStrict([]byte(doc), obj); err != nil {
+			return nil, 0, fmt.Errorf("%s#%d (%s): %w", name, i+1, kind, err)
+		}
+		ms = append(ms, manifest{file: name, doc: i + 1, kind: kind, obj: obj})
+	}
+	return ms, skipped, nil
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for line := range strings.Lines(doc) {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// loadKubernetes decodes every YAML file under examples/kubernetes.
+func loadKubernetes(t *testing.T) []manifest {
+	t.Helper()
+	var all []manifest
+	var notObjects []string
+	err := filepath.WalkDir("kubernetes", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") && !strings.HasSuffix(path, ".yml") {
+			return err
+		}
+		ms, skipped, err := decodeManifests(path, filepath.ToSlash(path))
+		if err != nil {
+			return err
+		}
+		if skipped > 0 {
+			notObjects = append(notObjects, filepath.ToSlash(path))
+		}
+		all = append(all, ms...)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only Helm values files hold no Kubernetes object: a manifest that lost
+	// its apiVersion or kind must not pass as one.
+	if want := []string{"kubernetes/fleet/nats-values.yaml"}; !slices.Equal(notObjects, want) {
+		t.Errorf("documents without apiVersion and kind in %q, want only in %q", notObjects, want)
+	}
+	return all
+}
+
+// TestKubernetesManifestsStrict: every Kubernetes object under
+// examples/kubernetes decodes strictly into its API type, and the strict
+// decoding does catch what it should.
+func TestKubernetesManifestsStrict(t *testing.T) {
+	all := loadKubernetes(t)
+	files := map[string]bool{}
+	for _, m := range all {
+		files[m.file] = true
+	}
+	for _, f := range []string{
+		"kubernetes/app.yaml", "kubernetes/configmap.yaml", "kubernetes/deployment.yaml", "kubernetes/secret.yaml",
+		"kubernetes/fleet/deployment.yaml", "kubernetes/injector/webhook.yaml", "kubernetes/injector/deployment.yaml",
+	} {
+		if !files[f] {
+			t.Errorf("%s: no object decoded", f)
+		}
+	}
+	t.Logf("%d objects in %d files decode strictly", len(all), len(files))
+
+	// A manifest that strict decoding must refuse, in a temp copy.
+	t.Run("refused", func(t *testing.T) {
+		src, err := os.ReadFile("kubernetes/injector/webhook.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct{ name, old, new, want string }{
+			{"unknown field", "    reinvocationPolicy: IfNeeded\n", "    reinvocationPolicy: IfNeeded\n    reinvokePolicy: Never\n", `unknown field "reinvokePolicy"`},
+			{"key in the wrong case", "    sideEffects: None\n", "    sideeffects: None\n", `unknown field "webhooks[0].sideeffects"`},
+			{"duplicate key", "    timeoutSeconds: 5\n", "    timeoutSeconds: 5\n    timeoutSeconds: 30\n", `"timeoutSeconds" already set`},
+			{"unknown kind", "kind: MutatingWebhookConfiguration\n", "kind: MutatingWebhookConfig\n", "unknown apiVersion/kind"},
+			{"wrong type", "port: 443\n", "port: https\n", "port"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if !bytes.Contains(src, []byte(tc.old)) {
+					t.Fatalf("webhook.yaml has no %q to change", tc.old)
+				}
+				bad := filepath.Join(t.TempDir(), "webhook.yaml")
+				if err := os.WriteFile(bad, bytes.Replace(src, []byte(tc.old), []byte(tc.new), 1), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				_, _, err := decodeManifests(bad, "webhook.yaml")
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("decode: %v, want an error with %q", err, tc.want)
+				}
+			})
+		}
+	})
+}
+
+// injector holds the objects of examples/kubernetes/injector, by kind.
+type injector struct {
+	namespace  *corev1.Namespace
+	account    *corev1.ServiceAccount
+	service    *corev1.Service
+	deployment *appsv1.Deployment
+	pdb        *policyv1.PodDisruptionBudget
+	webhooks   *admissionregistrationv1.MutatingWebhookConfiguration
+	issuers    map[string]*cmIssuer
+	certs      map[string]*cmCertificate
+	kustomize  *kustomization
+	files      []string // the files other than kustomization.yaml
+	namespaced []metav1.Object
+}
+
+func loadInjector(t *testing.T) *injector {
+	t.Helper()
+	in := &injector{issuers: map[string]*cmIssuer{}, certs: map[string]*cmCertificate{}}
+	once := func(m manifest, set bool) {
+		if set {
+			t.Fatalf("%v: a second one", m)
+		}
+	}
+	for _, m := range loadKubernetes(t) {
+		file, ok := strings.CutPrefix(m.file, "kubernetes/injector/")
+		if !ok {
+			continue
+		}
+		if file != "kustomization.yaml" && !slices.Contains(in.files, file) {
+			in.files = append(in.files, file)
+		}
+		switch o := m.obj.(type) {
+		case *corev1.Namespace:
+			once(m, in.namespace != nil)
+			in.namespace = o
+		case *corev1.ServiceAccount:
+			once(m, in.account != nil)
+			in.account = o
+		case *corev1.Service:
+			once(m, in.service != nil)
+			in.service = o
+		case *appsv1.Deployment:
+			once(m, in.deployment != nil)
+			in.deployment = o
+		case *policyv1.PodDisruptionBudget:
+			once(m, in.pdb != nil)
+			in.pdb = o
+		case *admissionregistrationv1.MutatingWebhookConfiguration:
+			once(m, in.webhooks != nil)
+			in.webhooks = o
+		case *cmIssuer:
+			once(m, in.issuers[o.Name] != nil)
+			in.issuers[o.Name] = o
+		case *cmCertificate:
+			once(m, in.certs[o.Name] != nil)
+			in.certs[o.Name] = o
+		case *kustomization:
+			once(m, in.kustomize != nil)
+			in.kustomize = o
+			continue
+		default:
+			t.Fatalf("%v: not expected in injector/", m)
+		}
+		if o, ok := m.obj.(metav1.Object); ok && m.kind != "v1/Namespace" && m.kind != "admissionregistration.k8s.io/v1/MutatingWebhookConfiguration" {
+			in.namespaced = append(in.namespaced, o)
+		}
+	}
+	for name, missing := range map[string]bool{
+		"Namespace": in.namespace == nil, "ServiceAccount": in.account == nil, "Service": in.service == nil,
+		"Deployment": in.deployment == nil, "PodDisruptionBudget": in.pdb == nil,
+		"MutatingWebhookConfiguration": in.webhooks == nil, "Kustomization": in.kustomize == nil,
+	} {
+		if missing {
+			t.Fatalf("injector/: no %s", name)
+		}
+	}
+	return in
+}
+
+// TestKubernetesInjector: the injector's manifests agree with each other and
+// with what the API server and the injector expect of them.
+func TestKubernetesInjector(t *testing.T) {
+	in := loadInjector(t)
+	const ns = "sluice-system"
+
+	t.Run("namespace", func(t *testing.T) {
+		if in.namespace.Name != ns {
+			t.Errorf("Namespace %q, want %q", in.namespace.Name, ns)
+		}
+		for _, o := range in.namespaced {
+			if o.GetNamespace() != ns {
+				t.Errorf("%T %s in namespace %q, want %q", o, o.GetName(), o.GetNamespace(), ns)
+			}
+		}
+	})
+
+	t.Run("kustomization", func(t *testing.T) {
+		got := slices.Sorted(slices.Values(in.kustomize.Resources))
+		if want := slices.Sorted(slices.Values(in.files)); !slices.Equal(got, want) {
+			t.Errorf("kustomization resources %q, want the directory's manifests %q", got, want)
+		}
+	})
+
+	svc := in.service
+	dep := in.deployment
+	pod := dep.Spec.Template
+	t.Run("webhooks", func(t *testing.T) {
+		wc := in.webhooks
+		if got, want := wc.Annotations["cert-manager.io/inject-ca-from"], ns+"/sluice-injector-tls"; got != want {
+			t.Errorf("inject-ca-from %q, want %q", got, want)
+		}
+		if c := in.certs["sluice-injector-tls"]; c == nil || c.Namespace+"/"+c.Name != wc.Annotations["cert-manager.io/inject-ca-from"] {
+			t.Errorf("inject-ca-from names no Certificate in certificate.yaml")
+		}
+		paths := map[string]string{}
+		for _, w := range wc.Webhooks {
+			// What the API server's validation requires of a webhook.
+			if len(strings.Split(w.Name, ".")) < 3 || len(validation.IsDNS1123Subdomain(w.Name)) > 0 {
+				t.Errorf("%s: a webhook's name must be a domain name with at least three segments", w.Name)
+			}
+			if !slices.Equal(w.AdmissionReviewVersions, []string{"v1"}) {
+				t.Errorf("%s: admissionReviewVersions %q, want [v1]", w.Name, w.AdmissionReviewVersions)
+			}
+			if w.SideEffects == nil || *w.SideEffects != admissionregistrationv1.SideEffectClassNone {
+				t.Errorf("%s: sideEffects %v, want None", w.Name, w.SideEffects)
+			}
+			if w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore {
+				t.Errorf("%s: failurePolicy %v, want Ignore", w.Name, w.FailurePolicy)
+			}
+			if w.ReinvocationPolicy == nil || *w.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy {
+				t.Errorf("%s: reinvocationPolicy %v, want IfNeeded", w.Name, w.ReinvocationPolicy)
+			}
+			if w.TimeoutSeconds == nil || *w.TimeoutSeconds != 5 {
+				t.Errorf("%s: timeoutSeconds %v, want 5", w.Name, w.TimeoutSeconds)
+			}
+			if len(w.Rules) != 1 {
+				t.Fatalf("%s: %d rules, want 1", w.Name, len(w.Rules))
+			}
+			r := w.Rules[0]
+			if !slices.Equal(r.Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) ||
+				!slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.APIVersions, []string{"v1"}) ||
+				!slices.Equal(r.Resources, []string{"pods"}) {
+				t.Errorf("%s: rule %+v, want CREATE of v1 pods in the core group", w.Name, r)
+			}
+			s := w.ClientConfig.Service
+			if s == nil || w.ClientConfig.URL != nil {
+				t.Fatalf("%s: clientConfig must name the Service", w.Name)
+			}
+			if s.Name != svc.Name || s.Namespace != svc.Namespace {
+				t.Errorf("%s: calls Service %s/%s, service.yaml is %s/%s", w.Name, s.Namespace, s.Name, svc.Namespace, svc.Name)
+			}
+			if s.Port == nil || *s.Port != 443 || !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == *s.Port }) {
+				t.Errorf("%s: port %v, want 443, a port of the Service", w.Name, s.Port)
+			}
+			if s.Path == nil {
+				t.Fatalf("%s: no path", w.Name)
+			}
+			// The API server refuses a path whose segments are not DNS-1123
+			// subdomains (ValidateWebhookService): no query string.
+			for i, seg := range strings.Split(strings.Trim(*s.Path, "/"), "/") {
+				if errs := validation.IsDNS1123Subdomain(seg); len(errs) > 0 || !strings.HasPrefix(*s.Path, "/") {
+					t.Errorf("%s: path %q segment[%d] is refused by the API server: %v", w.Name, *s.Path, i, errs)
+				}
+			}
+			paths[w.Name] = *s.Path
+		}
+		if want := map[string]string{
+			"namespace.inject.sluice.io": "/mutate/namespace-enabled",
+			"pod.inject.sluice.io":       "/mutate",
+		}; !maps.Equal(paths, want) {
+			t.Errorf("webhooks and paths %v, want %v", paths, want)
+		}
+	})
+
+	t.Run("selectors", func(t *testing.T) {
+		type sel struct{ ns, obj labels.Selector }
+		sels := map[string]sel{}
+		for _, w := range in.webhooks.Webhooks {
+			n, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
+			if err != nil || w.NamespaceSelector == nil {
+				t.Fatalf("%s: namespaceSelector %v: %v", w.Name, w.NamespaceSelector, err)
+			}
+			o, err := metav1.LabelSelectorAsSelector(w.ObjectSelector)
+			if err != nil || w.ObjectSelector == nil {
+				t.Fatalf("%s: objectSelector %v: %v", w.Name, w.ObjectSelector, err)
+			}
+			sels[w.Name] = sel{n, o}
+		}
+		// namespace returns a namespace's labels as the API server sets them.
+		namespace := func(name string, kv ...string) labels.Set {
+			l := labels.Set{"kubernetes.io/metadata.name": name}
+			for i := 0; i+1 < len(kv); i += 2 {
+				l[kv[i]] = kv[i+1]
+			}
+			return l
+		}
+		enabled := []string{"sluice.io/inject", "enabled"}
+		podIn, podOut := labels.Set{"app": "billing", "sluice.io/inject": "true"}, labels.Set{"app": "billing", "sluice.io/inject": "false"}
+		plain := labels.Set{"app": "billing"}
+		for _, tc := range []struct {
+			name string
+			ns   labels.Set
+			pod  labels.Set
+			want string // the webhook that reviews the pod, or ""
+		}{
+			{"opted-in namespace, plain pod", namespace("team-a", enabled...), plain, "namespace.inject.sluice.io"},
+			{"opted-in namespace, pod opts in too", namespace("team-a", enabled...), podIn, "namespace.inject.sluice.io"},
+			{"opted-in namespace, pod opts out", namespace("team-a", enabled...), podOut, ""},
+			{"plain namespace, plain pod", namespace("team-b"), plain, ""},
+			{"plain namespace, pod opts in", namespace("team-b"), podIn, "pod.inject.sluice.io"},
+			{"plain namespace, pod opts out", namespace("team-b"), podOut, ""},
+			{"namespace label other than enabled, pod opts in", namespace("team-c", "sluice.io/inject", "disabled"), podIn, "pod.inject.sluice.io"},
+			{"kube-system, even opted in", namespace("kube-system", enabled...), podIn, ""},
+			{"sluice-system, even opted in", namespace(ns, enabled...), podIn, ""},
+			{"kube-system, pod opts in", namespace("kube-system"), podIn, ""},
+			{"sluice-system, pod opts in", namespace(ns), podIn, ""},
+			{"the injector's own pods", labels.Merge(in.namespace.Labels, namespace(in.namespace.Name)), labels.Set(pod.Labels), ""},
+		} {
+			var got []string
+			for name, s := range sels {
+				if s.ns.Matches(tc.ns) && s.obj.Matches(tc.pod) {
+					got = append(got, name)
+				}
+			}
+			if len(got) > 1 || tc.want == "" && len(got) > 0 || tc.want != "" && !slices.Equal(got, []string{tc.want}) {
+				t.Errorf("%s: reviewed by %q, want %q", tc.name, got, tc.want)
+			}
+		}
+	})
+
+	t.Run("service", func(t *testing.T) {
+		if svc.Name != "sluice-injector" {
+			t.Errorf("Service %q, want sluice-injector", svc.Name)
+		}
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) || len(svc.Spec.Selector) == 0 {
+			t.Errorf("Service selector %v does not match the Deployment's pods %v", svc.Spec.Selector, pod.Labels)
+		}
+	})
+
+	t.Run("deployment", func(t *testing.T) {
+		spec := pod.Spec
+		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
+			t.Errorf("replicas %v, want 2", dep.Spec.Replicas)
+		}
+		sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
+		if err != nil || !sel.Matches(labels.Set(pod.Labels)) {
+			t.Errorf("selector %v does not match the pod labels %v: %v", dep.Spec.Selector, pod.Labels, err)
+		}
+		if a := spec.Affinity; a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+			a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey != "kubernetes.io/hostname" {
+			t.Errorf("want one preferred pod anti-affinity term across nodes, got %+v", spec.Affinity)
+		} else if s, err := metav1.LabelSelectorAsSelector(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector); err != nil || !s.Matches(labels.Set(pod.Labels)) {
+			t.Errorf("the anti-affinity term does not select the injector's pods: %v", err)
+		}
+		if spec.ServiceAccountName != in.account.Name {
+			t.Errorf("serviceAccountName %q, rbac.yaml has %q", spec.ServiceAccountName, in.account.Name)
+		}
+		for what, b := range map[string]*bool{"ServiceAccount": in.account.AutomountServiceAccountToken, "pod": spec.AutomountServiceAccountToken} {
+			if b == nil || *b {
+				t.Errorf("%s: automountServiceAccountToken must be false", what)
+			}
+		}
+		if spec.PriorityClassName != "" {
+			t.Errorf("priorityClassName %q: see the comment in deployment.yaml", spec.PriorityClassName)
+		}
+		if ps := spec.SecurityContext; ps == nil || ps.SeccompProfile == nil || ps.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault ||
+			ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot {
+			t.Errorf("pod securityContext %+v: want runAsNonRoot and seccomp RuntimeDefault", ps)
+		}
+		if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
+			t.Fatalf("want one container, got %d (and %d init containers)", len(spec.Containers), len(spec.InitContainers))
+		}
+		c := spec.Containers[0]
+		if c.Image != "ghcr.io/sluicehq/sluice:latest" {
+			t.Errorf("image %q", c.Image)
+		}
+		flags := map[string]string{}
+		if len(c.Args) == 0 || c.Args[0] != "injector" {
+			t.Fatalf("args %q: want the injector subcommand first", c.Args)
+		}
+		for _, a := range c.Args[1:] {
+			k, v, ok := strings.Cut(a, "=")
+			if !ok || !strings.HasPrefix(k, "--") {
+				t.Fatalf("arg %q: want --flag=value", a)
+			}
+			flags[k] = v
+		}
+		port := func(flag string) int32 {
+			_, p, err := net.SplitHostPort(flags[flag])
+			n, err2 := strconv.Atoi(p)
+			if err != nil || err2 != nil {
+				t.Fatalf("%s=%q: want host:port", flag, flags[flag])
+			}
+			return int32(n)
+		}
+		if flags["--listen"] != "0.0.0.0:8443" || flags["--admin-listen"] != "0.0.0.0:8702" {
+			t.Errorf("--listen=%s --admin-listen=%s, want 0.0.0.0:8443 and 0.0.0.0:8702", flags["--listen"], flags["--admin-listen"])
+		}
+		// The Service's target port is the webhook listener.
+		webhookPort, adminPort := port("--listen"), port("--admin-listen")
+		for _, sp := range svc.Spec.Ports {
+			target := sp.TargetPort.IntVal
+			if sp.TargetPort.StrVal != "" {
+				i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == sp.TargetPort.StrVal })
+				if i < 0 {
+					t.Fatalf("Service targetPort %q names no container port", sp.TargetPort.StrVal)
+				}
+				target = c.Ports[i].ContainerPort
+			}
+			if sp.Port != 443 || target != webhookPort {
+				t.Errorf("Service port %d → %d, want 443 → %d (--listen)", sp.Port, target, webhookPort)
+			}
+		}
+		for name, p := range map[string]*corev1.Probe{"/readyz": c.ReadinessProbe, "/healthz": c.LivenessProbe} {
+			if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != name || p.HTTPGet.Port.IntValue() != int(adminPort) {
+				t.Errorf("want an httpGet probe on %s port %d (--admin-listen), got %+v", name, adminPort, p)
+			}
+		}
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+			t.Errorf("resources %+v: want CPU and memory requests and a memory limit", c.Resources)
+		}
+		sc := c.SecurityContext
+		if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser != 65532 ||
+			sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 ||
+			sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("container securityContext %+v: want it locked down", sc)
+		}
+
+		// The TLS flags name files in the mounted Secret that cert-manager
+		// writes from the serving Certificate.
+		cert := in.certs["sluice-injector-tls"]
+		if cert == nil {
+			t.Fatal("no Certificate sluice-injector-tls")
+		}
+		for flag, file := range map[string]string{"--tls-cert-file": "tls.crt", "--tls-key-file": "tls.key"} {
+			dir, base := filepath.Split(flags[flag])
+			if base != file {
+				t.Errorf("%s=%s: cert-manager names the file %s", flag, flags[flag], file)
+			}
+			i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return filepath.Clean(m.MountPath) == filepath.Clean(dir) })
+			if i < 0 {
+				t.Errorf("%s=%s: no volume mounted at %s", flag, flags[flag], dir)
+				continue
+			}
+			vm := c.VolumeMounts[i]
+			v := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == vm.Name })
+			if v < 0 || spec.Volumes[v].Secret == nil {
+				t.Errorf("%s: volume %q is not a Secret", flag, vm.Name)
+				continue
+			}
+			if got := spec.Volumes[v].Secret.SecretName; got != cert.Spec.SecretName || got != "sluice-injector-tls" {
+				t.Errorf("%s: Secret %q, the Certificate writes %q", flag, got, cert.Spec.SecretName)
+			}
+			if !vm.ReadOnly {
+				t.Errorf("%s: mount it read-only", flag)
+			}
+		}
+	})
+
+	t.Run("pdb", func(t *testing.T) {
+		if in.pdb.Spec.MinAvailable == nil || in.pdb.Spec.MinAvailable.IntValue() != 1 || in.pdb.Spec.MaxUnavailable != nil {
+			t.Errorf("minAvailable %v, want 1", in.pdb.Spec.MinAvailable)
+		}
+		s, err := metav1.LabelSelectorAsSelector(in.pdb.Spec.Selector)
+		if err != nil || s.Empty() || !s.Matches(labels.Set(pod.Labels)) {
+			t.Errorf("PDB selector %v does not match the Deployment's pods %v: %v", in.pdb.Spec.Selector, pod.Labels, err)
+		}
+	})
+
+	t.Run("certificates", func(t *testing.T) {
+		cert := in.certs["sluice-injector-tls"]
+		if cert == nil {
+			t.Fatal("no Certificate sluice-injector-tls")
+		}
+		for _, w := range in.webhooks.Webhooks {
+			s := w.ClientConfig.Service
+			// The API server checks the serving certificate against
+			// <service>.<namespace>.svc.
+			if name := s.Name + "." + s.Namespace + ".svc"; !slices.Contains(cert.Spec.DNSNames, name) || !slices.Contains(cert.Spec.DNSNames, name+".cluster.local") {
+				t.Errorf("dnsNames %q: want %s and %s.cluster.local", cert.Spec.DNSNames, name, name)
+			}
+		}
+		if cert.Spec.IsCA || !slices.Contains(cert.Spec.Usages, "server auth") {
+			t.Errorf("serving certificate: isCA %v, usages %q: want a server certificate", cert.Spec.IsCA, cert.Spec.Usages)
+		}
+		// The chain: serving cert ← CA Issuer ← CA Certificate ← selfSigned Issuer.
+		caIssuer := in.issuers[cert.Spec.IssuerRef.Name]
+		if cert.Spec.IssuerRef.Kind != "Issuer" || caIssuer == nil || caIssuer.Spec.CA == nil {
+			t.Fatalf("serving certificate's issuer %+v: want a CA Issuer in certificate.yaml", cert.Spec.IssuerRef)
+		}
+		var ca *cmCertificate
+		for _, c := range in.certs {
+			if c.Spec.SecretName == caIssuer.Spec.CA.SecretName {
+				ca = c
+			}
+		}
+		if ca == nil || !ca.Spec.IsCA {
+			t.Fatalf("CA Issuer's Secret %q is written by no isCA Certificate", caIssuer.Spec.CA.SecretName)
+		}
+		root := in.issuers[ca.Spec.IssuerRef.Name]
+		if ca.Spec.IssuerRef.Kind != "Issuer" || root == nil || root.Spec.SelfSigned == nil {
+			t.Errorf("CA Certificate's issuer %+v: want the selfSigned Issuer", ca.Spec.IssuerRef)
+		}
+	})
+}
