@@ -6,7 +6,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -27,10 +26,7 @@ func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 // change that does not load (a new certificate with the old key) keeps
 // the pair in use, is logged once, and completes at the next change.
 func TestCertReloaderRotation(t *testing.T) {
-	ca := injecttest.NewCA(t)
-	vol := injecttest.NewVolume(t)
-	first := ca.Leaf(t, 1001)
-	vol.Write(t, first.Cert, first.Key)
+	ca, vol := injecttest.Serving(t, 1001)
 	var log injecttest.Log
 	r, err := NewCertReloader(vol.CertFile(), vol.KeyFile(), slog.New(slog.NewTextHandler(&log, nil)))
 	if err != nil {
@@ -115,18 +111,10 @@ func TestCertReloaderRotation(t *testing.T) {
 // TestCertReloaderFirstLoadFails: a pair that does not load at start is an
 // error naming the file.
 func TestCertReloaderFirstLoadFails(t *testing.T) {
-	ca := injecttest.NewCA(t)
-	a, b := ca.Leaf(t, 1), ca.Leaf(t, 2)
-	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	certA, keyA, keyB := write("a.crt", a.Cert), write("a.key", a.Key), write("b.key", b.Key)
-	garbage := write("garbage.crt", []byte("not PEM"))
+	dir := injecttest.BadPairs(t)
+	file := func(name string) string { return filepath.Join(dir, name) }
+	certA, keyA, keyB := file("a.crt"), file("a.key"), file("b.key")
+	garbage := file("garbage.crt")
 	for _, c := range []struct {
 		name, cert, key string
 		want            []string

@@ -33,10 +33,7 @@ func webhookDefaults(tb testing.TB) inject.Options {
 // pair from a test CA; the client trusts that CA only.
 func tlsWebhook(tb testing.TB, h http.Handler) (url string, client *http.Client) {
 	tb.Helper()
-	ca := injecttest.NewCA(tb)
-	vol := injecttest.NewVolume(tb)
-	p := ca.Leaf(tb, 7)
-	vol.Write(tb, p.Cert, p.Key)
+	ca, vol := injecttest.Serving(tb, 7)
 	certs, err := inject.NewCertReloader(vol.CertFile(), vol.KeyFile(), nil)
 	if err != nil {
 		tb.Fatal(err)

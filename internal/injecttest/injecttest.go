@@ -123,6 +123,15 @@ func NewVolume(tb testing.TB) *Volume {
 	return &Volume{Dir: tb.TempDir()}
 }
 
+// Serving makes a CA and a volume holding a pair it issued with serial.
+func Serving(tb testing.TB, serial int64) (*CA, *Volume) {
+	tb.Helper()
+	ca, vol := NewCA(tb), NewVolume(tb)
+	p := ca.Leaf(tb, serial)
+	vol.Write(tb, p.Cert, p.Key)
+	return ca, vol
+}
+
 // CertFile and KeyFile are the paths the injector is given.
 func (v *Volume) CertFile() string { return filepath.Join(v.Dir, "tls.crt") }
 func (v *Volume) KeyFile() string  { return filepath.Join(v.Dir, "tls.key") }
@@ -307,4 +316,20 @@ func (l *Log) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// BadPairs writes, in a new temporary directory, what start-up must refuse
+// next to a good pair: a.crt and a.key (a pair), b.key (another pair's
+// key), garbage.crt (not PEM). It returns the directory.
+func BadPairs(tb testing.TB) string {
+	tb.Helper()
+	ca := NewCA(tb)
+	a, b := ca.Leaf(tb, 1), ca.Leaf(tb, 2)
+	dir := tb.TempDir()
+	for name, data := range map[string][]byte{"a.crt": a.Cert, "a.key": a.Key, "b.key": b.Key, "garbage.crt": []byte("not PEM")} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return dir
 }
