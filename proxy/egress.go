@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/internal/filestamp"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -372,48 +372,12 @@ type route struct {
 
 	use sweepMark // under egress.mu
 	// Under egress.checkMu.
-	stamps []fileStamp
+	stamps []filestamp.Stamp
 }
 
 type routeState struct {
 	client *fasthttp.Client
 	err    error // the files did not load: every request fails with it
-}
-
-// fileStamp is what a check sees of a file: what stat says of the file its
-// symlinks lead to (a Kubernetes Secret's update swaps a symlink, which
-// changes the inode seen).
-type fileStamp struct {
-	info os.FileInfo // nil: missing or unreadable
-}
-
-func stampFiles(paths []string) []fileStamp {
-	out := make([]fileStamp, len(paths))
-	for i, p := range paths {
-		if info, err := os.Stat(p); err == nil {
-			out[i].info = info
-		}
-	}
-	return out
-}
-
-func sameStamps(a, b []fileStamp) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		x, y := a[i].info, b[i].info
-		if x == nil || y == nil {
-			if x != y {
-				return false
-			}
-			continue
-		}
-		if !os.SameFile(x, y) || x.Size() != y.Size() || !x.ModTime().Equal(y.ModTime()) {
-			return false
-		}
-	}
-	return true
 }
 
 // egress owns the routes and the OAuth2 token sources of the lanes: one
@@ -545,7 +509,7 @@ func urlHost(raw string) string {
 // makeRoute builds a route's first state; a route whose files do not load
 // fails each delivery (and says why in the log) until they do.
 func (g *egress) makeRoute(k routeKey, sub string) *route {
-	r := &route{key: k, stamps: stampFiles(k.files())}
+	r := &route{key: k, stamps: filestamp.Take(k.files()...)}
 	st := g.build(k)
 	if st.err != nil {
 		g.log.Error("egress settings do not load; the subscription's deliveries fail until they do", "subscription", sub, "err", st.err)
@@ -590,8 +554,8 @@ func (g *egress) check() {
 	g.mu.Unlock()
 	for _, r := range routes {
 		files := r.key.files()
-		now := stampFiles(files)
-		if sameStamps(now, r.stamps) {
+		now := filestamp.Take(files...)
+		if filestamp.Same(now, r.stamps) {
 			continue
 		}
 		r.stamps = now

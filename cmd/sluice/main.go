@@ -44,6 +44,7 @@ Usage:
   sluice subscriptions recover ID --since TIME [--until TIME]
   sluice tenants token TENANT
   sluice inject [FILE|-] [--image IMG] [--config-map NAME] [--pvc NAME] [--secret NAME] [--grace 10s] [--ingest-port 8700] [--admin-port 8701] [--jetstream-url URL]...
+  sluice injector --tls-cert-file FILE --tls-key-file FILE [--listen 127.0.0.1:8443] [--admin-listen 127.0.0.1:8702] [inject flags]
   sluice verify --secret whsec_...|whpk_... [--id ID --timestamp TS --signature SIG | --headers FILE] [--tolerance 5m] < BODY
   sluice version
 
@@ -94,6 +95,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = verifyCmd(rest, stdout, stderr)
 	case "inject":
 		err = injectCmd(rest, os.Stdin, stdout, stderr)
+	case "injector":
+		err = injectorCmd(rest, stderr)
 	case "version", "--version":
 		err = versionCmd(stdout)
 	case "help", "-h", "--help":

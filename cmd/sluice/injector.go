@@ -1,0 +1,178 @@
+package main
+
+// `sluice injector` is the mutating admission webhook that adds the
+// sidecar to pods as they are created; the review itself, and the rewrite
+// it shares with `sluice inject`, are package inject's.
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/inject"
+)
+
+// injectorShutdownGrace bounds the wait for reviews in flight once the
+// injector stops listening: the API server gives a review 5 s (the
+// manifests' timeoutSeconds), so one still running after 10 s has been
+// given up on.
+const injectorShutdownGrace = 10 * time.Second
+
+// errInjectorAborted is the injector's error when a second signal stops it
+// at once: the process exits 1.
+var errInjectorAborted = errors.New("injector: second signal: stopped without waiting for reviews in flight")
+
+// injectorCmd runs the webhook until SIGTERM or SIGINT (a second one stops
+// it without waiting).
+func injectorCmd(args []string, stderr io.Writer) error {
+	life := notifySignals()
+	defer life.stop()
+	return runInjector(life.drain, life.abort, args, stderr, nil)
+}
+
+// runInjector serves the webhook until drain is done, then stops: /readyz
+// answers 503 at once, reviews are still answered for --shutdown-delay (the
+// API server and kube-proxy learn of a terminating endpoint a moment after
+// it terminates; with failurePolicy Ignore, a review refused in that moment
+// is a pod created without its sidecar), then the listeners close and
+// reviews in flight get injectorShutdownGrace. abort cuts both waits
+// short. ready, if not nil, is called with the two listeners' addresses
+// once both serve.
+func runInjector(drain, abort context.Context, args []string, stderr io.Writer, ready func(webhook, admin string)) error {
+	fs := flag.NewFlagSet("injector", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sluice injector --tls-cert-file FILE --tls-key-file FILE [flags]\n\nServes the mutating admission webhook (POST /mutate, and /mutate?namespace=enabled\nfor namespaces that opt in) over TLS: pods created with sluice.io/inject: \"true\",\nor in an opted-in namespace, get the sidecar `sluice inject` adds, the pod's\nsluice.io/ annotations overriding the flags below. The pair is re-read when its\nfiles change (cert-manager's rotation). Metrics, /healthz and /readyz are on\n--admin-listen. Manifests: examples/kubernetes/injector/.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	listen := fs.String("listen", "127.0.0.1:8443", "webhook address (TLS); in a cluster 0.0.0.0:8443, behind the Service")
+	certFile := fs.String("tls-cert-file", "", "serving certificate, PEM (cert-manager's tls.crt); required")
+	keyFile := fs.String("tls-key-file", "", "its private key, PEM (tls.key); required")
+	adminListen := fs.String("admin-listen", "127.0.0.1:8702", "admin address (plain HTTP): /metrics, /healthz, /readyz")
+	delay := fs.Duration("shutdown-delay", 5*time.Second, "after SIGTERM, keep answering reviews this long (with /readyz at 503) before closing, so the API server stops calling first")
+	options := injectFlags(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("injector: takes no arguments, got %q", pos[0])
+	}
+	o, err := options()
+	if err != nil {
+		return fmt.Errorf("injector: %w", err)
+	}
+	switch {
+	case *certFile == "":
+		return errors.New("injector: --tls-cert-file is required (the webhook serves TLS only; cert-manager's Certificate writes tls.crt and tls.key)")
+	case *keyFile == "":
+		return errors.New("injector: --tls-key-file is required (the key of --tls-cert-file)")
+	case *delay < 0:
+		return fmt.Errorf("injector: --shutdown-delay %s is negative", *delay)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	certs, err := inject.NewCertReloader(*certFile, *keyFile, log)
+	if err != nil {
+		return fmt.Errorf("injector: --tls-cert-file, --tls-key-file: %w", err)
+	}
+	reg := newRegistry()
+	mux := http.NewServeMux()
+	mux.Handle("/mutate", inject.NewWebhook(o, reg, log))
+	var serving atomic.Bool
+	admin := http.NewServeMux()
+	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !serving.Load() {
+			http.Error(w, "not serving", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("injector: --listen: %w", err)
+	}
+	aln, err := net.Listen("tcp", *adminListen)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("injector: --admin-listen: %w", err)
+	}
+	errorLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn) // TLS handshake errors and the like
+	srv := &http.Server{
+		Handler:   mux,
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate},
+		// The API server sends a review at once and waits at most 30 s
+		// (the largest timeoutSeconds) for the answer; it keeps its
+		// connections alive between reviews.
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          errorLog,
+	}
+	adminSrv := &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errorLog}
+	stopped := make(chan error, 2)
+	go func() { stopped <- srv.ServeTLS(ln, "", "") }()
+	go func() { stopped <- adminSrv.Serve(aln) }()
+	serving.Store(true)
+	leaf := certs.Certificate().Leaf
+	log.Info("sluice injector serving", "version", version, "listen", ln.Addr().String(), "admin", aln.Addr().String(),
+		"tls_cert_file", *certFile, "tls_key_file", *keyFile, "serial", leaf.SerialNumber.String(), "not_after", leaf.NotAfter,
+		"image", o.Image, "config_map", o.ConfigMap)
+	if ready != nil {
+		ready(ln.Addr().String(), aln.Addr().String())
+	}
+
+	var served error
+	select {
+	case <-drain.Done():
+		serving.Store(false)
+		log.Info("stopping: /readyz answers 503; still answering reviews for --shutdown-delay", "signal", signalName(drain), "shutdown_delay", *delay)
+		t := time.NewTimer(*delay)
+		select {
+		case <-t.C:
+		case <-abort.Done():
+			t.Stop()
+		}
+	case served = <-stopped: // a listener failed on its own
+		serving.Store(false)
+		log.Error("a listener stopped; stopping", "err", served)
+	}
+	ctx, cancel := context.WithTimeout(abort, injectorShutdownGrace)
+	defer cancel()
+	if abort.Err() == nil {
+		err = errors.Join(srv.Shutdown(ctx), adminSrv.Shutdown(ctx))
+	}
+	if abort.Err() != nil || err != nil {
+		// The grace is over or a second signal came: stop now, closing the
+		// connections of the reviews in flight (the API server retries
+		// none; failurePolicy decides for their pods).
+		srv.Close()
+		adminSrv.Close()
+	}
+	switch {
+	case served != nil:
+		return fmt.Errorf("injector: %w", served)
+	case abort.Err() != nil:
+		log.Warn("second signal: stopped without waiting for reviews in flight", "signal", signalName(abort))
+		return errInjectorAborted
+	case err != nil:
+		return fmt.Errorf("injector: reviews still in flight after %s: %w", injectorShutdownGrace, err)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,152 @@
+package inject
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// MaxReviewBytes bounds an AdmissionReview body. The API server refuses
+// objects over 3 MiB (its request limit), so a review of a pod it would
+// create is smaller; a larger body is answered as Malformed, unread past
+// the limit.
+const MaxReviewBytes = 4 << 20
+
+// Webhook is the http.Handler of the injector's /mutate: it answers POSTed
+// AdmissionReviews with Review, the namespace opt-in taken from the query
+// (?namespace=enabled, the path of the webhook whose namespaceSelector
+// matches opted-in namespaces). It logs no request body. It is safe for
+// concurrent use.
+type Webhook struct {
+	defaults Options
+	log      *slog.Logger
+	reviews  map[Result]prometheus.Counter
+	duration prometheus.Histogram
+}
+
+// NewWebhook returns the handler, its metrics registered on reg (nil: not
+// registered): sluice_injector_reviews_total{result}, every result present
+// from the start, and sluice_injector_review_duration_seconds, from the
+// request's arrival to the answer written. defaults are the injector's
+// flags. A nil log discards.
+func NewWebhook(defaults Options, reg prometheus.Registerer, log *slog.Logger) *Webhook {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reviews := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_injector_reviews_total",
+		Help: "Admission reviews answered, by result: injected, skipped, warned, denied, malformed.",
+	}, []string{"result"})
+	duration := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "sluice_injector_review_duration_seconds",
+		Help: "Time to answer one admission review: reading the body, the review, writing the answer.",
+		// 50µs (a small pod on a fast core) to 5s (the webhook's timeoutSeconds).
+		Buckets: prometheus.ExponentialBucketsRange(50e-6, 5, 16),
+	})
+	w := &Webhook{defaults: defaults, log: log, reviews: map[Result]prometheus.Counter{}, duration: duration}
+	for _, r := range Results {
+		w.reviews[r] = reviews.WithLabelValues(string(r))
+	}
+	if reg != nil {
+		reg.MustRegister(reviews, duration)
+	}
+	return w
+}
+
+// ServeHTTP answers one review: 405 for a method other than POST, else 200
+// with an AdmissionReview (Review's, or a Malformed one of its own when the
+// body is over MaxReviewBytes or cannot be read).
+func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		rw.Header().Set("Allow", http.MethodPost)
+		http.Error(rw, "use POST with an admission.k8s.io/v1 AdmissionReview", http.StatusMethodNotAllowed)
+		return
+	}
+	start := time.Now()
+	var (
+		answer []byte
+		result Result
+	)
+	body, err := readBody(r)
+	switch {
+	case err != nil:
+		w.log.Warn("admission review not read", "err", err)
+		answer, result = malformed(body, "sluice injector: the admission review could not be read; the pod is admitted without the sidecar")
+	case len(body) > MaxReviewBytes:
+		w.log.Warn("admission review over the size limit; admitted without the sidecar", "limit_bytes", MaxReviewBytes)
+		answer, result = malformed(body, "sluice injector: the admission review is over 4 MiB; the pod is admitted without the sidecar")
+	default:
+		answer, result = Review(body, w.defaults, r.URL.Query().Get("namespace") == "enabled")
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	rw.Write(answer)
+	w.reviews[result].Inc()
+	w.duration.Observe(time.Since(start).Seconds())
+}
+
+// readBody reads at most MaxReviewBytes+1 bytes of the body: more says it
+// is over the limit.
+func readBody(r *http.Request) ([]byte, error) {
+	n := int64(bytes.MinRead)
+	if r.ContentLength > 0 {
+		n = min(r.ContentLength, MaxReviewBytes) + 1
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, n))
+	_, err := buf.ReadFrom(io.LimitReader(r.Body, MaxReviewBytes+1))
+	return buf.Bytes(), err
+}
+
+// malformed is the answer to a body Review is not given: allowed, with a
+// warning (no pod is read, so no sluice.io/required asks to refuse), under
+// the request's uid if the body's start names one, so the API server
+// takes the answer rather than calling it a webhook failure.
+func malformed(body []byte, warning string) ([]byte, Result) {
+	b, _ := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Response: &admissionv1.AdmissionResponse{UID: types.UID(requestUID(body)), Allowed: true, Warnings: []string{warning}},
+	})
+	return b, Malformed
+}
+
+// requestUID finds request.uid in a review body that may be cut short: the
+// API server writes uid first in request, long before the object.
+func requestUID(body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if !member(dec, "request") || !member(dec, "uid") {
+		return ""
+	}
+	t, _ := dec.Token()
+	uid, _ := t.(string)
+	return uid
+}
+
+// member reads an object's opening brace and its members up to key,
+// skipping the others; it reports false if the object (or the body, cut
+// short) ends first.
+func member(dec *json.Decoder, key string) bool {
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if k == key {
+			return true
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return false
+		}
+	}
+	return false
+}
