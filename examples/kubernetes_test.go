@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/inject"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -438,8 +439,8 @@ func TestKubernetesInjector(t *testing.T) {
 			paths[w.Name] = *s.Path
 		}
 		if want := map[string]string{
-			"namespace.inject.sluice.io": "/mutate/namespace-enabled",
-			"pod.inject.sluice.io":       "/mutate",
+			"namespace.inject.sluice.io": inject.NamespacePath,
+			"pod.inject.sluice.io":       inject.PodPath,
 		}; !maps.Equal(paths, want) {
 			t.Errorf("webhooks and paths %v, want %v", paths, want)
 		}

@@ -20,11 +20,19 @@ import (
 // the limit.
 const MaxReviewBytes = 4 << 20
 
-// Webhook is the http.Handler of the injector's /mutate: it answers POSTed
-// AdmissionReviews with Review, the namespace opt-in taken from the query
-// (?namespace=enabled, the path of the webhook whose namespaceSelector
-// matches opted-in namespaces). It logs no request body. It is safe for
-// concurrent use.
+// Paths of the two webhooks (examples/kubernetes/injector/webhook.yaml).
+// The namespace opt-in is a path segment, not a query: the API server
+// refuses a query string in a webhook's service path (each segment must be
+// a DNS-1123 subdomain).
+const (
+	PodPath       = "/mutate"                   // pods that opt in themselves
+	NamespacePath = "/mutate/namespace-enabled" // every pod of an opted-in namespace
+)
+
+// Webhook is the http.Handler of the injector's PodPath and NamespacePath:
+// it answers POSTed AdmissionReviews with Review, the namespace opt-in
+// taken from the path. It logs no request body. It is safe for concurrent
+// use.
 type Webhook struct {
 	defaults Options
 	log      *slog.Logger
@@ -84,7 +92,7 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.log.Warn("admission review over the size limit; admitted without the sidecar", "limit_bytes", MaxReviewBytes)
 		answer, result = malformed(body, "sluice injector: the admission review is over 4 MiB; the pod is admitted without the sidecar")
 	default:
-		answer, result = Review(body, w.defaults, r.URL.Query().Get("namespace") == "enabled")
+		answer, result = Review(body, w.defaults, r.URL.Path == NamespacePath)
 	}
 	rw.Header().Set("Content-Type", "application/json")
 	rw.Write(answer)

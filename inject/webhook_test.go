@@ -129,7 +129,7 @@ func TestWebhookServesReviewsOverTLS(t *testing.T) {
 			t.Errorf("result %q starts at %v (present %v), want 0", r, v, ok)
 		}
 	}
-	for i, path := range []string{"/mutate", "/mutate?namespace=enabled"} {
+	for i, path := range []string{inject.PodPath, inject.NamespacePath} {
 		uid := fmt.Sprintf("d6a3f0b2-5e1c-4b7a-9f0e-%012d", i)
 		body := injecttest.Review(t, uid, injecttest.DeploymentPod(nil))
 		resp, answer := post(t, c, url+path, body)
@@ -215,7 +215,7 @@ func BenchmarkWebhookLatency(b *testing.B) {
 		w.Write([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"x","allowed":true}}`))
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mutate", inject.NewWebhook(webhookDefaults(b), prometheus.NewRegistry(), nil))
+	mux.Handle(inject.PodPath, inject.NewWebhook(webhookDefaults(b), prometheus.NewRegistry(), nil))
 	mux.Handle("/noop", noop)
 	url, c := tlsWebhook(b, mux)
 	body := injecttest.Review(b, "7c1d0e5f-2a3b-4c5d-8e9f-0a1b2c3d4e5f", injecttest.DeploymentPod(nil))

@@ -52,7 +52,7 @@ func runInjector(drain, abort context.Context, args []string, stderr io.Writer, 
 	fs := flag.NewFlagSet("injector", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice injector --tls-cert-file FILE --tls-key-file FILE [flags]\n\nServes the mutating admission webhook (POST /mutate, and /mutate?namespace=enabled\nfor namespaces that opt in) over TLS: pods created with sluice.io/inject: \"true\",\nor in an opted-in namespace, get the sidecar `sluice inject` adds, the pod's\nsluice.io/ annotations overriding the flags below. The pair is re-read when its\nfiles change (cert-manager's rotation). Metrics, /healthz and /readyz are on\n--admin-listen. Manifests: examples/kubernetes/injector/.\n\nFlags:")
+		fmt.Fprintln(stderr, "usage: sluice injector --tls-cert-file FILE --tls-key-file FILE [flags]\n\nServes the mutating admission webhook (POST /mutate, and /mutate/namespace-enabled\nfor namespaces that opt in) over TLS: pods created with sluice.io/inject: \"true\",\nor in an opted-in namespace, get the sidecar `sluice inject` adds, the pod's\nsluice.io/ annotations overriding the flags below. The pair is re-read when its\nfiles change (cert-manager's rotation). Metrics, /healthz and /readyz are on\n--admin-listen. Manifests: examples/kubernetes/injector/.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	listen := fs.String("listen", "127.0.0.1:8443", "webhook address (TLS); in a cluster 0.0.0.0:8443, behind the Service")
@@ -87,7 +87,9 @@ func runInjector(drain, abort context.Context, args []string, stderr io.Writer, 
 	}
 	reg := newRegistry()
 	mux := http.NewServeMux()
-	mux.Handle("/mutate", inject.NewWebhook(o, reg, log))
+	wh := inject.NewWebhook(o, reg, log)
+	mux.Handle(inject.PodPath, wh)
+	mux.Handle(inject.NamespacePath, wh)
 	var serving atomic.Bool
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
