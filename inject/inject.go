@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -394,12 +395,131 @@ func mapSet(m *yaml.Node, key string, v *yaml.Node) {
 	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
 }
 
+// toNode is v as a yaml.Node, as yaml.Node.Encode makes it (the same
+// styles and tags, honouring omitempty and flow) but without rendering the
+// YAML text and parsing it back, which took a third of an admission
+// review. It knows only the kinds the types below use.
 func toNode(v any) (*yaml.Node, error) {
-	var n yaml.Node
-	if err := n.Encode(v); err != nil {
-		return nil, err
+	return valueNode(reflect.ValueOf(v), false)
+}
+
+func valueNode(v reflect.Value, flow bool) (*yaml.Node, error) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
+		}
+		return valueNode(v.Elem(), flow)
+	case reflect.Struct:
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if !f.IsExported() || name == "-" {
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(f.Name)
+			}
+			fv := v.Field(i)
+			if strings.Contains(opts, "omitempty") && yamlZero(fv) {
+				continue
+			}
+			c, err := valueNode(fv, strings.Contains(opts, "flow"))
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, stringNode(name), c)
+		}
+		if len(n.Content) == 0 || flow {
+			n.Style = yaml.FlowStyle
+		}
+		return n, nil
+	case reflect.Map:
+		if v.Type().Key().Kind() != reflect.String {
+			return nil, fmt.Errorf("toNode: map key %s", v.Type().Key())
+		}
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return cmp.Compare(a.String(), b.String()) })
+		for _, k := range keys {
+			c, err := valueNode(v.MapIndex(k), false)
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, stringNode(k.String()), c)
+		}
+		if len(n.Content) == 0 || flow {
+			n.Style = yaml.FlowStyle
+		}
+		return n, nil
+	case reflect.Slice:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		for i := range v.Len() {
+			c, err := valueNode(v.Index(i), false)
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, c)
+		}
+		if v.Len() == 0 || flow {
+			n.Style = yaml.FlowStyle
+		}
+		return n, nil
+	case reflect.String:
+		return stringNode(v.String()), nil
+	case reflect.Bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(v.Bool())}, nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(v.Int(), 10)}, nil
 	}
-	return &n, nil
+	return nil, fmt.Errorf("toNode: unsupported kind %s", v.Kind())
+}
+
+// stringNode is a string scalar. The encoder quotes a plain !!str whose
+// text would read back as another type ("1", "true", ""); like
+// yaml.Marshal, quote also what YAML 1.1 readers (kubectl's) take for a
+// bool or a sexagesimal number, and the merge key "<<", which Encode
+// itself gets wrong.
+func stringNode(s string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	switch {
+	case strings.Contains(s, "\n"):
+		n.Style = yaml.LiteralStyle
+	case yaml11Special(s):
+		n.Style = yaml.DoubleQuotedStyle
+	}
+	return n
+}
+
+var base60float = regexp.MustCompile(`^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$`)
+
+func yaml11Special(s string) bool {
+	switch s {
+	case "y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "n", "N", "no", "No", "NO", "off", "Off", "OFF", "<<":
+		return true
+	}
+	return strings.Contains(s, ":") && base60float.MatchString(s)
+}
+
+// yamlZero is omitempty's test in yaml v3: an empty map or slice, and a
+// struct whose fields all are, count as zero.
+func yamlZero(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Map, reflect.Slice:
+		return v.Len() == 0
+	case reflect.Pointer, reflect.Interface:
+		return v.IsNil()
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() && !yamlZero(v.Field(i)) {
+				return false
+			}
+		}
+		return true
+	}
+	return v.IsZero()
 }
 
 // The pieces of a pod spec that inject writes, in the key order it writes
