@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -31,7 +32,7 @@ var optionAnnotations = map[string]func(o *Options, v string) error{
 	"memory-limit":   func(o *Options, v string) error { o.MemoryLimit = v; return nil },
 	"grace": func(o *Options, v string) (err error) {
 		if o.Grace, err = time.ParseDuration(v); err != nil {
-			return fmt.Errorf("not a duration (like 30s)")
+			return errors.New("not a duration")
 		}
 		return nil
 	},
@@ -53,7 +54,7 @@ var optionAnnotations = map[string]func(o *Options, v string) error{
 func port(v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		return 0, fmt.Errorf("not a port number")
+		return 0, errors.New("not a port number")
 	}
 	return n, nil
 }

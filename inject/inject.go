@@ -258,8 +258,8 @@ func document(doc *yaml.Node, o Options) error {
 			// The pods' names derive from the workload's and become their
 			// node ids, which cannot hold a "." (config.Config.NodeID):
 			// refuse here rather than let every pod fail to start.
-			if o.fleet() && strings.Contains(n.Value, ".") {
-				return fmt.Errorf("%s: with --jetstream-url each pod's name is its node_id, which cannot contain \".\"; rename the %s", what, kindNode.Value)
+			if err := nodeIDName(n.Value); o.fleet() && err != nil {
+				return fmt.Errorf("%s: with --jetstream-url %w; rename the %s", what, err, kindNode.Value)
 			}
 		}
 	}
