@@ -80,21 +80,25 @@ func review(body []byte, defaults Options, byDefault bool, uid *types.UID, resul
 		// misconfiguration, not a reason to get in the way.
 		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Skipped
 	}
-	var pod struct {
-		Metadata metav1.ObjectMeta `json:"metadata"`
-		Spec     json.RawMessage   `json:"spec"`
-	}
+	// The keys are matched exactly, as the API server does and the patch's
+	// paths assume; encoding/json would take "Spec" for "spec".
+	var pod map[string]json.RawMessage
+	var meta metav1.ObjectMeta
 	var spec corev1.PodSpec
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return malformed(req.UID, "request.object is not a pod")
 	}
-	if len(pod.Spec) > 0 {
-		if err := json.Unmarshal(pod.Spec, &spec); err != nil {
+	if raw := pod["metadata"]; raw != nil {
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return malformed(req.UID, "request.object.metadata is not object metadata")
+		}
+	}
+	if raw := pod["spec"]; raw != nil {
+		if err := json.Unmarshal(raw, &spec); err != nil {
 			return malformed(req.UID, "request.object.spec is not a pod spec")
 		}
 	}
 	*result = Skipped
-	meta := pod.Metadata
 	if meta.Annotations[AnnotationInject] == "false" || meta.Labels[AnnotationInject] == "false" {
 		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Skipped
 	}
@@ -113,7 +117,7 @@ func review(body []byte, defaults Options, byDefault bool, uid *types.UID, resul
 	}
 	var patch []byte
 	if err == nil {
-		patch, err = specPatch(pod.Spec, o)
+		patch, err = specPatch(pod["spec"], o)
 	}
 	if err != nil {
 		if required {
