@@ -1,9 +1,12 @@
 // Package inject owns adding the sluice sidecar to Kubernetes pods: the
-// YAML rewrite of `sluice inject` and the admission review of `sluice
-// injector`. Both edit a pod spec through one function (PodSpec), so the
-// two cannot drift. It edits YAML as a yaml.Node tree rather than decoding
-// into types, so comments, key order and fields it does not know survive
-// the round trip.
+// YAML rewrite of `sluice inject` (YAML) and the admission review of
+// `sluice injector` (Review). Both edit a pod spec through one function
+// (PodSpec), so the two cannot drift: the review reads the pod's spec,
+// JSON, as YAML, runs PodSpec on it and answers with the difference as a
+// JSON Patch. It edits YAML as a yaml.Node tree rather than decoding into
+// types, so comments, key order and fields it does not know survive the
+// round trip. Options come from the commands' flags (Defaults), overridden
+// for one pod by its sluice.io/ annotations.
 package inject
 
 import (

@@ -53,9 +53,12 @@ func Review(body []byte, defaults Options, byDefault bool) (answer []byte, resul
 				Warnings: []string{"sluice: internal error in the injector; the pod was admitted without the sidecar"}})
 		}
 	}()
-	resp, result := review(body, defaults, byDefault, &uid, &result)
+	resp, result := decide(body, defaults, byDefault, &uid, &result)
 	return encode(resp), result
 }
+
+// decide is review; a test swaps it to make Review's recover run.
+var decide = review
 
 // review decides; it sets *uid and *result as soon as it knows them, for
 // Review's recover.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	sigsyaml "sigs.k8s.io/yaml"
 )
@@ -642,6 +643,30 @@ func BenchmarkReview(b *testing.B) {
 	for b.Loop() {
 		if _, r := Review(body, defaults, true); r != Injected {
 			b.Fatal(r)
+		}
+	}
+}
+
+// TestReviewRecovers: a panic in the review is answered, allowed, with a
+// warning that shows nothing of the pod, and counted as warned once the
+// request was read.
+func TestReviewRecovers(t *testing.T) {
+	defer func(d func([]byte, Options, bool, *types.UID, *Result) (*admissionv1.AdmissionResponse, Result)) {
+		decide = d
+	}(decide)
+	for _, c := range []struct {
+		name  string
+		after Result
+		want  Result
+	}{{"before the request is read", Malformed, Malformed}, {"after", Skipped, Warned}} {
+		decide = func(body []byte, o Options, byDefault bool, uid *types.UID, result *Result) (*admissionv1.AdmissionResponse, Result) {
+			*uid, *result = "u-1", c.after
+			panic("secret-in-pod")
+		}
+		answer, result := Review(request(t, barePod(), nil), Defaults(), true)
+		resp := decodeAnswer(t, answer).Response
+		if result != c.want || !resp.Allowed || resp.UID != "u-1" || len(resp.Warnings) != 1 || strings.Contains(string(answer), "secret-in-pod") {
+			t.Errorf("%s: %s %s", c.name, result, answer)
 		}
 	}
 }
