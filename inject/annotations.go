@@ -84,7 +84,10 @@ func annotationOptions(annotations map[string]string, defaults Options) (Options
 		}
 		set, ok := optionAnnotations[strings.TrimPrefix(k, AnnotationPrefix)]
 		if !ok {
-			return o, fmt.Errorf("unknown annotation %s (known: %s)", shortQuote(k), strings.Join(knownAnnotations(), ", "))
+			if near := nearest(k, knownAnnotations()); near != "" {
+				return o, fmt.Errorf("unknown annotation %s (did you mean %s?)", shortQuote(k), near)
+			}
+			return o, fmt.Errorf("unknown annotation %s", shortQuote(k))
 		}
 		if err := set(&o, v); err != nil {
 			return o, fmt.Errorf("annotation %s %s: %w", k, shortQuote(v), err)
@@ -115,6 +118,43 @@ func knownAnnotations() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// nearest returns the name in names closest to s, if it is close enough
+// to be the one meant. The whole list would not fit a warning, which the
+// API server may cut at 256 characters.
+func nearest(s string, names []string) string {
+	best, bestDist := "", 4 // more edits than this is not a typo
+	for _, n := range names {
+		if d := editDistance(s, n); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	if len(a) > 128 || len(b) > 128 {
+		return 1 << 30 // not a typo of a short name, and no quadratic work on long keys
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // shortQuote quotes v for a message, cut short: an annotation's value may

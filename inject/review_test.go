@@ -314,7 +314,7 @@ var reviewCases = []reviewCase{
 		message: `sluice: annotation sluice.io/grace "soon": not a duration; the pod starts without the sidecar`},
 	{name: "bad-annotation-required", want: Denied, pod: with(barePod(), annotate("sluice.io/grace", "soon", AnnotationRequired, "true")),
 		message: `sluice: annotation sluice.io/grace "soon": not a duration (the pod says sluice.io/required: "true")`},
-	{name: "unknown-annotation", want: Warned, pod: with(barePod(), annotate("sluice.io/pvcs", "q")), message: `unknown annotation "sluice.io/pvcs"`},
+	{name: "unknown-annotation", want: Warned, pod: with(barePod(), annotate("sluice.io/pvcs", "q")), message: `unknown annotation "sluice.io/pvcs" (did you mean sluice.io/pvc?)`},
 	{name: "bad-inject-value", want: Warned, byDefault: true, pod: with(barePod(), annotate(AnnotationInject, "yes")),
 		message: `annotation sluice.io/inject "yes": not "true" or "false"`},
 	{name: "no-containers", want: Warned, pod: with(barePod(), func(p *corev1.Pod) { p.Spec.Containers = nil }), message: "the pod has no containers"},
@@ -422,6 +422,9 @@ func TestReview(t *testing.T) {
 			}
 			switch result {
 			case Warned:
+				if len(resp.Warnings) == 1 && len(resp.Warnings[0]) > 256 {
+					t.Errorf("a warning of %d characters, which the API server may cut", len(resp.Warnings[0]))
+				}
 				if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], c.message) || !strings.HasPrefix(resp.Warnings[0], "sluice: ") {
 					t.Errorf("warnings %q, want one containing %q", resp.Warnings, c.message)
 				}
