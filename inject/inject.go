@@ -1,9 +1,12 @@
 // Package inject owns adding the sluice sidecar to Kubernetes pods: the
-// YAML rewrite of `sluice inject` and the admission review of `sluice
-// injector`. Both edit a pod spec through one function (PodSpec), so the
-// two cannot drift. It edits YAML as a yaml.Node tree rather than decoding
-// into types, so comments, key order and fields it does not know survive
-// the round trip.
+// YAML rewrite of `sluice inject` (YAML) and the admission review of
+// `sluice injector` (Review). Both edit a pod spec through one function
+// (PodSpec), so the two cannot drift: the review reads the pod's spec,
+// JSON, as YAML, runs PodSpec on it and answers with the difference as a
+// JSON Patch. It edits YAML as a yaml.Node tree rather than decoding into
+// types, so comments, key order and fields it does not know survive the
+// round trip. Options come from the commands' flags (Defaults), overridden
+// for one pod by its sluice.io/ annotations.
 package inject
 
 import (
@@ -13,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,6 +24,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/sluicehq/sluice/config"
 )
@@ -57,7 +62,8 @@ var podSpecPaths = map[string][]string{
 // dns1123 is a Kubernetes resource name (ConfigMap, Secret, PVC).
 var dns1123 = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
 
-// Options are the flags of `sluice inject`.
+// Options say what sidecar to add: the flags of `sluice inject` and
+// `sluice injector`, which a pod's annotations override.
 type Options struct {
 	Image      string
 	ConfigMap  string
@@ -66,31 +72,83 @@ type Options struct {
 	Grace      time.Duration
 	IngestPort int
 	AdminPort  int
+	// The sidecar's resources, as Kubernetes quantities ("50m", "64Mi");
+	// empty leaves that request or limit unset.
+	CPURequest, MemoryRequest string
+	CPULimit, MemoryLimit     string
 	// JetStreamURLs, when set, put the sidecar in fleet mode (DESIGN.md
 	// §6): the log is in JetStream at these servers, and each pod's node
 	// id is its name.
 	JetStreamURLs []string
 }
 
+// Defaults are the options `sluice inject` and `sluice injector` start
+// from: their flags' defaults.
+func Defaults() Options {
+	return Options{
+		Image:      DefaultImage,
+		ConfigMap:  DefaultConfigMap,
+		Grace:      10 * time.Second, // DefaultGrace
+		IngestPort: DefaultIngestPort,
+		AdminPort:  DefaultAdminPort,
+		// Idle, sluice holds tens of MiB. Under a sustained burst its live
+		// set is bounded but large, up to ~550 MiB measured: ingest
+		// admission and the ring of recent events (64 MiB each) and
+		// mostly Badger's table builders, whose buffers its allocator
+		// pool keeps (RELIABILITY.md). sluice sets GOMEMLIMIT to 85% of
+		// the limit, which must leave that room. No CPU limit: throttling
+		// a delivery sidecar only turns into latency.
+		CPURequest:    "50m",
+		MemoryRequest: "64Mi",
+		MemoryLimit:   "1Gi",
+	}
+}
+
 // Validate checks o; its errors name the flags of `sluice inject`.
 func (o Options) Validate() error {
+	return o.validate(func(key string) string { return "--" + key })
+}
+
+// validate checks o; name turns an option's key (the flag's name without
+// its dashes: "config-map") into what the user set it with, so an error
+// from a pod's annotation names the annotation rather than a flag.
+func (o Options) validate(name func(key string) string) error {
 	switch {
 	case o.Image == "":
-		return errors.New("--image must not be empty")
+		return fmt.Errorf("%s must not be empty", name("image"))
 	case !dns1123.MatchString(o.ConfigMap):
-		return fmt.Errorf("--config-map %q is not a Kubernetes resource name", o.ConfigMap)
+		return fmt.Errorf("%s %q is not a Kubernetes resource name", name("config-map"), o.ConfigMap)
 	case o.PVC != "" && !dns1123.MatchString(o.PVC):
-		return fmt.Errorf("--pvc %q is not a Kubernetes resource name", o.PVC)
+		return fmt.Errorf("%s %q is not a Kubernetes resource name", name("pvc"), o.PVC)
 	case o.Secret != "" && !dns1123.MatchString(o.Secret):
-		return fmt.Errorf("--secret %q is not a Kubernetes resource name", o.Secret)
+		return fmt.Errorf("%s %q is not a Kubernetes resource name", name("secret"), o.Secret)
 	case o.Grace < 0 || o.Grace > 24*time.Hour:
-		return fmt.Errorf("--grace %s is out of range (0 to 24h)", o.Grace)
+		return fmt.Errorf("%s %s is out of range (0 to 24h)", name("grace"), o.Grace)
 	case o.IngestPort < 1 || o.IngestPort > 65535:
-		return fmt.Errorf("--ingest-port %d is out of range (1 to 65535)", o.IngestPort)
+		return fmt.Errorf("%s %d is out of range (1 to 65535)", name("ingest-port"), o.IngestPort)
 	case o.AdminPort < 1 || o.AdminPort > 65535:
-		return fmt.Errorf("--admin-port %d is out of range (1 to 65535)", o.AdminPort)
+		return fmt.Errorf("%s %d is out of range (1 to 65535)", name("admin-port"), o.AdminPort)
 	case o.IngestPort == o.AdminPort:
-		return fmt.Errorf("--ingest-port and --admin-port are both %d", o.IngestPort)
+		return fmt.Errorf("%s and %s are both %d", name("ingest-port"), name("admin-port"), o.IngestPort)
+	}
+	for _, pair := range [][2]string{{"cpu-request", "cpu-limit"}, {"memory-request", "memory-limit"}} {
+		var q [2]resource.Quantity
+		for i, key := range pair {
+			v := o.resource(key)
+			if v == "" {
+				continue
+			}
+			var err error
+			if q[i], err = resource.ParseQuantity(v); err != nil {
+				return fmt.Errorf("%s %q is not a Kubernetes quantity (like 50m, 64Mi or 1Gi)", name(key), v)
+			}
+			if q[i].Sign() < 0 {
+				return fmt.Errorf("%s %q is negative", name(key), v)
+			}
+		}
+		if o.resource(pair[0]) != "" && o.resource(pair[1]) != "" && q[0].Cmp(q[1]) > 0 {
+			return fmt.Errorf("%s %s is above %s %s", name(pair[0]), o.resource(pair[0]), name(pair[1]), o.resource(pair[1]))
+		}
 	}
 	for i, u := range o.JetStreamURLs {
 		shown := u
@@ -98,13 +156,28 @@ func (o Options) Validate() error {
 			shown = "[redacted]" // it may hold a password
 		}
 		if err := config.ValidateJetStreamURL(u); err != nil {
-			return fmt.Errorf("--jetstream-url %q: %w", shown, err)
+			return fmt.Errorf("%s %q: %w", name("jetstream-url"), shown, err)
 		}
 		if slices.Index(o.JetStreamURLs, u) < i {
-			return fmt.Errorf("--jetstream-url %q: given twice", shown)
+			return fmt.Errorf("%s %q: given twice", name("jetstream-url"), shown)
 		}
 	}
 	return nil
+}
+
+// resource returns the resource option named by its flag's key.
+func (o Options) resource(key string) string {
+	switch key {
+	case "cpu-request":
+		return o.CPURequest
+	case "memory-request":
+		return o.MemoryRequest
+	case "cpu-limit":
+		return o.CPULimit
+	case "memory-limit":
+		return o.MemoryLimit
+	}
+	return ""
 }
 
 // fleet reports whether the sidecar runs in fleet mode.
@@ -188,8 +261,8 @@ func document(doc *yaml.Node, o Options) error {
 			// The pods' names derive from the workload's and become their
 			// node ids, which cannot hold a "." (config.Config.NodeID):
 			// refuse here rather than let every pod fail to start.
-			if o.fleet() && strings.Contains(n.Value, ".") {
-				return fmt.Errorf("%s: with --jetstream-url each pod's name is its node_id, which cannot contain \".\"; rename the %s", what, kindNode.Value)
+			if err := nodeIDName(n.Value); o.fleet() && err != nil {
+				return fmt.Errorf("%s: with --jetstream-url %w; rename the %s", what, err, kindNode.Value)
 			}
 		}
 	}
@@ -325,12 +398,131 @@ func mapSet(m *yaml.Node, key string, v *yaml.Node) {
 	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
 }
 
+// toNode is v as a yaml.Node, as yaml.Node.Encode makes it (the same
+// styles and tags, honouring omitempty and flow) but without rendering the
+// YAML text and parsing it back, which took a third of an admission
+// review. It knows only the kinds the types below use.
 func toNode(v any) (*yaml.Node, error) {
-	var n yaml.Node
-	if err := n.Encode(v); err != nil {
-		return nil, err
+	return valueNode(reflect.ValueOf(v), false)
+}
+
+func valueNode(v reflect.Value, flow bool) (*yaml.Node, error) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
+		}
+		return valueNode(v.Elem(), flow)
+	case reflect.Struct:
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if !f.IsExported() || name == "-" {
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(f.Name)
+			}
+			fv := v.Field(i)
+			if strings.Contains(opts, "omitempty") && yamlZero(fv) {
+				continue
+			}
+			c, err := valueNode(fv, strings.Contains(opts, "flow"))
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, stringNode(name), c)
+		}
+		if len(n.Content) == 0 || flow {
+			n.Style = yaml.FlowStyle
+		}
+		return n, nil
+	case reflect.Map:
+		if v.Type().Key().Kind() != reflect.String {
+			return nil, fmt.Errorf("toNode: map key %s", v.Type().Key())
+		}
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return cmp.Compare(a.String(), b.String()) })
+		for _, k := range keys {
+			c, err := valueNode(v.MapIndex(k), false)
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, stringNode(k.String()), c)
+		}
+		if len(n.Content) == 0 || flow {
+			n.Style = yaml.FlowStyle
+		}
+		return n, nil
+	case reflect.Slice:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		for i := range v.Len() {
+			c, err := valueNode(v.Index(i), false)
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, c)
+		}
+		if v.Len() == 0 || flow {
+			n.Style = yaml.FlowStyle
+		}
+		return n, nil
+	case reflect.String:
+		return stringNode(v.String()), nil
+	case reflect.Bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(v.Bool())}, nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(v.Int(), 10)}, nil
 	}
-	return &n, nil
+	return nil, fmt.Errorf("toNode: unsupported kind %s", v.Kind())
+}
+
+// stringNode is a string scalar. The encoder quotes a plain !!str whose
+// text would read back as another type ("1", "true", ""); like
+// yaml.Marshal, quote also what YAML 1.1 readers (kubectl's) take for a
+// bool or a sexagesimal number, and the merge key "<<", which Encode
+// itself gets wrong.
+func stringNode(s string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	switch {
+	case strings.Contains(s, "\n"):
+		n.Style = yaml.LiteralStyle
+	case yaml11Special(s):
+		n.Style = yaml.DoubleQuotedStyle
+	}
+	return n
+}
+
+var base60float = regexp.MustCompile(`^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$`)
+
+func yaml11Special(s string) bool {
+	switch s {
+	case "y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "n", "N", "no", "No", "NO", "off", "Off", "OFF", "<<":
+		return true
+	}
+	return strings.Contains(s, ":") && base60float.MatchString(s)
+}
+
+// yamlZero is omitempty's test in yaml v3: an empty map or slice, and a
+// struct whose fields all are, count as zero.
+func yamlZero(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Map, reflect.Slice:
+		return v.Len() == 0
+	case reflect.Pointer, reflect.Interface:
+		return v.IsNil()
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() && !yamlZero(v.Field(i)) {
+				return false
+			}
+		}
+		return true
+	}
+	return v.IsZero()
 }
 
 // The pieces of a pod spec that inject writes, in the key order it writes
@@ -346,7 +538,7 @@ type (
 		StartupProbe    probe           `yaml:"startupProbe"`
 		ReadinessProbe  probe           `yaml:"readinessProbe"`
 		LivenessProbe   probe           `yaml:"livenessProbe"`
-		Resources       resources       `yaml:"resources"`
+		Resources       resources       `yaml:"resources,omitempty"`
 		SecurityContext securityContext `yaml:"securityContext"`
 	}
 	envVar struct {
@@ -375,8 +567,8 @@ type (
 		Command []string `yaml:"command,flow"`
 	}
 	resources struct {
-		Requests map[string]string `yaml:"requests"`
-		Limits   map[string]string `yaml:"limits"`
+		Requests map[string]string `yaml:"requests,omitempty"`
+		Limits   map[string]string `yaml:"limits,omitempty"`
 	}
 	securityContext struct {
 		RunAsNonRoot             bool `yaml:"runAsNonRoot"`
@@ -402,6 +594,18 @@ type (
 		SecretName string `yaml:"secretName"`
 	}
 )
+
+// quantities is a requests or limits map holding the quantities set.
+func quantities(cpu, memory string) map[string]string {
+	m := make(map[string]string, 2)
+	if cpu != "" {
+		m["cpu"] = cpu
+	}
+	if memory != "" {
+		m["memory"] = memory
+	}
+	return m
+}
 
 // sidecarContainer is the native sidecar: an init container that keeps
 // running (restartPolicy: Always), started before the app containers and
@@ -430,15 +634,9 @@ func sidecarContainer(o Options, dataVolume string) container {
 		ReadinessProbe: probe{Exec: execAction{healthcheck}, PeriodSeconds: 10, TimeoutSeconds: 3, FailureThreshold: 3},
 		LivenessProbe: probe{Exec: execAction{append(healthcheck, "--path", "/healthz")},
 			PeriodSeconds: 10, TimeoutSeconds: 3, FailureThreshold: 6},
-		// Idle, sluice holds tens of MiB. Under a sustained burst its live
-		// set is bounded but large, up to ~550 MiB measured: ingest
-		// admission and the ring of recent events (64 MiB each) and
-		// mostly Badger's table builders, whose buffers its allocator
-		// pool keeps (RELIABILITY.md). sluice sets GOMEMLIMIT to 85% of
-		// the limit, which must leave that room.
 		Resources: resources{
-			Requests: map[string]string{"cpu": "50m", "memory": "64Mi"},
-			Limits:   map[string]string{"memory": "1Gi"},
+			Requests: quantities(o.CPURequest, o.MemoryRequest),
+			Limits:   quantities(o.CPULimit, o.MemoryLimit),
 		},
 		SecurityContext: securityContext{
 			RunAsNonRoot: true, RunAsUser: imageUID, RunAsGroup: imageUID,

@@ -1,5 +1,19 @@
 package inject
 
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
 // Result is how one admission review ended: the result label of
 // sluice_injector_reviews_total.
 type Result string
@@ -15,14 +29,319 @@ const (
 // Results lists every Result, for metrics to start at zero.
 var Results = []Result{Injected, Skipped, Warned, Denied, Malformed}
 
+var podKind = metav1.GroupVersionKind{Group: "", Version: "v1", Kind: "Pod"}
+
 // Review answers one AdmissionReview (admission.k8s.io/v1) request body
 // with an AdmissionReview response body. byDefault says the pod's
-// namespace opted in (the webhook called as /mutate?namespace=enabled): the
+// namespace opted in (the webhook called at NamespacePath): the
 // pod gets the sidecar unless it says sluice.io/inject: "false"; otherwise
 // only a pod that says "true" does. defaults are the injector's flags,
 // which the pod's annotations override. It never panics, and its answer is
 // always a well-formed AdmissionReview.
-func Review(body []byte, defaults Options, byDefault bool) ([]byte, Result) {
-	// Stub until the review lands (issue 15): allow everything unchanged.
-	return []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":true}}`), Skipped
+func Review(body []byte, defaults Options, byDefault bool) (answer []byte, result Result) {
+	var uid types.UID
+	result = Malformed
+	defer func() {
+		// A bug here must not take the injector down with every pod
+		// creation in the cluster behind it; the panic's value may hold
+		// pod data, so the warning says nothing of it.
+		if r := recover(); r != nil {
+			if result != Malformed {
+				result = Warned
+			}
+			answer = encode(&admissionv1.AdmissionResponse{UID: uid, Allowed: true,
+				Warnings: []string{"sluice: internal error in the injector; the pod was admitted without the sidecar"}})
+		}
+	}()
+	resp, result := decide(body, defaults, byDefault, &uid, &result)
+	return encode(resp), result
+}
+
+// decide is review; a test swaps it to make Review's recover run.
+var decide = review
+
+// review decides; it sets *uid and *result as soon as it knows them, for
+// Review's recover.
+func review(body []byte, defaults Options, byDefault bool, uid *types.UID, result *Result) (*admissionv1.AdmissionResponse, Result) {
+	var ar admissionv1.AdmissionReview
+	err := json.Unmarshal(body, &ar)
+	if ar.Request != nil {
+		*uid = ar.Request.UID
+	}
+	switch {
+	case err != nil:
+		*uid = types.UID(requestUID(body)) // a body cut short may still name it
+		return malformed(*uid, "the body is not a JSON AdmissionReview")
+	case ar.APIVersion != admissionv1.SchemeGroupVersion.String() || ar.Kind != "AdmissionReview":
+		return malformed(*uid, fmt.Sprintf("the body is not an admission.k8s.io/v1 AdmissionReview (apiVersion %s, kind %s)",
+			shortQuote(ar.APIVersion), shortQuote(ar.Kind)))
+	case ar.Request == nil || ar.Request.UID == "":
+		return malformed(*uid, "the AdmissionReview has no request or no request.uid")
+	}
+	req := ar.Request
+	if req.Kind != podKind || req.Operation != admissionv1.Create || req.SubResource != "" {
+		// The webhook's rules send only pod creations; anything else is a
+		// misconfiguration, not a reason to get in the way.
+		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Skipped
+	}
+	// The keys are matched exactly, as the API server does and the patch's
+	// paths assume; encoding/json would take "Spec" for "spec".
+	var pod map[string]json.RawMessage
+	var meta metav1.ObjectMeta
+	var spec corev1.PodSpec
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return malformed(req.UID, "request.object is not a pod")
+	}
+	if raw := pod["metadata"]; raw != nil {
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return malformed(req.UID, "request.object.metadata is not object metadata")
+		}
+	}
+	if raw := pod["spec"]; raw != nil {
+		if err := json.Unmarshal(raw, &spec); err != nil {
+			return malformed(req.UID, "request.object.spec is not a pod spec")
+		}
+	}
+	*result = Skipped
+	if meta.Annotations[AnnotationInject] == "false" || meta.Labels[AnnotationInject] == "false" {
+		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Skipped
+	}
+	if !byDefault && meta.Annotations[AnnotationInject] != "true" && meta.Labels[AnnotationInject] != "true" {
+		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Skipped
+	}
+	if hasSidecar(&spec) {
+		// Also what a reinvocation finds: the patch below is applied.
+		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Skipped
+	}
+	*result = Warned
+	required := meta.Annotations[AnnotationRequired] == "true"
+	o, err := annotationOptions(meta.Annotations, defaults)
+	if err == nil {
+		err = canTake(&meta, &spec, o)
+	}
+	var patch []byte
+	if err == nil {
+		patch, err = specPatch(pod["spec"], o)
+	}
+	if err != nil {
+		if required {
+			return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: false, Result: &metav1.Status{
+				Status: metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest,
+				Message: "sluice: " + err.Error() + ` (the pod says sluice.io/required: "true")`,
+			}}, Denied
+		}
+		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true,
+			Warnings: []string{"sluice: " + err.Error() + "; the pod starts without the sidecar"}}, Warned
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Patch: patch, PatchType: &pt}, Injected
+}
+
+func malformed(uid types.UID, why string) (*admissionv1.AdmissionResponse, Result) {
+	return &admissionv1.AdmissionResponse{UID: uid, Allowed: true,
+		Warnings: []string{"sluice: " + why + "; admitted unchanged"}}, Malformed
+}
+
+// encodeMalformed is the whole answer to a body that is no review: the
+// uid is the request's if the body's start names one (requestUID), so the
+// API server takes the answer rather than calling it a webhook failure.
+func encodeMalformed(uid string, why string) ([]byte, Result) {
+	resp, result := malformed(types.UID(uid), why)
+	return encode(resp), result
+}
+
+// encode wraps resp in an AdmissionReview.
+func encode(resp *admissionv1.AdmissionResponse) []byte {
+	b, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},
+		Response: resp,
+	})
+	if err != nil { // cannot happen: every field is a plain value
+		return []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":true}}`)
+	}
+	return b
+}
+
+// hasSidecar reports whether spec has a container named like the sidecar,
+// injected by us (an earlier review, or `sluice inject` on the workload) or
+// by hand: either way a second one must not be added.
+func hasSidecar(spec *corev1.PodSpec) bool {
+	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range list {
+			if c.Name == ContainerName {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// canTake says why a pod cannot take the sidecar with options o, if it
+// cannot: the patch would make a pod that the API server refuses or that
+// does not work.
+func canTake(meta *metav1.ObjectMeta, spec *corev1.PodSpec, o Options) error {
+	if len(spec.Containers) == 0 {
+		return errors.New("the pod has no containers")
+	}
+	if spec.HostNetwork {
+		// Loopback is the node's then: the second such pod on a node
+		// would find the ports taken.
+		return fmt.Errorf("the pod uses hostNetwork, where the sidecar's loopback ports %d and %d would collide with other pods' on the node", o.IngestPort, o.AdminPort)
+	}
+	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range list {
+			for _, p := range c.Ports {
+				switch int(p.ContainerPort) {
+				case o.IngestPort:
+					return fmt.Errorf("container %s already uses port %d, the sidecar's ingest port (set %singest-port to another)", shortQuote(c.Name), p.ContainerPort, AnnotationPrefix)
+				case o.AdminPort:
+					return fmt.Errorf("container %s already uses port %d, the sidecar's admin port (set %sadmin-port to another)", shortQuote(c.Name), p.ContainerPort, AnnotationPrefix)
+				}
+			}
+		}
+	}
+	for _, v := range spec.Volumes {
+		switch v.Name {
+		case DataVolume, ConfigVolume, SecretsVolume:
+			return fmt.Errorf("the pod already has a volume %q, a name the sidecar needs", v.Name)
+		}
+	}
+	if o.fleet() {
+		for _, n := range []string{meta.Name, meta.GenerateName} {
+			if err := nodeIDName(n); err != nil {
+				return fmt.Errorf("pod name %s: in fleet mode %w", shortQuote(n), err)
+			}
+		}
+	}
+	return nil
+}
+
+// errNodeIDDot is why a pod name with a "." cannot be the node id of a
+// sidecar in fleet mode (config.Config.NodeID).
+var errNodeIDDot = errors.New(`each pod's name is its node_id, which cannot contain "."`)
+
+// nodeIDName checks a pod's name, or the name its pods derive from, for use
+// as the fleet node id.
+func nodeIDName(name string) error {
+	if strings.Contains(name, ".") {
+		return errNodeIDDot
+	}
+	return nil
+}
+
+// specPatch is the JSON Patch that adds the sidecar to the pod spec raw (its
+// JSON). It runs PodSpec, the rewrite `sluice inject` makes, on the spec
+// (JSON is YAML) and turns what changed into patch operations, so the two
+// paths share every decision.
+func specPatch(raw []byte, o Options) ([]byte, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("read the pod spec: %w", err)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, errors.New("the pod spec is not an object")
+	}
+	spec := doc.Content[0]
+	old := deepCopy(spec)
+	if err := PodSpec(spec, o, ""); err != nil {
+		return nil, fmt.Errorf("spec: %w", err)
+	}
+	ops, err := diff("/spec", old, spec)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(ops)
+}
+
+// patchOp is one JSON Patch (RFC 6902) operation.
+type patchOp struct {
+	Op    string          `json:"op"`
+	Path  string          `json:"path"`
+	Value json.RawMessage `json:"value,omitempty"`
+}
+
+// diff returns the operations that turn mapping old into new, key by key:
+// a list that only grew gets its new items appended (so a patch does not
+// rewrite what another webhook may have added meanwhile), a changed item of
+// a list is replaced at its index, and anything else is replaced whole.
+func diff(path string, old, new *yaml.Node) ([]patchOp, error) {
+	var ops []patchOp
+	add := func(op, p string, n *yaml.Node) error {
+		v, err := nodeJSON(n)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		ops = append(ops, patchOp{Op: op, Path: p, Value: v})
+		return nil
+	}
+	for i := 0; i+1 < len(new.Content); i += 2 {
+		key, nv := new.Content[i].Value, new.Content[i+1]
+		p := path + "/" + pointerEscaper.Replace(key)
+		ov := mapGet(old, key)
+		var err error
+		switch {
+		case ov == nil:
+			err = add("add", p, nv)
+		case equal(ov, nv):
+		case ov.Kind == yaml.SequenceNode && nv.Kind == yaml.SequenceNode && len(nv.Content) >= len(ov.Content):
+			for j, item := range ov.Content {
+				if err == nil && !equal(item, nv.Content[j]) {
+					err = add("replace", fmt.Sprintf("%s/%d", p, j), nv.Content[j])
+				}
+			}
+			for _, item := range nv.Content[len(ov.Content):] {
+				if err == nil {
+					err = add("add", p+"/-", item)
+				}
+			}
+		default:
+			err = add("replace", p, nv)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	for i := 0; i+1 < len(old.Content); i += 2 {
+		if mapGet(new, old.Content[i].Value) == nil {
+			ops = append(ops, patchOp{Op: "remove", Path: path + "/" + pointerEscaper.Replace(old.Content[i].Value)})
+		}
+	}
+	return ops, nil
+}
+
+// pointerEscaper escapes a JSON Pointer (RFC 6901) reference token.
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+// nodeJSON is n as JSON.
+func nodeJSON(n *yaml.Node) (json.RawMessage, error) {
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// equal reports whether a and b hold the same YAML data, whatever their
+// style and comments.
+func equal(a, b *yaml.Node) bool {
+	if a.Kind != b.Kind || a.Value != b.Value || a.ShortTag() != b.ShortTag() || len(a.Content) != len(b.Content) {
+		return false
+	}
+	for i := range a.Content {
+		if !equal(a.Content[i], b.Content[i]) {
+			return false
+		}
+	}
+	return a.Kind != yaml.AliasNode || a.Alias == b.Alias
+}
+
+func deepCopy(n *yaml.Node) *yaml.Node {
+	c := *n
+	if n.Content != nil {
+		c.Content = make([]*yaml.Node, len(n.Content))
+		for i, child := range n.Content {
+			c.Content[i] = deepCopy(child)
+		}
+	}
+	return &c
 }

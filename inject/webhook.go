@@ -9,9 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	admissionv1 "k8s.io/api/admission/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // MaxReviewBytes bounds an AdmissionReview body. The API server refuses
@@ -87,10 +84,10 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		w.log.Warn("admission review not read", "err", err)
-		answer, result = malformed(body, "sluice injector: the admission review could not be read; the pod is admitted without the sidecar")
+		answer, result = encodeMalformed(requestUID(body), "the admission review could not be read")
 	case len(body) > MaxReviewBytes:
 		w.log.Warn("admission review over the size limit; admitted without the sidecar", "limit_bytes", MaxReviewBytes)
-		answer, result = malformed(body, "sluice injector: the admission review is over 4 MiB; the pod is admitted without the sidecar")
+		answer, result = encodeMalformed(requestUID(body), "the admission review is over 4 MiB")
 	default:
 		answer, result = Review(body, w.defaults, r.URL.Path == NamespacePath)
 	}
@@ -110,18 +107,6 @@ func readBody(r *http.Request) ([]byte, error) {
 	buf := bytes.NewBuffer(make([]byte, 0, n))
 	_, err := buf.ReadFrom(io.LimitReader(r.Body, MaxReviewBytes+1))
 	return buf.Bytes(), err
-}
-
-// malformed is the answer to a body Review is not given: allowed, with a
-// warning (no pod is read, so no sluice.io/required asks to refuse), under
-// the request's uid if the body's start names one, so the API server
-// takes the answer rather than calling it a webhook failure.
-func malformed(body []byte, warning string) ([]byte, Result) {
-	b, _ := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Response: &admissionv1.AdmissionResponse{UID: types.UID(requestUID(body)), Allowed: true, Warnings: []string{warning}},
-	})
-	return b, Malformed
 }
 
 // requestUID finds request.uid in a review body that may be cut short: the

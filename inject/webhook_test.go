@@ -19,16 +19,6 @@ import (
 	"github.com/sluicehq/sluice/internal/injecttest"
 )
 
-// webhookDefaults are the injector's flags at their defaults.
-func webhookDefaults(tb testing.TB) inject.Options {
-	grace, err := time.ParseDuration(inject.DefaultGrace)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return inject.Options{Image: inject.DefaultImage, ConfigMap: inject.DefaultConfigMap, Grace: grace,
-		IngestPort: inject.DefaultIngestPort, AdminPort: inject.DefaultAdminPort}
-}
-
 // tlsWebhook serves h over TLS on loopback as the injector does, with a
 // pair from a test CA; the client trusts that CA only.
 func tlsWebhook(tb testing.TB, h http.Handler) (url string, client *http.Client) {
@@ -45,21 +35,6 @@ func tlsWebhook(tb testing.TB, h http.Handler) (url string, client *http.Client)
 	c := injecttest.Client(ca.Pool)
 	tb.Cleanup(c.CloseIdleConnections)
 	return "https://localhost:" + strings.TrimPrefix(srv.URL, "https://127.0.0.1:"), c
-}
-
-// reviewEchoesUID reports whether Review answers under the request's uid;
-// the stub it starts as does not, and the uid checks wait for the real one.
-func reviewEchoesUID(tb testing.TB, body []byte, uid string) bool {
-	answer, _ := inject.Review(body, webhookDefaults(tb), false)
-	ar, err := injecttest.DecodeResponse(answer)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if string(ar.Response.UID) != uid {
-		tb.Logf("Review answers uid %q for %q: the stub; the uid is checked once the review lands", ar.Response.UID, uid)
-		return false
-	}
-	return true
 }
 
 // counts reads the webhook's metrics from reg: reviews by result, and the
@@ -122,13 +97,15 @@ func post(tb testing.TB, c *http.Client, url string, body []byte) (*http.Respons
 // there from the start.
 func TestWebhookServesReviewsOverTLS(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	url, c := tlsWebhook(t, inject.NewWebhook(webhookDefaults(t), reg, nil))
+	url, c := tlsWebhook(t, inject.NewWebhook(inject.Defaults(), reg, nil))
 	before, n := counts(t, reg)
 	for _, r := range inject.Results {
 		if v, ok := before[string(r)]; !ok || v != 0 {
 			t.Errorf("result %q starts at %v (present %v), want 0", r, v, ok)
 		}
 	}
+	// The pod opts in itself (a label), so both paths inject it.
+	want := map[string]inject.Result{inject.PodPath: inject.Injected, inject.NamespacePath: inject.Injected}
 	for i, path := range []string{inject.PodPath, inject.NamespacePath} {
 		uid := fmt.Sprintf("d6a3f0b2-5e1c-4b7a-9f0e-%012d", i)
 		body := injecttest.Review(t, uid, injecttest.DeploymentPod(nil))
@@ -140,11 +117,17 @@ func TestWebhookServesReviewsOverTLS(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
-		if reviewEchoesUID(t, body, uid) && string(ar.Response.UID) != uid {
+		if string(ar.Response.UID) != uid {
 			t.Errorf("%s: answer's uid %q, want %q", path, ar.Response.UID, uid)
+		}
+		if patched := ar.Response.Patch != nil; patched != (want[path] == inject.Injected) {
+			t.Errorf("%s: patch %q, want a patch: %v", path, ar.Response.Patch, !patched)
 		}
 		after, m := counts(t, reg)
 		movedByOne(t, before, after)
+		if d := after[string(want[path])] - before[string(want[path])]; d != 1 {
+			t.Errorf("%s: %s moved by %g, want 1", path, want[path], d)
+		}
 		if m != n+1 {
 			t.Errorf("%s: the histogram counts %d, want %d", path, m, n+1)
 		}
@@ -157,7 +140,7 @@ func TestWebhookServesReviewsOverTLS(t *testing.T) {
 // names), never a crash; only reviews are counted.
 func TestWebhookBadRequests(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	url, c := tlsWebhook(t, inject.NewWebhook(webhookDefaults(t), reg, nil))
+	url, c := tlsWebhook(t, inject.NewWebhook(inject.Defaults(), reg, nil))
 
 	before, n := counts(t, reg)
 	resp, err := c.Get(url + "/mutate")
@@ -215,7 +198,7 @@ func BenchmarkWebhookLatency(b *testing.B) {
 		w.Write([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"x","allowed":true}}`))
 	})
 	mux := http.NewServeMux()
-	mux.Handle(inject.PodPath, inject.NewWebhook(webhookDefaults(b), prometheus.NewRegistry(), nil))
+	mux.Handle(inject.PodPath, inject.NewWebhook(inject.Defaults(), prometheus.NewRegistry(), nil))
 	mux.Handle("/noop", noop)
 	url, c := tlsWebhook(b, mux)
 	body := injecttest.Review(b, "7c1d0e5f-2a3b-4c5d-8e9f-0a1b2c3d4e5f", injecttest.DeploymentPod(nil))

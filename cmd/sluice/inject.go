@@ -19,14 +19,19 @@ import (
 // them). The returned function, called after parsing, gives the options,
 // checked.
 func injectFlags(fs *flag.FlagSet) func() (inject.Options, error) {
+	d := inject.Defaults()
 	var o inject.Options
-	fs.StringVar(&o.Image, "image", inject.DefaultImage, "sidecar image")
-	fs.StringVar(&o.ConfigMap, "config-map", inject.DefaultConfigMap, "ConfigMap holding sluice.yaml, mounted at "+inject.ConfigDir)
-	fs.StringVar(&o.PVC, "pvc", "", "PersistentVolumeClaim for the data dir (default: an emptyDir)")
-	fs.StringVar(&o.Secret, "secret", "", "Secret mounted read-only at "+inject.SecretsDir+" (for secret_file)")
-	grace := fs.String("grace", inject.DefaultGrace, "drain grace after SIGTERM (shutdown_grace); terminationGracePeriodSeconds is raised to grace+5s")
-	fs.IntVar(&o.IngestPort, "ingest-port", inject.DefaultIngestPort, "ingest port on the pod's loopback")
-	fs.IntVar(&o.AdminPort, "admin-port", inject.DefaultAdminPort, "admin API port on the pod's loopback")
+	fs.StringVar(&o.Image, "image", d.Image, "sidecar image")
+	fs.StringVar(&o.ConfigMap, "config-map", d.ConfigMap, "ConfigMap holding sluice.yaml, mounted at "+inject.ConfigDir)
+	fs.StringVar(&o.PVC, "pvc", d.PVC, "PersistentVolumeClaim for the data dir (default: an emptyDir)")
+	fs.StringVar(&o.Secret, "secret", d.Secret, "Secret mounted read-only at "+inject.SecretsDir+" (for secret_file)")
+	grace := fs.String("grace", d.Grace.String(), "drain grace after SIGTERM (shutdown_grace); terminationGracePeriodSeconds is raised to grace+5s")
+	fs.IntVar(&o.IngestPort, "ingest-port", d.IngestPort, "ingest port on the pod's loopback")
+	fs.IntVar(&o.AdminPort, "admin-port", d.AdminPort, "admin API port on the pod's loopback")
+	fs.StringVar(&o.CPURequest, "cpu-request", d.CPURequest, "sidecar CPU request, a Kubernetes quantity (empty: none)")
+	fs.StringVar(&o.MemoryRequest, "memory-request", d.MemoryRequest, "sidecar memory request (empty: none)")
+	fs.StringVar(&o.CPULimit, "cpu-limit", d.CPULimit, "sidecar CPU limit (default: none)")
+	fs.StringVar(&o.MemoryLimit, "memory-limit", d.MemoryLimit, "sidecar memory limit; sluice gives its Go heap 85% of it (empty: none)")
 	fs.Func("jetstream-url", "fleet mode: a NATS server URL (nats://nats.nats.svc:4222); repeat it or give a comma-separated list", func(v string) error {
 		for _, u := range strings.Split(v, ",") {
 			o.JetStreamURLs = append(o.JetStreamURLs, strings.TrimSpace(u))

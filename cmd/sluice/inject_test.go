@@ -42,6 +42,9 @@ var injectCases = []struct {
 	{"deployment-fleet", "deployment", []string{"--jetstream-url", "nats://nats-0.nats-headless.nats.svc:4222, nats://nats-1.nats-headless.nats.svc:4222",
 		"--jetstream-url", "nats://nats-2.nats-headless.nats.svc:4222", "--secret", "sluice-secrets"}},
 	{"statefulset-fleet", "statefulset", []string{"--jetstream-url", "tls://nats.nats.svc:4222"}},
+	// Resources: a CPU limit added, the memory request dropped, the
+	// memory limit raised.
+	{"deployment-resources", "deployment", []string{"--cpu-request", "100m", "--cpu-limit", "1", "--memory-request", "", "--memory-limit", "2Gi"}},
 	// Re-injecting without --jetstream-url turns fleet mode off again.
 	{"update-fleet-off", "deployment-fleet.golden", []string{"--secret", "sluice-secrets"}},
 }
@@ -136,6 +139,9 @@ func TestInjectErrors(t *testing.T) {
 		{"jetstream credentials", []string{"--jetstream-url", "nats://sluice:hunter2@nats:4222"}, `--jetstream-url "[redacted]": must not contain credentials (user:password@): they would show in logs; use jetstream.credentials_file`},
 		{"jetstream empty", []string{"--jetstream-url", "nats://a:4222,"}, `--jetstream-url "": must not be empty`},
 		{"jetstream twice", []string{"--jetstream-url", "nats://a:4222", "--jetstream-url", "nats://a:4222"}, `--jetstream-url "nats://a:4222": given twice`},
+		{"bad cpu request", []string{"--cpu-request", "lots"}, `--cpu-request "lots" is not a Kubernetes quantity`},
+		{"negative memory limit", []string{"--memory-limit", "-1Gi"}, `--memory-limit "-1Gi" is negative`},
+		{"request above limit", []string{"--memory-request", "2Gi"}, "--memory-request 2Gi is above --memory-limit 1Gi"},
 		{"jetstream dotted name", []string{filepath.Join(injectDir, "dotted-name.in.yaml"), "--jetstream-url", "nats://a:4222"},
 			`document 1: Deployment "billing.v2": with --jetstream-url each pod's name is its node_id, which cannot contain "."; rename the Deployment`},
 	} {
@@ -245,7 +251,4 @@ func TestInjectFleetEnvLoads(t *testing.T) {
 	}
 }
 
-func defaultInjectOptions() inject.Options {
-	return inject.Options{Image: inject.DefaultImage, ConfigMap: inject.DefaultConfigMap, Grace: 10e9,
-		IngestPort: inject.DefaultIngestPort, AdminPort: inject.DefaultAdminPort}
-}
+func defaultInjectOptions() inject.Options { return inject.Defaults() }

@@ -43,7 +43,7 @@ Usage:
   sluice subscriptions rotate-secret ID [--grace 24h]
   sluice subscriptions recover ID --since TIME [--until TIME]
   sluice tenants token TENANT
-  sluice inject [FILE|-] [--image IMG] [--config-map NAME] [--pvc NAME] [--secret NAME] [--grace 10s] [--ingest-port 8700] [--admin-port 8701] [--jetstream-url URL]...
+  sluice inject [FILE|-] [--image IMG] [--config-map NAME] [--pvc NAME] [--secret NAME] [--grace 10s] [--ingest-port 8700] [--admin-port 8701] [--cpu-request 50m] [--memory-request 64Mi] [--cpu-limit Q] [--memory-limit 1Gi] [--jetstream-url URL]...
   sluice injector --tls-cert-file FILE --tls-key-file FILE [--listen 127.0.0.1:8443] [--admin-listen 127.0.0.1:8702] [inject flags]
   sluice verify --secret whsec_...|whpk_... [--id ID --timestamp TS --signature SIG | --headers FILE] [--tolerance 5m] < BODY
   sluice version
