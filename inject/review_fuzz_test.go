@@ -3,6 +3,7 @@ package inject
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -63,7 +64,7 @@ func FuzzReview(f *testing.F) {
 		if err := json.Unmarshal(out, &pod); err != nil {
 			t.Fatalf("patched pod does not decode: %v\n%s", err, out)
 		}
-		if !hasSidecar(&pod.Spec) {
+		if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == ContainerName }) {
 			t.Fatalf("patched pod has no sidecar: %s", out)
 		}
 	})

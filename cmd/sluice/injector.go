@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -84,6 +86,9 @@ func runInjector(drain, abort context.Context, args []string, stderr io.Writer, 
 	certs, err := inject.NewCertReloader(*certFile, *keyFile, log)
 	if err != nil {
 		return fmt.Errorf("injector: --tls-cert-file, --tls-key-file: %w", err)
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(inject.GCPercent)
 	}
 	reg := newRegistry()
 	mux := http.NewServeMux()
