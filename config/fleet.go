@@ -49,6 +49,16 @@ var (
 	nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 )
 
+// ValidateNodeID checks a fleet node id (node_id). The error says what is
+// wrong without naming a key, and wraps ErrInvalidValue; the injector
+// checks the pod names that become node ids with it.
+func ValidateNodeID(id string) error {
+	if !nodeIDPattern.MatchString(id) {
+		return invalidf(`must be 1 to 64 letters, digits, "_" or "-" (no ".", "*", ">" or spaces: it names this node in NATS subjects and keys)`)
+	}
+	return nil
+}
+
 // hostname is os.Hostname; tests replace it.
 var hostname = os.Hostname
 
@@ -106,8 +116,10 @@ func (c *Config) validateFleet() error {
 	default:
 		return fieldErr("log.backend", c.Log.Backend, invalidf("must be %q (the default: the log in data_dir) or %q (fleet mode)", BackendBadger, BackendJetStream))
 	}
-	if c.NodeID != "" && !nodeIDPattern.MatchString(c.NodeID) {
-		return fieldErr("node_id", c.NodeID, invalidf(`must be 1 to 64 letters, digits, "_" or "-" (no ".", "*", ">" or spaces: it names this node in NATS subjects and keys)`))
+	if c.NodeID != "" {
+		if err := ValidateNodeID(c.NodeID); err != nil {
+			return fieldErr("node_id", c.NodeID, err)
+		}
 	}
 	if c.Log.Backend == BackendBadger {
 		// Refused rather than ignored: a config that names NATS servers

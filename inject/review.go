@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/sluicehq/sluice/config"
 	"go.yaml.in/yaml/v3"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -233,10 +234,14 @@ func canTake(meta *podMeta, spec *podSpec, o Options) error {
 		}
 	}
 	if o.fleet() {
-		for _, n := range []string{meta.Name, meta.GenerateName} {
-			if err := nodeIDName(n); err != nil {
-				return fmt.Errorf("pod name %s: in fleet mode %w", shortQuote(n), err)
+		// A name given is the node id as it is; a generated one is the
+		// base, cut to 58 bytes, and 5 more, so only its "." can fail.
+		if meta.Name != "" {
+			if config.ValidateNodeID(meta.Name) != nil { // its words are too long for a warning
+				return fmt.Errorf(`pod name %s: in fleet mode each pod's name is its node_id, which must be 1 to 64 letters, digits, "_" or "-"`, shortQuote(meta.Name))
 			}
+		} else if err := nodeIDName(meta.GenerateName); err != nil {
+			return fmt.Errorf("pod name %s: in fleet mode %w", shortQuote(meta.GenerateName), err)
 		}
 	}
 	return nil
