@@ -1,10 +1,10 @@
 package config
 
 import (
-	"encoding/json"
 	"math"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/jsonscan"
 )
 
 // A fast path in front of parseJSONConfig's token reader: encoding/json's
@@ -21,101 +21,79 @@ import (
 
 // fastJSONConfig parses b as parseJSONConfig does, or reports false.
 func fastJSONConfig(b []byte) (map[string]any, bool) {
-	p := jsonScanner{b: b}
-	p.space()
-	if p.i >= len(b) || b[p.i] != '{' {
+	p := jsonScanner{jsonscan.Scanner{B: b}}
+	p.Space()
+	if p.I >= len(b) || b[p.I] != '{' {
 		return nil, false
 	}
 	v, ok := p.value()
 	if !ok {
 		return nil, false
 	}
-	p.space()
-	if p.i != len(b) {
+	p.Space()
+	if p.I != len(b) {
 		return nil, false
 	}
 	return v.(map[string]any), true
 }
 
-type jsonScanner struct {
-	b []byte
-	i int
-}
-
-func (p *jsonScanner) space() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
+type jsonScanner struct{ jsonscan.Scanner }
 
 func (p *jsonScanner) value() (any, bool) {
-	if p.i >= len(p.b) {
+	if p.I >= len(p.B) {
 		return nil, false
 	}
-	switch c := p.b[p.i]; {
+	switch c := p.B[p.I]; {
 	case c == '{':
 		return p.object()
 	case c == '[':
 		return p.array()
 	case c == '"':
-		s, ok := p.string()
+		s, ok := p.String()
 		return s, ok
 	case c == '-' || (c >= '0' && c <= '9'):
 		return p.number()
 	case c == 't':
-		return true, p.literal("true")
+		return true, p.Literal("true")
 	case c == 'f':
-		return false, p.literal("false")
+		return false, p.Literal("false")
 	case c == 'n':
-		return nil, p.literal("null")
+		return nil, p.Literal("null")
 	}
 	return nil, false
 }
 
-func (p *jsonScanner) literal(word string) bool {
-	if len(p.b)-p.i < len(word) || string(p.b[p.i:p.i+len(word)]) != word {
-		return false
-	}
-	p.i += len(word)
-	return true
-}
-
 func (p *jsonScanner) object() (any, bool) {
-	p.i++ // '{'
+	p.I++ // '{'
 	m := map[string]any{}
-	p.space()
-	if p.i < len(p.b) && p.b[p.i] == '}' {
-		p.i++
+	p.Space()
+	if p.I < len(p.B) && p.B[p.I] == '}' {
+		p.I++
 		return m, true
 	}
 	for {
-		if p.i >= len(p.b) || p.b[p.i] != '"' {
+		if p.I >= len(p.B) || p.B[p.I] != '"' {
 			return nil, false
 		}
-		key, ok := p.string()
+		key, ok := p.String()
 		if !ok {
 			return nil, false
 		}
 		if _, dup := m[key]; dup {
 			return nil, false
 		}
-		p.space()
-		if p.i >= len(p.b) || p.b[p.i] != ':' {
+		p.Space()
+		if p.I >= len(p.B) || p.B[p.I] != ':' {
 			return nil, false
 		}
-		p.i++
-		p.space()
+		p.I++
+		p.Space()
 		v, ok := p.value()
 		if !ok {
 			return nil, false
 		}
 		m[key] = v
-		closed, ok := p.next('}')
+		closed, ok := p.Next('}')
 		if !ok {
 			return nil, false
 		}
@@ -126,11 +104,11 @@ func (p *jsonScanner) object() (any, bool) {
 }
 
 func (p *jsonScanner) array() (any, bool) {
-	p.i++ // '['
+	p.I++ // '['
 	l := []any{}
-	p.space()
-	if p.i < len(p.b) && p.b[p.i] == ']' {
-		p.i++
+	p.Space()
+	if p.I < len(p.B) && p.B[p.I] == ']' {
+		p.I++
 		return l, true
 	}
 	for {
@@ -139,7 +117,7 @@ func (p *jsonScanner) array() (any, bool) {
 			return nil, false
 		}
 		l = append(l, v)
-		closed, ok := p.next(']')
+		closed, ok := p.Next(']')
 		if !ok {
 			return nil, false
 		}
@@ -149,90 +127,14 @@ func (p *jsonScanner) array() (any, bool) {
 	}
 }
 
-// next reads the "," between entries, and the space after it, or the
-// closing character, and reports which it was.
-func (p *jsonScanner) next(closing byte) (closed, ok bool) {
-	p.space()
-	if p.i >= len(p.b) {
-		return false, false
-	}
-	switch p.b[p.i] {
-	case ',':
-		p.i++
-		p.space()
-		return false, true
-	case closing:
-		p.i++
-		return true, true
-	}
-	return false, false
-}
-
-// string reads a string. One of plain ASCII without escapes is copied;
-// any other (escapes, UTF-8, which encoding/json checks and repairs) is
-// decoded by encoding/json itself, so that both paths agree on it.
-func (p *jsonScanner) string() (string, bool) {
-	start := p.i
-	p.i++ // '"'
-	plain := true
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		switch {
-		case c == '"':
-			p.i++
-			if plain {
-				return string(p.b[start+1 : p.i-1]), true
-			}
-			var s string
-			if json.Unmarshal(p.b[start:p.i], &s) != nil {
-				return "", false
-			}
-			return s, true
-		case c == '\\':
-			plain = false
-			p.i += 2 // the escaped byte cannot end the string
-			continue
-		case c < 0x20:
-			return "", false
-		case c >= utf8.RuneSelf:
-			plain = false
-		}
-		p.i++
-	}
-	return "", false
-}
-
 // number reads a number by JSON's grammar and converts it as jsonValue
 // converts a json.Number.
 func (p *jsonScanner) number() (any, bool) {
-	start := p.i
-	if p.b[p.i] == '-' {
-		p.i++
-	}
-	switch {
-	case p.i < len(p.b) && p.b[p.i] == '0':
-		p.i++
-	case p.i < len(p.b) && p.b[p.i] >= '1' && p.b[p.i] <= '9':
-		p.digits()
-	default:
+	lit, ok := p.Number()
+	if !ok {
 		return nil, false
 	}
-	if p.i < len(p.b) && p.b[p.i] == '.' {
-		p.i++
-		if !p.digits() {
-			return nil, false
-		}
-	}
-	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
-		p.i++
-		if p.i < len(p.b) && (p.b[p.i] == '+' || p.b[p.i] == '-') {
-			p.i++
-		}
-		if !p.digits() {
-			return nil, false
-		}
-	}
-	s := string(p.b[start:p.i])
+	s := string(lit)
 	if i, err := strconv.ParseInt(s, 10, 64); err == nil && i >= math.MinInt && i <= math.MaxInt {
 		return int(i), true
 	}
@@ -241,13 +143,4 @@ func (p *jsonScanner) number() (any, bool) {
 		return nil, false
 	}
 	return f, true
-}
-
-// digits reads one or more decimal digits.
-func (p *jsonScanner) digits() bool {
-	start := p.i
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-		p.i++
-	}
-	return p.i > start
 }

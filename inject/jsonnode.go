@@ -5,9 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
-	"unicode/utf8"
 
+	"github.com/sluicehq/sluice/internal/jsonscan"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -19,17 +18,16 @@ import (
 
 // jsonNode parses one JSON value into the node yaml.v3 would make of it:
 // mappings and sequences, and scalars tagged !!str, !!int, !!float,
-// !!bool or !!null, a number keeping its literal. It scans the bytes
-// itself: encoding/json's Decoder.Token, which it replaced, allocated per
-// token and was a quarter of a review. Strings with escapes are decoded by
-// encoding/json.
+// !!bool or !!null, a number keeping its literal. It reads the tokens with
+// internal/jsonscan: encoding/json's Decoder.Token, which it replaced,
+// allocated per token and was a quarter of a review.
 func jsonNode(raw []byte) (*yaml.Node, error) {
-	p := jsonParser{b: raw}
+	p := jsonParser{Scanner: jsonscan.Scanner{B: raw}}
 	n, err := p.value(0)
 	if err != nil {
 		return nil, err
 	}
-	if p.skipSpace(); p.i != len(p.b) {
+	if p.Space(); p.I != len(p.B) {
 		return nil, p.errorf("more than one JSON value")
 	}
 	return n, nil
@@ -39,13 +37,12 @@ func jsonNode(raw []byte) (*yaml.Node, error) {
 const maxJSONDepth = 10000
 
 type jsonParser struct {
-	b     []byte
-	i     int
+	jsonscan.Scanner
 	nodes []yaml.Node // allocated a batch at a time
 }
 
 func (p *jsonParser) errorf(format string, args ...any) error {
-	return fmt.Errorf("JSON at offset %d: %s", p.i, fmt.Sprintf(format, args...))
+	return fmt.Errorf("JSON at offset %d: %s", p.I, fmt.Sprintf(format, args...))
 }
 
 func (p *jsonParser) node(kind yaml.Kind, tag, value string) *yaml.Node {
@@ -56,43 +53,28 @@ func (p *jsonParser) node(kind yaml.Kind, tag, value string) *yaml.Node {
 	return &p.nodes[len(p.nodes)-1]
 }
 
-func (p *jsonParser) skipSpace() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
 func (p *jsonParser) value(depth int) (*yaml.Node, error) {
-	if p.skipSpace(); p.i == len(p.b) {
+	if p.Space(); p.I == len(p.B) {
 		return nil, p.errorf("unexpected end")
 	}
-	switch c := p.b[p.i]; {
+	switch c := p.B[p.I]; {
 	case c == '{' || c == '[':
 		if depth >= maxJSONDepth {
 			return nil, p.errorf("nested too deep")
 		}
 		return p.collection(depth + 1)
 	case c == '"':
-		v, err := p.str()
-		if err != nil {
-			return nil, err
+		v, ok := p.String()
+		if !ok {
+			return nil, p.errorf("bad string")
 		}
 		n := p.node(yaml.ScalarNode, "!!str", v)
 		n.Style = yaml.DoubleQuotedStyle
 		return n, nil
 	case c == '-' || c >= '0' && c <= '9':
-		start := p.i
-		for p.i < len(p.b) && strings.IndexByte("+-.0123456789eE", p.b[p.i]) >= 0 {
-			p.i++
-		}
-		lit := p.b[start:p.i]
-		if !json.Valid(lit) {
-			return nil, p.errorf("bad number %q", lit)
+		lit, ok := p.Number()
+		if !ok {
+			return nil, p.errorf("bad number")
 		}
 		tag := "!!float"
 		if bytes.IndexAny(lit, ".eE") < 0 {
@@ -103,52 +85,38 @@ func (p *jsonParser) value(depth int) (*yaml.Node, error) {
 		return p.node(yaml.ScalarNode, tag, string(lit)), nil
 	}
 	for _, lit := range [...]struct{ text, tag string }{{"true", "!!bool"}, {"false", "!!bool"}, {"null", "!!null"}} {
-		if bytes.HasPrefix(p.b[p.i:], []byte(lit.text)) {
-			p.i += len(lit.text)
+		if p.Literal(lit.text) {
 			return p.node(yaml.ScalarNode, lit.tag, lit.text), nil
 		}
 	}
-	return nil, p.errorf("unexpected %q", p.b[p.i])
+	return nil, p.errorf("unexpected %q", p.B[p.I])
 }
 
-// collection reads an object or an array, p.i at its opening delimiter.
+// collection reads an object or an array, I at its opening delimiter.
 func (p *jsonParser) collection(depth int) (*yaml.Node, error) {
 	n := p.node(yaml.MappingNode, "!!map", "")
 	end := byte('}')
-	if p.b[p.i] == '[' {
+	if p.B[p.I] == '[' {
 		n.Kind, n.Tag, end = yaml.SequenceNode, "!!seq", ']'
 	}
-	p.i++
-	for first := true; ; first = false {
-		if p.skipSpace(); p.i < len(p.b) && p.b[p.i] == end && first {
-			p.i++
-			return n, nil
-		}
-		if !first {
-			if p.i == len(p.b) {
-				return nil, p.errorf("unexpected end")
-			}
-			if p.b[p.i] == end {
-				p.i++
-				return n, nil
-			}
-			if p.b[p.i] != ',' {
-				return nil, p.errorf("want , or %c", end)
-			}
-			p.i++
-		}
+	p.I++
+	if p.Space(); p.I < len(p.B) && p.B[p.I] == end {
+		p.I++
+		return n, nil
+	}
+	for {
 		if n.Kind == yaml.MappingNode {
-			if p.skipSpace(); p.i == len(p.b) || p.b[p.i] != '"' {
+			if p.Space(); p.I == len(p.B) || p.B[p.I] != '"' {
 				return nil, p.errorf("want a key")
 			}
-			k, err := p.str()
-			if err != nil {
-				return nil, err
+			k, ok := p.String()
+			if !ok {
+				return nil, p.errorf("bad key")
 			}
-			if p.skipSpace(); p.i == len(p.b) || p.b[p.i] != ':' {
+			if p.Space(); p.I == len(p.B) || p.B[p.I] != ':' {
 				return nil, p.errorf("want :")
 			}
-			p.i++
+			p.I++
 			n.Content = append(n.Content, p.node(yaml.ScalarNode, "!!str", k))
 		}
 		v, err := p.value(depth)
@@ -156,37 +124,14 @@ func (p *jsonParser) collection(depth int) (*yaml.Node, error) {
 			return nil, err
 		}
 		n.Content = append(n.Content, v)
-	}
-}
-
-// str reads a string, p.i at its opening quote. One that is plain (no
-// escape, no control byte, valid UTF-8) is its bytes; any other is
-// encoding/json's to decode, which refuses what JSON does.
-func (p *jsonParser) str() (string, error) {
-	start := p.i
-	p.i++
-	plain := true
-	for ; p.i < len(p.b); p.i++ {
-		switch c := p.b[p.i]; {
-		case c == '"':
-			p.i++
-			raw := p.b[start:p.i]
-			if plain && utf8.Valid(raw) {
-				return string(raw[1 : len(raw)-1]), nil
-			}
-			var s string
-			if err := json.Unmarshal(raw, &s); err != nil {
-				return "", p.errorf("bad string: %v", err)
-			}
-			return s, nil
-		case c == '\\':
-			plain = false
-			p.i++ // the escaped byte cannot end the string
-		case c < 0x20:
-			plain = false
+		closed, ok := p.Next(end)
+		if !ok {
+			return nil, p.errorf("want , or %c", end)
+		}
+		if closed {
+			return n, nil
 		}
 	}
-	return "", p.errorf("unterminated string")
 }
 
 // nodeJSON is n as JSON, mapping keys in the node's order. A scalar whose
