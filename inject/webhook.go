@@ -2,6 +2,7 @@ package inject
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
 )
 
 // MaxReviewBytes bounds an AdmissionReview body. The API server refuses
@@ -85,8 +87,9 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	var (
-		answer []byte
-		result Result
+		answer   []byte
+		result   Result
+		reviewed bool // by Review, whose bad input is logged below
 	)
 	body, err := readBody(r)
 	switch {
@@ -98,11 +101,54 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		answer, result = encodeMalformed(requestUID(body), "the admission review is over 4 MiB")
 	default:
 		answer, result = Review(body, w.defaults, r.URL.Path == NamespacePath)
+		reviewed = true
 	}
 	rw.Header().Set("Content-Type", "application/json")
 	rw.Write(answer)
 	w.reviews[result].Inc()
 	w.duration.Observe(time.Since(start).Seconds())
+	if reviewed && (result == Warned || result == Denied || result == Malformed) {
+		w.logBadInput(body, answer, result)
+	}
+}
+
+// logBadInput says which pod a review let through without the sidecar, or
+// refused, and why: the warning goes to whoever created the pod (for a
+// Deployment's pods, the ReplicaSet controller), so the operator would
+// otherwise see only the count. It runs after the answer is written, and
+// only for bad input; the reason names annotations and their values, which
+// Review has already shortened and redacted, never the pod's spec.
+func (w *Webhook) logBadInput(body, answer []byte, result Result) {
+	var ar admissionv1.AdmissionReview
+	var req struct {
+		Request struct {
+			UID       string `json:"uid"`
+			Namespace string `json:"namespace"`
+			Object    struct {
+				Metadata struct {
+					Name         string `json:"name"`
+					GenerateName string `json:"generateName"`
+				} `json:"metadata"`
+			} `json:"object"`
+		} `json:"request"`
+	}
+	_ = json.Unmarshal(answer, &ar)
+	_ = json.Unmarshal(body, &req) // a malformed body names what it can
+	reason := ""
+	if resp := ar.Response; resp != nil {
+		if resp.Result != nil {
+			reason = resp.Result.Message
+		} else if len(resp.Warnings) > 0 {
+			reason = resp.Warnings[0]
+		}
+	}
+	msg := "admission review: bad input; the pod is admitted without the sidecar"
+	if result == Denied {
+		msg = "admission review: bad input; the pod is refused (sluice.io/required)"
+	}
+	m := req.Request.Object.Metadata
+	w.log.Warn(msg, "result", string(result), "uid", req.Request.UID, "namespace", req.Request.Namespace,
+		"pod", cmp.Or(m.Name, m.GenerateName), "reason", reason)
 }
 
 // readBody reads at most MaxReviewBytes+1 bytes of the body: more says it

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -133,6 +134,29 @@ func TestWebhookServesReviewsOverTLS(t *testing.T) {
 			t.Errorf("%s: the histogram counts %d, want %d", path, m, n+1)
 		}
 		before, n = after, m
+	}
+}
+
+// TestWebhookLogsBadInput: a pod let through without the sidecar, or
+// refused, is logged with its namespace, its name and why; a pod that gets
+// the sidecar is not.
+func TestWebhookLogsBadInput(t *testing.T) {
+	var log injecttest.Log
+	url, c := tlsWebhook(t, inject.NewWebhook(inject.Defaults(), prometheus.NewRegistry(), slog.New(slog.NewTextHandler(&log, nil))))
+	post(t, c, url+inject.PodPath, injecttest.Review(t, "uid-good", injecttest.DeploymentPod(nil)))
+	if s := log.String(); s != "" {
+		t.Errorf("an injected pod is logged: %s", s)
+	}
+	post(t, c, url+inject.PodPath, injecttest.Review(t, "uid-warned", injecttest.DeploymentPod(map[string]string{"sluice.io/grace": "soon"})))
+	post(t, c, url+inject.PodPath, injecttest.Review(t, "uid-denied", injecttest.DeploymentPod(map[string]string{"sluice.io/grace": "soon", inject.AnnotationRequired: "true"})))
+	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 lines, got:\n%s", log.String())
+	}
+	for i, want := range []string{"result=warned uid=uid-warned namespace=shop pod=web-7d9f8c6b5d-", "result=denied uid=uid-denied namespace=shop pod=web-7d9f8c6b5d-"} {
+		if !strings.Contains(lines[i], want) || !strings.Contains(lines[i], `sluice.io/grace \"soon\": not a duration`) {
+			t.Errorf("line %d: %s\nwant %s and the reason", i, lines[i], want)
+		}
 	}
 }
 
