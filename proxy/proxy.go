@@ -111,8 +111,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// OpenStore, when set, opens the log instead of the Badger one in
 	// DataDir (fleet mode: cmd passes JetStream's). It must call onCommit
-	// with each group of new events in seq order, never concurrently, and
-	// register its metrics with reg. A store that is a queue.Fleet makes
+	// with each group of new events in seq order, never concurrently (from
+	// the moment it is called: before it returns too), and register its
+	// metrics with reg. A store that is a queue.Fleet makes
 	// this node deliver only the lanes it owns.
 	OpenStore func(onCommit func([]*queue.Event), reg prometheus.Registerer) (queue.Store, error)
 

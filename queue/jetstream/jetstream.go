@@ -114,7 +114,10 @@ type Options struct {
 	// whichever node appended them, each once; never concurrently. An
 	// event this node appended is handed over before its Append returns
 	// unless another node's event before it has not reached this node's
-	// follower yet: then both are, in order, when it has.
+	// follower yet: then both are, in order, when it has. The follower
+	// starts inside Open, so other nodes' events may be handed over
+	// before Open returns (proxy.Open is ready for that:
+	// TestFleetCommitsWhileTheStoreOpens).
 	OnCommit func([]*queue.Event)
 	// Logger gets connection events and errors; slog.Default() if nil.
 	Logger *slog.Logger
