@@ -65,66 +65,40 @@ func (p *jsonScanner) value() (any, bool) {
 
 func (p *jsonScanner) object() (any, bool) {
 	p.I++ // '{'
-	m := map[string]any{}
-	p.Space()
-	if p.I < len(p.B) && p.B[p.I] == '}' {
-		p.I++
-		return m, true
-	}
-	for {
-		if p.I >= len(p.B) || p.B[p.I] != '"' {
-			return nil, false
-		}
-		key, ok := p.String()
-		if !ok {
-			return nil, false
-		}
-		if _, dup := m[key]; dup {
-			return nil, false
-		}
-		p.Space()
-		if p.I >= len(p.B) || p.B[p.I] != ':' {
-			return nil, false
-		}
-		p.I++
-		p.Space()
-		v, ok := p.value()
-		if !ok {
-			return nil, false
-		}
-		m[key] = v
-		closed, ok := p.Next('}')
-		if !ok {
-			return nil, false
-		}
-		if closed {
-			return m, true
-		}
-	}
+	return readMapping(p)
 }
 
 func (p *jsonScanner) array() (any, bool) {
 	p.I++ // '['
-	l := []any{}
+	return readSequence(p)
+}
+
+// key reads an object's key, its colon and the space after it.
+func (p *jsonScanner) key() (string, bool) {
+	if p.I >= len(p.B) || p.B[p.I] != '"' {
+		return "", false
+	}
+	key, ok := p.String()
+	if !ok {
+		return "", false
+	}
 	p.Space()
-	if p.I < len(p.B) && p.B[p.I] == ']' {
+	if p.I >= len(p.B) || p.B[p.I] != ':' {
+		return "", false
+	}
+	p.I++
+	p.Space()
+	return key, true
+}
+
+func (p *jsonScanner) space()                         { p.Space() }
+func (p *jsonScanner) next(closing byte) (bool, bool) { return p.Next(closing) }
+func (p *jsonScanner) at(c byte) bool {
+	if p.I < len(p.B) && p.B[p.I] == c {
 		p.I++
-		return l, true
+		return true
 	}
-	for {
-		v, ok := p.value()
-		if !ok {
-			return nil, false
-		}
-		l = append(l, v)
-		closed, ok := p.Next(']')
-		if !ok {
-			return nil, false
-		}
-		if closed {
-			return l, true
-		}
-	}
+	return false
 }
 
 // number reads a number by JSON's grammar and converts it as jsonValue

@@ -30,6 +30,7 @@ import (
 // at the given indentation ("- {...}"), a blank line or a comment.
 func fastFlowItems(piece []byte, indent int) ([]any, bool) {
 	items := make([]any, 0, bytes.Count(piece, []byte{'\n'})+1)
+	p := new(flowScanner) // one per piece: as a collectionScanner it is on the heap
 	for off := 0; off < len(piece); {
 		line, next := nextLine(piece, off)
 		off = next
@@ -47,7 +48,7 @@ func fastFlowItems(piece []byte, indent int) ([]any, bool) {
 		if sp != indent || len(line) < sp+3 || line[sp] != '-' || line[sp+1] != ' ' {
 			return nil, false
 		}
-		p := flowScanner{b: line, i: sp + 2}
+		*p = flowScanner{b: line, i: sp + 2}
 		p.space()
 		if p.i >= len(p.b) || p.b[p.i] != '{' {
 			return nil, false
@@ -94,77 +95,49 @@ func (p *flowScanner) value() (any, bool) {
 
 func (p *flowScanner) mapping() (any, bool) {
 	p.i++ // '{'
-	m := map[string]any{}
-	p.space()
-	if p.i < len(p.b) && p.b[p.i] == '}' {
-		p.i++
-		return m, true
-	}
-	for {
-		var key string
-		quotedKey := p.i < len(p.b) && (p.b[p.i] == '"' || p.b[p.i] == '\'')
-		if quotedKey {
-			k, ok := p.quoted()
-			if !ok {
-				return nil, false
-			}
-			key = k
-		} else {
-			k, ok := p.plain()
-			s, isString := k.(string)
-			if !ok || !isString {
-				return nil, false // a number as a key is yaml.v3's map[any]any
-			}
-			key = s
-		}
-		if _, dup := m[key]; dup {
-			return nil, false
-		}
-		// After a quoted key, as in JSON, the value may follow the colon
-		// at once; after a plain one a space must, else the colon is part
-		// of the scalar.
-		if p.i+1 >= len(p.b) || p.b[p.i] != ':' || (p.b[p.i+1] != ' ' && !quotedKey) {
-			return nil, false
-		}
-		p.i++
-		p.space()
-		v, ok := p.value()
-		if !ok {
-			return nil, false
-		}
-		m[key] = v
-		closed, ok := p.next('}')
-		if !ok {
-			return nil, false
-		}
-		if closed {
-			return m, true
-		}
-	}
+	return readMapping(p)
 }
 
 func (p *flowScanner) sequence() (any, bool) {
 	p.i++ // '['
-	l := []any{}
+	return readSequence(p)
+}
+
+// key reads a mapping's key, its colon and the spaces after it.
+func (p *flowScanner) key() (string, bool) {
+	var key string
+	quotedKey := p.i < len(p.b) && (p.b[p.i] == '"' || p.b[p.i] == '\'')
+	if quotedKey {
+		k, ok := p.quoted()
+		if !ok {
+			return "", false
+		}
+		key = k
+	} else {
+		k, ok := p.plain()
+		s, isString := k.(string)
+		if !ok || !isString {
+			return "", false // a number as a key is yaml.v3's map[any]any
+		}
+		key = s
+	}
+	// After a quoted key, as in JSON, the value may follow the colon at
+	// once; after a plain one a space must, else the colon is part of the
+	// scalar.
+	if p.i+1 >= len(p.b) || p.b[p.i] != ':' || (p.b[p.i+1] != ' ' && !quotedKey) {
+		return "", false
+	}
+	p.i++
 	p.space()
-	if p.i < len(p.b) && p.b[p.i] == ']' {
+	return key, true
+}
+
+func (p *flowScanner) at(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
 		p.i++
-		return l, true
+		return true
 	}
-	for {
-		v, ok := p.value()
-		if !ok {
-			return nil, false
-		}
-		l = append(l, v)
-		closed, ok := p.next(']')
-		if !ok {
-			return nil, false
-		}
-		if closed {
-			return l, true
-		}
-	}
+	return false
 }
 
 // next reads the ", " between entries or the closing character, and

@@ -1,0 +1,64 @@
+package config
+
+// The fast readers of JSON (jsonfast.go) and of YAML flow items
+// (yamlflow.go) differ in their spaces, separators, keys and scalars, and
+// read a collection alike, past its opening bracket: one loop for both. A
+// key given twice gives up, as either reader does on anything unusual
+// (the slow reader words the error).
+
+type collectionScanner interface {
+	space()
+	at(c byte) bool                      // the next byte is c: read it
+	key() (string, bool)                 // a key, its colon and the space after
+	value() (any, bool)                  // a value, after which next reads on
+	next(closing byte) (closed, ok bool) // the separator, or the closing byte
+}
+
+func readMapping(p collectionScanner) (any, bool) {
+	m := map[string]any{}
+	if p.space(); p.at('}') {
+		return m, true
+	}
+	for {
+		key, ok := p.key()
+		if !ok {
+			return nil, false
+		}
+		if _, dup := m[key]; dup {
+			return nil, false
+		}
+		v, ok := p.value()
+		if !ok {
+			return nil, false
+		}
+		m[key] = v
+		closed, ok := p.next('}')
+		if !ok {
+			return nil, false
+		}
+		if closed {
+			return m, true
+		}
+	}
+}
+
+func readSequence(p collectionScanner) (any, bool) {
+	l := []any{}
+	if p.space(); p.at(']') {
+		return l, true
+	}
+	for {
+		v, ok := p.value()
+		if !ok {
+			return nil, false
+		}
+		l = append(l, v)
+		closed, ok := p.next(']')
+		if !ok {
+			return nil, false
+		}
+		if closed {
+			return l, true
+		}
+	}
+}
