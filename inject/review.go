@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,30 +40,52 @@ var podKind = metav1.GroupVersionKind{Group: "", Version: "v1", Kind: "Pod"}
 // which the pod's annotations override. It never panics, and its answer is
 // always a well-formed AdmissionReview.
 func Review(body []byte, defaults Options, byDefault bool) (answer []byte, result Result) {
-	var uid types.UID
-	result = Malformed
+	o := reviewOutcome(body, defaults, byDefault)
+	return o.answer, o.result
+}
+
+// outcome is a review's answer and, for the injector's log of bad input,
+// which pod it was about and why it was not injected.
+type outcome struct {
+	answer         []byte
+	result         Result
+	uid            types.UID
+	namespace, pod string // the pod's name, or its generateName
+	reason         string // the denial's message or the first warning
+}
+
+func reviewOutcome(body []byte, defaults Options, byDefault bool) (o outcome) {
+	o.result = Malformed
 	defer func() {
 		// A bug here must not take the injector down with every pod
 		// creation in the cluster behind it; the panic's value may hold
 		// pod data, so the warning says nothing of it.
 		if r := recover(); r != nil {
-			if result != Malformed {
-				result = Warned
+			if o.result != Malformed {
+				o.result = Warned
 			}
-			answer = encode(&admissionv1.AdmissionResponse{UID: uid, Allowed: true,
-				Warnings: []string{"sluice: internal error in the injector; the pod was admitted without the sidecar"}})
+			o.reason = "sluice: internal error in the injector; the pod was admitted without the sidecar"
+			o.answer = encode(&admissionv1.AdmissionResponse{UID: o.uid, Allowed: true, Warnings: []string{o.reason}})
 		}
 	}()
-	resp, result := decide(body, defaults, byDefault, &uid, &result)
-	return encode(resp), result
+	resp, result := decide(body, defaults, byDefault, &o)
+	o.result = result
+	if resp.Result != nil {
+		o.reason = resp.Result.Message
+	} else if len(resp.Warnings) > 0 {
+		o.reason = resp.Warnings[0]
+	}
+	o.answer = encode(resp)
+	return o
 }
 
-// decide is review; a test swaps it to make Review's recover run.
+// decide is review; a test swaps it to make reviewOutcome's recover run.
 var decide = review
 
-// review decides; it sets *uid and *result as soon as it knows them, for
-// Review's recover.
-func review(body []byte, defaults Options, byDefault bool, uid *types.UID, result *Result) (*admissionv1.AdmissionResponse, Result) {
+// review decides; it fills in o's uid, result and pod as soon as it knows
+// them, for reviewOutcome's recover and the log.
+func review(body []byte, defaults Options, byDefault bool, o *outcome) (*admissionv1.AdmissionResponse, Result) {
+	uid := &o.uid
 	var ar admissionv1.AdmissionReview
 	err := json.Unmarshal(body, &ar)
 	if ar.Request != nil {
@@ -79,6 +102,7 @@ func review(body []byte, defaults Options, byDefault bool, uid *types.UID, resul
 		return malformed(*uid, "the AdmissionReview has no request or no request.uid")
 	}
 	req := ar.Request
+	o.namespace, o.pod = req.Namespace, req.Name
 	if req.Kind != podKind || req.Operation != admissionv1.Create || req.SubResource != "" {
 		// The webhook's rules send only pod creations; anything else is a
 		// misconfiguration, not a reason to get in the way.
@@ -96,13 +120,14 @@ func review(body []byte, defaults Options, byDefault bool, uid *types.UID, resul
 		if err := json.Unmarshal(raw, &meta); err != nil {
 			return malformed(req.UID, "request.object.metadata is not object metadata")
 		}
+		o.pod = cmp.Or(meta.Name, meta.GenerateName)
 	}
 	if raw := pod["spec"]; raw != nil {
 		if err := json.Unmarshal(raw, &spec); err != nil {
 			return malformed(req.UID, "request.object.spec is not a pod spec")
 		}
 	}
-	*result = Skipped
+	o.result = Skipped
 	if meta.Annotations[AnnotationInject] == "false" || meta.Labels[AnnotationInject] == "false" {
 		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Skipped
 	}
@@ -113,15 +138,15 @@ func review(body []byte, defaults Options, byDefault bool, uid *types.UID, resul
 		// Also what a reinvocation finds: the patch below is applied.
 		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Skipped
 	}
-	*result = Warned
+	o.result = Warned
 	required := meta.Annotations[AnnotationRequired] == "true"
-	o, err := annotationOptions(meta.Annotations, defaults)
+	opts, err := annotationOptions(meta.Annotations, defaults)
 	if err == nil {
-		err = canTake(&meta, &spec, o)
+		err = canTake(&meta, &spec, opts)
 	}
 	var patch []byte
 	if err == nil {
-		patch, err = specPatch(pod["spec"], o)
+		patch, err = specPatch(pod["spec"], opts)
 	}
 	if err != nil {
 		if required {

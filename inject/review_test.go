@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	sigsyaml "sigs.k8s.io/yaml"
 )
@@ -656,7 +655,7 @@ func BenchmarkReview(b *testing.B) {
 // warning that shows nothing of the pod, and counted as warned once the
 // request was read.
 func TestReviewRecovers(t *testing.T) {
-	defer func(d func([]byte, Options, bool, *types.UID, *Result) (*admissionv1.AdmissionResponse, Result)) {
+	defer func(d func([]byte, Options, bool, *outcome) (*admissionv1.AdmissionResponse, Result)) {
 		decide = d
 	}(decide)
 	for _, c := range []struct {
@@ -664,8 +663,8 @@ func TestReviewRecovers(t *testing.T) {
 		after Result
 		want  Result
 	}{{"before the request is read", Malformed, Malformed}, {"after", Skipped, Warned}} {
-		decide = func(body []byte, o Options, byDefault bool, uid *types.UID, result *Result) (*admissionv1.AdmissionResponse, Result) {
-			*uid, *result = "u-1", c.after
+		decide = func(body []byte, _ Options, byDefault bool, o *outcome) (*admissionv1.AdmissionResponse, Result) {
+			o.uid, o.result = "u-1", c.after
 			panic("secret-in-pod")
 		}
 		answer, result := Review(request(t, barePod(), nil), Defaults(), true)

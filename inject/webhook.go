@@ -2,7 +2,6 @@ package inject
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	admissionv1 "k8s.io/api/admission/v1"
 )
 
 // MaxReviewBytes bounds an AdmissionReview body. The API server refuses
@@ -87,9 +85,9 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	var (
-		answer   []byte
-		result   Result
-		reviewed bool // by Review, whose bad input is logged below
+		answer []byte
+		result Result
+		bad    *outcome // a review's, whose bad input is logged below
 	)
 	body, err := readBody(r)
 	switch {
@@ -100,15 +98,16 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.log.Warn("admission review over the size limit; admitted without the sidecar", "limit_bytes", MaxReviewBytes)
 		answer, result = encodeMalformed(requestUID(body), "the admission review is over 4 MiB")
 	default:
-		answer, result = Review(body, w.defaults, r.URL.Path == NamespacePath)
-		reviewed = true
+		o := reviewOutcome(body, w.defaults, r.URL.Path == NamespacePath)
+		answer, result = o.answer, o.result
+		bad = &o
 	}
 	rw.Header().Set("Content-Type", "application/json")
 	rw.Write(answer)
 	w.reviews[result].Inc()
 	w.duration.Observe(time.Since(start).Seconds())
-	if reviewed && (result == Warned || result == Denied || result == Malformed) {
-		w.logBadInput(body, answer, result)
+	if bad != nil && (result == Warned || result == Denied || result == Malformed) {
+		w.logBadInput(bad)
 	}
 }
 
@@ -118,37 +117,12 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 // otherwise see only the count. It runs after the answer is written, and
 // only for bad input; the reason names annotations and their values, which
 // Review has already shortened and redacted, never the pod's spec.
-func (w *Webhook) logBadInput(body, answer []byte, result Result) {
-	var ar admissionv1.AdmissionReview
-	var req struct {
-		Request struct {
-			UID       string `json:"uid"`
-			Namespace string `json:"namespace"`
-			Object    struct {
-				Metadata struct {
-					Name         string `json:"name"`
-					GenerateName string `json:"generateName"`
-				} `json:"metadata"`
-			} `json:"object"`
-		} `json:"request"`
-	}
-	_ = json.Unmarshal(answer, &ar)
-	_ = json.Unmarshal(body, &req) // a malformed body names what it can
-	reason := ""
-	if resp := ar.Response; resp != nil {
-		if resp.Result != nil {
-			reason = resp.Result.Message
-		} else if len(resp.Warnings) > 0 {
-			reason = resp.Warnings[0]
-		}
-	}
+func (w *Webhook) logBadInput(o *outcome) {
 	msg := "admission review: bad input; the pod is admitted without the sidecar"
-	if result == Denied {
+	if o.result == Denied {
 		msg = "admission review: bad input; the pod is refused (sluice.io/required)"
 	}
-	m := req.Request.Object.Metadata
-	w.log.Warn(msg, "result", string(result), "uid", req.Request.UID, "namespace", req.Request.Namespace,
-		"pod", cmp.Or(m.Name, m.GenerateName), "reason", reason)
+	w.log.Warn(msg, "result", string(o.result), "uid", string(o.uid), "namespace", o.namespace, "pod", o.pod, "reason", o.reason)
 }
 
 // readBody reads at most MaxReviewBytes+1 bytes of the body: more says it
