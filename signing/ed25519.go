@@ -51,6 +51,16 @@ const (
 // leniency, as before issue 13.)
 var strictBase64 = base64.StdEncoding.Strict()
 
+// decodeKey decodes a whsk_ or whpk_ key's base64 strictly, refusing also
+// the line breaks encoding/base64 skips even when strict: a key with one
+// inside parsed, and wrote itself back without it (FuzzParseKey).
+func decodeKey(b64 string) ([]byte, error) {
+	if i := strings.IndexAny(b64, "\r\n"); i >= 0 {
+		return nil, base64.CorruptInputError(i)
+	}
+	return strictBase64.DecodeString(b64)
+}
+
 // msgPool holds buffers for the signed content "id.timestamp.body":
 // crypto/ed25519 takes the message in one slice (pure Ed25519 hashes it
 // twice, so there is no streaming form). The buffers hold no key material
@@ -89,7 +99,7 @@ type edKey struct {
 
 // parseEd25519Secret parses the base64 part of a whsk_ secret.
 func parseEd25519Secret(b64 string) (Secret, error) {
-	raw, err := strictBase64.DecodeString(b64)
+	raw, err := decodeKey(b64)
 	if err != nil {
 		return Secret{}, fmt.Errorf("parse secret: not standard base64 after %q (%v): %w", edSecretPrefix, err, ErrBadSecret)
 	}
@@ -185,7 +195,7 @@ func ParsePublicKey(s string) (PublicKey, error) {
 		}
 		return PublicKey{}, fmt.Errorf("parse public key: missing %q prefix: %w", edPublicPrefix, ErrBadPublicKey)
 	}
-	raw, err := strictBase64.DecodeString(b64)
+	raw, err := decodeKey(b64)
 	if err != nil {
 		return PublicKey{}, fmt.Errorf("parse public key: not standard base64 after %q (%v): %w", edPublicPrefix, err, ErrBadPublicKey)
 	}

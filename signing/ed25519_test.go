@@ -310,6 +310,7 @@ func TestParseSecret_Ed25519(t *testing.T) {
 		{"65 bytes", "whsk_" + b64(join(join(seed, public), []byte{1})), "key is 65 bytes"},
 		{"public half of another key", "whsk_" + b64(join(seed, otherPublic)), "last 32 bytes are not the public key of its first 32"},
 		{"not base64", "whsk_" + strings.Repeat("*", 44), `not standard base64 after "whsk_"`},
+		{"line break inside", "whsk_" + b64(seed)[:20] + "\r\n" + b64(seed)[20:], `not standard base64 after "whsk_"`},
 		{"missing padding", "whsk_" + strings.TrimRight(b64(seed), "="), `not standard base64 after "whsk_"`},
 		{"non-canonical base64, seed", "whsk_" + noncanonical(t, b64(seed)), `not standard base64 after "whsk_"`},
 		{"non-canonical base64, seed and public key", "whsk_" + noncanonical(t, b64(join(seed, public))), `not standard base64 after "whsk_"`},
@@ -379,6 +380,7 @@ func TestParsePublicKey(t *testing.T) {
 		{"non-canonical base64", "whpk_" + noncanonical(t, b64(public)), "not standard base64"},
 		{"not a curve point", "whpk_" + b64(notOnCurve), "not a point of the curve"},
 		{"leading space", " whpk_" + b64(public), "whitespace"},
+		{"line break inside", "whpk_" + b64(public)[:20] + "\n" + b64(public)[20:], "not standard base64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
