@@ -61,22 +61,6 @@ func counts(tb testing.TB, reg *prometheus.Registry) (map[string]float64, uint64
 	return byResult, observed
 }
 
-// movedByOne checks that exactly one result's counter moved, by one, and
-// returns it.
-func movedByOne(tb testing.TB, before, after map[string]float64) string {
-	tb.Helper()
-	var moved []string
-	for r, v := range after {
-		if v != before[r] {
-			moved = append(moved, fmt.Sprintf("%s+%g", r, v-before[r]))
-		}
-	}
-	if len(moved) != 1 || !strings.HasSuffix(moved[0], "+1") {
-		tb.Fatalf("counters moved %v, want one result by one", moved)
-	}
-	return strings.TrimSuffix(moved[0], "+1")
-}
-
 func post(tb testing.TB, c *http.Client, url string, body []byte) (*http.Response, []byte) {
 	tb.Helper()
 	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
@@ -126,7 +110,7 @@ func TestWebhookServesReviewsOverTLS(t *testing.T) {
 			t.Errorf("%s: patch %q, want a patch: %v", path, ar.Response.Patch, !patched)
 		}
 		after, m := counts(t, reg)
-		movedByOne(t, before, after)
+		injecttest.MovedByOne(t, before, after)
 		if d := after[string(want[path])] - before[string(want[path])]; d != 1 {
 			t.Errorf("%s: %s moved by %g, want 1", path, want[path], d)
 		}
@@ -192,7 +176,7 @@ func TestWebhookBadRequests(t *testing.T) {
 		t.Errorf("over the limit: answer %+v, want allowed with a warning under uid %s", ar.Response, uid)
 	}
 	after, _ := counts(t, reg)
-	if got := movedByOne(t, before, after); got != string(inject.Malformed) {
+	if got := injecttest.MovedByOne(t, before, after); got != string(inject.Malformed) {
 		t.Errorf("over the limit counted as %s, want malformed", got)
 	}
 	before = after
@@ -203,7 +187,7 @@ func TestWebhookBadRequests(t *testing.T) {
 			t.Errorf("%q: %s, %v", garbage, resp.Status, err)
 		}
 		after, _ := counts(t, reg)
-		movedByOne(t, before, after)
+		injecttest.MovedByOne(t, before, after)
 		before = after
 	}
 }

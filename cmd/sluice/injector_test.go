@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +20,7 @@ import (
 // startedInjector is `sluice injector` running in the test's process.
 type startedInjector struct {
 	webhook, admin string // addresses
-	log            *injecttest.Log
+	log            *syncBuffer
 	drain, abort   context.CancelFunc
 	done           chan error
 }
@@ -34,7 +31,7 @@ func startInjector(t *testing.T, args ...string) *startedInjector {
 	t.Helper()
 	drain, stopDrain := context.WithCancel(context.Background())
 	abort, stopAbort := context.WithCancel(context.Background())
-	s := &startedInjector{log: &injecttest.Log{}, drain: stopDrain, abort: stopAbort, done: make(chan error, 1)}
+	s := &startedInjector{log: &syncBuffer{}, drain: stopDrain, abort: stopAbort, done: make(chan error, 1)}
 	ready := make(chan struct{})
 	args = append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)
 	go func() {
@@ -78,31 +75,17 @@ func (s *startedInjector) reviews(t *testing.T) (map[string]float64, float64) {
 	if code != 200 {
 		t.Fatalf("/metrics: %d", code)
 	}
-	byResult, count := map[string]float64{}, -1.0
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
+	byResult := map[string]float64{}
+	for _, r := range inject.Results {
+		v, ok := metricSum(text, "sluice_injector_reviews_total", `result="`+string(r)+`"`)
+		if !ok {
+			t.Fatalf("/metrics lacks sluice_injector_reviews_total{result=%q}:\n%s", r, text)
 		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		name, value := line[:i], line[i+1:]
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			t.Fatalf("/metrics line %q: %v", line, err)
-		}
-		switch {
-		case strings.HasPrefix(name, `sluice_injector_reviews_total{result="`):
-			byResult[strings.TrimSuffix(strings.TrimPrefix(name, `sluice_injector_reviews_total{result="`), `"}`)] = v
-		case name == "sluice_injector_review_duration_seconds_count":
-			count = v
-		}
+		byResult[string(r)] = v
 	}
-	if len(byResult) != len(inject.Results) || count < 0 {
-		t.Fatalf("/metrics lacks the injector's metrics:\n%s", text)
+	count, ok := metricSum(text, "sluice_injector_review_duration_seconds_count")
+	if !ok {
+		t.Fatalf("/metrics lacks sluice_injector_review_duration_seconds:\n%s", text)
 	}
 	return byResult, count
 }
@@ -111,20 +94,14 @@ func (s *startedInjector) reviews(t *testing.T) (map[string]float64, float64) {
 // before, and returns that result.
 func oneMoved(t *testing.T, before, after map[string]float64, n, m float64) string {
 	t.Helper()
-	var moved []string
-	for r, v := range after {
-		if v != before[r] {
-			moved = append(moved, fmt.Sprintf("%s%+g", r, v-before[r]))
-		}
+	if m != n+1 {
+		t.Fatalf("the histogram moved by %g, want 1", m-n)
 	}
-	if len(moved) != 1 || !strings.HasSuffix(moved[0], "+1") || m != n+1 {
-		t.Fatalf("reviews moved %v and the histogram by %g; want one result and the histogram by one", moved, m-n)
-	}
-	return strings.TrimSuffix(moved[0], "+1")
+	return injecttest.MovedByOne(t, before, after)
 }
 
 // awaitSerial opens new TLS connections until one presents serial.
-func awaitSerial(t *testing.T, addr string, pool *x509.CertPool, serial int64, log *injecttest.Log) {
+func awaitSerial(t *testing.T, addr string, pool *x509.CertPool, serial int64, log *syncBuffer) {
 	t.Helper()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -298,6 +299,22 @@ func DecodeResponse(body []byte) (*admissionv1.AdmissionReview, error) {
 		return nil, fmt.Errorf("not an admission.k8s.io/v1 AdmissionReview answer: %.200q", body)
 	}
 	return &ar, nil
+}
+
+// MovedByOne checks that exactly one result's count of reviews moved
+// between two readings, by one, and returns that result.
+func MovedByOne(tb testing.TB, before, after map[string]float64) string {
+	tb.Helper()
+	var moved []string
+	for r, v := range after {
+		if v != before[r] {
+			moved = append(moved, fmt.Sprintf("%s%+g", r, v-before[r]))
+		}
+	}
+	if len(moved) != 1 || !strings.HasSuffix(moved[0], "+1") {
+		tb.Fatalf("reviews moved %v, want one result by one", moved)
+	}
+	return strings.TrimSuffix(moved[0], "+1")
 }
 
 // Log is a log a server's goroutines write while the test reads it.
