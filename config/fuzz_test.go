@@ -33,9 +33,9 @@ func FuzzLoadConfigJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, doc string) { loadFuzzedConfig(t, "c.json", doc) })
 }
 
-// idValue finds the fuzzed secret, whsec_ and all, written as the value
-// of an id, in YAML or JSON: an id, which errors name.
-var idValue = regexp.MustCompile(`(?:"id"\s*:\s*"|\bid:\s*['"]?)whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw`)
+// idValue finds the fuzzed secret, whsec_ and all, written in the value
+// of an id ("0whsec_…" too), in YAML or JSON: an id, which errors name.
+var idValue = regexp.MustCompile(`(?:"id"\s*:\s*"[^"\\]*|\bid:\s*['"]?[^\s'"]*)whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw`)
 
 // loadFuzzedConfig writes doc to a file called name and loads it: the
 // result is a valid config or an error that echoes no secret.
