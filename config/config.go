@@ -357,6 +357,13 @@ type TenantConfig struct {
 	// Concurrency bounds the deliveries in flight of all the tenant's
 	// subscriptions together.
 	Concurrency TenantConcurrencyConfig `koanf:"concurrency"`
+	// SharedTypes are the platform event types (events posted with no
+	// Sluice-Tenant) that the tenant's subscriptions may receive, exact
+	// types or patterns ("status.*", "*"). A tenant's subscriptions
+	// always receive the tenant's own events and never another tenant's;
+	// without shared_types they receive no platform event. Changing it
+	// takes a restart.
+	SharedTypes []string `koanf:"shared_types"`
 }
 
 // TenantConcurrencyConfig is a tenant's bulkhead.

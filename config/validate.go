@@ -227,6 +227,33 @@ func (c *Config) validateTenants() error {
 				return fieldErr(p+".concurrency.max", m, invalidf("must be between 1 and %d; omit it for no limit", maxTenantConcurrency))
 			}
 		}
+		if err := validateTypeList(p+".shared_types", t.SharedTypes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateTypeList checks a list of event types and patterns (a
+// subscription's types, a tenant's shared_types) named field.
+func validateTypeList(field string, list []string) error {
+	types := make(map[string]bool, len(list))
+	for i, t := range list {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if t != "*" && policy.IsTypePattern(t) {
+			if err := policy.ValidTypePattern(t); err != nil {
+				return fieldErr(f, t, &reason{kind: ErrInvalidValue, msg: err.Error(), cause: err})
+			}
+		} else if t != "*" && !typePattern.MatchString(t) {
+			return fieldErr(f, t, invalidf(`must be "*" or an event type matching %s, or a pattern like "geofence.*"`, typePattern))
+		}
+		if types[t] {
+			return fieldErr(f, t, newReason(ErrDuplicate, "listed twice"))
+		}
+		types[t] = true
+	}
+	if types["*"] && len(list) > 1 {
+		return fieldErr(field, list, newReason(ErrConflict, `"*" already matches every type; list it alone`))
 	}
 	return nil
 }
@@ -342,23 +369,8 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 	if len(s.Types) == 0 {
 		return fieldErr(p+".types", nil, newReason(ErrMissingValue, `must list event types or "*"`))
 	}
-	types := make(map[string]bool, len(s.Types))
-	for i, t := range s.Types {
-		f := fmt.Sprintf("%s.types[%d]", p, i)
-		if t != "*" && policy.IsTypePattern(t) {
-			if err := policy.ValidTypePattern(t); err != nil {
-				return fieldErr(f, t, &reason{kind: ErrInvalidValue, msg: err.Error(), cause: err})
-			}
-		} else if t != "*" && !typePattern.MatchString(t) {
-			return fieldErr(f, t, invalidf(`must be "*" or an event type matching %s, or a pattern like "geofence.*"`, typePattern))
-		}
-		if types[t] {
-			return fieldErr(f, t, newReason(ErrDuplicate, "listed twice"))
-		}
-		types[t] = true
-	}
-	if types["*"] && len(s.Types) > 1 {
-		return fieldErr(p+".types", s.Types, newReason(ErrConflict, `"*" already matches every type; list it alone`))
+	if err := validateTypeList(p+".types", s.Types); err != nil {
+		return err
 	}
 	if err := s.parseFilter(p); err != nil {
 		return err

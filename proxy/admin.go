@@ -129,7 +129,7 @@ func (s *Server) adminHandler() http.Handler {
 			return
 		}
 		d, err := s.q.DeadLetter(r.PathValue("subscription"), seq)
-		if err == nil && !s.canSee(principalOf(r), d.Subscription) {
+		if err == nil && !s.canRead(principalOf(r), d) {
 			err = queue.ErrNotFound
 		}
 		if errors.Is(err, queue.ErrNotFound) {
@@ -314,7 +314,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, d := range page {
 			afterSub, afterSeq = d.Subscription, d.Seq
-			if reason != "" && d.Reason != reason || !s.canSee(p, d.Subscription) {
+			if reason != "" && d.Reason != reason || !s.canRead(p, d) {
 				continue
 			}
 			out.DeadLetters = append(out.DeadLetters, NewDeadLetterInfo(d, false))
@@ -362,7 +362,7 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 			}
 			for _, d := range page {
 				afterSub, afterSeq = d.Subscription, d.Seq
-				if (req.Filter.Reason == "" || d.Reason == req.Filter.Reason) && s.canSee(p, d.Subscription) {
+				if (req.Filter.Reason == "" || d.Reason == req.Filter.Reason) && s.canRead(p, d) {
 					items = append(items, ReplayItem{d.Subscription, d.Seq})
 				}
 			}

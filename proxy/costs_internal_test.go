@@ -29,7 +29,7 @@ type countStore struct {
 	ranges [][2]uint64
 }
 
-func (c *countStore) CountEvents(from, to uint64, match func(typ []byte) bool, limit int) (int, error) {
+func (c *countStore) CountEvents(from, to uint64, match queue.Match, limit int) (int, error) {
 	c.mu.Lock()
 	c.ranges = append(c.ranges, [2]uint64{from, to})
 	c.mu.Unlock()

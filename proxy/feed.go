@@ -40,8 +40,11 @@ type feed struct {
 	kick         chan struct{} // wakes the kick loop
 
 	typeMu   sync.RWMutex
-	typeSeq  map[string]*atomic.Uint64        // last committed seq of each filtered-on type
-	matchers map[string]func(typ []byte) bool // one filter per distinct type list, shared by lanes
+	typeSeq  map[string]*atomic.Uint64 // last committed seq of each filtered-on type
+	matchers map[string]queue.Match    // one filter per distinct type list and tenant, shared by lanes
+	// shared holds, per tenant, the platform event types the operator
+	// shares with it (Tenant.SharedTypes); set before any lane exists.
+	shared map[string]func(typ []byte) bool
 }
 
 func newFeed(store queue.Store) *feed {
@@ -52,7 +55,8 @@ func newFeed(store queue.Store) *feed {
 		pendingTypes: map[string]struct{}{},
 		kick:         make(chan struct{}, 1),
 		typeSeq:      map[string]*atomic.Uint64{},
-		matchers:     map[string]func(typ []byte) bool{},
+		matchers:     map[string]queue.Match{},
+		shared:       map[string]func(typ []byte) bool{},
 	}
 	f.head.Store(store.Head())
 	return f
@@ -101,7 +105,7 @@ func (f *feed) event(seq uint64) (*queue.Event, error) {
 // commit of something it takes.
 func (f *feed) markHungry(l *lane) {
 	f.mu.Lock()
-	if l.match == nil || l.sub.typePatterns() {
+	if !l.sub.exactTypes() {
 		f.hungry[l] = struct{}{}
 	} else {
 		for _, t := range l.sub.Types {
@@ -170,18 +174,42 @@ func (f *feed) watchTypes(sub *Subscription) {
 	}
 }
 
-// matcherFor returns the type filter of sub, shared with every other lane
-// that filters on the same list.
-func (f *feed) matcherFor(sub *Subscription) func(typ []byte) bool {
-	key := strings.Join(sub.Types, "\x00")
+// matcherFor returns what sub's lane selects from the log, its tenant's
+// events and its types (entitlement), shared with every other lane of the
+// same tenant that filters on the same list. Nil selects everything: an
+// operator's lane for all types.
+func (f *feed) matcherFor(sub *Subscription) queue.Match {
+	key := strings.Join(sub.Types, "\x00") + "\x01" + sub.Tenant
 	f.typeMu.Lock()
 	defer f.typeMu.Unlock()
 	m, ok := f.matchers[key]
 	if !ok {
-		m = sub.matcher()
+		m = entitlement(sub.Tenant, f.shared[sub.Tenant], sub.matcher())
 		f.matchers[key] = m
 	}
 	return m
+}
+
+// entitlement is DESIGN.md invariant 8 as a queue.Match: an operator's
+// subscription (tenant "") takes every event of its types; a tenant's
+// takes only the events of that tenant, plus the platform events (no
+// tenant) of the types the operator shares with it, whatever its own types
+// and filter say. Lanes apply it where they take events, from the ring
+// (lane.wants) and from the log (Store.Events, CountEvents), so no route,
+// replay or filter can get around it. types nil means all types.
+func entitlement(tenant string, shared, types func(typ []byte) bool) queue.Match {
+	if tenant == "" {
+		if types == nil {
+			return nil
+		}
+		return func(_, typ []byte) bool { return types(typ) }
+	}
+	return func(owner, typ []byte) bool {
+		if string(owner) != tenant && (len(owner) != 0 || shared == nil || !shared(typ)) {
+			return false
+		}
+		return types == nil || types(typ)
+	}
 }
 
 // seenSince reports whether an event of one of types may have been

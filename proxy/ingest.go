@@ -199,7 +199,9 @@ type ingestState struct {
 	// accepted events: a producer sends a handful of each, and a string
 	// made per event was two of the handler's five allocations per event.
 	types, contentTypes internTable
-	ids                 idSource
+	// tenants interns the Sluice-Tenant values, as types are.
+	tenants internTable
+	ids     idSource
 }
 
 // idSource makes the ids of events posted without an Idempotency-Key:
@@ -373,6 +375,19 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		jsonError(ctx, fasthttp.StatusBadRequest, "invalid Ordering-Key "+strconv.QuoteToASCII(string(key[:min(len(key), 64)]))+": "+msg)
 		return
 	}
+	// The tenant the event belongs to (invariant 8): only its
+	// subscriptions and the operator's may receive it. Absent: a platform
+	// event. Present but empty is a mistake worth a 400, not a platform
+	// event, since a producer meant to scope it.
+	var tenant string
+	if raw := ctx.Request.Header.Peek(HeaderTenant); raw != nil {
+		if !validTenant(string(raw)) {
+			jsonError(ctx, fasthttp.StatusBadRequest, "invalid "+HeaderTenant+" header "+strconv.QuoteToASCII(string(raw[:min(len(raw), 80)]))+
+				": want a tenant id matching ^[a-z0-9][a-z0-9._-]{0,63}$, or no header for a platform event")
+			return
+		}
+		tenant = in.tenants.get(raw)
+	}
 	traceParent, traceState := traceContext(&ctx.Request.Header)
 	ct := ctx.Request.Header.ContentType()
 	if len(ct) == 0 {
@@ -398,6 +413,7 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		OrderingKey: string(key),
 		TraceParent: string(traceParent),
 		TraceState:  string(traceState),
+		Tenant:      tenant,
 		// The one copy of the body: fasthttp reuses its buffer, and from
 		// here every lane shares this slice.
 		Body: bytes.Clone(ctx.PostBody()),

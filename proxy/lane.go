@@ -35,7 +35,7 @@ type lane struct {
 
 	mu       sync.Mutex
 	sub      *Subscription
-	match    func(typ []byte) bool
+	match    queue.Match
 	fromSeq  uint64 // first entitled seq (membership cutoff)
 	until    uint64 // last entitled seq when left
 	next     uint64 // next seq to look at
@@ -303,20 +303,22 @@ func (l *lane) mayPass(now time.Time) bool {
 	return true
 }
 
-// wants reports whether the lane takes events of type typ. It scans the
-// (short) type list instead of calling match, whose []byte argument would
-// cost an allocation per event per filtered lane on the hot path.
-func (l *lane) wants(typ string) bool {
+// wants reports whether the lane takes events of tenant ("" for a
+// platform event) and type typ: its entitlement (feed.entitlement), as the
+// log applies it through l.match. It scans the (short) type list instead
+// of calling match where it can, whose []byte arguments would cost an
+// allocation per event per filtered lane on the hot path.
+func (l *lane) wants(tenant, typ string) bool {
 	if hidden(l.id, typ) { // operational events are the operational lane's (operational.go)
 		return false
 	}
 	if l.match == nil {
 		return true
 	}
-	if l.sub.typePatterns() {
-		// match does not keep its argument: a view of typ's bytes is safe
-		// and costs no allocation.
-		return l.match(unsafe.Slice(unsafe.StringData(typ), len(typ)))
+	if l.sub.Tenant != "" || l.sub.typePatterns() {
+		// match does not keep its arguments: views of the strings' bytes
+		// are safe and cost no allocation.
+		return l.match(unsafe.Slice(unsafe.StringData(tenant), len(tenant)), unsafe.Slice(unsafe.StringData(typ), len(typ)))
 	}
 	return slices.Contains(l.sub.Types, typ)
 }
@@ -462,7 +464,7 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			// own body copy serves.
 			if dl, derr := e.store.DeadLetter(l.id, r.Seq); derr == nil && dl.EventID != "" {
 				ev, err = &queue.Event{Seq: r.Seq, ID: dl.EventID, Type: dl.Type, ContentType: dl.ContentType, AcceptedAt: dl.AcceptedAt, Body: dl.Body,
-					OrderingKey: dl.OrderingKey, TraceParent: dl.TraceParent, TraceState: dl.TraceState}, nil
+					OrderingKey: dl.OrderingKey, TraceParent: dl.TraceParent, TraceState: dl.TraceState, Tenant: dl.Tenant}, nil
 			}
 		}
 		if err != nil {
@@ -470,7 +472,7 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			// visible as a dead letter rather than retrying forever.
 			e.log.Error("event for retry missing", "subscription", l.id, "seq", r.Seq, "err", err)
 			o := queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: r.Seq, From: r, At: now,
-				DeadLetter: newDeadLetter(l.id, &queue.Event{Seq: r.Seq}, reasonEventMissing, r.Attempt,
+				DeadLetter: newDeadLetter(l.id, l.sub.Tenant, &queue.Event{Seq: r.Seq}, reasonEventMissing, r.Attempt,
 					policy.Exchange{Status: r.LastStatus}, "", now)}
 			o.DeadLetter.LastError = r.LastError
 			if err := l.record(o); err != nil {
@@ -595,7 +597,7 @@ func (l *lane) nextInLog() *queue.Event {
 		}
 		if ev, ok := l.e.feed.ring.get(l.next); ok {
 			l.next++
-			if l.wants(ev.Type) {
+			if l.wants(ev.Tenant, ev.Type) {
 				l.took(ev.Seq)
 				if l.sub.passes(ev) {
 					return ev
@@ -760,7 +762,7 @@ func (l *lane) enforceQuota(now time.Time) {
 			break
 		}
 		o := queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: ev.Seq, At: now,
-			DeadLetter: newDeadLetter(l.id, ev, policy.ReasonBacklogQuota, 0, policy.Exchange{}, "", now)}
+			DeadLetter: newDeadLetter(l.id, l.sub.Tenant, ev, policy.ReasonBacklogQuota, 0, policy.Exchange{}, "", now)}
 		if err := l.record(o); err != nil {
 			e.log.Error("dead-letter over quota", "subscription", l.id, "seq", ev.Seq, "err", err)
 			l.unread(ev)

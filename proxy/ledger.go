@@ -82,14 +82,16 @@ func (s *Server) Event(id string) (*EventStatus, error) {
 	}
 	st := &EventStatus{ID: id, Seq: seq, Type: typ, Deliveries: []Delivery{}}
 	ev, evErr := s.d.feed.event(seq)
+	var tenant *string // the event's tenant; nil once the log no longer holds it
 	if evErr == nil {
 		st.Type = ev.Type
 		at := ev.AcceptedAt
 		st.AcceptedAt = &at
+		tenant = &ev.Tenant
 	}
 	cursors := s.d.ownersCursors()
 	for _, l := range s.d.laneList() {
-		dl, d := l.ledger(seq, st.Type, cursors)
+		dl, d := l.ledger(seq, tenant, st.Type, cursors)
 		if !dl {
 			continue
 		}
@@ -142,11 +144,14 @@ func (s *Server) resolvedState(sub string, seq uint64, d *Delivery) error {
 
 // ledger says whether the lane is entitled to seq of type typ ("" when
 // unknown: an event compacted away whose dedup entry predates format 2)
-// and, when it knows from memory, the state.
+// and tenant (nil when unknown: the event was compacted away), and, when
+// it knows from memory, the state. A tenant's lane is not entitled to an
+// event whose tenant is unknown: it could be another tenant's, and a
+// ledger must not tell one tenant of another's events (invariant 8).
 //
 // A foreign lane (fleet mode) knows nothing in memory: its owner's
 // published cursor (cursors) says whether seq is still pending.
-func (l *lane) ledger(seq uint64, typ string, cursors map[string]uint64) (entitled bool, d Delivery) {
+func (l *lane) ledger(seq uint64, tenant *string, typ string, cursors map[string]uint64) (entitled bool, d Delivery) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d.Subscription = l.id
@@ -156,7 +161,12 @@ func (l *lane) ledger(seq uint64, typ string, cursors map[string]uint64) (entitl
 	if seq < l.fromSeq {
 		return false, d
 	}
-	if typ != "" && !l.wants(typ) {
+	switch {
+	case tenant == nil && l.sub.Tenant != "":
+		return false, d
+	case tenant != nil && !l.wants(*tenant, typ):
+		return false, d
+	case tenant == nil && typ != "" && !l.wants("", typ):
 		return false, d
 	}
 	if l.foreign {
@@ -200,6 +210,19 @@ func (s *Server) Replay(sub string, seq uint64, force bool) (ReplayResult, error
 	l := s.d.lane(sub)
 	if l == nil {
 		return res, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
+	}
+	// A letter goes back only to the tenant it was written for, and only
+	// to a lane entitled to its event (invariant 8): were a subscription
+	// id ever held by another tenant than the letter's, the letter must
+	// not reach that tenant's URL. Letters written before owners were
+	// recorded (Owner "") carry no such record and replay as before.
+	if dl, err := s.q.DeadLetter(sub, seq); err == nil && dl.Owner != "" {
+		l.mu.Lock()
+		ok := dl.Owner == l.sub.Tenant && l.wants(dl.Tenant, dl.Type)
+		l.mu.Unlock()
+		if !ok {
+			return res, fmt.Errorf("dead letter %s/%d: %w", sub, seq, ErrNotFound)
+		}
 	}
 	now := s.opts.Now()
 	dl, err := s.q.Replay(sub, seq, now, force)

@@ -514,7 +514,7 @@ func (l *lane) quotaParked(now time.Time, q BacklogQuota, excess *int64) bool {
 			return false
 		}
 		out := queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: p.seq, At: now,
-			DeadLetter: newDeadLetter(l.id, ev, policy.ReasonBacklogQuota, 0, policy.Exchange{}, "", now)}
+			DeadLetter: newDeadLetter(l.id, l.sub.Tenant, ev, policy.ReasonBacklogQuota, 0, policy.Exchange{}, "", now)}
 		if err := l.record(out); err != nil {
 			e.log.Error("dead-letter over quota", "subscription", l.id, "seq", p.seq, "err", err)
 			return false

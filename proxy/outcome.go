@@ -138,17 +138,17 @@ func (l *lane) outcome(j *job, res result, rs policy.Resolution, now time.Time) 
 			LastStatus: res.Status, LastError: res.Failure.String(), Replay: j.retry != nil && j.retry.Replay}
 	default:
 		o.Kind = queue.DeadLettered
-		o.DeadLetter = newDeadLetter(l.id, j.ev, rs.Reason, j.attempt, res.Exchange, res.snippet, now)
+		o.DeadLetter = newDeadLetter(l.id, j.sub.Tenant, j.ev, rs.Reason, j.attempt, res.Exchange, res.snippet, now)
 	}
 	return o
 }
 
 // newDeadLetter is the one place a dead letter is made: from a failed
 // attempt, a retry whose event is gone, or the backlog quota.
-func newDeadLetter(sub string, ev *queue.Event, reason string, attempts int, x policy.Exchange, response string, now time.Time) *queue.DeadLetter {
+func newDeadLetter(sub, owner string, ev *queue.Event, reason string, attempts int, x policy.Exchange, response string, now time.Time) *queue.DeadLetter {
 	return &queue.DeadLetter{
-		Subscription: sub, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
-		AcceptedAt: ev.AcceptedAt, OrderingKey: ev.OrderingKey, TraceParent: ev.TraceParent, TraceState: ev.TraceState,
+		Subscription: sub, Owner: owner, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
+		AcceptedAt: ev.AcceptedAt, OrderingKey: ev.OrderingKey, TraceParent: ev.TraceParent, TraceState: ev.TraceState, Tenant: ev.Tenant,
 		Reason: reason, Attempts: attempts, LastStatus: x.Status,
 		LastError: x.Failure.String(), Response: response, DeadAt: now, Body: ev.Body,
 	}

@@ -174,6 +174,10 @@ type Tenant struct {
 	// subscriptions together: a bulkhead per tenant above the one per
 	// subscription.
 	MaxConcurrency int
+	// SharedTypes are the platform event types (exact or patterns) the
+	// tenant's subscriptions may receive besides the tenant's own events
+	// (feed.entitlement); nil for none.
+	SharedTypes []string
 }
 
 // TenantToken is an admin token scoped to Tenant.
@@ -342,6 +346,13 @@ func (s *Server) Open() (err error) {
 	for _, t := range s.opts.Tenants {
 		if t.MaxConcurrency > 0 {
 			d.bulkheads[t.ID] = newBulkhead(t.ID, t.MaxConcurrency) // before any lane exists
+		}
+		if len(t.SharedTypes) > 0 {
+			m := policy.MatchTypes(t.SharedTypes) // nil for "*": every type
+			if m == nil {
+				m = func([]byte) bool { return true }
+			}
+			d.feed.shared[t.ID] = m // before any lane exists
 		}
 	}
 	d.onMaintain = s.retireExpiredSecrets

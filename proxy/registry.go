@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -133,7 +134,17 @@ func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo,
 	d := s.d
 	d.reg.Lock()
 	defer d.reg.Unlock()
-	if err := s.checkFree(sub.ID); err != nil {
+	// The tenant's room first: at its limit a tenant hears "over the
+	// limit" whether or not the id is taken, or the two answers would tell
+	// it which of another tenant's ids exist.
+	if err := s.checkTenantRoom(sub.Tenant, ""); err != nil {
+		return SubscriptionInfo{}, err
+	}
+	err = s.checkFree(sub.ID)
+	if err == nil {
+		err = s.checkReserved(sub.ID, sub.Tenant)
+	}
+	if err != nil {
 		if !p.operator() && errors.Is(err, ErrExists) && !s.canSee(p, sub.ID) {
 			// Ids are one namespace (they are metric labels), so another
 			// tenant's id is taken; say no more than that, in the words
@@ -143,7 +154,7 @@ func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo,
 		}
 		return SubscriptionInfo{}, err
 	}
-	if err := s.checkTenantRoom(sub.Tenant, ""); err != nil {
+	if err := s.reserve(sub.ID, sub.Tenant); err != nil {
 		return SubscriptionInfo{}, err
 	}
 	// Create-only: checkFree saw no membership, but in fleet mode another
@@ -183,6 +194,67 @@ func (s *Server) checkFree(id string) error {
 		} else if !errors.Is(err, queue.ErrNotFound) {
 			return err
 		}
+	}
+	return nil
+}
+
+// An id, once a subscription of the API has used it, stays its tenant's
+// for good: a record "owner.<id>" names the tenant ("" for the operator),
+// written before the subscription is made and never deleted. Dead letters
+// outlive their subscription, and whoever took a retired id would
+// otherwise read and replay them (invariant 8). Ids used before the
+// record existed are guarded by their dead letters (checkReserved).
+// The id is hex-encoded: a record key's segments may not hold the dots an
+// id may ("a..b").
+func ownerKey(id string) string { return "owner." + hex.EncodeToString([]byte(id)) }
+
+type ownerRecord struct {
+	Tenant string `json:"tenant"`
+}
+
+// checkReserved refuses id to tenant when another tenant (or the
+// operator) used it: by its owner record, or, for an id used before owner
+// records existed, by dead letters under it owned by someone else. d.reg
+// is held.
+func (s *Server) checkReserved(id, tenant string) error {
+	taken := fmt.Errorf("subscription %s: %w: the id was used before, by another owner, and stays reserved to it", id, ErrExists)
+	if recs, ok := s.q.(queue.Records); ok {
+		v, err := recs.GetRecord(ownerKey(id))
+		switch {
+		case err == nil:
+			var rec ownerRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("owner record of %s: %v", id, err)
+			}
+			if rec.Tenant != tenant {
+				return taken
+			}
+			return nil
+		case !errors.Is(err, queue.ErrNotFound):
+			return err
+		}
+	}
+	letters, err := s.q.DeadLetters(id, "", 0, 1)
+	if err != nil {
+		return err
+	}
+	for _, d := range letters {
+		if d.Subscription == id && d.Owner != tenant {
+			return taken
+		}
+	}
+	return nil
+}
+
+// reserve writes id's owner record (see ownerKey). d.reg is held.
+func (s *Server) reserve(id, tenant string) error {
+	recs, ok := s.q.(queue.Records)
+	if !ok {
+		return nil
+	}
+	v, _ := json.Marshal(ownerRecord{Tenant: tenant})
+	if err := recs.PutRecord(ownerKey(id), v); err != nil {
+		return fmt.Errorf("reserve the id %s: %w", id, err)
 	}
 	return nil
 }

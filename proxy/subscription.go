@@ -151,6 +151,12 @@ func (s *Subscription) matcher() func(typ []byte) bool { return policy.MatchType
 // others: it wakes on every commit and lets its matcher decide.
 func (s *Subscription) typePatterns() bool { return slices.ContainsFunc(s.Types, policy.IsTypePattern) }
 
+// exactTypes reports whether s lists exact types only (no "*", no
+// pattern): its lane can be woken by the types committed.
+func (s *Subscription) exactTypes() bool {
+	return !slices.Contains(s.Types, "*") && !s.typePatterns()
+}
+
 // passes reports whether ev's body passes s's filter (true without one).
 // The body is decoded by the first filtering lane that looks at the event
 // and kept on it for the others (the ring shares one *Event between

@@ -12,6 +12,13 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
+// HeaderTenant is the ingest request header that says which tenant an
+// event belongs to (DESIGN.md invariant 8). An event posted without it is
+// a platform event: the operator's subscriptions receive it, a tenant's
+// only when the operator shares its type with the tenant
+// (Tenant.SharedTypes). The value is a tenant id, as validTenant checks.
+const HeaderTenant = "Sluice-Tenant"
+
 // principal is who an admin request acts for: the operator (tenant "")
 // or one tenant, whose token sees only that tenant's subscriptions and
 // what belongs to them. Everything else answers 404 to a tenant, as if
@@ -50,6 +57,20 @@ func (s *Server) canSee(p principal, sub string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.sub.Tenant == p.tenant
+}
+
+// canRead reports whether p may read dead letter d: judged by the owner
+// recorded on the letter, never by whoever holds its subscription id now
+// (invariant 8). A letter written before owners were recorded (Owner "")
+// is judged by its subscription, as before.
+func (s *Server) canRead(p principal, d *queue.DeadLetter) bool {
+	switch {
+	case p.operator():
+		return true
+	case d.Owner != "":
+		return d.Owner == p.tenant
+	}
+	return s.canSee(p, d.Subscription)
 }
 
 // tenantLimits returns tenant's limits, nil when it has none.

@@ -110,7 +110,7 @@ func (l *lane) unrenderable(ev *queue.Event, from *queue.Retry, now time.Time) (
 		attempts = from.Attempt
 	}
 	o := queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: ev.Seq, From: from, At: now,
-		DeadLetter: newDeadLetter(l.id, ev, policy.ReasonVariantFailed, attempts, policy.Exchange{}, "", now)}
+		DeadLetter: newDeadLetter(l.id, l.sub.Tenant, ev, policy.ReasonVariantFailed, attempts, policy.Exchange{}, "", now)}
 	msg := rerr.Error()
 	if len(msg) > maxVariantError {
 		msg = msg[:maxVariantError] + "…"

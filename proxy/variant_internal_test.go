@@ -66,7 +66,7 @@ func TestVariantDeadLetterCopyRendersTheSameBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := queue.AppendDeadLetter(nil, newDeadLetter("a", ev, policy.ReasonRejected, 1, policy.Exchange{Status: 404}, "", time.Now()))
+	b, err := queue.AppendDeadLetter(nil, newDeadLetter("a", "", ev, policy.ReasonRejected, 1, policy.Exchange{Status: 404}, "", time.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}

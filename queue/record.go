@@ -26,6 +26,11 @@ type Event struct {
 	// valid TraceParent.
 	TraceParent string
 	TraceState  string
+	// Tenant is the tenant the event belongs to (the producer's
+	// Sluice-Tenant header), "" for a platform event. Only that tenant's
+	// subscriptions, and the operator's, may receive it (DESIGN.md
+	// invariant 8); events written before tenants existed decode with "".
+	Tenant string
 
 	// doc caches Body decoded for the delivery engine's body filters
 	// (Decoded, CacheDecoded); no backend reads or stores it.
@@ -58,7 +63,7 @@ func (e *Event) CacheDecoded(d *Decoded) *Decoded {
 // Size is an estimate of the memory the event holds, for byte budgets.
 func (e *Event) Size() int {
 	return len(e.Body) + len(e.ID) + len(e.Type) + len(e.ContentType) +
-		len(e.OrderingKey) + len(e.TraceParent) + len(e.TraceState) + 64
+		len(e.OrderingKey) + len(e.TraceParent) + len(e.TraceState) + len(e.Tenant) + 64
 }
 
 // Membership records which events a subscription is entitled to
@@ -146,6 +151,15 @@ type DeadLetter struct {
 	OrderingKey string `json:"ordering_key,omitempty"`
 	TraceParent string `json:"traceparent,omitempty"`
 	TraceState  string `json:"tracestate,omitempty"`
+	// Tenant is the event's tenant (Event.Tenant), "" for a platform
+	// event; Owner is the tenant that owned the subscription when the
+	// letter was written, "" for the operator. Access to a letter is
+	// judged by Owner, never by whoever holds the subscription id now
+	// (an id a tenant retired may be taken by no other tenant, but a
+	// letter outlives its subscription). Letters written before them
+	// decode with both empty: the operator's.
+	Tenant string `json:"tenant,omitempty"`
+	Owner  string `json:"owner,omitempty"`
 }
 
 // DiskUsage is the last measurement of the log's disk use.

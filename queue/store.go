@@ -20,6 +20,12 @@ type Store interface {
 	Close() error
 }
 
+// Match selects events by their tenant ("" for a platform event) and
+// type, which a backend reads without decoding the rest of an event, so a
+// lane can skip what it is not entitled to cheaply. It must not keep its
+// arguments.
+type Match func(tenant, typ []byte) bool
+
 // Log is the append-only log of accepted events.
 type Log interface {
 	// Append makes ev durable and returns its sequence number; a repeated
@@ -34,13 +40,14 @@ type Log interface {
 	Lookup(id string) (seq uint64, typ string, err error)
 	// Event reads one event; ErrNotFound once compacted.
 	Event(seq uint64) (*Event, error)
-	// Events returns up to limit events with from <= seq <= to whose type
-	// satisfies match (nil: all), and the seq to continue from. Fewer than
-	// limit with next <= to means the scan stopped at its bound.
-	Events(from, to uint64, limit int, match func(typ []byte) bool) (evs []*Event, next uint64, err error)
-	// CountEvents counts events with from <= seq <= to whose type
-	// satisfies match, stopping once the count passes limit.
-	CountEvents(from, to uint64, match func(typ []byte) bool, limit int) (int, error)
+	// Events returns up to limit events with from <= seq <= to whose
+	// tenant and type satisfy match (nil: all), and the seq to continue
+	// from. Fewer than limit with next <= to means the scan stopped at its
+	// bound.
+	Events(from, to uint64, limit int, match Match) (evs []*Event, next uint64, err error)
+	// CountEvents counts events with from <= seq <= to whose tenant and
+	// type satisfy match, stopping once the count passes limit.
+	CountEvents(from, to uint64, match Match, limit int) (int, error)
 	// Compact deletes the events below `below` that no retry still needs.
 	Compact(below uint64) (int, error)
 	// DiskUsage is the last measurement of the log's storage.

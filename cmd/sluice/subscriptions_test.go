@@ -189,9 +189,18 @@ func (s *apiSidecar) publish(t *testing.T, typ, id string) {
 // post publishes one event of typ with id and a JSON body; it wants 202.
 func (s *apiSidecar) post(t *testing.T, typ, id, body string) {
 	t.Helper()
+	s.postAs(t, "", typ, id, body)
+}
+
+// postAs publishes an event of tenant ("" for a platform event).
+func (s *apiSidecar) postAs(t *testing.T, tenant, typ, id, body string) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, s.srv.URL()+"/v1/events/"+typ, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", id)
+	if tenant != "" {
+		req.Header.Set(proxy.HeaderTenant, tenant)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

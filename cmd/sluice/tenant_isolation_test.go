@@ -118,7 +118,7 @@ func startIsoWorld(t *testing.T) *isoWorld {
 	tb.SetMode("/acme-file-hook", testbed.ModeFail)
 	tb.SetMode("/other-file-hook-7f3a", testbed.ModeFail)
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken, Subscriptions: isoFileSubs(tb),
-		Tenants:      []proxy.Tenant{{ID: "acme"}, {ID: "other"}},
+		Tenants:      []proxy.Tenant{{ID: "acme", SharedTypes: []string{"shared.*"}}, {ID: "other", SharedTypes: []string{"shared.*"}}},
 		TenantTokens: []proxy.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}, {Token: isoOtherToken, Tenant: "other"}}})
 	w := &isoWorld{apiSidecar: s, tb: tb, deadSeq: map[string]uint64{}}
 	s.mustCall(t, isoAcmeToken, "POST", "/v1/subscriptions", jsonOf(map[string]any{"id": "acme-api", "url": tb.URL() + "/acme-api-hook",
@@ -127,8 +127,11 @@ func startIsoWorld(t *testing.T) *isoWorld {
 		"types": []string{"other.*", "shared.*"}, "headers": map[string]string{"X-Who": "other-header-5d1b"},
 		"filter": map[string]any{"data.zone": map[string]any{"$startsWith": "other-zone"}}}), 201, nil)
 	body := `{"data": {"zone": "other-zone-1"}}`
-	for _, ev := range [][2]string{{"acme.e", "acme-ev-1"}, {"acme.e", "acme-ev-2"}, {"other.e", "other-ev-1"}, {"other.e", "other-ev-2"}, {"shared.e", "shared-ev-1"}} {
-		s.post(t, ev[0], ev[1], body)
+	// Each tenant's events carry its tenant; shared.e is a platform event
+	// of a type the operator shares with both.
+	for _, ev := range [][3]string{{"acme", "acme.e", "acme-ev-1"}, {"acme", "acme.e", "acme-ev-2"}, {"other", "other.e", "other-ev-1"},
+		{"other", "other.e", "other-ev-2"}, {"", "shared.e", "shared-ev-1"}} {
+		s.postAs(t, ev[0], ev[1], ev[2], body)
 	}
 	eventually(t, "every tenant's deliveries and dead letters", func() bool {
 		return s.laneOf(t, "acme-file").DeadLettered == 3 && s.laneOf(t, "other-file").DeadLettered == 3 &&

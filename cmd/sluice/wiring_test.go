@@ -143,7 +143,7 @@ func TestSpecParser(t *testing.T) {
 func TestServerOptionsTenants(t *testing.T) {
 	cfg := loadWiringConfig(t)
 	opts := serverOptions(cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if want := []proxy.Tenant{{ID: "acme", MaxSubscriptions: 5, MaxConcurrency: 40}, {ID: "globex"}}; !slices.Equal(opts.Tenants, want) {
+	if want := []proxy.Tenant{{ID: "acme", MaxSubscriptions: 5, MaxConcurrency: 40}, {ID: "globex"}}; !reflect.DeepEqual(opts.Tenants, want) {
 		t.Errorf("Tenants = %+v, want %+v", opts.Tenants, want)
 	}
 	if want := []proxy.TenantToken{{Token: "acme-token-1", Tenant: "acme"}}; !slices.Equal(opts.TenantTokens, want) || opts.AdminToken != "operator-token-1" {

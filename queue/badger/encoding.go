@@ -9,27 +9,38 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// appendEvent encodes an event record, in one of two layouts:
+// appendEvent encodes an event record, in one of three layouts:
 //
 //	version 1: version(1) | uvarint len + id | uvarint len + type | uvarint len + content type |
 //	           accepted-at unix nanos (8, big endian) | body (rest)
 //	version 2: version(2) | id | type | content type | ordering key | traceparent | tracestate |
 //	           accepted-at | body (each string uvarint len + bytes, as above)
+//	version 4: version(4) | id | type | tenant | content type | ordering key | traceparent |
+//	           tracestate | accepted-at | body
 //
-// An event with no ordering key and no trace context (the common case) is
-// written as version 1, byte for byte what format 3 wrote, so it costs
-// nothing more; version 2 is written only for one that has any of them
-// (format 4, key.go). Both start with id and type, so eventType reads
-// either.
+// An event with no ordering key, trace context or tenant (the common case)
+// is written as version 1, byte for byte what format 3 wrote, so it costs
+// nothing more; version 2 is written for one with an ordering key or trace
+// context (format 4), version 4 for one with a tenant (format 7). All start
+// with id and type, and version 4 has the tenant next, so eventTenantType
+// reads a lane's selection without decoding the rest. (Version 3 is the
+// group record, eventVersionGroup.)
 func appendEvent(dst []byte, e *queue.Event) []byte {
 	ext := e.OrderingKey != "" || e.TraceParent != "" || e.TraceState != ""
-	if ext {
+	switch {
+	case e.Tenant != "":
+		dst = append(dst, eventVersionTenant)
+	case ext:
 		dst = append(dst, eventVersionExt)
-	} else {
+	default:
 		dst = append(dst, recordVersion)
 	}
 	dst = appendString(dst, e.ID)
 	dst = appendString(dst, e.Type)
+	if e.Tenant != "" {
+		dst = appendString(dst, e.Tenant)
+		ext = true // version 4 always carries the extension fields
+	}
 	dst = appendString(dst, e.ContentType)
 	if ext {
 		dst = appendString(dst, e.OrderingKey)
@@ -45,16 +56,22 @@ func appendString(dst []byte, s string) []byte {
 	return append(dst, s...)
 }
 
-// decodeEvent decodes an event record of either version (an event written
-// before format 4 decodes with no ordering key or trace context). Body
-// aliases b: pass a buffer the caller owns (Badger's ValueCopy), never one
-// Badger may reuse.
+// eventVersion reports whether v leads a single event record.
+func eventVersion(v byte) bool {
+	return v == recordVersion || v == eventVersionExt || v == eventVersionTenant
+}
+
+// decodeEvent decodes an event record of any version (an event written
+// before format 4 decodes with no ordering key or trace context, one
+// before format 7 with no tenant). Body aliases b: pass a buffer the
+// caller owns (Badger's ValueCopy), never one Badger may reuse.
 func decodeEvent(seq uint64, b []byte) (*queue.Event, error) {
 	e := &queue.Event{Seq: seq}
-	if len(b) == 0 || b[0] != recordVersion && b[0] != eventVersionExt {
+	if len(b) == 0 || !eventVersion(b[0]) {
 		return nil, fmt.Errorf("event %d: record version: %w", seq, queue.ErrCorrupt)
 	}
-	ext := b[0] == eventVersionExt
+	v := b[0]
+	ext := v != recordVersion
 	b = b[1:]
 	var err error
 	if e.ID, b, err = readString(b); err != nil {
@@ -62,6 +79,11 @@ func decodeEvent(seq uint64, b []byte) (*queue.Event, error) {
 	}
 	if e.Type, b, err = readString(b); err != nil {
 		return nil, fmt.Errorf("event %d: type: %w", seq, err)
+	}
+	if v == eventVersionTenant {
+		if e.Tenant, b, err = readString(b); err != nil {
+			return nil, fmt.Errorf("event %d: tenant: %w", seq, err)
+		}
 	}
 	if e.ContentType, b, err = readString(b); err != nil {
 		return nil, fmt.Errorf("event %d: content type: %w", seq, err)
@@ -85,30 +107,42 @@ func decodeEvent(seq uint64, b []byte) (*queue.Event, error) {
 	return e, nil
 }
 
-// eventType reads only the type of an event record (of either version),
-// without allocating the rest, so a lane can skip events of other types
-// cheaply.
-func eventType(b []byte) ([]byte, error) {
-	if len(b) == 0 || b[0] != recordVersion && b[0] != eventVersionExt {
-		return nil, queue.ErrCorrupt
+// eventTenantType reads only the tenant ("" for a platform event) and the
+// type of an event record (of any version), without allocating the rest,
+// so a lane can skip events it is not entitled to cheaply. Both alias b.
+func eventTenantType(b []byte) (tenant, typ []byte, err error) {
+	if len(b) == 0 || !eventVersion(b[0]) {
+		return nil, nil, queue.ErrCorrupt
 	}
+	v := b[0]
 	b = b[1:]
-	n, k := binary.Uvarint(b)
-	if k <= 0 || uint64(len(b)-k) < n {
-		return nil, queue.ErrCorrupt
+	if _, b, err = viewString(b); err != nil { // the id
+		return nil, nil, err
 	}
-	b = b[k+int(n):]
-	n, k = binary.Uvarint(b)
-	if k <= 0 || uint64(len(b)-k) < n {
-		return nil, queue.ErrCorrupt
+	if typ, b, err = viewString(b); err != nil {
+		return nil, nil, err
 	}
-	return b[k : k+int(n)], nil
+	if v == eventVersionTenant {
+		if tenant, _, err = viewString(b); err != nil {
+			return nil, nil, err
+		}
+	}
+	return tenant, typ, nil
 }
 
-// eventIDType reads the id and type of an event record (of either
-// version), for Open's indexing of the log's tail.
+// viewString is readString without the copy: the string's bytes alias b.
+func viewString(b []byte) ([]byte, []byte, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < n {
+		return nil, nil, queue.ErrCorrupt
+	}
+	return b[k : k+int(n)], b[k+int(n):], nil
+}
+
+// eventIDType reads the id and type of an event record (of any version),
+// for Open's indexing of the log's tail.
 func eventIDType(b []byte) (id, typ string, err error) {
-	if len(b) == 0 || b[0] != recordVersion && b[0] != eventVersionExt {
+	if len(b) == 0 || !eventVersion(b[0]) {
 		return "", "", queue.ErrCorrupt
 	}
 	if id, b, err = readString(b[1:]); err != nil {

@@ -216,7 +216,7 @@ func TestFormat3EventsReadAfterUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("Event", ev)
-	for _, match := range []func([]byte) bool{nil, func(typ []byte) bool { return string(typ) == "t.a" }} {
+	for _, match := range []queue.Match{nil, func(_, typ []byte) bool { return string(typ) == "t.a" }} {
 		evs, _, err := q.Events(1, 10, 10, match)
 		if err != nil || len(evs) != 1 {
 			t.Fatalf("Events: %d events, %v", len(evs), err)
@@ -228,7 +228,7 @@ func TestFormat3EventsReadAfterUpgrade(t *testing.T) {
 		OrderingKey: "vehicle-17", TraceParent: tp, TraceState: "vendor=x"}); err != nil {
 		t.Fatal(err)
 	}
-	evs, _, err := q.Events(1, 10, 10, func(typ []byte) bool { return string(typ) == "t.b" })
+	evs, _, err := q.Events(1, 10, 10, func(_, typ []byte) bool { return string(typ) == "t.b" })
 	if err != nil || len(evs) != 1 {
 		t.Fatalf("Events of the new type: %d events, %v", len(evs), err)
 	}

@@ -16,24 +16,31 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{0xff}, 20), []byte{0}, []byte{1}, []byte{2, 3}, "", "")
 	f.Add([]byte("id-2"), []byte("t"), []byte("text/plain"), []byte("x"), "vehicle-17", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 	f.Fuzz(func(t *testing.T, id, typ, ct, body []byte, key, trace string) {
-		ev := &queue.Event{ID: string(id), Type: string(typ), ContentType: string(ct), AcceptedAt: time.Unix(0, 42), Body: body,
-			OrderingKey: key, TraceParent: trace, TraceState: key}
-		b := appendEvent(nil, ev)
-		got, err := decodeEvent(7, b)
-		if err != nil {
-			t.Fatalf("round trip: %v", err)
-		}
-		if got.ID != ev.ID || got.Type != ev.Type || got.ContentType != ev.ContentType || !bytes.Equal(got.Body, ev.Body) || !got.AcceptedAt.Equal(ev.AcceptedAt) ||
-			got.OrderingKey != ev.OrderingKey || got.TraceParent != ev.TraceParent || got.TraceState != ev.TraceState {
-			t.Fatalf("round trip changed the event: %+v", got)
-		}
-		if typ2, err := eventType(b); err != nil || string(typ2) != ev.Type {
-			t.Fatalf("eventType = %q, %v", typ2, err)
-		}
-		// Any prefix or mutation decodes or fails cleanly.
-		for i := range b {
-			decodeEvent(1, b[:i])
-			eventType(b[:i])
+		// Each input runs without a tenant and with key as its tenant, so
+		// every record version is fuzzed.
+		for _, tenant := range []string{"", key} {
+			ev := &queue.Event{ID: string(id), Type: string(typ), ContentType: string(ct), AcceptedAt: time.Unix(0, 42), Body: body,
+				OrderingKey: key, TraceParent: trace, TraceState: key, Tenant: tenant}
+			b := appendEvent(nil, ev)
+			got, err := decodeEvent(7, b)
+			if err != nil {
+				t.Fatalf("round trip: %v", err)
+			}
+			if got.ID != ev.ID || got.Type != ev.Type || got.ContentType != ev.ContentType || !bytes.Equal(got.Body, ev.Body) || !got.AcceptedAt.Equal(ev.AcceptedAt) ||
+				got.OrderingKey != ev.OrderingKey || got.TraceParent != ev.TraceParent || got.TraceState != ev.TraceState || got.Tenant != ev.Tenant {
+				t.Fatalf("round trip changed the event: %+v", got)
+			}
+			if ten2, typ2, err := eventTenantType(b); err != nil || string(typ2) != ev.Type || string(ten2) != ev.Tenant {
+				t.Fatalf("eventTenantType = %q, %q, %v", ten2, typ2, err)
+			}
+			if id2, typ2, err := eventIDType(b); err != nil || id2 != ev.ID || typ2 != ev.Type {
+				t.Fatalf("eventIDType = %q, %q, %v", id2, typ2, err)
+			}
+			// Any prefix or mutation decodes or fails cleanly.
+			for i := range b {
+				decodeEvent(1, b[:i])
+				eventTenantType(b[:i])
+			}
 		}
 		decodeEvent(1, id)
 		decodeDeadLetter(body)

@@ -90,7 +90,7 @@ func TestGroupRecords(t *testing.T) {
 	if evs, next, _ := q.Events(1, 20, 4, nil); len(evs) != 4 || evs[3].Seq != 4 || next != 5 {
 		t.Fatalf("Events with limit 4 = %v next %d; want 1..4, next 5", seqs(evs), next)
 	}
-	isA := func(typ []byte) bool { return string(typ) == "t.a" }
+	isA := func(_, typ []byte) bool { return string(typ) == "t.a" }
 	if evs, next, _ := q.Events(2, 17, 100, isA); len(evs) != 8 || evs[0].Seq != 2 || evs[7].Seq != 16 || next != 18 {
 		t.Fatalf("Events of t.a in 2..17 = %v next %d", seqs(evs), next)
 	}

@@ -27,7 +27,7 @@ var (
 
 // formatVersion is written into a new data dir, and over an older one on
 // open; a dir written by a newer sluice is refused rather than misread.
-const formatVersion = 6
+const formatVersion = 7
 
 // Format history. A data dir of an older format is upgraded on open (its
 // m/format rewritten), so an older sluice then refuses it instead of
@@ -58,6 +58,11 @@ const formatVersion = 6
 //	   deletes groups whole, rewrites the one that straddles its bound
 //	   without the events below it, and copies the events retries hold out
 //	   into records of their own. Older records are read as they are.
+//	7  an e/<seq> record may be of version 4 (eventVersionTenant), carrying
+//	   the tenant the event belongs to (DESIGN.md invariant 8). Platform
+//	   events are written as before, so an older dir needs no rewrite; an
+//	   older sluice must refuse the dir, as it would read a version-4
+//	   record as damage and, worse, deliver a tenant's event to everyone.
 
 // recordVersion leads every value we encode so a record format can evolve.
 const recordVersion = 1
@@ -69,6 +74,10 @@ const eventVersionExt = 2
 // eventVersionGroup leads a group record: several events of one batch in
 // one entry (encoding.go records; format 6).
 const eventVersionGroup = 3
+
+// eventVersionTenant leads an event record that belongs to a tenant
+// (encoding.go appendEvent; format 7).
+const eventVersionTenant = 4
 
 func eventKey(seq uint64) []byte {
 	k := make([]byte, 2+8)

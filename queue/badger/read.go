@@ -73,7 +73,7 @@ const maxScan = 8192
 // satisfies match (nil matches all), and the sequence number to continue
 // from. Fewer than limit events with next <= to means the scan stopped at
 // its bound, not that there is nothing left.
-func (l *Log) Events(from, to uint64, limit int, match func(typ []byte) bool) (evs []*queue.Event, next uint64, err error) {
+func (l *Log) Events(from, to uint64, limit int, match queue.Match) (evs []*queue.Event, next uint64, err error) {
 	from = max(from, l.low.Load())
 	next = from
 	if from > to {
@@ -104,11 +104,11 @@ func (l *Log) Events(from, to uint64, limit int, match func(typ []byte) bool) (e
 					next = seq + 1
 					scanned++
 					if match != nil {
-						typ, err := eventType(rec)
+						tenant, typ, err := eventTenantType(rec)
 						if err != nil {
 							return fmt.Errorf("event %d: %w", seq, err)
 						}
-						if !match(typ) {
+						if !match(tenant, typ) {
 							return nil
 						}
 					}
@@ -142,7 +142,7 @@ func (l *Log) Events(from, to uint64, limit int, match func(typ []byte) bool) (e
 
 // CountEvents counts the events with from <= seq <= to whose type satisfies
 // match (nil matches all), stopping once the count passes limit.
-func (l *Log) CountEvents(from, to uint64, match func(typ []byte) bool, limit int) (int, error) {
+func (l *Log) CountEvents(from, to uint64, match queue.Match, limit int) (int, error) {
 	from = max(from, l.low.Load())
 	if from > to {
 		return 0, nil
@@ -164,8 +164,8 @@ func (l *Log) CountEvents(from, to uint64, match func(typ []byte) bool, limit in
 					if seq > to || n > limit {
 						return errStopped
 					}
-					typ, err := eventType(rec)
-					if err == nil && match(typ) {
+					tenant, typ, err := eventTenantType(rec)
+					if err == nil && match(tenant, typ) {
 						n++
 					}
 					return err

@@ -36,6 +36,10 @@ const (
 	hdrOrderingKey = "Sluice-Ordering-Key"
 	hdrTraceParent = "traceparent"
 	hdrTraceState  = "tracestate"
+	// The tenant the event belongs to (DESIGN.md invariant 8), only when
+	// it has one; a message written before tenants existed reads as a
+	// platform event.
+	hdrTenant = "Sluice-Tenant"
 )
 
 // logSide is the state of the event log: the publish window, the stream
@@ -221,7 +225,7 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 // allocation where a value slice per header was one each (BenchmarkAppend).
 type eventMsg struct {
 	m    nats.Msg
-	vals [7]string
+	vals [8]string
 }
 
 // newEventMsg makes ev's message. Every attempt of its Append sends it
@@ -245,6 +249,7 @@ func newEventMsg(subject string, ev *queue.Event) *nats.Msg {
 	set(hdrOrderingKey, ev.OrderingKey)
 	set(hdrTraceParent, ev.TraceParent)
 	set(hdrTraceState, ev.TraceState)
+	set(hdrTenant, ev.Tenant)
 	em.m = nats.Msg{Subject: subject, Data: ev.Body, Header: h}
 	return &em.m
 }

@@ -157,7 +157,7 @@ func BenchmarkEvents(b *testing.B) {
 	}
 	wg.Wait()
 	js := rawJS(b, cluster.URLs())
-	isT3 := func(typ []byte) bool { return string(typ) == "t3" }
+	isT3 := func(_, typ []byte) bool { return string(typ) == "t3" }
 	// consume reads count events from seq from on with a consumer made
 	// for the call (what an ordered consumer is: ephemeral, R1, in
 	// memory, no acks), then deletes it.

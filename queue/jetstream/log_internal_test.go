@@ -57,7 +57,7 @@ func CloseLog(s *Store) {
 // CountEventsDirect is CountEvents by direct get batches only, for
 // BenchmarkEvents to compare with the consumer CountEvents uses for long
 // ranges.
-func CountEventsDirect(s *Store, from, to uint64, match func([]byte) bool, limit int) (int, error) {
+func CountEventsDirect(s *Store, from, to uint64, match queue.Match, limit int) (int, error) {
 	return s.countDirect(from, to, match, limit)
 }
 

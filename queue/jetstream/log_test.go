@@ -484,7 +484,7 @@ func TestCountEventsLongRange(t *testing.T) {
 	wg.Wait()
 	// Which types landed where depends on the writers' interleaving: ask
 	// the direct batches, then the consumer.
-	isT3 := func(typ []byte) bool { return string(typ) == "t3" }
+	isT3 := func(_, typ []byte) bool { return string(typ) == "t3" }
 	for _, r := range [][2]uint64{{1, n}, {100, n}, {1, 700}, {600, n + 50}} {
 		want, err := jetstream.CountEventsDirect(s, r[0], r[1], isT3, n)
 		if err != nil {

@@ -333,6 +333,7 @@ func decodeEvent(seq uint64, subject string, h nats.Header, data []byte) (*queue
 	return &queue.Event{
 		Seq: seq, ID: id, Type: hval(h, hdrType), ContentType: hval(h, hdrContentType),
 		OrderingKey: hval(h, hdrOrderingKey), TraceParent: hval(h, hdrTraceParent), TraceState: hval(h, hdrTraceState),
+		Tenant:     hval(h, hdrTenant),
 		AcceptedAt: time.Unix(0, at),
 		// The message's own buffer, capped so no append can reach the
 		// bytes next to it.
@@ -718,7 +719,7 @@ func (s *Store) directBatch(seq uint64, n int, fn func(*getMsg) bool) (pending u
 // satisfies match (nil: all), and the seq to continue from. Fewer than
 // limit with next <= to means the scan stopped at its bound (maxScan
 // events walked, or the end of what this node has seen).
-func (s *Store) Events(from, to uint64, limit int, match func(typ []byte) bool) (evs []*queue.Event, next uint64, err error) {
+func (s *Store) Events(from, to uint64, limit int, match queue.Match) (evs []*queue.Event, next uint64, err error) {
 	if s.closed.Load() {
 		return nil, from, queue.ErrClosed
 	}
@@ -730,12 +731,13 @@ func (s *Store) Events(from, to uint64, limit int, match func(typ []byte) bool) 
 	if match == nil {
 		n = min(limit, maxScan)
 	}
-	var typ []byte
+	var tenant, typ []byte
 	var derr error
 	next, err = s.scanEvents(from, to, n, func(g *getMsg) bool {
 		if match != nil {
 			typ = append(typ[:0], hval(g.hdr, hdrType)...)
-			if !match(typ) {
+			tenant = append(tenant[:0], hval(g.hdr, hdrTenant)...)
+			if !match(tenant, typ) {
 				return true
 			}
 		}
@@ -760,7 +762,7 @@ func (s *Store) Events(from, to uint64, limit int, match func(typ []byte) bool) 
 // satisfies match (nil: all, by arithmetic, as Badger does), stopping once
 // the count passes limit. A long range is counted with a headers-only
 // consumer, a short one with direct batches (see Range reads).
-func (s *Store) CountEvents(from, to uint64, match func(typ []byte) bool, limit int) (int, error) {
+func (s *Store) CountEvents(from, to uint64, match queue.Match, limit int) (int, error) {
 	if s.closed.Load() {
 		return 0, queue.ErrClosed
 	}
@@ -792,13 +794,14 @@ func (s *Store) CountEvents(from, to uint64, match func(typ []byte) bool, limit 
 const countByConsumer = 512
 
 // countDirect counts with direct get batches.
-func (s *Store) countDirect(from, to uint64, match func(typ []byte) bool, limit int) (int, error) {
+func (s *Store) countDirect(from, to uint64, match queue.Match, limit int) (int, error) {
 	count := 0
-	var typ []byte
+	var tenant, typ []byte
 	for next := from; next <= to && count <= limit; {
 		n, err := s.scanEvents(next, to, maxScan, func(g *getMsg) bool {
 			typ = append(typ[:0], hval(g.hdr, hdrType)...)
-			if match(typ) {
+			tenant = append(tenant[:0], hval(g.hdr, hdrTenant)...)
+			if match(tenant, typ) {
 				count++
 			}
 			return count <= limit
@@ -817,7 +820,7 @@ func (s *Store) countDirect(from, to uint64, match func(typ []byte) bool, limit 
 // countConsumer counts [from, to] (to <= head: it is stored, unless
 // compacted) with a headers-only ordered consumer made for the call, and
 // returns the seq it got to (to+1 when it counted the whole range).
-func (s *Store) countConsumer(from, to uint64, match func(typ []byte) bool, limit int) (count int, next uint64, err error) {
+func (s *Store) countConsumer(from, to uint64, match queue.Match, limit int) (count int, next uint64, err error) {
 	next = from
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.RequestTimeout)
 	defer cancel()
@@ -844,7 +847,7 @@ func (s *Store) countConsumer(from, to uint64, match func(typ []byte) bool, limi
 			cancel()
 		}
 	}()
-	var typ []byte
+	var tenant, typ []byte
 	for count <= limit && next <= to {
 		m, err := it.Next(jetstream.NextMaxWait(min(s.opts.RequestTimeout, 2*time.Second)))
 		if err != nil {
@@ -860,7 +863,8 @@ func (s *Store) countConsumer(from, to uint64, match func(typ []byte) bool, limi
 		}
 		next = seq + 1
 		typ = append(typ[:0], hval(m.Headers(), hdrType)...)
-		if match(typ) {
+		tenant = append(tenant[:0], hval(m.Headers(), hdrTenant)...)
+		if match(tenant, typ) {
 			count++
 		}
 		if md.NumPending == 0 {

@@ -57,7 +57,7 @@ func testEventsFilterAndBounds(t *testing.T, e *env) {
 		}
 		MustAppend(t, s, Event(fmt.Sprint(i), typ, "x"))
 	}
-	isB := func(typ []byte) bool { return string(typ) == "b" }
+	isB := func(_, typ []byte) bool { return string(typ) == "b" }
 	evs, next, err := s.Events(1, 20, 3, isB)
 	if err != nil {
 		t.Fatal(err)
@@ -247,10 +247,12 @@ const (
 	testTraceState  = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
 )
 
-// testEventContext: an event's ordering key and trace context survive the
-// append, every read (Event, Events with and without a type filter,
-// OnCommit) and a reopen; an event without them reads with them empty;
-// and a dead letter keeps them, also across a reopen and a replay.
+// testEventContext: an event's ordering key, trace context and tenant
+// survive the append, every read (Event, Events with and without a
+// filter, OnCommit) and a reopen; an event without them reads with them
+// empty; a Match sees each event's tenant ("" for a platform event); and a
+// dead letter keeps them, with its owner, also across a reopen and a
+// replay.
 func testEventContext(t *testing.T, e *env) {
 	var (
 		mu        sync.Mutex
@@ -269,7 +271,11 @@ func testEventContext(t *testing.T, e *env) {
 	plain := Event("plain", "t.a", `{"n":3}`)
 	traceOnly := Event("trace-only", "t.b", `{"n":4}`)
 	traceOnly.TraceParent = testTraceParent
-	want := []*queue.Event{full, keyOnly, plain, traceOnly}
+	tenanted := Event("acme-1", "t.a", `{"n":6}`)
+	tenanted.Tenant = "acme"
+	tenantKeyed := Event("acme-2", "t.b", `{"n":7}`)
+	tenantKeyed.Tenant, tenantKeyed.OrderingKey, tenantKeyed.TraceParent = "acme", "vehicle-20", testTraceParent
+	want := []*queue.Event{full, keyOnly, plain, traceOnly, tenanted, tenantKeyed}
 	for _, ev := range want {
 		MustAppend(t, s, ev)
 	}
@@ -281,7 +287,7 @@ func testEventContext(t *testing.T, e *env) {
 		for i, g := range got {
 			w := want[i]
 			if g.ID != w.ID || g.OrderingKey != w.OrderingKey || g.TraceParent != w.TraceParent || g.TraceState != w.TraceState ||
-				g.Type != w.Type || g.ContentType != w.ContentType || string(g.Body) != string(w.Body) {
+				g.Tenant != w.Tenant || g.Type != w.Type || g.ContentType != w.ContentType || string(g.Body) != string(w.Body) {
 				t.Fatalf("%s: event %d = %+v\nwant %+v", how, i, g, w)
 			}
 		}
@@ -289,7 +295,7 @@ func testEventContext(t *testing.T, e *env) {
 	reads := func(s queue.Store, when string) {
 		t.Helper()
 		var one []*queue.Event
-		for seq := uint64(1); seq <= 4; seq++ {
+		for seq := uint64(1); seq <= uint64(len(want)); seq++ {
 			ev, err := s.Event(seq)
 			if err != nil {
 				t.Fatalf("%s: Event(%d): %v", when, seq, err)
@@ -297,16 +303,32 @@ func testEventContext(t *testing.T, e *env) {
 			one = append(one, ev)
 		}
 		check(when+": Event", one, want)
-		evs, _, err := s.Events(1, 4, 10, nil)
+		head := uint64(len(want))
+		evs, _, err := s.Events(1, head, 10, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		check(when+": Events", evs, want)
-		evs, _, err = s.Events(1, 4, 10, func(typ []byte) bool { return string(typ) == "t.a" })
+		evs, _, err = s.Events(1, head, 10, func(_, typ []byte) bool { return string(typ) == "t.a" })
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(when+": Events of a type", evs, want[:3])
+		check(when+": Events of a type", evs, []*queue.Event{full, keyOnly, plain, tenanted})
+		ofAcme := func(tenant, _ []byte) bool { return string(tenant) == "acme" }
+		evs, _, err = s.Events(1, head, 10, ofAcme)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(when+": Events of a tenant", evs, []*queue.Event{tenanted, tenantKeyed})
+		platform := func(tenant, _ []byte) bool { return len(tenant) == 0 }
+		evs, _, err = s.Events(1, head, 10, platform)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(when+": platform Events", evs, want[:4])
+		if n, err := s.CountEvents(1, head, ofAcme, 100); err != nil || n != 2 {
+			t.Fatalf("%s: CountEvents of a tenant = %d, %v; want 2", when, n, err)
+		}
 	}
 	reads(s, "after append")
 	mu.Lock()
@@ -318,11 +340,11 @@ func testEventContext(t *testing.T, e *env) {
 	// A dead letter keeps them.
 	join(t, s, "partner", nil)
 	ev := Event("dead", "t.a", `{"n":5}`)
-	ev.OrderingKey, ev.TraceParent, ev.TraceState = "vehicle-19", testTraceParent, testTraceState
+	ev.OrderingKey, ev.TraceParent, ev.TraceState, ev.Tenant = "vehicle-19", testTraceParent, testTraceState, "acme"
 	seq, _ := MustAppend(t, s, ev)
 	record(t, s, queue.Outcome{Kind: queue.DeadLettered, Subscription: "partner", Seq: seq, DeadLetter: &queue.DeadLetter{
 		Subscription: "partner", Seq: seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType, AcceptedAt: ev.AcceptedAt,
-		OrderingKey: ev.OrderingKey, TraceParent: ev.TraceParent, TraceState: ev.TraceState,
+		OrderingKey: ev.OrderingKey, TraceParent: ev.TraceParent, TraceState: ev.TraceState, Tenant: ev.Tenant, Owner: "acme",
 		Reason: "rejected", Attempts: 1, LastStatus: 400, DeadAt: t0, Body: ev.Body,
 	}})
 	checkDL := func(how string, d *queue.DeadLetter, err error) {
@@ -330,7 +352,8 @@ func testEventContext(t *testing.T, e *env) {
 		if err != nil {
 			t.Fatalf("%s: %v", how, err)
 		}
-		if d.EventID != "dead" || d.OrderingKey != "vehicle-19" || d.TraceParent != testTraceParent || d.TraceState != testTraceState || string(d.Body) != `{"n":5}` {
+		if d.EventID != "dead" || d.OrderingKey != "vehicle-19" || d.TraceParent != testTraceParent || d.TraceState != testTraceState || string(d.Body) != `{"n":5}` ||
+			d.Tenant != "acme" || d.Owner != "acme" {
 			t.Fatalf("%s: dead letter = %+v", how, d)
 		}
 	}

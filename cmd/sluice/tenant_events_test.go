@@ -1,0 +1,155 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/signing"
+	"github.com/sluicehq/sluice/testbed"
+)
+
+// Events belong to tenants (DESIGN.md invariant 8): a producer posts
+// events of acme, of globex and of the platform; each tenant's
+// subscriptions, whatever their types say ("*"), receive exactly their
+// tenant's events plus the platform types the operator shares with them;
+// the operator's receive everything; dead letters, the ledger and replay
+// follow the same rule; and an id a tenant used stays its own.
+
+const (
+	teOpToken     = "te-operator-token-0123456789"
+	teAcmeToken   = "te-acme-token-0123456789"
+	teGlobexToken = "te-globex-token-0123456789"
+)
+
+func TestTenantEventsReachOnlyTheirTenant(t *testing.T) {
+	tb := testbed.New(testbed.Options{})
+	if err := tb.Open("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	tb.SetMode("/acme-dead", testbed.ModeFail)
+	k, _ := signing.ParseSecret(e2eSecret)
+	ops := &proxy.Subscription{ID: "ops-all", URL: tb.URL() + "/ops", Secrets: []signing.Secret{k}, Types: []string{"*"},
+		Timeout: 2 * time.Second, Retry: policy.RetryPolicy{MaxAttempts: 1}}
+	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken, Subscriptions: []*proxy.Subscription{ops},
+		Tenants:      []proxy.Tenant{{ID: "acme", SharedTypes: []string{"status.*"}}, {ID: "globex"}},
+		TenantTokens: []proxy.TenantToken{{Token: teAcmeToken, Tenant: "acme"}, {Token: teGlobexToken, Tenant: "globex"}}})
+
+	// The attack of the finding: a tenant subscribes to everything.
+	create := func(token, id, path string, extra map[string]any) {
+		doc := map[string]any{"id": id, "url": tb.URL() + path, "types": []string{"*"}}
+		for k, v := range extra {
+			doc[k] = v
+		}
+		s.mustCall(t, token, "POST", "/v1/subscriptions", jsonOf(doc), 201, nil)
+	}
+	create(teAcmeToken, "acme-spy", "/acme-spy", nil)
+	create(teAcmeToken, "acme-dead", "/acme-dead", map[string]any{"retry": map[string]any{"max_attempts": 1}})
+	create(teGlobexToken, "globex-spy", "/globex-spy", nil)
+
+	want := map[string][]string{} // path -> event ids it must receive, in order
+	post := func(tenant, typ, id string) {
+		s.postAs(t, tenant, typ, id, `{"email":"customer-of-`+tenant+`@example.com"}`)
+		want["/ops"] = append(want["/ops"], id)
+		switch {
+		case tenant == "acme" || tenant == "" && strings.HasPrefix(typ, "status."):
+			want["/acme-spy"] = append(want["/acme-spy"], id)
+		case tenant == "globex":
+			want["/globex-spy"] = append(want["/globex-spy"], id)
+		}
+	}
+	for i := range 4 {
+		n := strconv.Itoa(i)
+		post("globex", "globex.invoice.paid", "globex-ev-"+n)
+		post("acme", "acme.order.created", "acme-ev-"+n)
+		post("", "status.up", "status-ev-"+n)        // shared with acme only
+		post("", "platform.audit", "platform-ev-"+n) // shared with no tenant
+	}
+	eventually(t, "every subscription's deliveries", func() bool {
+		return len(tb.IDs("/ops")) == len(want["/ops"]) && len(tb.IDs("/acme-spy")) == len(want["/acme-spy"]) &&
+			len(tb.IDs("/globex-spy")) == len(want["/globex-spy"]) && s.laneOf(t, "acme-dead").DeadLettered == uint64(len(want["/acme-spy"]))
+	})
+	// Every event has been resolved by every lane by now; a lane that took
+	// another tenant's event would show it here.
+	for _, path := range []string{"/ops", "/acme-spy", "/globex-spy"} {
+		got := tb.IDs(path)
+		slices.Sort(got)
+		w := slices.Clone(want[path])
+		slices.Sort(w)
+		if !slices.Equal(got, w) {
+			t.Errorf("%s received %v\nwant %v", path, got, w)
+		}
+	}
+
+	// acme's dead letters hold only what acme may receive, each recording
+	// its tenant and its owner.
+	var page proxy.DeadLetterPage
+	s.mustCall(t, teAcmeToken, "GET", "/v1/dead-letters?subscription=acme-dead", "", 200, &page)
+	if len(page.DeadLetters) != len(want["/acme-spy"]) {
+		t.Fatalf("acme-dead has %d dead letters, want %d", len(page.DeadLetters), len(want["/acme-spy"]))
+	}
+	var seq uint64
+	for _, d := range page.DeadLetters {
+		if strings.HasPrefix(d.EventID, "globex-") || strings.HasPrefix(d.EventID, "platform-") {
+			t.Fatalf("acme's dead letters hold %s", d.EventID)
+		}
+		seq = d.Seq
+	}
+	letter := "/v1/dead-letters/acme-dead/" + strconv.FormatUint(seq, 10)
+
+	// The ledger: a tenant sees another tenant's event as if it did not
+	// exist, and its own.
+	s.mustCall(t, teAcmeToken, "GET", "/v1/events/globex-ev-1", "", 404, nil)
+	s.mustCall(t, teAcmeToken, "GET", "/v1/events/platform-ev-1", "", 404, nil)
+	var st proxy.EventStatus
+	s.mustCall(t, teGlobexToken, "GET", "/v1/events/globex-ev-1", "", 200, &st)
+	for _, d := range st.Deliveries {
+		if d.Subscription != "globex-spy" {
+			t.Errorf("globex's ledger of its event shows %s", d.Subscription)
+		}
+	}
+
+	// An id acme used stays acme's once its subscription is gone: globex
+	// cannot take it and so cannot read or replay acme's dead letters.
+	s.mustCall(t, teAcmeToken, "DELETE", "/v1/subscriptions/acme-dead", "", 202, nil)
+	eventually(t, "acme-dead retires", func() bool { _, ok := s.lane("acme-dead"); return !ok })
+	code, body := s.call(t, teGlobexToken, "POST", "/v1/subscriptions", jsonOf(map[string]any{"id": "acme-dead", "url": tb.URL() + "/globex-steal", "types": []string{"*"}}))
+	if code != http.StatusConflict {
+		t.Fatalf("globex takes acme's retired id: %d %s, want 409", code, body)
+	}
+	s.mustCall(t, teGlobexToken, "GET", letter, "", 404, nil)
+	s.mustCall(t, teAcmeToken, "GET", letter, "", 200, nil)
+	// acme may take its own id again.
+	create(teAcmeToken, "acme-dead", "/acme-dead-2", nil)
+}
+
+// TestIngestTenantHeader: a bad Sluice-Tenant is a 400 naming the header,
+// and nothing is appended.
+func TestIngestTenantHeader(t *testing.T) {
+	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken})
+	for _, bad := range []string{"Acme", "-acme", "acme corp", strings.Repeat("a", 65), "acme/../globex"} {
+		req, _ := http.NewRequest(http.MethodPost, s.srv.URL()+"/v1/events/t.a", strings.NewReader(`{}`))
+		req.Header.Set(proxy.HeaderTenant, bad)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), proxy.HeaderTenant) {
+			t.Errorf("Sluice-Tenant %q: %d %s, want 400 naming the header", bad, resp.StatusCode, b)
+		}
+	}
+	var list proxy.SubscriptionList
+	s.mustCall(t, "", "GET", "/v1/subscriptions", "", 200, &list)
+	if list.Head != 0 {
+		t.Fatalf("bad tenants appended: head %d", list.Head)
+	}
+}
