@@ -19,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +47,8 @@ var kubeTypes = map[string]func() any{
 	"batch/v1/CronJob":    func() any { return new(batchv1.CronJob) },
 
 	"policy/v1/PodDisruptionBudget": func() any { return new(policyv1.PodDisruptionBudget) },
+
+	"networking.k8s.io/v1/NetworkPolicy": func() any { return new(networkingv1.NetworkPolicy) },
 
 	"admissionregistration.k8s.io/v1/MutatingWebhookConfiguration":   func() any { return new(admissionregistrationv1.MutatingWebhookConfiguration) },
 	"admissionregistration.k8s.io/v1/ValidatingWebhookConfiguration": func() any { return new(admissionregistrationv1.ValidatingWebhookConfiguration) },
@@ -235,6 +238,7 @@ func TestKubernetesManifestsStrict(t *testing.T) {
 	for _, f := range []string{
 		"kubernetes/app.yaml", "kubernetes/configmap.yaml", "kubernetes/deployment.yaml", "kubernetes/secret.yaml",
 		"kubernetes/fleet/deployment.yaml", "kubernetes/injector/webhook.yaml", "kubernetes/injector/deployment.yaml",
+		"kubernetes/injector/networkpolicy.yaml",
 	} {
 		if !files[f] {
 			t.Errorf("%s: no object decoded", f)
@@ -279,6 +283,7 @@ type injector struct {
 	service    *corev1.Service
 	deployment *appsv1.Deployment
 	pdb        *policyv1.PodDisruptionBudget
+	netpol     *networkingv1.NetworkPolicy
 	webhooks   *admissionregistrationv1.MutatingWebhookConfiguration
 	issuers    map[string]*cmIssuer
 	certs      map[string]*cmCertificate
@@ -319,6 +324,9 @@ func loadInjector(t *testing.T) *injector {
 		case *policyv1.PodDisruptionBudget:
 			once(m, in.pdb != nil)
 			in.pdb = o
+		case *networkingv1.NetworkPolicy:
+			once(m, in.netpol != nil)
+			in.netpol = o
 		case *admissionregistrationv1.MutatingWebhookConfiguration:
 			once(m, in.webhooks != nil)
 			in.webhooks = o
@@ -341,7 +349,7 @@ func loadInjector(t *testing.T) *injector {
 	}
 	for name, missing := range map[string]bool{
 		"Namespace": in.namespace == nil, "ServiceAccount": in.account == nil, "Service": in.service == nil,
-		"Deployment": in.deployment == nil, "PodDisruptionBudget": in.pdb == nil,
+		"Deployment": in.deployment == nil, "PodDisruptionBudget": in.pdb == nil, "NetworkPolicy": in.netpol == nil,
 		"MutatingWebhookConfiguration": in.webhooks == nil, "Kustomization": in.kustomize == nil,
 	} {
 		if missing {
@@ -640,6 +648,77 @@ func TestKubernetesInjector(t *testing.T) {
 		s, err := metav1.LabelSelectorAsSelector(in.pdb.Spec.Selector)
 		if err != nil || s.Empty() || !s.Matches(labels.Set(pod.Labels)) {
 			t.Errorf("PDB selector %v does not match the Deployment's pods %v: %v", in.pdb.Spec.Selector, pod.Labels, err)
+		}
+	})
+
+	t.Run("networkpolicy", func(t *testing.T) {
+		np := in.netpol.Spec
+		s, err := metav1.LabelSelectorAsSelector(&np.PodSelector)
+		if err != nil || s.Empty() || !s.Matches(labels.Set(pod.Labels)) {
+			t.Errorf("podSelector %v does not select the Deployment's pods %v: %v", np.PodSelector, pod.Labels, err)
+		}
+		if !slices.Equal(np.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+			t.Errorf("policyTypes %q, want [Ingress]", np.PolicyTypes)
+		}
+		c := pod.Spec.Containers[0]
+		// containerPort resolves a rule's port, a number or a name.
+		containerPort := func(p networkingv1.NetworkPolicyPort) int32 {
+			if p.Port == nil || p.EndPort != nil || p.Protocol == nil || *p.Protocol != corev1.ProtocolTCP {
+				t.Fatalf("rule port %+v: want one TCP port", p)
+			}
+			if p.Port.StrVal == "" {
+				return p.Port.IntVal
+			}
+			i := slices.IndexFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.Name == p.Port.StrVal })
+			if i < 0 {
+				t.Fatalf("rule port %q names no container port", p.Port.StrVal)
+			}
+			return c.Ports[i].ContainerPort
+		}
+		named := map[string]int32{}
+		for _, cp := range c.Ports {
+			named[cp.Name] = cp.ContainerPort
+		}
+		// Which rules open each port; a rule without ports would open all.
+		opens := map[int32][]networkingv1.NetworkPolicyIngressRule{}
+		for i, r := range np.Ingress {
+			if len(r.Ports) == 0 {
+				t.Errorf("ingress rule %d has no ports: it opens every port", i)
+			}
+			for _, p := range r.Ports {
+				opens[containerPort(p)] = append(opens[containerPort(p)], r)
+			}
+		}
+		if got, want := slices.Sorted(maps.Keys(opens)), []int32{named["webhook"], named["admin"]}; !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+			t.Errorf("ports opened %v, want the webhook and admin ports %v only", got, want)
+		}
+		// The API server must reach the webhook port: from anywhere (the
+		// shipped choice) or from addresses only.
+		for _, r := range opens[named["webhook"]] {
+			for _, peer := range r.From {
+				if peer.IPBlock == nil {
+					t.Errorf("the webhook port is open to %+v: the API server is no pod a selector can name", peer)
+				}
+			}
+		}
+		// The admin port: this namespace's pods, or named namespaces; never
+		// every namespace or every address.
+		for _, r := range opens[named["admin"]] {
+			if len(r.From) == 0 {
+				t.Error("the admin port is open to every source")
+			}
+			for _, peer := range r.From {
+				switch {
+				case peer.IPBlock != nil:
+					t.Errorf("the admin port is open to addresses %+v", peer.IPBlock)
+				case peer.NamespaceSelector != nil:
+					if ns, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector); err != nil || ns.Empty() {
+						t.Errorf("the admin port is open to namespaces %v: want named ones", peer.NamespaceSelector)
+					}
+				case peer.PodSelector == nil:
+					t.Errorf("admin peer %+v selects nothing", peer)
+				}
+			}
 		}
 	})
 

@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -251,4 +252,175 @@ func BenchmarkWebhookLatency(b *testing.B) {
 	b.ReportMetric(m50-n50, "own-p50-us")
 	b.ReportMetric(m99-n99, "own-p99-us")
 	b.ReportMetric(m99/n99, "p99-ratio")
+}
+
+// metric reads one unlabelled gauge or counter from reg.
+func metric(tb testing.TB, reg *prometheus.Registry, name string) float64 {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	tb.Fatalf("no metric %s", name)
+	return 0
+}
+
+// slotCounter counts, through the webhook's slot hooks, the reviews that
+// hold a slot now and the most that ever did at once. Until open is
+// closed, a review that takes a slot keeps it.
+type slotCounter struct {
+	now, most atomic.Int64
+	open      chan struct{}
+}
+
+func countSlots(w *inject.Webhook) *slotCounter {
+	c := &slotCounter{open: make(chan struct{})}
+	inject.SetSlotHooks(w, func() {
+		n := c.now.Add(1)
+		for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
+		}
+		<-c.open
+	}, func() { c.now.Add(-1) })
+	return c
+}
+
+// await polls until cond holds, failing after 30 s.
+func await(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			tb.Fatalf("waited 30s for %s", what)
+		}
+	}
+}
+
+// TestWebhookBoundsReviewsInFlight, the security review's case: eight
+// concurrent 3 MiB reviews over TLS against a webhook that allows two at
+// once. Two hold a slot (kept until the test has seen the other six
+// waiting), never more, and every review is answered with its pod's patch
+// under its own uid.
+func TestWebhookBoundsReviewsInFlight(t *testing.T) {
+	const n, bound = 8, 2
+	reg := prometheus.NewRegistry()
+	wh := inject.NewWebhook(inject.Defaults(), reg, nil)
+	wh.Limits = inject.Limits{MaxInFlight: bound, QueueWait: time.Minute} // the waits end when the test opens the slots
+	slots := countSlots(wh)
+	url, c := tlsWebhook(t, wh)
+
+	type answer struct {
+		uid  string
+		code int
+		body []byte
+		err  error
+	}
+	answers := make(chan answer, n)
+	blob := strings.Repeat("x", 3<<20)
+	for i := range n {
+		uid := fmt.Sprintf("5b0c8e7a-1d2f-4e3a-9b8c-%012d", i)
+		body := injecttest.Review(t, uid, injecttest.DeploymentPod(map[string]string{"example.com/blob": blob}))
+		if len(body) < 3<<20 || len(body) > inject.MaxReviewBytes {
+			t.Fatalf("review of %d bytes, want 3 MiB to the limit", len(body))
+		}
+		go func() {
+			resp, err := c.Post(url+inject.PodPath, "application/json", bytes.NewReader(body))
+			if err != nil {
+				answers <- answer{uid: uid, err: err}
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			answers <- answer{uid, resp.StatusCode, b, err}
+		}()
+	}
+	await(t, fmt.Sprintf("%d reviews in flight and %d waiting", bound, n-bound), func() bool {
+		return metric(t, reg, "sluice_injector_reviews_in_flight") == bound && metric(t, reg, "sluice_injector_reviews_waiting") == n-bound
+	})
+	close(slots.open)
+	for range n {
+		a := <-answers
+		if a.err != nil || a.code != 200 {
+			t.Errorf("%s: %d, %v", a.uid, a.code, a.err)
+			continue
+		}
+		ar, err := injecttest.DecodeResponse(a.body)
+		if err != nil {
+			t.Errorf("%s: %v", a.uid, err)
+			continue
+		}
+		if string(ar.Response.UID) != a.uid || !ar.Response.Allowed || ar.Response.Patch == nil {
+			t.Errorf("%s: answer %+v, want allowed with a patch under its uid", a.uid, ar.Response)
+		}
+	}
+	if most := slots.most.Load(); most != bound {
+		t.Errorf("at most %d reviews held a slot at once, want %d", most, bound)
+	}
+	byResult, observed := counts(t, reg)
+	if byResult[string(inject.Injected)] != n || observed != n {
+		t.Errorf("counted %v and %d observed, want %d injected", byResult, observed, n)
+	}
+	for _, name := range []string{"sluice_injector_reviews_in_flight", "sluice_injector_reviews_waiting", "sluice_injector_reviews_shed_total"} {
+		if v := metric(t, reg, name); v != 0 {
+			t.Errorf("%s is %g after all are answered, want 0", name, v)
+		}
+	}
+}
+
+// TestWebhookShedsReviewsPastTheWait: with the one slot held, a review
+// the API server gives 1 s (?timeout=1s, no time to wait for a slot), and
+// one that waits out --queue-wait, are answered 503, so that the API
+// server applies the webhook's failurePolicy; they are counted as shed,
+// not as reviews. The review holding the slot is answered as usual.
+func TestWebhookShedsReviewsPastTheWait(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	wh := inject.NewWebhook(inject.Defaults(), reg, nil)
+	wh.Limits = inject.Limits{MaxInFlight: 1, QueueWait: 20 * time.Millisecond}
+	slots := countSlots(wh)
+	url, c := tlsWebhook(t, wh)
+
+	held := make(chan []byte, 1)
+	first := injecttest.Review(t, "uid-held", injecttest.DeploymentPod(nil))
+	go func() {
+		resp, err := c.Post(url+inject.PodPath, "application/json", bytes.NewReader(first))
+		if err != nil {
+			held <- nil
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		held <- b
+	}()
+	await(t, "the first review to hold the slot", func() bool { return slots.now.Load() == 1 })
+
+	for i, path := range []string{inject.PodPath + "?timeout=1s", inject.NamespacePath} {
+		resp, body := post(t, c, url+path, injecttest.Review(t, "uid-shed", injecttest.DeploymentPod(nil)))
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "" {
+			t.Errorf("%s: %s, Retry-After %q: %q; want 503 without Retry-After", path, resp.Status, resp.Header.Get("Retry-After"), body)
+		}
+		if shed := metric(t, reg, "sluice_injector_reviews_shed_total"); shed != float64(i+1) {
+			t.Errorf("%s: shed_total %g, want %d", path, shed, i+1)
+		}
+	}
+	if byResult, observed := counts(t, reg); observed != 0 || byResult[string(inject.Injected)] != 0 {
+		t.Errorf("shed reviews counted as reviews: %v, %d observed", byResult, observed)
+	}
+
+	close(slots.open)
+	ar, err := injecttest.DecodeResponse(<-held)
+	if err != nil || string(ar.Response.UID) != "uid-held" || ar.Response.Patch == nil {
+		t.Fatalf("the review holding the slot: %+v, %v", ar, err)
+	}
+	if most := slots.most.Load(); most != 1 {
+		t.Errorf("%d reviews held the one slot at once", most)
+	}
 }

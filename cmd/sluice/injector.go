@@ -62,6 +62,9 @@ func runInjector(drain, abort context.Context, args []string, stderr io.Writer, 
 	keyFile := fs.String("tls-key-file", "", "its private key, PEM (tls.key); required")
 	adminListen := fs.String("admin-listen", "127.0.0.1:8702", "admin address (plain HTTP): /metrics, /healthz, /readyz")
 	delay := fs.Duration("shutdown-delay", 5*time.Second, "after SIGTERM, keep answering reviews this long (with /readyz at 503) before closing, so the API server stops calling first")
+	limits := inject.DefaultLimits()
+	fs.IntVar(&limits.MaxInFlight, "max-in-flight", limits.MaxInFlight, fmt.Sprintf("reviews read and answered at once (1 to %d); a review can take 6 times its body, up to 24 MiB, so keep this times 24 MiB well under the container's memory limit", inject.MaxMaxInFlight))
+	fs.DurationVar(&limits.QueueWait, "queue-wait", limits.QueueWait, fmt.Sprintf("how long a review past --max-in-flight waits for a slot (0 to %s), never past the API server's timeout less 1s; then it is answered 503 and the webhook's failurePolicy applies", inject.MaxQueueWait))
 	options := injectFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -82,6 +85,9 @@ func runInjector(drain, abort context.Context, args []string, stderr io.Writer, 
 	case *delay < 0:
 		return fmt.Errorf("injector: --shutdown-delay %s is negative", *delay)
 	}
+	if err := limits.Validate(); err != nil {
+		return fmt.Errorf("injector: %w", err)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	certs, err := inject.NewCertReloader(*certFile, *keyFile, log)
 	if err != nil {
@@ -90,9 +96,17 @@ func runInjector(drain, abort context.Context, args []string, stderr io.Writer, 
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(inject.GCPercent)
 	}
+	// As `sluice serve` does: with GOGC at GCPercent the heap may grow to
+	// five times the live set before a collection, past the container's
+	// limit under a burst of large reviews; the soft limit makes the
+	// collector work harder before then.
+	if soft := setMemoryLimit(cgroupMemoryFiles); soft > 0 {
+		log.Info("Go memory limit set from the container's", "gomemlimit_bytes", soft)
+	}
 	reg := newRegistry()
 	mux := http.NewServeMux()
 	wh := inject.NewWebhook(o, reg, log)
+	wh.Limits = limits
 	mux.Handle(inject.PodPath, wh)
 	mux.Handle(inject.NamespacePath, wh)
 	var serving atomic.Bool
@@ -139,7 +153,7 @@ func runInjector(drain, abort context.Context, args []string, stderr io.Writer, 
 	leaf := certs.Certificate().Leaf
 	log.Info("sluice injector serving", "version", version, "listen", ln.Addr().String(), "admin", aln.Addr().String(),
 		"tls_cert_file", *certFile, "tls_key_file", *keyFile, "serial", leaf.SerialNumber.String(), "not_after", leaf.NotAfter,
-		"image", o.Image, "config_map", o.ConfigMap)
+		"image", o.Image, "config_map", o.ConfigMap, "max_in_flight", limits.MaxInFlight, "queue_wait", limits.QueueWait)
 	if ready != nil {
 		ready(ln.Addr().String(), aln.Addr().String())
 	}

@@ -8,7 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -261,6 +264,10 @@ func TestInjectorStartupErrors(t *testing.T) {
 		{"bad port", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--admin-port", "0"}, []string{"--admin-port"}},
 		{"unknown flag", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--nope"}, []string{"-nope"}},
 		{"bad listen", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--listen", "nowhere"}, []string{"--listen", "nowhere"}},
+		{"no review in flight", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--max-in-flight", "0"}, []string{"--max-in-flight 0", "out of range"}},
+		{"too many in flight", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--max-in-flight", "257"}, []string{"--max-in-flight 257"}},
+		{"negative queue wait", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--queue-wait", "-1s"}, []string{"--queue-wait -1s"}},
+		{"queue wait past any API server timeout", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--queue-wait", "31s"}, []string{"--queue-wait 31s", "30s"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			webhook, admin := freePort(t), freePort(t)
@@ -311,4 +318,53 @@ func TestInjectorStopsGracefully(t *testing.T) {
 		t.Errorf("no stop in the log:\n%s", s.log)
 	}
 	notListening(t, s.webhook, s.admin)
+}
+
+// TestInjectorSetsMemoryLimit: like `sluice serve`, the injector gives its
+// Go heap 85% of the container's memory limit, unless GOMEMLIMIT says
+// otherwise; its limits on reviews in flight come from its flags.
+func TestInjectorSetsMemoryLimit(t *testing.T) {
+	old := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(old) })
+	files := cgroupMemoryFiles
+	t.Cleanup(func() { cgroupMemoryFiles = files })
+	cgroupMemoryFiles = []string{filepath.Join(t.TempDir(), "memory.max")}
+	if err := os.WriteFile(cgroupMemoryFiles[0], []byte("134217728\n"), 0o600); err != nil { // the shipped 128Mi
+		t.Fatal(err)
+	}
+	_, vol := injecttest.Serving(t, 11)
+
+	t.Run("from the cgroup", func(t *testing.T) {
+		t.Setenv("GOMEMLIMIT", "")
+		os.Unsetenv("GOMEMLIMIT")
+		debug.SetMemoryLimit(old)
+		s := startInjector(t, "--tls-cert-file", vol.CertFile(), "--tls-key-file", vol.KeyFile(), "--max-in-flight", "3", "--queue-wait", "1500ms")
+		limit := float64(128 << 20)
+		want := int64(limit * memLimitShare) // as setMemoryLimit rounds
+		if got := debug.SetMemoryLimit(-1); got != want {
+			t.Errorf("Go memory limit %d, want %d (85%% of 128Mi)", got, want)
+		}
+		for _, w := range []string{"gomemlimit_bytes=" + strconv.FormatInt(want, 10), "max_in_flight=3", "queue_wait=1.5s"} {
+			if !strings.Contains(s.log.String(), w) {
+				t.Errorf("the log does not say %s:\n%s", w, s.log)
+			}
+		}
+		code, text := s.adminGet(t, "/metrics")
+		for _, name := range []string{"sluice_injector_reviews_in_flight", "sluice_injector_reviews_waiting", "sluice_injector_reviews_shed_total"} {
+			if v, ok := metricSum(text, name); code != 200 || !ok || v != 0 {
+				t.Errorf("/metrics: %s is %g (present %v), want 0", name, v, ok)
+			}
+		}
+	})
+	t.Run("GOMEMLIMIT wins", func(t *testing.T) {
+		t.Setenv("GOMEMLIMIT", "300MiB")
+		debug.SetMemoryLimit(old)
+		s := startInjector(t, "--tls-cert-file", vol.CertFile(), "--tls-key-file", vol.KeyFile())
+		if got := debug.SetMemoryLimit(-1); got != old {
+			t.Errorf("Go memory limit %d with GOMEMLIMIT set, want it left at %d", got, old)
+		}
+		if strings.Contains(s.log.String(), "gomemlimit_bytes") {
+			t.Errorf("a memory limit is logged with GOMEMLIMIT set:\n%s", s.log)
+		}
+	})
 }
