@@ -40,7 +40,7 @@ var forbiddenPrefixes = []struct {
 // every IPv4-only receiver, and refusing those would refuse most of the
 // internet; 64:ff9b::127.0.0.1 is loopback all the same.
 var (
-	nat64Prefix  = netip.MustParsePrefix("64:ff9b::/96") // RFC 6052: the IPv4 address is the last 32 bits
+	nat64Prefix     = netip.MustParsePrefix("64:ff9b::/96") // RFC 6052: the IPv4 address is the last 32 bits
 	sixToFourPrefix = netip.MustParsePrefix("2002::/16")    // RFC 3056: the IPv4 address is bits 16..47
 )
 
