@@ -571,7 +571,45 @@ func validateURL(field, raw string) error {
 	case strings.Contains(raw, "#"):
 		return fieldErr(field, safeURL(raw), invalidf("must not contain a fragment (#...)"))
 	}
+	if why := oddIPHost(u.Hostname()); why != "" {
+		return fieldErr(field, safeURL(raw), invalidf("%s", why))
+	}
 	return nil
+}
+
+// oddIPHost says why host, a URL's, is refused as an IP address spelt
+// other than canonically, or returns "". The C resolver (getaddrinfo,
+// inet_aton) reads "2130706433", "0x7f000001", "127.1", "0" and
+// "0177.0.0.1" as IPv4 addresses (the last as 127.0.0.1, octal), and
+// browsers' URL parsers do too, while Go's netip reads none of them: the
+// load-time SSRF check and whoever reads the URL would judge different
+// addresses. What the WHATWG URL standard treats as an IPv4 address (a
+// host whose last label is a decimal or 0x number) must therefore be a
+// dotted quad as netip writes it.
+func oddIPHost(host string) string {
+	if strings.Contains(host, ":") {
+		return "" // an IPv6 literal, which url.Parse has checked with netip
+	}
+	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+	last := strings.ToLower(labels[len(labels)-1])
+	hex, isHex := strings.CutPrefix(last, "0x")
+	if last == "" || !allIn(last, "0123456789") && !(isHex && allIn(hex, "0123456789abcdef")) {
+		return "" // a name: its last label is not a number
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Is4() && ip.String() == host {
+		return ""
+	}
+	return "host " + strconv.Quote(host) + " is an IPv4 address in another spelling (decimal, hex, octal, leading zeros or fewer than four parts), which resolvers read differently; write it as four decimal numbers, like 192.0.2.1"
+}
+
+// allIn reports whether s is made only of bytes in set; "" is.
+func allIn(s, set string) bool {
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(set, s[i]) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // privateHost says why a URL's host is refused by the SSRF guard when that

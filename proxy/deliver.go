@@ -155,6 +155,11 @@ func (e *engine) deliver(j *job, w *workerState) result {
 	}
 	if err != nil {
 		res.Failure = failureOf(err)
+		if res.Failure == policy.FailTransport {
+			// The word says nothing here; the log says what happened.
+			e.log.Warn("delivery attempt failed", "subscription", sub.ID, "attempt", j.attempt,
+				"error", transportCause(err, urlHost(sub.URL)))
+		}
 	} else {
 		res.Status = resp.StatusCode()
 	}
@@ -298,6 +303,31 @@ func failureOf(err error) policy.Failure {
 		return policy.FailConnect
 	}
 	return policy.FailTransport
+}
+
+// transportCause describes a transport error failureOf could not name
+// ("transport: error when reading response headers: cannot find
+// whitespace in the first line of response …"), for the log. The endpoint's host is cut out: fasthttp's
+// errors name the address dialled, and logs name an endpoint by its
+// subscription id. The URL itself, whose path or query may carry a token,
+// is in none of the errors a request returns.
+func transportCause(err error, host string) string {
+	var up *fasthttp.ErrDialWithUpstream
+	msg := err.Error()
+	var op *net.OpError
+	switch {
+	case errors.As(err, &op) && op.Err != nil:
+		msg = op.Op + ": " + op.Err.Error()
+	case errors.As(err, &up) && errors.Unwrap(up) != nil:
+		msg = "dial: " + errors.Unwrap(up).Error()
+	}
+	if host != "" {
+		msg = strings.ReplaceAll(msg, host, "<endpoint>")
+	}
+	if len(msg) > 200 {
+		msg = strings.ToValidUTF8(msg[:200], "") + "…"
+	}
+	return "transport: " + msg
 }
 
 func snippet(b []byte) string {

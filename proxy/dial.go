@@ -63,13 +63,20 @@ func (g guardedResolver) LookupIPAddr(ctx context.Context, host string) ([]net.I
 // newDialer returns the dial function of the shared client. Both modes use
 // fasthttp's TCPDialer, so connection set-up and its DNS cache are the same
 // whether or not the guard is on; the cache holds filtered answers only.
+//
+// It dials dual-stack. fasthttp's plain Dial drops every IPv6 address a
+// host resolves to, so an endpoint at [::1] or on an IPv6-only name failed
+// every attempt with "couldn't find dns entries" (last_error transport);
+// dual-stack tries each address the name has, IPv6 and IPv4, in turn, so
+// a name whose AAAA address refuses the connection is still reached over
+// IPv4 within the same attempt.
 func newDialer(allowPrivate bool) fasthttp.DialFuncWithTimeout {
 	d := &fasthttp.TCPDialer{DNSCacheDuration: time.Minute}
 	if !allowPrivate {
 		d.Resolver = guardedResolver{}
 	}
 	return func(addr string, timeout time.Duration) (net.Conn, error) {
-		c, err := d.DialTimeout(addr, timeout)
+		c, err := d.DialDualStackTimeout(addr, timeout)
 		if err != nil {
 			return nil, err
 		}

@@ -215,7 +215,7 @@ func (p *forwardProxy) connect(timeout time.Duration) (net.Conn, time.Time, erro
 		timeout = fasthttp.DefaultDialTimeout
 	}
 	deadline := time.Now().Add(timeout)
-	c, err := p.dial.DialTimeout(p.addr, timeout)
+	c, err := p.dial.DialDualStackTimeout(p.addr, timeout) // a proxy on IPv6 too (dial.go, newDialer)
 	if err != nil {
 		return nil, deadline, &ProxyError{Addr: p.addr, Err: err}
 	}

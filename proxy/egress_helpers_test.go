@@ -207,7 +207,13 @@ type testProxy struct {
 // requires user:password.
 func startTestProxy(t testing.TB, user, password string) *testProxy {
 	t.Helper()
-	p := &testProxy{ln: listenOn(t, netipLoopback), upstream: map[string]bool{}, conns: map[net.Conn]struct{}{}}
+	return startTestProxyOn(t, netipLoopback, user, password)
+}
+
+// startTestProxyOn is startTestProxy listening on addr.
+func startTestProxyOn(t testing.TB, addr netip.Addr, user, password string) *testProxy {
+	t.Helper()
+	p := &testProxy{ln: listenOn(t, addr), upstream: map[string]bool{}, conns: map[net.Conn]struct{}{}}
 	if user != "" {
 		p.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
 	}

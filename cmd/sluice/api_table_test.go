@@ -291,6 +291,8 @@ func TestAPIEveryRow(t *testing.T) {
 		s.refuses(t, []apiError{
 			{name: "not JSON", method: "POST", path: "/v1/subscriptions", body: `{"id":`, status: 400, want: []string{"body"}},
 			{name: "bad url", method: "POST", path: "/v1/subscriptions", body: doc("x", "url", "ftp://example.com/hooks"), status: 400, want: []string{"url", "http or https"}},
+			{name: "decimal IPv4 host", method: "POST", path: "/v1/subscriptions", body: doc("x", "url", "http://2130706433:8080/hooks"), status: 400, want: []string{"url", "IPv4 address in another spelling"}},
+			{name: "octal IPv4 host", method: "POST", path: "/v1/subscriptions", body: doc("x", "url", "http://0177.0.0.1/hooks"), status: 400, want: []string{"url", "IPv4 address in another spelling"}},
 			{name: "no url", method: "POST", path: "/v1/subscriptions", body: doc("x", "url", nil), status: 400, want: []string{"url", "required"}},
 			{name: "bad id", method: "POST", path: "/v1/subscriptions", body: doc("Bad Id!", "url", u), status: 400, want: []string{"id", "Bad Id!"}},
 			{name: "bad secret", method: "POST", path: "/v1/subscriptions", body: doc("x", "secret", "whsec_%%%notbase64"), status: 400,
@@ -393,6 +395,7 @@ func TestAPIEveryRow(t *testing.T) {
 			{name: "wrong type", method: "PATCH", path: p, body: `{"retry": {"max_attempts": "many"}}`, status: 400, want: []string{"retry.max_attempts"}},
 			{name: "invalid filter", method: "PATCH", path: p, body: `{"filter": {"data.x": {"$bad": 1}}}`, status: 400, want: []string{"$bad", "data.x"}},
 			{name: "bad url", method: "PATCH", path: p, body: `{"url": "ftp://example.com"}`, status: 400, want: []string{"url"}},
+			{name: "short IPv4 host", method: "PATCH", path: p, body: `{"url": "http://127.1/hooks"}`, status: 400, want: []string{"url", "IPv4 address in another spelling"}},
 			{name: "unknown key", method: "PATCH", path: p, body: `{"colour": "red"}`, status: 400, want: []string{`"colour"`}},
 			{name: "no secret left", method: "PATCH", path: p, body: `{"secret": null}`, status: 400, want: []string{"secret"}},
 			{name: "secret_file", method: "PATCH", path: p, body: `{"secret_file": "/etc/passwd"}`, status: 400, want: []string{"secret_file"}},
