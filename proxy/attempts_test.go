@@ -154,7 +154,8 @@ func TestAttemptsScopedByTenantToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { closeServer(t, s, 5*time.Second) })
-	publish(t, s, "t", "e", 2)
+	publishAs(t, s, "acme", "t", "acme", 2)
+	publishAs(t, s, "other", "t", "other", 2)
 	waitFor(t, tb, "both delivered", func(m map[string]testbed.PathStats) bool {
 		return m["/mine"].Unique == 2 && m["/theirs"].Unique == 2
 	})

@@ -38,6 +38,9 @@ type engine struct {
 	// bulkheads are the tenants' concurrency caps, by tenant; made before
 	// any lane and never changed, so read without a lock.
 	bulkheads map[string]*bulkhead
+	// tenantBacklog holds the tenants' own backlog bounds
+	// (Tenant.Backlog); a tenant absent takes DefaultTenantBacklog.
+	tenantBacklog map[string]BacklogQuota
 	// rotating is set when a lane takes a subscription whose old secrets
 	// expire (a rotation's grace): the maintenance pass looks for expired
 	// ones only then, not over 50,000 lanes every second.
@@ -56,12 +59,13 @@ type engine struct {
 func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, budget policy.BudgetConfig) *engine {
 	e := &engine{
 		store: store, client: client, log: log, now: now,
-		feed:      newFeed(store),
-		timers:    &timerHeap{wake: make(chan struct{}, 1)},
-		dirty:     newDirtySet(),
-		budget:    policy.NewBudget(budget, now),
-		quit:      make(chan struct{}),
-		bulkheads: map[string]*bulkhead{},
+		feed:          newFeed(store),
+		timers:        &timerHeap{wake: make(chan struct{}, 1)},
+		dirty:         newDirtySet(),
+		budget:        policy.NewBudget(budget, now),
+		quit:          make(chan struct{}),
+		bulkheads:     map[string]*bulkhead{},
+		tenantBacklog: map[string]BacklogQuota{},
 	}
 	e.fleet, _ = store.(queue.Fleet)
 	e.slots = newSlots(maxInFlight, e.feed, e.quit, func(j *job, w *workerState) {

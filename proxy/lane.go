@@ -150,6 +150,18 @@ func (l *lane) setPolicies(sub *Subscription) {
 	if b := l.e.bulkheads[sub.Tenant]; sub.bulkhead != b {
 		sub.bulkhead = b
 	}
+	// A tenant's subscription waits no longer and no deeper than its
+	// tenant's bound allows, retries included: what it set can only be
+	// tighter (tenantBound). Written like the bulkhead, only when it
+	// differs.
+	if bound := l.e.tenantBound(sub.Tenant); bound != (BacklogQuota{}) {
+		if q := sub.Backlog.bounded(bound); q != sub.Backlog {
+			sub.Backlog = q
+		}
+		if sub.Retry.MaxAge <= 0 || sub.Retry.MaxAge > bound.MaxAge {
+			sub.Retry.MaxAge = bound.MaxAge
+		}
+	}
 	l.e.egress.attach(sub) // its route and token too
 	if sub.SecretExpiry != nil {
 		l.e.rotating.Store(true)

@@ -178,7 +178,20 @@ type Tenant struct {
 	// tenant's subscriptions may receive besides the tenant's own events
 	// (feed.entitlement); nil for none.
 	SharedTypes []string
+	// Backlog bounds what may wait for each of the tenant's
+	// subscriptions, above their own backlog quota, which may only be
+	// tighter; its MaxAge also bounds their retries' max age. A zero field
+	// takes DefaultTenantBacklog's: a tenant never goes unbounded, so a
+	// stalled, paused or throttled endpoint of one tenant cannot pin the
+	// log until the disk guard refuses every producer (invariant 8).
+	Backlog BacklogQuota
 }
+
+// DefaultTenantBacklog is the backlog bound of every tenant's
+// subscriptions where the operator set none (Tenant.Backlog): the size
+// DESIGN.md's sample subscription gives itself, and three days, which
+// outlasts a weekend's outage of an endpoint.
+var DefaultTenantBacklog = BacklogQuota{MaxEvents: 1_000_000, MaxAge: 72 * time.Hour}
 
 // TenantToken is an admin token scoped to Tenant.
 type TenantToken struct {
@@ -347,6 +360,7 @@ func (s *Server) Open() (err error) {
 		if t.MaxConcurrency > 0 {
 			d.bulkheads[t.ID] = newBulkhead(t.ID, t.MaxConcurrency) // before any lane exists
 		}
+		d.tenantBacklog[t.ID] = t.Backlog // before any lane exists
 		if len(t.SharedTypes) > 0 {
 			m := policy.MatchTypes(t.SharedTypes) // nil for "*": every type
 			if m == nil {

@@ -73,6 +73,36 @@ func (s *Server) canRead(p principal, d *queue.DeadLetter) bool {
 	return s.canSee(p, d.Subscription)
 }
 
+// tenantBound returns the backlog bound of tenant's subscriptions: the
+// operator's, with DefaultTenantBacklog for a field left zero; none for
+// the operator's own subscriptions (tenant "").
+func (e *engine) tenantBound(tenant string) BacklogQuota {
+	if tenant == "" {
+		return BacklogQuota{}
+	}
+	b := e.tenantBacklog[tenant]
+	if b.MaxEvents <= 0 {
+		b.MaxEvents = DefaultTenantBacklog.MaxEvents
+	}
+	if b.MaxAge <= 0 {
+		b.MaxAge = DefaultTenantBacklog.MaxAge
+	}
+	return b
+}
+
+// bounded returns q tightened to bound: a field of bound that is set
+// replaces q's when q's is unset or larger. A tenant may ask for less
+// than the operator allows, never more.
+func (q BacklogQuota) bounded(bound BacklogQuota) BacklogQuota {
+	if bound.MaxEvents > 0 && (q.MaxEvents <= 0 || q.MaxEvents > bound.MaxEvents) {
+		q.MaxEvents = bound.MaxEvents
+	}
+	if bound.MaxAge > 0 && (q.MaxAge <= 0 || q.MaxAge > bound.MaxAge) {
+		q.MaxAge = bound.MaxAge
+	}
+	return q
+}
+
 // tenantLimits returns tenant's limits, nil when it has none.
 func (s *Server) tenantLimits(tenant string) *Tenant {
 	if tenant == "" {

@@ -1,0 +1,103 @@
+package proxy_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/testbed"
+)
+
+// publishAs posts n events of tenant ("" for platform events).
+func publishAs(t *testing.T, s *proxy.Server, tenant, typ, prefix string, n int) {
+	t.Helper()
+	for i := range n {
+		req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/events/"+typ, strings.NewReader(fmt.Sprintf(`{"n":%d}`, i)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", prefix, i))
+		if tenant != "" {
+			req.Header.Set(proxy.HeaderTenant, tenant)
+		}
+		if code, a := do(t, req); code != http.StatusAccepted {
+			t.Fatalf("publish %s-%d: %d %+v", prefix, i, code, a)
+		}
+	}
+}
+
+// TestTenantBacklogBoundsPausedSubscription: a tenant pauses its own
+// subscription, which sets no backlog quota of its own; the operator's
+// bound for the tenant still applies, counting only the tenant's events,
+// while it is paused: the oldest past it are dead-lettered, so the paused
+// lane cannot pin the log until the disk guard refuses every producer.
+// Another tenant's events and the platform's never count against it.
+func TestTenantBacklogBoundsPausedSubscription(t *testing.T) {
+	tb := startTestbed(t, testbed.ModeOK)
+	mine := sub("acme-all", tb.URL()+"/acme", "*")
+	mine.Tenant = "acme"
+	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{mine},
+		Tenants: []proxy.Tenant{{ID: "acme", Backlog: proxy.BacklogQuota{MaxEvents: 5}}}})
+	if err := s.Pause("acme-all", ""); err != nil {
+		t.Fatal(err)
+	}
+	publishAs(t, s, "acme", "order.created", "acme", 20)
+	publishAs(t, s, "globex", "order.created", "globex", 30)
+	publishAs(t, s, "", "order.created", "platform", 30)
+	eventually(t, "the tenant's bound enforced while paused", func() bool { return lane(s, "acme-all").QuotaDropped >= 15 })
+	dls, err := s.DeadLetters("acme-all", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 15 {
+		t.Fatalf("%d dead letters, want the 15 oldest of acme's 20", len(dls))
+	}
+	for i, d := range dls {
+		if d.Reason != policy.ReasonBacklogQuota || d.EventID != fmt.Sprintf("acme-%d", i) || d.Tenant != "acme" || d.Owner != "acme" {
+			t.Fatalf("dead letter %d = %s %s tenant %q owner %q; want acme-%d, backlog_quota, of acme", i, d.EventID, d.Reason, d.Tenant, d.Owner, i)
+		}
+	}
+	// Nothing more goes: five of acme's wait, and the others' events are
+	// not acme's backlog.
+	if err := s.Resume("acme-all"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, tb, "acme's five waiting events", accepted(5))
+	if st := lane(s, "acme-all"); st.QuotaDropped != 15 {
+		t.Fatalf("quota dropped %d after resume, want 15", st.QuotaDropped)
+	}
+}
+
+// TestTenantBoundTightensOnly: a tenant's own quota and retry age may be
+// tighter than the operator's bound, never looser; without either the
+// bound is DefaultTenantBacklog. The operator's own subscriptions are not
+// bounded.
+func TestTenantBoundTightensOnly(t *testing.T) {
+	tb := startTestbed(t, testbed.ModeOK)
+	loose := sub("loose", tb.URL()+"/a", "*")
+	loose.Tenant, loose.Backlog, loose.Retry.MaxAge = "acme", proxy.BacklogQuota{MaxEvents: 1 << 40, MaxAge: 1000 * time.Hour}, 1000*time.Hour
+	tight := sub("tight", tb.URL()+"/b", "*")
+	tight.Tenant, tight.Backlog = "acme", proxy.BacklogQuota{MaxEvents: 3, MaxAge: time.Minute}
+	unlisted := sub("unlisted", tb.URL()+"/c", "*")
+	unlisted.Tenant, unlisted.Retry.MaxAge = "initech", 1000*time.Hour
+	ops := sub("ops", tb.URL()+"/d", "*")
+	ops.Retry.MaxAge = 1000 * time.Hour
+	startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{loose, tight, unlisted, ops},
+		Tenants: []proxy.Tenant{{ID: "acme", Backlog: proxy.BacklogQuota{MaxEvents: 100, MaxAge: time.Hour}}}})
+	for _, c := range []struct {
+		s      *proxy.Subscription
+		want   proxy.BacklogQuota
+		maxAge time.Duration
+	}{
+		{loose, proxy.BacklogQuota{MaxEvents: 100, MaxAge: time.Hour}, time.Hour},
+		{tight, proxy.BacklogQuota{MaxEvents: 3, MaxAge: time.Minute}, time.Hour},
+		{unlisted, proxy.DefaultTenantBacklog, proxy.DefaultTenantBacklog.MaxAge},
+		{ops, proxy.BacklogQuota{}, 1000 * time.Hour},
+	} {
+		if c.s.Backlog != c.want || c.s.Retry.MaxAge != c.maxAge {
+			t.Errorf("%s: backlog %+v, retry max age %v; want %+v, %v", c.s.ID, c.s.Backlog, c.s.Retry.MaxAge, c.want, c.maxAge)
+		}
+	}
+}
