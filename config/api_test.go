@@ -83,6 +83,8 @@ func TestParseSubscriptionErrors(t *testing.T) {
 		{name: "wrong type mapping", doc: `{` + ok + `, "rate": 10}`, field: "rate", want: `rate: expected a mapping`},
 		{name: "bare duration", doc: `{` + ok + `, "timeout": 10}`, field: "timeout", want: `timeout: 10: bare number is not a duration`},
 		{name: "out of range", doc: `{` + ok + `, "retry": {"max_attempts": 101}}`, field: "retry.max_attempts", want: `retry.max_attempts: 101: must be between 1 and 100`},
+		{name: "tiny rate", doc: `{` + ok + `, "rate": {"per_second": 1e-300}}`, field: "rate.per_second", want: `rate.per_second: 1e-300: must be at least 0.001`, is: ErrInvalidValue},
+		{name: "explicit zero timeout", doc: `{` + ok + `, "timeout": "0s"}`, field: "timeout", want: `timeout: 0s: must be between 1ms and 5m0s`, is: ErrInvalidValue},
 		{name: "explicit zero", doc: `{` + ok + `, "rate": {"per_second": 0}}`, field: "rate.per_second", want: `rate.per_second: 0: must be greater than 0`},
 		{name: "operational id", doc: `{"id": "sluice.operational", "url": "https://a.example/", "secret": "` + secretA + `"}`, field: "id", want: `id: "sluice.operational": is the operational webhook's lane`},
 		{name: "missing id", doc: `{"url": "https://a.example/", "secret": "` + secretA + `"}`, field: "id", want: `id: required`, is: ErrMissingValue},

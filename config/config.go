@@ -625,22 +625,22 @@ func (c *Config) applyDefaults() {
 		if len(s.Types) == 0 {
 			s.Types = []string{"*"}
 		}
-		fill(&s.Timeout, proxy.DefaultTimeout, false)
+		fill(&s.Timeout, proxy.DefaultTimeout, set.has(keyTimeout))
 		if r := &s.Rate; r.PerSecond > 0 && r.Burst == 0 && !set.has(keyRateBurst) {
 			r.Burst = max(1, int(math.Ceil(min(r.PerSecond, maxRatePerSecond))))
 		}
 		if cc := &s.Concurrency; cc.Auto {
-			fill(&cc.Max, auto.Max, false)
+			fill(&cc.Max, auto.Max, set.has(keyConcurrencyMax))
 			fill(&cc.Min, auto.Min, set.has(keyConcurrencyMin))
 			fill(&cc.Headroom, auto.Headroom, set.has(keyConcurrencyHeadroom))
 		} else {
-			fill(&cc.Max, proxy.DefaultMaxConcurrency, false)
+			fill(&cc.Max, proxy.DefaultMaxConcurrency, set.has(keyConcurrencyMax))
 		}
 		r := &s.Retry
-		fill(&r.MaxAttempts, retry.MaxAttempts, false)
-		fill(&r.MaxAge, retry.MaxAge, false)
-		fill(&r.Base, retry.Backoff.Base, false)
-		fill(&r.Cap, retry.Backoff.Cap, false)
+		fill(&r.MaxAttempts, retry.MaxAttempts, set.has(keyRetryMaxAttempts))
+		fill(&r.MaxAge, retry.MaxAge, set.has(keyRetryMaxAge))
+		fill(&r.Base, retry.Backoff.Base, set.has(keyRetryBase))
+		fill(&r.Cap, retry.Backoff.Cap, set.has(keyRetryCap))
 		b := &s.Breaker
 		fill(&b.FailureRatio, breaker.FailureRatio, set.has(keyBreakerFailureRatio))
 		fill(&b.MinRequests, breaker.MinRequests, set.has(keyBreakerMinRequests))

@@ -29,7 +29,18 @@ const (
 	minTimeout       = time.Millisecond
 	maxTimeout       = 5 * time.Minute
 	maxRatePerSecond = 1e6 // keeps the default burst, ceil(per_second), a sane int
+	// minRatePerSecond is one delivery every 1000 s (about 17 minutes):
+	// slower is a paused subscription, which paused says, and far slower
+	// overflowed the lane's wake-up (1s/1e-300) into a busy loop.
+	minRatePerSecond = 0.001
+	// maxRateBurst is the burst of the fastest rate's default.
+	maxRateBurst     = 1_000_000
 	minBacklogMaxAge = time.Second
+	// maxBacklogMaxAge and maxBacklogEvents bound the backlog quota far
+	// above any real one, so a value is a limit and not a typo that
+	// overflows (a count) or that no event ever reaches.
+	maxBacklogMaxAge = 30 * 24 * time.Hour
+	maxBacklogEvents = 1_000_000_000
 	maxUnixPathLen   = 107 // sun_path is 108 bytes including the NUL on Linux
 	// maxTenantConcurrency bounds a tenant's bulkhead: ten subscriptions at
 	// the largest cap each (policy.ValidateCap's 10,000).
@@ -495,8 +506,14 @@ func (s *SubscriptionConfig) validateRate(p string) error {
 	if !(r.PerSecond > 0 && r.PerSecond <= maxRatePerSecond) {
 		return fieldErr(p+".rate.per_second", r.PerSecond, invalidf("must be greater than 0 and at most %d; omit rate for no limit", int(maxRatePerSecond)))
 	}
+	if r.PerSecond < minRatePerSecond {
+		return fieldErr(p+".rate.per_second", r.PerSecond, invalidf("must be at least %g (one delivery every %v); pause the subscription to stop it", minRatePerSecond, time.Duration(float64(time.Second)/minRatePerSecond)))
+	}
 	if r.Burst < 1 {
 		return fieldErr(p+".rate.burst", r.Burst, invalidf("must be at least 1"))
+	}
+	if r.Burst > maxRateBurst {
+		return fieldErr(p+".rate.burst", r.Burst, invalidf("must be at most %d", maxRateBurst))
 	}
 	return nil
 }
@@ -530,8 +547,14 @@ func (s *SubscriptionConfig) validateBacklog(p string) error {
 	if b.MaxEvents < 0 {
 		return fieldErr(p+".backlog.max_events", b.MaxEvents, invalidf("must not be negative (0 means no limit)"))
 	}
+	if b.MaxEvents > maxBacklogEvents {
+		return fieldErr(p+".backlog.max_events", b.MaxEvents, invalidf("must be at most %d (0 means no limit)", maxBacklogEvents))
+	}
 	if b.MaxAge != 0 && b.MaxAge < minBacklogMaxAge {
 		return fieldErr(p+".backlog.max_age", b.MaxAge, invalidf("must be at least %v, or 0s for no limit", minBacklogMaxAge))
+	}
+	if b.MaxAge > maxBacklogMaxAge {
+		return fieldErr(p+".backlog.max_age", b.MaxAge, invalidf("must be at most %v, or 0s for no limit", maxBacklogMaxAge))
 	}
 	return nil
 }
