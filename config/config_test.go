@@ -807,6 +807,9 @@ func TestLoadConfigFlowControl(t *testing.T) {
 		{"breaker min_requests too many", sub + "    breaker: {min_requests: 1000001}\n", `subscriptions[0].breaker.min_requests: 1000001: must be at most 1000000`, ErrInvalidValue},
 		{"breaker timeouts too many", sub + "    breaker: {consecutive_timeouts: 10001}\n", `subscriptions[0].breaker.consecutive_timeouts: 10001: must be at most 10000`, ErrInvalidValue},
 		{"breaker max_cool_down too long", sub + "    breaker: {max_cool_down: 25h}\n", `subscriptions[0].breaker.max_cool_down: 25h0m0s: must be at most 24h0m0s`, ErrInvalidValue},
+		// The file shares the API's bounds on lists and sizes.
+		{"too many types", sub + "    types: [" + strings.Repeat("a, ", 64) + "b]\n", `subscriptions[0].types: lists 65 types, more than 64`, ErrInvalidValue},
+		{"too many headers", sub + "    headers: {" + manyHeadersYAML(33) + "}\n", `subscriptions[0].headers: has 33 headers, more than 32`, ErrInvalidValue},
 		// A key that is set is checked as written, not replaced by its
 		// default (README, "Configuration reference").
 		{"timeout zero", sub + "    timeout: 0s\n", `subscriptions[0].timeout: 0s: must be between 1ms and 5m0s`, ErrInvalidValue},
@@ -1365,4 +1368,14 @@ func TestLoadConfigTypePatterns(t *testing.T) {
 			t.Errorf("types %v: %v, want %q", tt.types, err, tt.want)
 		}
 	}
+}
+
+// manyHeadersYAML is n headers X-H0: v, X-H1: v, ... as flow mapping
+// entries.
+func manyHeadersYAML(n int) string {
+	l := make([]string, n)
+	for i := range l {
+		l[i] = fmt.Sprintf("X-H%d: v", i)
+	}
+	return strings.Join(l, ", ")
 }

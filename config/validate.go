@@ -42,6 +42,18 @@ const (
 	maxBacklogMaxAge = 30 * 24 * time.Hour
 	maxBacklogEvents = 1_000_000_000
 	maxUnixPathLen   = 107 // sun_path is 108 bytes including the NUL on Linux
+	// The sizes of a subscription's lists and strings. Each lane keeps
+	// its subscription in memory and matches its types on every event,
+	// and a tenant's token may write them through the admin API, so
+	// none may grow without bound; these are far past what any receiver
+	// needs. A type or pattern is at most 128 bytes (typePattern).
+	maxTypes           = 64
+	maxTypeBytes       = 128
+	maxURLBytes        = 2048
+	maxHeaders         = 32
+	maxHeaderNameBytes = 256
+	maxHeaderValBytes  = 8192
+	maxSecrets         = 16
 	// maxTenantConcurrency bounds a tenant's bulkhead: ten subscriptions at
 	// the largest cap each (policy.ValidateCap's 10,000).
 	maxTenantConcurrency = 100_000
@@ -353,9 +365,15 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 	if len(s.Types) == 0 {
 		return fieldErr(p+".types", nil, newReason(ErrMissingValue, `must list event types or "*"`))
 	}
+	if len(s.Types) > maxTypes {
+		return fieldErr(p+".types", nil, invalidf("lists %d types, more than %d; use a pattern like \"geofence.*\" or \"*\"", len(s.Types), maxTypes))
+	}
 	types := make(map[string]bool, len(s.Types))
 	for i, t := range s.Types {
 		f := fmt.Sprintf("%s.types[%d]", p, i)
+		if len(t) > maxTypeBytes {
+			return fieldErr(f, nil, invalidf("is %d bytes, more than %d", len(t), maxTypeBytes))
+		}
 		if t != "*" && policy.IsTypePattern(t) {
 			if err := policy.ValidTypePattern(t); err != nil {
 				return fieldErr(f, t, &reason{kind: ErrInvalidValue, msg: err.Error(), cause: err})
@@ -402,12 +420,21 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 		return err
 	}
 
+	if len(s.Headers) > maxHeaders {
+		return fieldErr(p+".headers", nil, invalidf("has %d headers, more than %d", len(s.Headers), maxHeaders))
+	}
 	lower := make(map[string]string, len(s.Headers))
 	for _, name := range slices.Sorted(maps.Keys(s.Headers)) {
+		if len(name) > maxHeaderNameBytes {
+			return fieldErr(p+".headers", nil, invalidf("a header name is %d bytes, more than %d", len(name), maxHeaderNameBytes))
+		}
 		f := p + ".headers[" + name + "]"
 		value := s.Headers[name]
 		if !validHeaderName(name) {
 			return fieldErr(p+".headers", name, invalidf("not a valid header name"))
+		}
+		if len(value) > maxHeaderValBytes {
+			return fieldErr(f, nil, invalidf("value is %d bytes, more than %d", len(value), maxHeaderValBytes))
 		}
 		if reservedHeader(name) {
 			return fieldErr(f, nil, invalidf("sluice sets this header itself; it cannot be overridden"))
@@ -565,6 +592,9 @@ func (s *SubscriptionConfig) validateBacklog(p string) error {
 func validateURL(field, raw string) error {
 	if raw == "" {
 		return fieldErr(field, nil, newReason(ErrMissingValue, "required"))
+	}
+	if len(raw) > maxURLBytes {
+		return fieldErr(field, nil, invalidf("is %d bytes, more than %d", len(raw), maxURLBytes))
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
