@@ -67,6 +67,19 @@ func ParseSubscription(doc []byte) (*SubscriptionConfig, error) {
 	return s, nil
 }
 
+// CheckDocument reads doc, an API request's body (a subscription document
+// or a merge patch of one), as ParseSubscription and the config file read
+// JSON, without judging its keys: it must be one JSON object, and no
+// object in it may give a key twice (decoding into a map keeps the last
+// one silently). The error names the line and the key, bare like
+// ParseSubscription's.
+func CheckDocument(doc []byte) error {
+	if _, err := parseJSONConfig(doc); err != nil {
+		return &ValidationError{Err: invalidf("not a JSON object: %v", err), bare: true}
+	}
+	return nil
+}
+
 // strictTypes refuses a scalar of an API document whose JSON type is not
 // its key's (v is the value at path, t the type of its field). The file's
 // decoding converts, because YAML and the environment spell numbers and
