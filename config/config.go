@@ -376,7 +376,8 @@ type SubscriptionConfig struct {
 	// ID names the subscription in metrics, logs and the admin API; it
 	// matches ^[a-z0-9][a-z0-9._-]{0,63}$ and is unique.
 	ID string `koanf:"id"`
-	// URL is the absolute http or https endpoint; no userinfo, no fragment.
+	// URL is the absolute http or https endpoint, at most 2048 bytes; no
+	// userinfo, no fragment.
 	URL string `koanf:"url"`
 
 	// Exactly one of Secret, Secrets, SecretFile and SecretEnv must be set.
@@ -398,7 +399,7 @@ type SubscriptionConfig struct {
 	// Types are the event types delivered: names matching
 	// ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$, patterns whose dot-separated
 	// segments may be "*" ("geofence.*", policy.ValidTypePattern), or "*"
-	// alone for all. Default ["*"].
+	// alone for all; at most 64 entries of at most 128 bytes. Default ["*"].
 	Types []string `koanf:"types"`
 	// Filter passes only the events whose JSON body matches it
 	// (policy.ParseFilter): a map of dotted paths or operators ($and,
@@ -426,7 +427,8 @@ type SubscriptionConfig struct {
 	Backlog BacklogConfig `koanf:"backlog"`
 	// Breaker stops deliveries to an endpoint that keeps failing.
 	Breaker BreakerConfig `koanf:"breaker"`
-	// Headers are added to every delivery. They may not replace the headers
+	// Headers are added to every delivery: at most 32, names at most 256
+	// bytes, values at most 8192. They may not replace the headers
 	// sluice sets itself (webhook-*, Idempotency-Key, X-Event-Type,
 	// X-Attempt, Content-Type, Content-Length, Host, Ordering-Key,
 	// X-Sluice-Replay) nor hop-by-hop headers.
@@ -492,11 +494,11 @@ type BodyConfig struct {
 // RateConfig is a subscription's token bucket: deliveries start at most
 // PerSecond per second on average, and up to Burst at once after a pause.
 type RateConfig struct {
-	// PerSecond is the rate, greater than 0 and at most 1,000,000. Zero,
-	// with Burst zero, means no limit; an explicit 0 is an error.
+	// PerSecond is the rate, 0.001 to 1,000,000. Zero, with Burst zero,
+	// means no limit; an explicit 0 is an error.
 	PerSecond float64 `koanf:"per_second"`
-	// Burst is the bucket size, at least 1. Default ceil(PerSecond), at
-	// least 1.
+	// Burst is the bucket size, 1 to 1,000,000. Default ceil(PerSecond),
+	// at least 1.
 	Burst int `koanf:"burst"`
 }
 
@@ -520,9 +522,10 @@ type ConcurrencyConfig struct {
 // BacklogConfig is a subscription's backlog quota. Zero fields mean no
 // limit.
 type BacklogConfig struct {
-	// MaxEvents is the most events waiting for the subscription, 0 or more.
+	// MaxEvents is the most events waiting for the subscription, 0 to
+	// 1,000,000,000.
 	MaxEvents int64 `koanf:"max_events"`
-	// MaxAge is how long an event may wait, 0 or at least 1s.
+	// MaxAge is how long an event may wait, 0 or 1s to 720h.
 	MaxAge time.Duration `koanf:"max_age"`
 }
 
@@ -557,12 +560,14 @@ type RetryConfig struct {
 	// MaxAttempts counts every attempt including the first, 1..100.
 	// Default policy.DefaultMaxAttempts.
 	MaxAttempts int `koanf:"max_attempts"`
-	// MaxAge is how long after the first attempt retries may continue.
-	// Default policy.DefaultMaxAge.
+	// MaxAge is how long after the first attempt retries may continue,
+	// 1s to 720h. Default policy.DefaultMaxAge.
 	MaxAge time.Duration `koanf:"max_age"`
-	// Base is the first backoff step. Default policy.DefaultBase.
+	// Base is the first backoff step, 1ms to 24h. Default
+	// policy.DefaultBase.
 	Base time.Duration `koanf:"base"`
-	// Cap is the largest backoff; Base <= Cap. Default policy.DefaultCap.
+	// Cap is the largest backoff, 1ms to 24h; Base <= Cap. Default
+	// policy.DefaultCap.
 	Cap time.Duration `koanf:"cap"`
 }
 
