@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +51,9 @@ func ParseSubscription(doc []byte) (*SubscriptionConfig, error) {
 			return nil, apiError(fieldErr(apiPrefix+"."+key, nil, errFilesNotOverAPI))
 		}
 	}
+	if err := strictTypes(apiPrefix, m, reflect.TypeFor[SubscriptionConfig]()); err != nil {
+		return nil, apiError(err)
+	}
 	subs, err := decodeSubs([]any{m}, "")
 	if err != nil {
 		return nil, apiError(err)
@@ -61,6 +65,81 @@ func ParseSubscription(doc []byte) (*SubscriptionConfig, error) {
 		return nil, apiError(err)
 	}
 	return s, nil
+}
+
+// CheckDocument reads doc, an API request's body (a subscription document
+// or a merge patch of one), as ParseSubscription and the config file read
+// JSON, without judging its keys: it must be one JSON object, and no
+// object in it may give a key twice (decoding into a map keeps the last
+// one silently). The error names the line and the key, bare like
+// ParseSubscription's.
+func CheckDocument(doc []byte) error {
+	if _, err := parseJSONConfig(doc); err != nil {
+		return &ValidationError{Err: invalidf("not a JSON object: %v", err), bare: true}
+	}
+	return nil
+}
+
+// strictTypes refuses a scalar of an API document whose JSON type is not
+// its key's (v is the value at path, t the type of its field). The file's
+// decoding converts, because YAML and the environment spell numbers and
+// strings loosely ("10" for 10, X-Version: 2 for "2"); a JSON document
+// says what it means, so {"id": 5} or {"max": "10"} is a client's bug,
+// which the API names instead of guessing. A value of the wrong shape (a
+// list for a mapping), an unknown key, a fractional integer and a
+// duration (a string with a unit) are left to the decoding, whose
+// messages are the file's; null is a key left out, as in the file.
+func strictTypes(path string, v any, t reflect.Type) error {
+	if v == nil || t == durationType {
+		return nil
+	}
+	bad := func(what string) error { return fieldErr(path, scalarValue(v), invalidf("must be %s", what)) }
+	switch k := t.Kind(); {
+	case k == reflect.String:
+		if _, ok := v.(string); !ok {
+			return bad("a string")
+		}
+	case isIntKind(k):
+		switch v.(type) {
+		case int, float64:
+		default:
+			return bad("an integer")
+		}
+	case isFloatKind(k):
+		switch v.(type) {
+		case int, float64:
+		default:
+			return bad("a number")
+		}
+	case k == reflect.Bool:
+		if _, ok := v.(bool); !ok {
+			return bad("true or false")
+		}
+	case k == reflect.Slice:
+		l, _ := v.([]any)
+		for i, e := range l {
+			if err := strictTypes(path+"["+strconv.Itoa(i)+"]", e, t.Elem()); err != nil {
+				return err
+			}
+		}
+	case k == reflect.Map:
+		m, _ := v.(map[string]any)
+		for _, key := range slices.Sorted(maps.Keys(m)) {
+			if err := strictTypes(path+"["+key+"]", m[key], t.Elem()); err != nil {
+				return err
+			}
+		}
+	case k == reflect.Struct:
+		m, _ := v.(map[string]any)
+		for _, key := range slices.Sorted(maps.Keys(m)) {
+			if f, ok := fieldByKey(t, key); ok {
+				if err := strictTypes(joinPath(path, key), m[key], f.Type); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // CheckPrivateTarget refuses the URL when the SSRF guard would refuse it

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -19,7 +20,7 @@ func TestParseSubscription(t *testing.T) {
 		"types": ["geofence.enter", "geofence.exit"], "tenant": "acme", "filter": {"data.speed": {"$gt": 30}},
 		"body": {"envelope": "standard-webhooks", "fields": ["data.id"]}, "timeout": "5s", "rate": {"per_second": 2.5}, "concurrency": {"auto": true, "headroom": 1},
 		"retry": {"max_attempts": 3}, "breaker": {"failure_ratio": 1}, "backlog": {"max_age": "1h"},
-		"headers": {"X-Version": 2, "Authorization": "Bearer x"}, "classify": {"409": "ack"}, "paused": true, "ordering": "key"}`
+		"headers": {"X-Version": "2", "Authorization": "Bearer x"}, "classify": {"409": "ack"}, "paused": true, "ordering": "key"}`
 	got, err := ParseSubscription([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +60,23 @@ func TestParseSubscription(t *testing.T) {
 // subscriptions[0] prefix or "config: ", and without a secret.
 func TestParseSubscriptionErrors(t *testing.T) {
 	const ok = `"id": "a", "url": "https://a.example.com/in", "secret": "` + secretA + `"`
+	// Lists and strings past their bounds, as an attacker holding a
+	// tenant's token sent them.
+	quoted := func(n int, f func(i int) string) string {
+		l := make([]string, n)
+		for i := range l {
+			l[i] = `"` + f(i) + `"`
+		}
+		return strings.Join(l, ", ")
+	}
+	manyTypes := `[` + quoted(65, func(i int) string { return fmt.Sprintf("t%d", i) }) + `]`
+	var headers []string
+	for i := range 33 {
+		headers = append(headers, fmt.Sprintf(`"X-H%d": "v"`, i))
+	}
+	manyHeaders := `{` + strings.Join(headers, ", ") + `}`
+	manySecrets := `[` + quoted(17, func(int) string { return secretA }) + `]`
+	longURL := "https://a.example/" + strings.Repeat("a", 10_000)
 	tests := []struct {
 		name, doc string
 		field     string // ValidationError.Field
@@ -83,6 +101,24 @@ func TestParseSubscriptionErrors(t *testing.T) {
 		{name: "wrong type mapping", doc: `{` + ok + `, "rate": 10}`, field: "rate", want: `rate: expected a mapping`},
 		{name: "bare duration", doc: `{` + ok + `, "timeout": 10}`, field: "timeout", want: `timeout: 10: bare number is not a duration`},
 		{name: "out of range", doc: `{` + ok + `, "retry": {"max_attempts": 101}}`, field: "retry.max_attempts", want: `retry.max_attempts: 101: must be between 1 and 100`},
+		// A JSON document is taken as its types say, never converted.
+		{name: "id a number", doc: `{"id": 5, "url": "https://a.example/", "secret": "` + secretA + `"}`, field: "id", want: `id: 5: must be a string`, is: ErrInvalidValue},
+		{name: "max a string", doc: `{` + ok + `, "concurrency": {"max": "10"}}`, field: "concurrency.max", want: `concurrency.max: "10": must be an integer`, is: ErrInvalidValue},
+		{name: "rate a string", doc: `{` + ok + `, "rate": {"per_second": "10"}}`, field: "rate.per_second", want: `rate.per_second: "10": must be a number`, is: ErrInvalidValue},
+		{name: "paused a number", doc: `{` + ok + `, "paused": 1}`, field: "paused", want: `paused: 1: must be true or false`, is: ErrInvalidValue},
+		{name: "header a number", doc: `{` + ok + `, "headers": {"X-Version": 2}}`, field: "headers[X-Version]", want: `headers[X-Version]: 2: must be a string`, is: ErrInvalidValue},
+		{name: "type a number", doc: `{` + ok + `, "types": ["a", 7]}`, field: "types[1]", want: `types[1]: 7: must be a string`, is: ErrInvalidValue},
+		{name: "classify a boolean", doc: `{` + ok + `, "classify": {"409": true}}`, field: "classify[409]", want: `classify[409]: true: must be a string`, is: ErrInvalidValue},
+		{name: "secret a number", doc: `{"id": "a", "url": "https://a.example/", "secret": 12345}`, field: "secret", want: `secret: [redacted]: must be a string`, is: ErrInvalidValue},
+		{name: "too many types", doc: `{` + ok + `, "types": ` + manyTypes + `}`, field: "types", want: `types: lists 65 types, more than 64`, is: ErrInvalidValue},
+		{name: "type too long", doc: `{` + ok + `, "types": ["a.` + strings.Repeat("b", 200) + `.*"]}`, field: "types[0]", want: `types[0]: is 204 bytes, more than 128`, is: ErrInvalidValue},
+		{name: "url too long", doc: `{"id": "a", "url": "` + longURL + `", "secret": "` + secretA + `"}`, field: "url", want: `url: is 10018 bytes, more than 2048`, is: ErrInvalidValue},
+		{name: "too many headers", doc: `{` + ok + `, "headers": ` + manyHeaders + `}`, field: "headers", want: `headers: has 33 headers, more than 32`, is: ErrInvalidValue},
+		{name: "header value too long", doc: `{` + ok + `, "headers": {"X-Big": "` + strings.Repeat("v", 8193) + `"}}`, field: "headers[X-Big]", want: `headers[X-Big]: value is 8193 bytes, more than 8192`, is: ErrInvalidValue},
+		{name: "header name too long", doc: `{` + ok + `, "headers": {"X-` + strings.Repeat("n", 300) + `": "v"}}`, field: "headers", want: `headers: a header name is 302 bytes, more than 256`, is: ErrInvalidValue},
+		{name: "too many secrets", doc: `{"id": "a", "url": "https://a.example/", "secrets": ` + manySecrets + `}`, field: "secrets", want: `secrets: lists 17 secrets, more than 16`, is: ErrInvalidValue},
+		{name: "tiny rate", doc: `{` + ok + `, "rate": {"per_second": 1e-300}}`, field: "rate.per_second", want: `rate.per_second: 1e-300: must be at least 0.001`, is: ErrInvalidValue},
+		{name: "explicit zero timeout", doc: `{` + ok + `, "timeout": "0s"}`, field: "timeout", want: `timeout: 0s: must be between 1ms and 5m0s`, is: ErrInvalidValue},
 		{name: "explicit zero", doc: `{` + ok + `, "rate": {"per_second": 0}}`, field: "rate.per_second", want: `rate.per_second: 0: must be greater than 0`},
 		{name: "operational id", doc: `{"id": "sluice.operational", "url": "https://a.example/", "secret": "` + secretA + `"}`, field: "id", want: `id: "sluice.operational": is the operational webhook's lane`},
 		{name: "missing id", doc: `{"url": "https://a.example/", "secret": "` + secretA + `"}`, field: "id", want: `id: required`, is: ErrMissingValue},

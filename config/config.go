@@ -383,7 +383,8 @@ type SubscriptionConfig struct {
 	// ID names the subscription in metrics, logs and the admin API; it
 	// matches ^[a-z0-9][a-z0-9._-]{0,63}$ and is unique.
 	ID string `koanf:"id"`
-	// URL is the absolute http or https endpoint; no userinfo, no fragment.
+	// URL is the absolute http or https endpoint, at most 2048 bytes; no
+	// userinfo, no fragment.
 	URL string `koanf:"url"`
 
 	// Exactly one of Secret, Secrets, SecretFile and SecretEnv must be set.
@@ -405,7 +406,7 @@ type SubscriptionConfig struct {
 	// Types are the event types delivered: names matching
 	// ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$, patterns whose dot-separated
 	// segments may be "*" ("geofence.*", policy.ValidTypePattern), or "*"
-	// alone for all. Default ["*"].
+	// alone for all; at most 64 entries of at most 128 bytes. Default ["*"].
 	Types []string `koanf:"types"`
 	// Filter passes only the events whose JSON body matches it
 	// (policy.ParseFilter): a map of dotted paths or operators ($and,
@@ -433,7 +434,8 @@ type SubscriptionConfig struct {
 	Backlog BacklogConfig `koanf:"backlog"`
 	// Breaker stops deliveries to an endpoint that keeps failing.
 	Breaker BreakerConfig `koanf:"breaker"`
-	// Headers are added to every delivery. They may not replace the headers
+	// Headers are added to every delivery: at most 32, names at most 256
+	// bytes, values at most 8192. They may not replace the headers
 	// sluice sets itself (webhook-*, Idempotency-Key, X-Event-Type,
 	// X-Attempt, Content-Type, Content-Length, Host, Ordering-Key,
 	// X-Sluice-Replay) nor hop-by-hop headers.
@@ -499,11 +501,11 @@ type BodyConfig struct {
 // RateConfig is a subscription's token bucket: deliveries start at most
 // PerSecond per second on average, and up to Burst at once after a pause.
 type RateConfig struct {
-	// PerSecond is the rate, greater than 0 and at most 1,000,000. Zero,
-	// with Burst zero, means no limit; an explicit 0 is an error.
+	// PerSecond is the rate, 0.001 to 1,000,000. Zero, with Burst zero,
+	// means no limit; an explicit 0 is an error.
 	PerSecond float64 `koanf:"per_second"`
-	// Burst is the bucket size, at least 1. Default ceil(PerSecond), at
-	// least 1.
+	// Burst is the bucket size, 1 to 1,000,000. Default ceil(PerSecond),
+	// at least 1.
 	Burst int `koanf:"burst"`
 }
 
@@ -527,9 +529,10 @@ type ConcurrencyConfig struct {
 // BacklogConfig is a subscription's backlog quota. Zero fields mean no
 // limit.
 type BacklogConfig struct {
-	// MaxEvents is the most events waiting for the subscription, 0 or more.
+	// MaxEvents is the most events waiting for the subscription, 0 to
+	// 1,000,000,000.
 	MaxEvents int64 `koanf:"max_events"`
-	// MaxAge is how long an event may wait, 0 or at least 1s.
+	// MaxAge is how long an event may wait, 0 or 1s to 720h.
 	MaxAge time.Duration `koanf:"max_age"`
 }
 
@@ -564,12 +567,14 @@ type RetryConfig struct {
 	// MaxAttempts counts every attempt including the first, 1..100.
 	// Default policy.DefaultMaxAttempts.
 	MaxAttempts int `koanf:"max_attempts"`
-	// MaxAge is how long after the first attempt retries may continue.
-	// Default policy.DefaultMaxAge.
+	// MaxAge is how long after the first attempt retries may continue,
+	// 1s to 720h. Default policy.DefaultMaxAge.
 	MaxAge time.Duration `koanf:"max_age"`
-	// Base is the first backoff step. Default policy.DefaultBase.
+	// Base is the first backoff step, 1ms to 24h. Default
+	// policy.DefaultBase.
 	Base time.Duration `koanf:"base"`
-	// Cap is the largest backoff; Base <= Cap. Default policy.DefaultCap.
+	// Cap is the largest backoff, 1ms to 24h; Base <= Cap. Default
+	// policy.DefaultCap.
 	Cap time.Duration `koanf:"cap"`
 }
 
@@ -632,22 +637,22 @@ func (c *Config) applyDefaults() {
 		if len(s.Types) == 0 {
 			s.Types = []string{"*"}
 		}
-		fill(&s.Timeout, proxy.DefaultTimeout, false)
+		fill(&s.Timeout, proxy.DefaultTimeout, set.has(keyTimeout))
 		if r := &s.Rate; r.PerSecond > 0 && r.Burst == 0 && !set.has(keyRateBurst) {
 			r.Burst = max(1, int(math.Ceil(min(r.PerSecond, maxRatePerSecond))))
 		}
 		if cc := &s.Concurrency; cc.Auto {
-			fill(&cc.Max, auto.Max, false)
+			fill(&cc.Max, auto.Max, set.has(keyConcurrencyMax))
 			fill(&cc.Min, auto.Min, set.has(keyConcurrencyMin))
 			fill(&cc.Headroom, auto.Headroom, set.has(keyConcurrencyHeadroom))
 		} else {
-			fill(&cc.Max, proxy.DefaultMaxConcurrency, false)
+			fill(&cc.Max, proxy.DefaultMaxConcurrency, set.has(keyConcurrencyMax))
 		}
 		r := &s.Retry
-		fill(&r.MaxAttempts, retry.MaxAttempts, false)
-		fill(&r.MaxAge, retry.MaxAge, false)
-		fill(&r.Base, retry.Backoff.Base, false)
-		fill(&r.Cap, retry.Backoff.Cap, false)
+		fill(&r.MaxAttempts, retry.MaxAttempts, set.has(keyRetryMaxAttempts))
+		fill(&r.MaxAge, retry.MaxAge, set.has(keyRetryMaxAge))
+		fill(&r.Base, retry.Backoff.Base, set.has(keyRetryBase))
+		fill(&r.Cap, retry.Backoff.Cap, set.has(keyRetryCap))
 		b := &s.Breaker
 		fill(&b.FailureRatio, breaker.FailureRatio, set.has(keyBreakerFailureRatio))
 		fill(&b.MinRequests, breaker.MinRequests, set.has(keyBreakerMinRequests))

@@ -744,6 +744,12 @@ func TestLoadConfigFlowControl(t *testing.T) {
 		{"backlog zeros are no limit", sub + "    backlog: {max_events: 0, max_age: 0s}\n", func(c *Config) bool {
 			return c.Subscriptions[0].Backlog == BacklogConfig{}
 		}},
+		{"slowest rate", sub + "    rate: {per_second: 0.001}\n", func(c *Config) bool {
+			return c.Subscriptions[0].Rate == RateConfig{PerSecond: 0.001, Burst: 1}
+		}},
+		{"null timeout is left out", sub + "    timeout: ~\n", func(c *Config) bool {
+			return c.Subscriptions[0].Timeout == 10*time.Second
+		}},
 		{"breaker cool_down equal to max", sub + "    breaker: {cool_down: 5m}\n", func(c *Config) bool {
 			b := defaultBreaker
 			b.CoolDown = 5 * time.Minute
@@ -788,6 +794,31 @@ func TestLoadConfigFlowControl(t *testing.T) {
 		{"breaker timeouts zero", sub + "    breaker: {consecutive_timeouts: 0}\n", `subscriptions[0].breaker.consecutive_timeouts: 0: must be at least 1`, ErrInvalidValue},
 		{"breaker cool_down zero", sub + "    breaker: {cool_down: 0s}\n", `subscriptions[0].breaker.cool_down: 0s: must be positive`, ErrInvalidValue},
 		{"breaker max_cool_down below default cool_down", sub + "    breaker: {max_cool_down: 1s}\n", `subscriptions[0].breaker.cool_down: 5s: must not exceed breaker.max_cool_down (1s)`, ErrInvalidValue},
+		// Every numeric key is bounded on both sides; a rate of 1e-300
+		// overflowed the lane's wake-up into a busy loop.
+		{"tiny rate", sub + "    rate: {per_second: 1e-300}\n", `subscriptions[0].rate.per_second: 1e-300: must be at least 0.001`, ErrInvalidValue},
+		{"rate just under the floor", sub + "    rate: {per_second: 0.0009}\n", `subscriptions[0].rate.per_second: 0.0009: must be at least 0.001`, ErrInvalidValue},
+		{"burst too big", sub + "    rate: {per_second: 1, burst: 1000001}\n", `subscriptions[0].rate.burst: 1000001: must be at most 1000000`, ErrInvalidValue},
+		{"backlog events too many", sub + "    backlog: {max_events: 1000000001}\n", `subscriptions[0].backlog.max_events: 1000000001: must be at most 1000000000`, ErrInvalidValue},
+		{"backlog age too long", sub + "    backlog: {max_age: 721h}\n", `subscriptions[0].backlog.max_age: 721h0m0s: must be at most 720h0m0s`, ErrInvalidValue},
+		{"retry cap too long", sub + "    retry: {cap: 25h}\n", `subscriptions[0].retry.cap: 25h0m0s: must be at most 24h0m0s`, ErrInvalidValue},
+		{"retry base in nanoseconds", sub + "    retry: {base: 10ns}\n", `subscriptions[0].retry.base: 10ns: must be at least 1ms`, ErrInvalidValue},
+		{"retry max_age too long", sub + "    retry: {max_age: 1000h}\n", `subscriptions[0].retry.max_age: 1000h0m0s: must be at most 720h0m0s`, ErrInvalidValue},
+		{"breaker min_requests too many", sub + "    breaker: {min_requests: 1000001}\n", `subscriptions[0].breaker.min_requests: 1000001: must be at most 1000000`, ErrInvalidValue},
+		{"breaker timeouts too many", sub + "    breaker: {consecutive_timeouts: 10001}\n", `subscriptions[0].breaker.consecutive_timeouts: 10001: must be at most 10000`, ErrInvalidValue},
+		{"breaker max_cool_down too long", sub + "    breaker: {max_cool_down: 25h}\n", `subscriptions[0].breaker.max_cool_down: 25h0m0s: must be at most 24h0m0s`, ErrInvalidValue},
+		// The file shares the API's bounds on lists and sizes.
+		{"too many types", sub + "    types: [" + strings.Repeat("a, ", 64) + "b]\n", `subscriptions[0].types: lists 65 types, more than 64`, ErrInvalidValue},
+		{"too many headers", sub + "    headers: {" + manyHeadersYAML(33) + "}\n", `subscriptions[0].headers: has 33 headers, more than 32`, ErrInvalidValue},
+		// A key that is set is checked as written, not replaced by its
+		// default (README, "Configuration reference").
+		{"timeout zero", sub + "    timeout: 0s\n", `subscriptions[0].timeout: 0s: must be between 1ms and 5m0s`, ErrInvalidValue},
+		{"concurrency max zero", sub + "    concurrency: {max: 0}\n", `subscriptions[0].concurrency.max: 0: must be between 1 and 10000`, ErrInvalidValue},
+		{"auto max zero", sub + "    concurrency: {auto: true, max: 0}\n", `subscriptions[0].concurrency.max: 0: must be between 1 and 10000`, ErrInvalidValue},
+		{"retry attempts zero", sub + "    retry: {max_attempts: 0}\n", `subscriptions[0].retry.max_attempts: 0: must be between 1 and 100`, ErrInvalidValue},
+		{"retry max_age zero", sub + "    retry: {max_age: 0s}\n", `subscriptions[0].retry.max_age: 0s: must be positive`, ErrInvalidValue},
+		{"retry base zero", sub + "    retry: {base: 0s}\n", `subscriptions[0].retry.base: 0s: must be positive`, ErrInvalidValue},
+		{"retry cap zero", sub + "    retry: {cap: 0s}\n", `subscriptions[0].retry.cap: 0s: must be positive`, ErrInvalidValue},
 		{"breaker unknown key", sub + "    breaker: {threshold: 5}\n", `unknown key "subscriptions[0].breaker.threshold"`, ErrUnknownKey},
 		{"backlog unknown key", sub + "    backlog: {max_bytes: 5}\n", `unknown key "subscriptions[0].backlog.max_bytes"`, ErrUnknownKey},
 	}
@@ -1337,4 +1368,14 @@ func TestLoadConfigTypePatterns(t *testing.T) {
 			t.Errorf("types %v: %v, want %q", tt.types, err, tt.want)
 		}
 	}
+}
+
+// manyHeadersYAML is n headers X-H0: v, X-H1: v, ... as flow mapping
+// entries.
+func manyHeadersYAML(n int) string {
+	l := make([]string, n)
+	for i := range l {
+		l[i] = fmt.Sprintf("X-H%d: v", i)
+	}
+	return strings.Join(l, ", ")
 }

@@ -24,7 +24,7 @@ var durationType = reflect.TypeFor[time.Duration]()
 // zero value of the field alone cannot tell. decodeSubs and Load fill
 // it from the parsed source; applyDefaults and Validate read it. A Config
 // built by hand has none, so there only the values count.
-type keySet uint16
+type keySet uint32
 
 const (
 	keyRatePerSecond keySet = 1 << iota
@@ -42,6 +42,12 @@ const (
 	keyBodyFields
 	keyEgress      // the subscription has an egress section, even one with nothing in it
 	keyEgressProxy // egress.proxy, even "" (refused: direct: true says that)
+	keyTimeout
+	keyConcurrencyMax
+	keyRetryMaxAttempts
+	keyRetryMaxAge
+	keyRetryBase
+	keyRetryCap
 )
 
 // trackedKeys maps a subscription's sections to the keys in them that
@@ -51,7 +57,13 @@ var trackedKeys = []struct {
 	keys    map[string]keySet
 }{
 	{"rate", map[string]keySet{"per_second": keyRatePerSecond, "burst": keyRateBurst}},
-	{"concurrency", map[string]keySet{"min": keyConcurrencyMin, "headroom": keyConcurrencyHeadroom}},
+	{"concurrency", map[string]keySet{"min": keyConcurrencyMin, "max": keyConcurrencyMax, "headroom": keyConcurrencyHeadroom}},
+	{"retry", map[string]keySet{
+		"max_attempts": keyRetryMaxAttempts,
+		"max_age":      keyRetryMaxAge,
+		"base":         keyRetryBase,
+		"cap":          keyRetryCap,
+	}},
 	{"breaker", map[string]keySet{
 		"failure_ratio":        keyBreakerFailureRatio,
 		"min_requests":         keyBreakerMinRequests,
@@ -80,6 +92,9 @@ func explicitKeys(raw any) keySet {
 	}
 	if _, ok := m["egress"]; ok {
 		set |= keyEgress
+	}
+	if m["timeout"] != nil {
+		set |= keyTimeout
 	}
 	for _, t := range trackedKeys {
 		sec, ok := m[t.section].(map[string]any)

@@ -148,6 +148,9 @@ func (s *SubscriptionConfig) resolveSecrets(p string, lookup func(string) (strin
 		return fieldErr(joinPath(p, sources[0]), nil, errNotOverAPI)
 	}
 
+	if len(s.Secrets) > maxSecrets {
+		return fieldErr(p+".secrets", nil, invalidf("lists %d secrets, more than %d", len(s.Secrets), maxSecrets))
+	}
 	var out []signing.Secret
 	seen := map[string]bool{}
 	add := func(field, where, raw string) error {
@@ -224,6 +227,9 @@ func (s *SubscriptionConfig) resolveSecrets(p string, lookup func(string) (strin
 				return err
 			}
 		}
+	}
+	if len(out) > maxSecrets { // secret_file or secret_env
+		return fieldErr(joinPath(p, sources[0]), nil, invalidf("holds %d secrets, more than %d", len(out), maxSecrets))
 	}
 	s.Resolved = out
 	return nil

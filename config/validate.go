@@ -29,8 +29,31 @@ const (
 	minTimeout       = time.Millisecond
 	maxTimeout       = 5 * time.Minute
 	maxRatePerSecond = 1e6 // keeps the default burst, ceil(per_second), a sane int
+	// minRatePerSecond is one delivery every 1000 s (about 17 minutes):
+	// slower is a paused subscription, which paused says, and far slower
+	// overflowed the lane's wake-up (1s/1e-300) into a busy loop.
+	minRatePerSecond = 0.001
+	// maxRateBurst is the burst of the fastest rate's default.
+	maxRateBurst     = 1_000_000
 	minBacklogMaxAge = time.Second
+	// maxBacklogMaxAge and maxBacklogEvents bound the backlog quota far
+	// above any real one, so a value is a limit and not a typo that
+	// overflows (a count) or that no event ever reaches.
+	maxBacklogMaxAge = 30 * 24 * time.Hour
+	maxBacklogEvents = 1_000_000_000
 	maxUnixPathLen   = 107 // sun_path is 108 bytes including the NUL on Linux
+	// The sizes of a subscription's lists and strings. Each lane keeps
+	// its subscription in memory and matches its types on every event,
+	// and a tenant's token may write them through the admin API, so
+	// none may grow without bound; these are far past what any receiver
+	// needs. A type or pattern is at most 128 bytes (typePattern).
+	maxTypes           = 64
+	maxTypeBytes       = 128
+	maxURLBytes        = 2048
+	maxHeaders         = 32
+	maxHeaderNameBytes = 256
+	maxHeaderValBytes  = 8192
+	maxSecrets         = 16
 	// maxTenantConcurrency bounds a tenant's bulkhead: ten subscriptions at
 	// the largest cap each (policy.ValidateCap's 10,000).
 	maxTenantConcurrency = 100_000
@@ -237,9 +260,15 @@ func (c *Config) validateTenants() error {
 // validateTypeList checks a list of event types and patterns (a
 // subscription's types, a tenant's shared_types) named field.
 func validateTypeList(field string, list []string) error {
+	if len(list) > maxTypes {
+		return fieldErr(field, nil, invalidf("lists %d types, more than %d; use a pattern like \"geofence.*\" or \"*\"", len(list), maxTypes))
+	}
 	types := make(map[string]bool, len(list))
 	for i, t := range list {
 		f := fmt.Sprintf("%s[%d]", field, i)
+		if len(t) > maxTypeBytes {
+			return fieldErr(f, nil, invalidf("is %d bytes, more than %d", len(t), maxTypeBytes))
+		}
 		if t != "*" && policy.IsTypePattern(t) {
 			if err := policy.ValidTypePattern(t); err != nil {
 				return fieldErr(f, t, &reason{kind: ErrInvalidValue, msg: err.Error(), cause: err})
@@ -403,12 +432,21 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 		return err
 	}
 
+	if len(s.Headers) > maxHeaders {
+		return fieldErr(p+".headers", nil, invalidf("has %d headers, more than %d", len(s.Headers), maxHeaders))
+	}
 	lower := make(map[string]string, len(s.Headers))
 	for _, name := range slices.Sorted(maps.Keys(s.Headers)) {
+		if len(name) > maxHeaderNameBytes {
+			return fieldErr(p+".headers", nil, invalidf("a header name is %d bytes, more than %d", len(name), maxHeaderNameBytes))
+		}
 		f := p + ".headers[" + name + "]"
 		value := s.Headers[name]
 		if !validHeaderName(name) {
 			return fieldErr(p+".headers", name, invalidf("not a valid header name"))
+		}
+		if len(value) > maxHeaderValBytes {
+			return fieldErr(f, nil, invalidf("value is %d bytes, more than %d", len(value), maxHeaderValBytes))
 		}
 		if reservedHeader(name) {
 			return fieldErr(f, nil, invalidf("sluice sets this header itself; it cannot be overridden"))
@@ -507,8 +545,14 @@ func (s *SubscriptionConfig) validateRate(p string) error {
 	if !(r.PerSecond > 0 && r.PerSecond <= maxRatePerSecond) {
 		return fieldErr(p+".rate.per_second", r.PerSecond, invalidf("must be greater than 0 and at most %d; omit rate for no limit", int(maxRatePerSecond)))
 	}
+	if r.PerSecond < minRatePerSecond {
+		return fieldErr(p+".rate.per_second", r.PerSecond, invalidf("must be at least %g (one delivery every %v); pause the subscription to stop it", minRatePerSecond, time.Duration(float64(time.Second)/minRatePerSecond)))
+	}
 	if r.Burst < 1 {
 		return fieldErr(p+".rate.burst", r.Burst, invalidf("must be at least 1"))
+	}
+	if r.Burst > maxRateBurst {
+		return fieldErr(p+".rate.burst", r.Burst, invalidf("must be at most %d", maxRateBurst))
 	}
 	return nil
 }
@@ -542,8 +586,14 @@ func (s *SubscriptionConfig) validateBacklog(p string) error {
 	if b.MaxEvents < 0 {
 		return fieldErr(p+".backlog.max_events", b.MaxEvents, invalidf("must not be negative (0 means no limit)"))
 	}
+	if b.MaxEvents > maxBacklogEvents {
+		return fieldErr(p+".backlog.max_events", b.MaxEvents, invalidf("must be at most %d (0 means no limit)", maxBacklogEvents))
+	}
 	if b.MaxAge != 0 && b.MaxAge < minBacklogMaxAge {
 		return fieldErr(p+".backlog.max_age", b.MaxAge, invalidf("must be at least %v, or 0s for no limit", minBacklogMaxAge))
+	}
+	if b.MaxAge > maxBacklogMaxAge {
+		return fieldErr(p+".backlog.max_age", b.MaxAge, invalidf("must be at most %v, or 0s for no limit", maxBacklogMaxAge))
 	}
 	return nil
 }
@@ -554,6 +604,9 @@ func (s *SubscriptionConfig) validateBacklog(p string) error {
 func validateURL(field, raw string) error {
 	if raw == "" {
 		return fieldErr(field, nil, newReason(ErrMissingValue, "required"))
+	}
+	if len(raw) > maxURLBytes {
+		return fieldErr(field, nil, invalidf("is %d bytes, more than %d", len(raw), maxURLBytes))
 	}
 	u, err := url.Parse(raw)
 	if err != nil {

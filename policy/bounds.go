@@ -31,6 +31,30 @@ const (
 	// a hundred attempts already span days.
 	maxRetryAttempts = 100
 
+	// The retry schedule's durations (the base is bounded by the cap). A
+	// base or cap under a millisecond
+	// is a bare number read as nanoseconds, or a retry storm; a cap over
+	// a day parks a delivery longer than any incident it waits out, and a
+	// max_age over 30 days outlives what a sender still wants delivered.
+	minRetryStep   = time.Millisecond
+	maxRetryCap    = 24 * time.Hour
+	minRetryMaxAge = time.Second
+	maxRetryMaxAge = 30 * 24 * time.Hour
+
+	// maxBreakerMinRequests and maxBreakerTimeouts bound the breaker's
+	// counts: past them the breaker could never open, which is what
+	// leaving it at its defaults is for.
+	maxBreakerMinRequests = 1_000_000
+	maxBreakerTimeouts    = 10_000
+
+	// The breaker's cool-downs, with the retry schedule's reasons: under
+	// a millisecond a failing endpoint is probed in a loop, and an open
+	// breaker that waits more than a day holds the subscription's events
+	// on disk for nothing.
+	minCoolDown    = time.Millisecond
+	maxCoolDown    = time.Hour
+	maxMaxCoolDown = 24 * time.Hour
+
 	// minInterval and maxInterval bound AutoCapConfig.Interval, which has
 	// no configuration key. The lower bound catches a bare number read as
 	// nanoseconds.
@@ -44,6 +68,32 @@ const (
 func ValidateCap(n int) error {
 	if n < 1 || n > MaxConcurrency {
 		return fieldError("concurrency.max", n, "must be between 1 and %d", MaxConcurrency)
+	}
+	return nil
+}
+
+// checkDuration checks a duration that must be positive, at least lo
+// and at most hi; the positive check comes first so that its wording
+// stays that of every other positive key.
+func checkDuration(field string, d, lo, hi time.Duration) error {
+	switch {
+	case d <= 0:
+		return fieldError(field, d, "must be positive")
+	case d < lo:
+		return fieldError(field, d, "must be at least %v", lo)
+	case d > hi:
+		return fieldError(field, d, "must be at most %v", hi)
+	}
+	return nil
+}
+
+// checkCount checks a count that must be at least 1 and at most hi.
+func checkCount(field string, n, hi int) error {
+	switch {
+	case n < 1:
+		return fieldError(field, n, "must be at least 1")
+	case n > hi:
+		return fieldError(field, n, "must be at most %d", hi)
 	}
 	return nil
 }

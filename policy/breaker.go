@@ -65,7 +65,7 @@ type BreakerConfig struct {
 	// MinRequests is the number of outcomes the window must hold before
 	// the failure ratio can trip the breaker, so that two failures out of
 	// three requests do not. Zero means DefaultBreakerMinRequests.
-	// Validate accepts 1 or more.
+	// Validate accepts 1 to 1,000,000.
 	MinRequests int
 
 	// FailureRatio trips the breaker when failures / outcomes in the window
@@ -75,19 +75,19 @@ type BreakerConfig struct {
 
 	// ConsecutiveTimeouts trips the breaker, whatever the ratio and volume,
 	// when this many timeouts arrive with no success in between.
-	// Zero means DefaultBreakerConsecutiveTimeouts. Validate accepts 1 or
-	// more.
+	// Zero means DefaultBreakerConsecutiveTimeouts. Validate accepts 1 to
+	// 10,000.
 	ConsecutiveTimeouts int
 
 	// CoolDown is how long the breaker stays open after tripping from
-	// closed. Zero means DefaultBreakerCoolDown. Validate accepts any
-	// positive duration up to MaxCoolDown.
+	// closed. Zero means DefaultBreakerCoolDown. Validate accepts 1ms to
+	// 1h, and at most MaxCoolDown.
 	CoolDown time.Duration
 
 	// MaxCoolDown caps the cool-down, which doubles each time a half-open
 	// probe fails. It also bounds how long a probe may stay unrecorded (see
-	// Breaker). Zero means DefaultBreakerMaxCoolDown. Validate accepts any
-	// positive duration.
+	// Breaker). Zero means DefaultBreakerMaxCoolDown. Validate accepts 1ms
+	// to 24h.
 	MaxCoolDown time.Duration
 }
 
@@ -100,20 +100,20 @@ func (c BreakerConfig) Validate() error {
 	if !(c.FailureRatio > 0 && c.FailureRatio <= 1) {
 		return fieldError("breaker.failure_ratio", c.FailureRatio, "must be greater than 0 and at most 1")
 	}
-	if c.MinRequests < 1 {
-		return fieldError("breaker.min_requests", c.MinRequests, "must be at least 1")
+	if err := checkCount("breaker.min_requests", c.MinRequests, maxBreakerMinRequests); err != nil {
+		return err
 	}
 	if err := checkWindow("breaker.window", c.Window); err != nil {
 		return err
 	}
-	if c.ConsecutiveTimeouts < 1 {
-		return fieldError("breaker.consecutive_timeouts", c.ConsecutiveTimeouts, "must be at least 1")
+	if err := checkCount("breaker.consecutive_timeouts", c.ConsecutiveTimeouts, maxBreakerTimeouts); err != nil {
+		return err
 	}
-	if c.CoolDown <= 0 {
-		return fieldError("breaker.cool_down", c.CoolDown, "must be positive")
+	if err := checkDuration("breaker.cool_down", c.CoolDown, minCoolDown, maxCoolDown); err != nil {
+		return err
 	}
-	if c.MaxCoolDown <= 0 {
-		return fieldError("breaker.max_cool_down", c.MaxCoolDown, "must be positive")
+	if err := checkDuration("breaker.max_cool_down", c.MaxCoolDown, minCoolDown, maxMaxCoolDown); err != nil {
+		return err
 	}
 	if c.CoolDown > c.MaxCoolDown {
 		return fieldError("breaker.cool_down", c.CoolDown, "must not exceed breaker.max_cool_down (%v)", c.MaxCoolDown)

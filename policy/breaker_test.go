@@ -424,6 +424,14 @@ func TestBreakerConfigValidate(t *testing.T) {
 		{"cool-down zero", with(func(c *policy.BreakerConfig) { c.CoolDown = 0 }), "breaker.cool_down: 0s: must be positive"},
 		{"cool-down negative", with(func(c *policy.BreakerConfig) { c.CoolDown = -time.Second }), "breaker.cool_down: -1s: must be positive"},
 		{"max cool-down zero", with(func(c *policy.BreakerConfig) { c.MaxCoolDown = 0 }), "breaker.max_cool_down: 0s: must be positive"},
+		{"largest", with(func(c *policy.BreakerConfig) {
+			c.MinRequests, c.ConsecutiveTimeouts, c.CoolDown, c.MaxCoolDown = 1_000_000, 10_000, time.Hour, 24*time.Hour
+		}), ""},
+		{"min requests too many", with(func(c *policy.BreakerConfig) { c.MinRequests = 1_000_001 }), "breaker.min_requests: 1000001: must be at most 1000000"},
+		{"timeouts too many", with(func(c *policy.BreakerConfig) { c.ConsecutiveTimeouts = 10_001 }), "breaker.consecutive_timeouts: 10001: must be at most 10000"},
+		{"cool-down in nanoseconds", with(func(c *policy.BreakerConfig) { c.CoolDown = 5 }), "breaker.cool_down: 5ns: must be at least 1ms"},
+		{"cool-down too long", with(func(c *policy.BreakerConfig) { c.CoolDown, c.MaxCoolDown = 2*time.Hour, 2*time.Hour }), "breaker.cool_down: 2h0m0s: must be at most 1h0m0s"},
+		{"max cool-down too long", with(func(c *policy.BreakerConfig) { c.MaxCoolDown = 25 * time.Hour }), "breaker.max_cool_down: 25h0m0s: must be at most 24h0m0s"},
 		{"cool-down above max", with(func(c *policy.BreakerConfig) { c.CoolDown, c.MaxCoolDown = time.Minute, time.Second }), "breaker.cool_down: 1m0s: must not exceed breaker.max_cool_down (1s)"},
 		{"cool-down above default max", with(func(c *policy.BreakerConfig) { c.CoolDown = time.Hour }), "breaker.cool_down: 1h0m0s: must not exceed breaker.max_cool_down (5m0s)"},
 		{"max below default cool-down", with(func(c *policy.BreakerConfig) { c.MaxCoolDown = time.Second }), "breaker.cool_down: 5s: must not exceed breaker.max_cool_down (1s)"},

@@ -124,21 +124,25 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 
 // Validate reports the first field out of its bounds as a *FieldError
 // whose key is in the "retry." block (DESIGN.md §4): "retry.max_attempts"
-// (1 to 100), "retry.max_age", "retry.base" and "retry.cap" (positive,
-// Base <= Cap). It checks the values as they will be used, so a zero field
+// (1 to 100), "retry.max_age" (1s to 720h), "retry.base" and "retry.cap"
+// (1ms to 24h, Base <= Cap). It checks the values as they will be used, so a zero field
 // is an error: call p.WithDefaults().Validate() when zero is meant as "the
 // default".
 func (p RetryPolicy) Validate() error {
-	switch b := p.Backoff; {
-	case p.MaxAttempts < 1 || p.MaxAttempts > maxRetryAttempts:
+	b := p.Backoff
+	if p.MaxAttempts < 1 || p.MaxAttempts > maxRetryAttempts {
 		return fieldError("retry.max_attempts", p.MaxAttempts, "must be between 1 and %d", maxRetryAttempts)
-	case p.MaxAge <= 0:
-		return fieldError("retry.max_age", p.MaxAge, "must be positive")
-	case b.Base <= 0:
-		return fieldError("retry.base", b.Base, "must be positive")
-	case b.Cap <= 0:
-		return fieldError("retry.cap", b.Cap, "must be positive")
-	case b.Base > b.Cap:
+	}
+	if err := checkDuration("retry.max_age", p.MaxAge, minRetryMaxAge, maxRetryMaxAge); err != nil {
+		return err
+	}
+	if err := checkDuration("retry.base", b.Base, minRetryStep, maxRetryCap); err != nil {
+		return err
+	}
+	if err := checkDuration("retry.cap", b.Cap, minRetryStep, maxRetryCap); err != nil {
+		return err
+	}
+	if b.Base > b.Cap {
 		return fieldError("retry.base", b.Base, "must not exceed retry.cap (%v)", b.Cap)
 	}
 	return nil

@@ -249,6 +249,16 @@ func TestRetryPolicyValidate(t *testing.T) {
 		{"max age zero", with(func(p *policy.RetryPolicy) { p.MaxAge = 0 }), "retry.max_age: 0s: must be positive"},
 		{"base negative", with(func(p *policy.RetryPolicy) { p.Backoff.Base = -time.Second }), "retry.base: -1s: must be positive"},
 		{"cap zero", with(func(p *policy.RetryPolicy) { p.Backoff.Cap = 0 }), "retry.cap: 0s: must be positive"},
+		{"longest", with(func(p *policy.RetryPolicy) {
+			p.MaxAge, p.Backoff.Base, p.Backoff.Cap = 720*time.Hour, 24*time.Hour, 24*time.Hour
+		}), ""},
+		{"shortest", with(func(p *policy.RetryPolicy) {
+			p.MaxAge, p.Backoff.Base, p.Backoff.Cap = time.Second, time.Millisecond, time.Millisecond
+		}), ""},
+		{"max age too long", with(func(p *policy.RetryPolicy) { p.MaxAge = 721 * time.Hour }), "retry.max_age: 721h0m0s: must be at most 720h0m0s"},
+		{"max age under a second", with(func(p *policy.RetryPolicy) { p.MaxAge = time.Millisecond }), "retry.max_age: 1ms: must be at least 1s"},
+		{"base in nanoseconds", with(func(p *policy.RetryPolicy) { p.Backoff.Base = 999 * time.Microsecond }), "retry.base: 999µs: must be at least 1ms"},
+		{"cap too long", with(func(p *policy.RetryPolicy) { p.Backoff.Cap = 25 * time.Hour }), "retry.cap: 25h0m0s: must be at most 24h0m0s"},
 		{"base above cap", with(func(p *policy.RetryPolicy) { p.Backoff.Base = 2 * time.Hour }), "retry.base: 2h0m0s: must not exceed retry.cap (1h0m0s)"},
 	}
 	for _, tt := range tests {

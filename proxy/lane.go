@@ -192,14 +192,35 @@ func horizon(sub *Subscription) time.Duration {
 		h = max(h, policy.DefaultBreakerMaxCoolDown)
 	}
 	if r := sub.Rate.PerSecond; r > 0 {
-		// Compared as a float: a tiny rate must not overflow the conversion.
-		if w := float64(time.Second) / r; w < float64(neverFar) {
-			h = max(h, time.Duration(w))
-		} else {
-			h = neverFar
-		}
+		h = max(h, tokenWait(rate.Limit(r)))
 	}
 	return min(h, neverFar-clockSlack) + clockSlack
+}
+
+// Bounds of the wake-ups a lane arms for its rate limit. Below minWake a
+// lane that cannot pass would wake itself in a tight loop; past maxWake
+// a lane simply looks again (the token bucket is still refilling), so no
+// computed wait, however odd the rate, parks a lane longer or overflows
+// time.Duration into a negative or "for ever" due time, which farAhead
+// would read as due now and the lane would spin on (a rate of 1e-300
+// pinned a core, and deleting the subscription did not stop it).
+const (
+	minWake = time.Millisecond
+	maxWake = time.Hour
+)
+
+// clampWake bounds a wait to [minWake, maxWake].
+func clampWake(d time.Duration) time.Duration { return min(max(d, minWake), maxWake) }
+
+// tokenWait is how long a bucket refilling at limit takes to earn one
+// token, clamped by clampWake. The division stays in floating point
+// until the clamp: converting 1s/1e-300 to a Duration overflows.
+func tokenWait(limit rate.Limit) time.Duration {
+	w := float64(time.Second) / float64(limit)
+	if !(w < float64(maxWake)) { // also NaN, and +Inf from a zero limit
+		return maxWake
+	}
+	return clampWake(time.Duration(w))
 }
 
 // neverFar is a horizon no due time exceeds (146 years).
@@ -274,7 +295,8 @@ func (l *lane) admit(now time.Time) (probe, ok bool) {
 			}
 			e.slots.giveBack()
 			l.rateLimited.Add(1)
-			e.timers.add(l, now.Add(max(wait, time.Millisecond)))
+			// wait is InfDuration when the reservation cannot be met.
+			e.timers.add(l, now.Add(clampWake(wait)))
 			return false, false
 		}
 	}
@@ -309,7 +331,7 @@ func (l *lane) mayPass(now time.Time) bool {
 		}
 	}
 	if l.limiter != nil && l.limiter.TokensAt(now) < 1 {
-		l.e.timers.add(l, now.Add(time.Duration(float64(time.Second)/float64(l.limiter.Limit()))))
+		l.e.timers.add(l, now.Add(tokenWait(l.limiter.Limit())))
 		return false
 	}
 	return true

@@ -160,6 +160,12 @@ type SpecParser interface {
 	// an API client may not make the sidecar read its files or its
 	// environment.
 	Parse(doc []byte) (*Subscription, error)
+	// Check reads a request's body, a document or a merge patch, as the
+	// config file's JSON is read, before the registry decodes, merges or
+	// re-encodes it: a key given twice in one object is refused there,
+	// and decoding would quietly keep the last one. Its error names the
+	// key and the line.
+	Check(body []byte) error
 	// Redact returns doc as shown to API clients: no secret, no
 	// credential-like header value.
 	Redact(doc []byte) map[string]any

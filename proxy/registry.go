@@ -82,6 +82,18 @@ func encodeDocument(doc map[string]any) []byte {
 	return b
 }
 
+// checkBody refuses a request body the config file's JSON reader refuses
+// (SpecParser.Check).
+func (s *Server) checkBody(body []byte) error {
+	if s.opts.Specs == nil {
+		return ErrNoSpecs
+	}
+	if err := s.opts.Specs.Check(body); err != nil {
+		return invalidf("body: %v", err)
+	}
+	return nil
+}
+
 // parseSpec validates doc through the SpecParser, names the key in its
 // error, and marks the result as the API's.
 func (s *Server) parseSpec(doc []byte) (*Subscription, error) {
@@ -106,6 +118,9 @@ func (s *Server) parseSpec(doc []byte) (*Subscription, error) {
 func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo, error) {
 	doc, err := document(body)
 	if err != nil {
+		return SubscriptionInfo{}, err
+	}
+	if err := s.checkBody(body); err != nil {
 		return SubscriptionInfo{}, err
 	}
 	if !p.operator() {
@@ -307,6 +322,9 @@ func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (Subsc
 	if err != nil {
 		return SubscriptionInfo{}, err
 	}
+	if err := s.checkBody(patch); err != nil {
+		return SubscriptionInfo{}, err
+	}
 	d := s.d
 	d.reg.Lock()
 	defer d.reg.Unlock()
@@ -328,6 +346,17 @@ func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (Subsc
 	if !p.operator() && doc["tenant"] != p.tenant {
 		return SubscriptionInfo{}, invalidf("tenant: a tenant's token cannot move a subscription to another tenant")
 	}
+	// secret and secrets are one setting written two ways: a patch that
+	// sets one replaces the other, or a subscription made with a
+	// generated secret could never be given a list (README, "Moving a
+	// subscription from HMAC to Ed25519"). A patch naming both is judged
+	// as written.
+	if other, ok := replacedSecretKey(pd); ok {
+		if _, present := doc[other]; present {
+			delete(doc, other)
+			merged = encodeDocument(doc)
+		}
+	}
 	sub, err := s.parseSpec(merged)
 	if err != nil {
 		return SubscriptionInfo{}, err
@@ -348,6 +377,19 @@ func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (Subsc
 	}
 	s.log.Info("subscription updated through the API", "subscription", id)
 	return s.subscriptionInfo(l)
+}
+
+// replacedSecretKey is the secret key a merge patch replaces: "secret"
+// when it sets "secrets" alone, "secrets" when it sets "secret" alone.
+func replacedSecretKey(patch map[string]any) (string, bool) {
+	secret, secrets := patch["secret"], patch["secrets"]
+	switch {
+	case secrets != nil && secret == nil:
+		return "secret", true
+	case secret != nil && secrets == nil:
+		return "secrets", true
+	}
+	return "", false
 }
 
 // DeleteSubscription ends an API subscription's entitlement at the head:

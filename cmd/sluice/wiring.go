@@ -124,6 +124,10 @@ func (p specParser) Parse(doc []byte) (*proxy.Subscription, error) {
 	return newSubscription(sc, proxy.ManagedByAPI, slices.Clone(doc), nil), nil
 }
 
+// Check reads body as the config file's JSON is read
+// (config.CheckDocument).
+func (specParser) Check(body []byte) error { return config.CheckDocument(body) }
+
 // Redact returns doc as API clients are shown it
 // (config.RedactSubscriptionDoc).
 func (specParser) Redact(doc []byte) map[string]any { return config.RedactSubscriptionDoc(doc) }
