@@ -364,6 +364,13 @@ type TenantConfig struct {
 	// without shared_types they receive no platform event. Changing it
 	// takes a restart.
 	SharedTypes []string `koanf:"shared_types"`
+	// Backlog bounds what may wait for each of the tenant's
+	// subscriptions, whatever they set themselves (they may only be
+	// tighter), counting while they are paused; max_age also bounds their
+	// retries' max_age. A field left 0 takes the default for tenants
+	// (1,000,000 events, 72h), so no tenant's subscription goes unbounded
+	// and a stalled endpoint cannot fill the disk for everyone.
+	Backlog BacklogConfig `koanf:"backlog"`
 }
 
 // TenantConcurrencyConfig is a tenant's bulkhead.

@@ -253,6 +253,9 @@ func (c *Config) validateTenants() error {
 		if err := validateTypeList(p+".shared_types", t.SharedTypes); err != nil {
 			return err
 		}
+		if err := validateBacklog(p, t.Backlog); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -581,8 +584,11 @@ func (s *SubscriptionConfig) validateConcurrency(p string) error {
 }
 
 // validateBacklog checks the backlog quota; zero fields mean no limit.
-func (s *SubscriptionConfig) validateBacklog(p string) error {
-	b := s.Backlog
+func (s *SubscriptionConfig) validateBacklog(p string) error { return validateBacklog(p, s.Backlog) }
+
+// validateBacklog checks a backlog quota under p (a subscription's, a
+// tenant's bound); zero fields mean no limit, or the default.
+func validateBacklog(p string, b BacklogConfig) error {
 	if b.MaxEvents < 0 {
 		return fieldErr(p+".backlog.max_events", b.MaxEvents, invalidf("must not be negative (0 means no limit)"))
 	}

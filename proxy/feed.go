@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/queue"
 )
@@ -210,6 +211,19 @@ func entitlement(tenant string, shared, types func(typ []byte) bool) queue.Match
 		}
 		return types == nil || types(typ)
 	}
+}
+
+// entitled reports whether a subscription of tenant may receive an event
+// of evTenant and type typ, by the tenant rule alone (entitlement), its
+// types aside.
+func (f *feed) entitled(tenant, evTenant, typ string) bool {
+	if tenant == "" {
+		return true // the operator's: every event
+	}
+	f.typeMu.RLock()
+	shared := f.shared[tenant]
+	f.typeMu.RUnlock()
+	return entitlement(tenant, shared, nil)(unsafe.Slice(unsafe.StringData(evTenant), len(evTenant)), unsafe.Slice(unsafe.StringData(typ), len(typ)))
 }
 
 // seenSince reports whether an event of one of types may have been

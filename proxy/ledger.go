@@ -218,7 +218,9 @@ func (s *Server) Replay(sub string, seq uint64, force bool) (ReplayResult, error
 	// recorded (Owner "") carry no such record and replay as before.
 	if dl, err := s.q.DeadLetter(sub, seq); err == nil && dl.Owner != "" {
 		l.mu.Lock()
-		ok := dl.Owner == l.sub.Tenant && l.wants(dl.Tenant, dl.Type)
+		// The tenant rule only: the subscription may have changed its
+		// types since, and a replay of what it was owed is still its own.
+		ok := dl.Owner == l.sub.Tenant && l.e.feed.entitled(l.sub.Tenant, dl.Tenant, dl.Type)
 		l.mu.Unlock()
 		if !ok {
 			return res, fmt.Errorf("dead letter %s/%d: %w", sub, seq, ErrNotFound)

@@ -110,7 +110,9 @@ func TestFleetAPISubscriptions(t *testing.T) {
 	// acme's subscriptions are black holes; the tenant's cap holds them to
 	// one request in flight (each owner's: a tenant's lanes may have
 	// several owners).
-	w.cfg.Top = "tenants: [{id: acme, concurrency: {max: 1}}]"
+	// The producers post platform events, which the operator shares with
+	// acme (DESIGN.md invariant 8).
+	w.cfg.Top = `tenants: [{id: acme, concurrency: {max: 1}, shared_types: ["*"]}]`
 	w.recv.tb.SetMode("/acme-1", testbed.ModeBlackhole)
 	w.recv.tb.SetMode("/acme-2", testbed.ModeBlackhole)
 	a, b, c := w.addNode(na, w.cfg), w.addNode(nb, w.cfg), w.addNode(nc, w.cfg)

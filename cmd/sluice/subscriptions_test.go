@@ -297,7 +297,7 @@ retry: {max_attempts: 1}
 	}
 	// shipping's endpoint fails and it has one attempt: this event is
 	// dead-lettered, for recover below.
-	s.publish(t, "order.shipped", "ev-4")
+	s.postAs(t, "acme", "order.shipped", "ev-4", `{"n":4}`) // an event of shipping's tenant
 
 	// get: the lane and the settings, never the secret.
 	out = mustRun(t, sub("get", "billing")...)

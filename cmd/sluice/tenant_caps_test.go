@@ -63,7 +63,9 @@ func TestTenantCapHoldsAgainstABlackHole(t *testing.T) {
 	}
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken,
 		TenantTokens: []proxy.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}},
-		Tenants:      []proxy.Tenant{{ID: "acme", MaxConcurrency: tenantCap}, {ID: "other"}},
+		// The events are platform events both tenants receive: the operator
+		// shares every type with them (DESIGN.md invariant 8).
+		Tenants: []proxy.Tenant{{ID: "acme", MaxConcurrency: tenantCap, SharedTypes: []string{"*"}}, {ID: "other", SharedTypes: []string{"*"}}},
 		// Retries are not what this test is about: let them all through.
 		RetryBudget: policy.BudgetConfig{Ratio: 1, MinPerSecond: 10_000},
 		Subscriptions: []*proxy.Subscription{
@@ -226,7 +228,7 @@ func TestTenantCapPassesOnWhenAWaitingLaneIsPaused(t *testing.T) {
 		subs = append(subs, mk(id, tb.URL()+"/"+id, "x.e"))
 	}
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken, Subscriptions: subs,
-		Tenants: []proxy.Tenant{{ID: "acme", MaxConcurrency: 1}}})
+		Tenants: []proxy.Tenant{{ID: "acme", MaxConcurrency: 1, SharedTypes: []string{"*"}}}}) // platform events shared with acme
 	s.publish(t, "hold.e", "hold-1") // holder takes acme's one slot for 300ms
 	eventually(t, "the holder in flight", func() bool { return s.laneOf(t, "holder").InFlight == 1 })
 	s.publish(t, "x.e", "x-1") // every other lane waits for the slot

@@ -136,7 +136,8 @@ func (specParser) Redact(doc []byte) map[string]any { return config.RedactSubscr
 func tenants(cfg *config.Config) []proxy.Tenant {
 	var out []proxy.Tenant
 	for _, t := range cfg.Tenants {
-		out = append(out, proxy.Tenant{ID: t.ID, MaxSubscriptions: t.MaxSubscriptions, MaxConcurrency: t.Concurrency.Max, SharedTypes: t.SharedTypes})
+		out = append(out, proxy.Tenant{ID: t.ID, MaxSubscriptions: t.MaxSubscriptions, MaxConcurrency: t.Concurrency.Max, SharedTypes: t.SharedTypes,
+			Backlog: proxy.BacklogQuota{MaxEvents: t.Backlog.MaxEvents, MaxAge: t.Backlog.MaxAge}})
 	}
 	return out
 }
