@@ -396,6 +396,9 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "admin_tokens_same_as_operator", want: []string{`admin.tokens[1].token: the same token as the operator's`}, is: ErrDuplicate},
 		{file: "admin_tokens_duplicate", want: []string{`admin.tokens[1].token: the same token as admin.tokens[0]`}, is: ErrDuplicate, notWant: []string{acmeToken}},
 		{file: "admin_tokens_file_missing", want: []string{`admin.tokens[0].token_file: "testdata/no-such-token"`, "no such file"}, is: fs.ErrNotExist},
+		{file: "admin_token_short", want: []string{`admin.token: [redacted]: token must be at least 16 bytes`}, is: ErrInvalidValue, notWant: []string{"short-token"}},
+		{file: "admin_token_file_short", want: []string{`admin.token_file: "testdata/short-token": token must be at least 16 bytes`}, is: ErrInvalidValue, notWant: []string{"tiny-token"}},
+		{file: "admin_tokens_short", want: []string{`admin.tokens[0].token: [redacted]: token must be at least 16 bytes`}, is: ErrInvalidValue, notWant: []string{"acme-5e1f"}},
 		{file: "admin_tokens_with_space", want: []string{`admin.tokens[0].token: [redacted]: token must be printable ASCII`}, notWant: []string{"acme token"}},
 		{file: "admin_tokens_unknown_key", want: []string{`unknown key "admin.tokens[0].scope"`}, is: ErrUnknownKey},
 

@@ -203,7 +203,7 @@ func (s *Server) requireToken(mux *http.ServeMux) http.Handler {
 			mux.ServeHTTP(w, r)
 			return
 		}
-		got, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, hasBearer := bearerCredentials(r.Header.Get("Authorization"))
 		var p principal
 		switch {
 		case hasBearer && len(op) > 0 && subtle.ConstantTimeCompare([]byte(got), op) == 1:
@@ -232,6 +232,23 @@ func (s *Server) requireToken(mux *http.ServeMux) http.Handler {
 		}
 		mux.ServeHTTP(w, withPrincipal(r, p))
 	})
+}
+
+// MinTokenBytes is the shortest admin token config accepts (operator and
+// tenant tokens alike). Anything shorter can be guessed online: the admin
+// API does not rate-limit wrong tokens. 16 bytes of hex is 64 bits; the
+// tokens the API issues are longer.
+const MinTokenBytes = 16
+
+// bearerCredentials returns the credentials of an Authorization header using the
+// Bearer scheme, which it matches case-insensitively (RFC 9110 §11.1: auth
+// schemes are case-insensitive; some clients send "bearer").
+func bearerCredentials(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(tok, " "), true // 1*SP between them
 }
 
 // writeJSON writes v, indented by two spaces (people read these answers

@@ -78,6 +78,38 @@ func TestAdminTokenOnEveryPathButHealthz(t *testing.T) {
 	}
 }
 
+// TestAdminBearerSchemeIsCaseInsensitive: RFC 9110 §11.1 makes auth
+// schemes case-insensitive, so "bearer" and "BEARER" carry the token as
+// "Bearer" does; the token itself stays case-sensitive.
+func TestAdminBearerSchemeIsCaseInsensitive(t *testing.T) {
+	const token = "operator-token-3f9c1e"
+	s := startAdminServer(t, "", token)
+	for _, c := range []struct {
+		header string
+		want   int
+	}{
+		{"Bearer " + token, 200},
+		{"bearer " + token, 200},
+		{"BEARER " + token, 200},
+		{"bEaReR  " + token, 200},
+		{"Bearer " + strings.ToUpper(token), 401},
+		{"Basic " + token, 401},
+		{"Bearer" + token, 401},
+		{token, 401},
+	} {
+		req, _ := http.NewRequest("GET", s.AdminURL()+"/v1/subscriptions", nil)
+		req.Header.Set("Authorization", c.header)
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("Authorization: %q: %d, want %d", c.header, resp.StatusCode, c.want)
+		}
+	}
+}
+
 func TestAdminBadParametersAreNamed(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeOK)
 	s := startAdminServer(t, "", "", sub("a", tb.URL()))
