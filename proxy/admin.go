@@ -214,14 +214,12 @@ func (s *Server) requireToken(mux *http.ServeMux) http.Handler {
 				return
 			}
 			if tenant == "" {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-				writeError(w, http.StatusUnauthorized, "missing or wrong admin token")
+				refuseUnauthenticated(w, r)
 				return
 			}
 			p.tenant = tenant
 		case len(op) > 0:
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong admin token")
+			refuseUnauthenticated(w, r)
 			return
 		}
 		if !p.operator() {

@@ -8,6 +8,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,16 +49,16 @@ func startFaultServer(t *testing.T, maxBody int, subs ...*Subscription) *Server 
 }
 
 // openTestServer opens a sidecar on loopback with fsync durability, a temp
-// data dir, no admin listener and a quick cursor flush, over opts' other
-// fields; wrap, when not nil, wraps the store the engine drives. It is
-// closed when the test ends.
+// data dir, no admin listener unless opts.AdminListen names one, and a
+// quick cursor flush, over opts' other fields; wrap, when not nil, wraps
+// the store the engine drives. It is closed when the test ends.
 func openTestServer(t *testing.T, opts Options, wrap func(queue.Store) queue.Store) *Server {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	opts.Listen, opts.AdminListen, opts.DataDir, opts.Sync = "127.0.0.1:0", "-", t.TempDir(), true
+	opts.Listen, opts.AdminListen, opts.DataDir, opts.Sync = "127.0.0.1:0", cmp.Or(opts.AdminListen, "-"), t.TempDir(), true
 	opts.Logger, opts.CursorInterval, opts.AllowPrivateTargets = log, 10*time.Millisecond, true
 	s := New(opts)
 	s.wrapStore = wrap
