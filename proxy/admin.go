@@ -199,6 +199,9 @@ func (s *Server) requireToken(mux *http.ServeMux) http.Handler {
 		s.tokens.put(tokenKey(t.Token), t.Tenant)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.adminGuard(w, r, len(op) > 0) {
+			return
+		}
 		if r.URL.Path == "/healthz" || dashboardPublic(r) {
 			mux.ServeHTTP(w, r)
 			return

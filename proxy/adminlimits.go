@@ -101,18 +101,25 @@ func samplingTime(r *http.Request) time.Duration {
 	return time.Duration(min(sec, 24*3600) * float64(time.Second))
 }
 
-// refuseUnauthenticated answers 401 without reading the request's body and
-// closes the connection after it: the body of a client without a valid
-// token is never read, and a trickled one cannot hold the connection.
+// refuseUnauthenticated answers 401 (refuseUnread).
 func refuseUnauthenticated(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+	refuseUnread(w, r, http.StatusUnauthorized, "missing or wrong admin token")
+}
+
+// refuseUnread answers status with msg without reading the request's body
+// and, when it has one, closes the connection after the answer: the body
+// of a refused request is never read, and a trickled one cannot hold the
+// connection.
+func refuseUnread(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	if r.ContentLength != 0 {
-		// net/http drains up to 256 KiB of an unread body after the
-		// handler, to reuse the connection; the deadline cuts that short.
+		// net/http drains up to 256 KiB of an unread body before it
+		// answers (to reuse the connection) unless the answer closes it,
+		// and again after the handler; the deadline cuts that short.
 		w.Header().Set("Connection", "close")
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(adminRefuseGrace))
 	}
-	writeError(w, http.StatusUnauthorized, "missing or wrong admin token")
+	writeError(w, status, msg)
 }
 
 // capListener accepts at most max connections at a time; past it a
