@@ -192,7 +192,9 @@ var tenantRoutes = map[string]bool{
 //     mistyped tenant token must not act as the operator.
 //
 // Comparisons of the operator token are constant-time; tenant tokens are
-// looked up by their SHA-256, which leaks nothing of the token.
+// looked up by their SHA-256, which leaks nothing of the token. Before
+// any of it, adminGuard refuses what a browser page of another site could
+// send (adminguard.go); a refused request's body is never read.
 func (s *Server) requireToken(mux *http.ServeMux) http.Handler {
 	op := []byte(s.opts.AdminToken)
 	for _, t := range s.opts.TenantTokens {
