@@ -6,11 +6,12 @@
 # only producer is the service next to it. Inside a container, loopback is
 # that container's own, so bind what the producer can reach:
 #   - a pod or a shared network namespace: 127.0.0.1 keeps working;
-#   - otherwise SLUICE_LISTEN=0.0.0.0:8700 and SLUICE_ADMIN__LISTEN=0.0.0.0:8701,
-#     or a unix socket on a shared volume, e.g.
-#     SLUICE_LISTEN=unix:///run/sluice/ingest.sock.
-# Only expose the admin port beyond the pod with admin.token or
-# admin.token_file set.
+#   - otherwise SLUICE_LISTEN=0.0.0.0:8700, or a unix socket on a shared
+#     volume, e.g. SLUICE_LISTEN=unix:///run/sluice/ingest.sock.
+# The admin API (8701) stays on loopback unless admin.token_file is set
+# (SLUICE_ADMIN__TOKEN_FILE): sluice refuses SLUICE_ADMIN__LISTEN=0.0.0.0:8701
+# without an operator token (admin.insecure_no_token: true overrides that,
+# dangerously). The HEALTHCHECK below probes it on loopback either way.
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src

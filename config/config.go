@@ -283,12 +283,18 @@ type AdminConfig struct {
 	// proxy.DefaultAdminListen.
 	Listen string `koanf:"listen"`
 	// Token, when set, is the bearer token the admin API requires. Set
-	// Token or TokenFile, not both; neither means no authentication (the
-	// listener is on loopback by default).
+	// Token or TokenFile, not both; neither means no authentication, which
+	// Validate allows only on a loopback address or a unix socket (see
+	// InsecureNoToken). At least proxy.MinTokenBytes long.
 	Token string `koanf:"token" json:"-"`
 	// TokenFile names a file holding the token; surrounding whitespace is
 	// ignored.
 	TokenFile string `koanf:"token_file"`
+	// InsecureNoToken lets the admin API listen beyond loopback without an
+	// operator token. Dangerous: anyone who can reach the address, or a
+	// page in a browser that can, pauses, replays and re-points
+	// deliveries. Only for a network nothing untrusted can reach.
+	InsecureNoToken bool `koanf:"insecure_no_token"`
 
 	// Tokens are admin tokens scoped to one tenant each, beside the
 	// operator's (Token or TokenFile), which they need: without an

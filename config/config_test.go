@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -396,6 +397,11 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "admin_tokens_same_as_operator", want: []string{`admin.tokens[1].token: the same token as the operator's`}, is: ErrDuplicate},
 		{file: "admin_tokens_duplicate", want: []string{`admin.tokens[1].token: the same token as admin.tokens[0]`}, is: ErrDuplicate, notWant: []string{acmeToken}},
 		{file: "admin_tokens_file_missing", want: []string{`admin.tokens[0].token_file: "testdata/no-such-token"`, "no such file"}, is: fs.ErrNotExist},
+		{file: "admin_listen_public_no_token", want: []string{`admin.listen: "0.0.0.0:8701": is not a loopback address and no operator token is set: set admin.token_file`, "admin.insecure_no_token"}, is: ErrMissingValue},
+		{file: "admin_listen_any_no_token", want: []string{`admin.listen: ":8701": is not a loopback address`, "admin.token_file"}, is: ErrMissingValue},
+		{file: "admin_token_short", want: []string{`admin.token: [redacted]: token must be at least 16 bytes`}, is: ErrInvalidValue, notWant: []string{"short-token"}},
+		{file: "admin_token_file_short", want: []string{`admin.token_file: "testdata/short-token": token must be at least 16 bytes`}, is: ErrInvalidValue, notWant: []string{"tiny-token"}},
+		{file: "admin_tokens_short", want: []string{`admin.tokens[0].token: [redacted]: token must be at least 16 bytes`}, is: ErrInvalidValue, notWant: []string{"acme-5e1f"}},
 		{file: "admin_tokens_with_space", want: []string{`admin.tokens[0].token: [redacted]: token must be printable ASCII`}, notWant: []string{"acme token"}},
 		{file: "admin_tokens_unknown_key", want: []string{`unknown key "admin.tokens[0].scope"`}, is: ErrUnknownKey},
 
@@ -1378,4 +1384,39 @@ func manyHeadersYAML(n int) string {
 		l[i] = fmt.Sprintf("X-H%d: v", i)
 	}
 	return strings.Join(l, ", ")
+}
+
+// TestAdminListenNeedsATokenBeyondLoopback: the admin API may listen
+// without an operator token only where nothing but this host reaches it,
+// unless admin.insecure_no_token says otherwise.
+func TestAdminListenNeedsATokenBeyondLoopback(t *testing.T) {
+	for _, c := range []struct {
+		listen string
+		extra  map[string]any
+		ok     bool
+	}{
+		{"127.0.0.1:8701", nil, true},
+		{"127.0.0.2:8701", nil, true},
+		{"[::1]:8701", nil, true},
+		{"localhost:8701", nil, true},
+		{"unix:///run/sluice/admin.sock", nil, true},
+		{"0.0.0.0:8701", nil, false},
+		{"[::]:8701", nil, false},
+		{":8701", nil, false},
+		{"10.1.2.3:8701", nil, false},
+		{"sluice.internal:8701", nil, false},
+		{"0.0.0.0:8701", map[string]any{"admin.token": adminToken}, true},
+		{"0.0.0.0:8701", map[string]any{"admin.token_file": "testdata/admin-token"}, true},
+		{"0.0.0.0:8701", map[string]any{"admin.insecure_no_token": true}, true},
+	} {
+		over := map[string]any{"admin.listen": c.listen}
+		maps.Copy(over, c.extra)
+		_, err := Load("", nil, over)
+		if c.ok && err != nil {
+			t.Errorf("%s %v: %v", c.listen, c.extra, err)
+		}
+		if !c.ok && (err == nil || !strings.Contains(err.Error(), "admin.listen") || !strings.Contains(err.Error(), "admin.insecure_no_token")) {
+			t.Errorf("%s %v: %v, want an error naming admin.listen and admin.insecure_no_token", c.listen, c.extra, err)
+		}
+	}
 }

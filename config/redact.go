@@ -385,6 +385,9 @@ func (a AdminConfig) toMap() map[string]any {
 	if a.TokenFile != "" {
 		m["token_file"] = a.TokenFile
 	}
+	if a.InsecureNoToken {
+		m["insecure_no_token"] = true
+	}
 	if len(a.Tokens) > 0 {
 		tokens := make([]any, len(a.Tokens))
 		for i, t := range a.Tokens {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -109,12 +110,16 @@ func (a *AdminConfig) resolveTenantTokens() error {
 	return nil
 }
 
-// checkToken requires a token that fits an Authorization header unchanged.
+// checkToken requires a token that fits an Authorization header unchanged
+// and is long enough not to be guessed (proxy.MinTokenBytes).
 func checkToken(tok string) error {
 	for i := 0; i < len(tok); i++ {
 		if tok[i] < 0x21 || tok[i] > 0x7e {
 			return invalidf("token must be printable ASCII without spaces")
 		}
+	}
+	if len(tok) < proxy.MinTokenBytes {
+		return invalidf("token must be at least %d bytes (a random one: openssl rand -hex 32)", proxy.MinTokenBytes)
 	}
 	return nil
 }

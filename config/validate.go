@@ -89,6 +89,10 @@ func (c *Config) Validate() error {
 	if err := c.Admin.resolveTenantTokens(); err != nil {
 		return err
 	}
+	if c.Admin.ResolvedToken == "" && !c.Admin.InsecureNoToken && !loopbackListen(c.Admin.Listen) {
+		return fieldErr("admin.listen", c.Admin.Listen, newReason(ErrMissingValue,
+			"is not a loopback address and no operator token is set: set admin.token_file (or admin.token), or admin.insecure_no_token: true to let anyone who can reach it, a browser page too, run the admin API"))
+	}
 	if strings.TrimSpace(c.DataDir) == "" {
 		return fieldErr("data_dir", nil, newReason(ErrMissingValue, "must not be empty"))
 	}
@@ -376,6 +380,25 @@ func validateListen(field, v string) error {
 		return fieldErr(field, v, invalidf("port must be a number from 0 to 65535"))
 	}
 	return nil
+}
+
+// loopbackListen reports whether a valid listen address is reachable only
+// from this host: a unix socket, or a loopback IP or "localhost". A host
+// name may resolve to anything, and an empty host or 0.0.0.0 binds every
+// interface.
+func loopbackListen(v string) bool {
+	if strings.HasPrefix(v, "unix://") {
+		return true
+	}
+	host, _, err := net.SplitHostPort(v)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // validate checks one subscription, p being its key, and resolves its

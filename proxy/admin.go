@@ -192,18 +192,23 @@ var tenantRoutes = map[string]bool{
 //     mistyped tenant token must not act as the operator.
 //
 // Comparisons of the operator token are constant-time; tenant tokens are
-// looked up by their SHA-256, which leaks nothing of the token.
+// looked up by their SHA-256, which leaks nothing of the token. Before
+// any of it, adminGuard refuses what a browser page of another site could
+// send (adminguard.go); a refused request's body is never read.
 func (s *Server) requireToken(mux *http.ServeMux) http.Handler {
 	op := []byte(s.opts.AdminToken)
 	for _, t := range s.opts.TenantTokens {
 		s.tokens.put(tokenKey(t.Token), t.Tenant)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.adminGuard(w, r, len(op) > 0) {
+			return
+		}
 		if r.URL.Path == "/healthz" || dashboardPublic(r) {
 			mux.ServeHTTP(w, r)
 			return
 		}
-		got, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, hasBearer := bearerCredentials(r.Header.Get("Authorization"))
 		var p principal
 		switch {
 		case hasBearer && len(op) > 0 && subtle.ConstantTimeCompare([]byte(got), op) == 1:
@@ -214,14 +219,12 @@ func (s *Server) requireToken(mux *http.ServeMux) http.Handler {
 				return
 			}
 			if tenant == "" {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-				writeError(w, http.StatusUnauthorized, "missing or wrong admin token")
+				refuseUnauthenticated(w, r)
 				return
 			}
 			p.tenant = tenant
 		case len(op) > 0:
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong admin token")
+			refuseUnauthenticated(w, r)
 			return
 		}
 		if !p.operator() {
@@ -232,6 +235,23 @@ func (s *Server) requireToken(mux *http.ServeMux) http.Handler {
 		}
 		mux.ServeHTTP(w, withPrincipal(r, p))
 	})
+}
+
+// MinTokenBytes is the shortest admin token config accepts (operator and
+// tenant tokens alike). Anything shorter can be guessed online: the admin
+// API does not rate-limit wrong tokens. 16 bytes of hex is 64 bits; the
+// tokens the API issues are longer.
+const MinTokenBytes = 16
+
+// bearerCredentials returns the credentials of an Authorization header using the
+// Bearer scheme, which it matches case-insensitively (RFC 9110 §11.1: auth
+// schemes are case-insensitive; some clients send "bearer").
+func bearerCredentials(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(tok, " "), true // 1*SP between them
 }
 
 // writeJSON writes v, indented by two spaces (people read these answers

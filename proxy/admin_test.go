@@ -3,6 +3,8 @@ package proxy_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -76,6 +78,126 @@ func TestAdminTokenOnEveryPathButHealthz(t *testing.T) {
 	if code, _ := adminCall(t, s, "GET", "/healthz", "", ""); code != 200 {
 		t.Errorf("/healthz without the token: %d", code)
 	}
+}
+
+// TestAdminBearerSchemeIsCaseInsensitive: RFC 9110 §11.1 makes auth
+// schemes case-insensitive, so "bearer" and "BEARER" carry the token as
+// "Bearer" does; the token itself stays case-sensitive.
+func TestAdminBearerSchemeIsCaseInsensitive(t *testing.T) {
+	const token = "operator-token-3f9c1e"
+	s := startAdminServer(t, "", token)
+	for _, c := range []struct {
+		header string
+		want   int
+	}{
+		{"Bearer " + token, 200},
+		{"bearer " + token, 200},
+		{"BEARER " + token, 200},
+		{"bEaReR  " + token, 200},
+		{"Bearer " + strings.ToUpper(token), 401},
+		{"Basic " + token, 401},
+		{"Bearer" + token, 401},
+		{token, 401},
+	} {
+		req, _ := http.NewRequest("GET", s.AdminURL()+"/v1/subscriptions", nil)
+		req.Header.Set("Authorization", c.header)
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("Authorization: %q: %d, want %d", c.header, resp.StatusCode, c.want)
+		}
+	}
+}
+
+// TestAdminRefusesCrossSiteRequests: what a page of another site can make
+// a browser send is refused before it acts: a foreign Origin (403), a
+// write whose body is not JSON (415, naming Content-Type), and, with no
+// token configured, a Host that is not the listener's (403: DNS
+// rebinding). The same requests from the sidecar's own origin are served.
+func TestAdminRefusesCrossSiteRequests(t *testing.T) {
+	tb := startTestbed(t, testbed.ModeOK)
+	call := func(s *proxy.Server, method, path, host, origin, ctype, body, token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, s.AdminURL()+path, strings.NewReader(body))
+		if host != "" {
+			req.Host = host
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	t.Run("no token", func(t *testing.T) {
+		s := startAdminServer(t, "", "", sub("a", tb.URL()))
+		own := strings.TrimPrefix(s.AdminURL(), "http://")
+		_, port, _ := net.SplitHostPort(own)
+		const pause, reason = "/v1/subscriptions/a/pause", `{"reason":"csrf"}`
+		for _, c := range []struct {
+			name, method, path, host, origin, ctype, body string
+			want                                          int
+			names                                         string
+		}{
+			{"the attack: foreign origin and host, text/plain", "POST", pause, "evil.example", "http://evil.example", "text/plain", reason, 403, "Host"},
+			{"foreign origin", "POST", pause, "", "http://evil.example", "application/json", reason, 403, "Origin"},
+			{"null origin", "POST", pause, "", "null", "application/json", reason, 403, "Origin"},
+			{"rebinding host", "POST", pause, "evil.example:" + port, "", "application/json", reason, 403, "Host"},
+			{"rebinding host, same origin", "POST", pause, "evil.example:" + port, "http://evil.example:" + port, "application/json", reason, 403, "Host"},
+			{"rebinding host reads", "GET", "/v1/subscriptions", "evil.example:" + port, "", "", "", 403, "Host"},
+			{"rebinding host, dashboard", "GET", "/", "evil.example:" + port, "", "", "", 403, "Host"},
+			{"text/plain body", "POST", pause, "", "", "text/plain", reason, 415, "Content-Type"},
+			{"form body", "POST", pause, "", "", "application/x-www-form-urlencoded", "reason=csrf", 415, "Content-Type"},
+			{"no Content-Type", "POST", pause, "", "", "", reason, 415, "Content-Type"},
+		} {
+			code, body := call(s, c.method, c.path, c.host, c.origin, c.ctype, c.body, "")
+			if code != c.want || !strings.Contains(body, c.names) {
+				t.Errorf("%s: %d %s, want %d naming %s", c.name, code, body, c.want, c.names)
+			}
+		}
+		if l := lane(s, "a"); l.State != "active" {
+			t.Fatalf("a cross-site request changed the lane: %+v", l)
+		}
+		for _, c := range []struct{ name, method, path, host, origin, ctype, body string }{
+			{"same origin", "POST", pause, "", "http://" + own, "application/json; charset=utf-8", reason},
+			{"localhost", "GET", "/v1/subscriptions", "localhost:" + port, "http://localhost:" + port, "", ""},
+			{"no body, no type", "POST", "/v1/subscriptions/a/resume", "", "", "", ""},
+			{"dashboard", "GET", "/", "", "", "", ""},
+		} {
+			if code, body := call(s, c.method, c.path, c.host, c.origin, c.ctype, c.body, ""); code != 200 {
+				t.Errorf("%s: %d %s, want 200", c.name, code, body)
+			}
+		}
+	})
+
+	t.Run("with a token", func(t *testing.T) {
+		const token = "operator-token-5b7e21"
+		s := startAdminServer(t, "", token, sub("a", tb.URL()))
+		// A token is what a rebinding page cannot have: any Host is served.
+		if code, body := call(s, "GET", "/v1/subscriptions", "sluice.internal.example", "", "", "", token); code != 200 {
+			t.Errorf("named host with the token: %d %s", code, body)
+		}
+		if code, body := call(s, "POST", "/v1/subscriptions/a/pause", "", "http://evil.example", "application/json", `{}`, token); code != 403 {
+			t.Errorf("foreign origin with the token: %d %s, want 403", code, body)
+		}
+		if code, body := call(s, "POST", "/v1/subscriptions/a/pause", "", "", "text/plain", `{}`, token); code != 415 {
+			t.Errorf("text/plain with the token: %d %s, want 415", code, body)
+		}
+	})
 }
 
 func TestAdminBadParametersAreNamed(t *testing.T) {

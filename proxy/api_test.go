@@ -71,6 +71,9 @@ func rawAdmin(t *testing.T, s *proxy.Server, method, path, body, token string) (
 func adminRequest(t *testing.T, s *proxy.Server, method, path, body, token string) (int, []byte, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, s.AdminURL()+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

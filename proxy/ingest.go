@@ -345,6 +345,16 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		jsonError(ctx, fasthttp.StatusMethodNotAllowed, "method not allowed: use POST")
 		return
 	}
+	if framingConflict(ctx.Request.Header.RawHeaders()) {
+		// fasthttp would read the body as chunked and close the
+		// connection; a proxy in front may have framed it by
+		// Content-Length, and the bytes in between would be a second,
+		// smuggled request to one of the two. RFC 9112 §6.3 lets a server
+		// refuse such a request; nothing honest sends it.
+		ctx.SetConnectionClose()
+		jsonError(ctx, fasthttp.StatusBadRequest, "request has both Content-Length and Transfer-Encoding headers: send one (RFC 9112 §6.3)")
+		return
+	}
 	if s.draining.Load() {
 		ctx.Response.Header.Set("Retry-After", "1")
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "shutting down; retry")
@@ -583,6 +593,34 @@ func allZero(b []byte) bool {
 
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+var (
+	contentLengthName    = []byte("Content-Length")
+	transferEncodingName = []byte("Transfer-Encoding")
+)
+
+// framingConflict reports whether raw, a request's header lines as
+// received, has both a Content-Length and a Transfer-Encoding header.
+// fasthttp keeps only the framing it chose, so the raw lines are the one
+// place both still show.
+func framingConflict(raw []byte) bool {
+	var cl, te bool
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		name, _, ok := bytes.Cut(line, []byte{':'})
+		if !ok {
+			continue
+		}
+		cl = cl || bytes.EqualFold(name, contentLengthName)
+		te = te || bytes.EqualFold(name, transferEncodingName)
+	}
+	return cl && te
 }
 
 func jsonError(ctx *fasthttp.RequestCtx, status int, msg string) {

@@ -8,6 +8,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,16 +49,16 @@ func startFaultServer(t *testing.T, maxBody int, subs ...*Subscription) *Server 
 }
 
 // openTestServer opens a sidecar on loopback with fsync durability, a temp
-// data dir, no admin listener and a quick cursor flush, over opts' other
-// fields; wrap, when not nil, wraps the store the engine drives. It is
-// closed when the test ends.
+// data dir, no admin listener unless opts.AdminListen names one, and a
+// quick cursor flush, over opts' other fields; wrap, when not nil, wraps
+// the store the engine drives. It is closed when the test ends.
 func openTestServer(t *testing.T, opts Options, wrap func(queue.Store) queue.Store) *Server {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	opts.Listen, opts.AdminListen, opts.DataDir, opts.Sync = "127.0.0.1:0", "-", t.TempDir(), true
+	opts.Listen, opts.AdminListen, opts.DataDir, opts.Sync = "127.0.0.1:0", cmp.Or(opts.AdminListen, "-"), t.TempDir(), true
 	opts.Logger, opts.CursorInterval, opts.AllowPrivateTargets = log, 10*time.Millisecond, true
 	s := New(opts)
 	s.wrapStore = wrap
@@ -839,4 +840,55 @@ func TestIngestFaultBurstRSS(t *testing.T) {
 	t.Logf("RSS before %d MiB; peak sampled VmRSS %d MiB; VmHWM %d MiB (reset before the burst: %v); peak HeapInuse %d MiB",
 		rss0>>20, r.peakRSS>>20, hwm>>20, hwmReset, r.peakHeap>>20)
 	checkBurst(t, s, head0, r, paused)
+}
+
+// TestIngestFaultContentLengthAndTransferEncoding: a request framed both
+// ways (the shape of request smuggling through a proxy that picks the
+// other framing) is answered 400 naming both headers, whatever their order
+// and case, the connection is closed, and nothing is appended. Either
+// framing alone is accepted.
+func TestIngestFaultContentLengthAndTransferEncoding(t *testing.T) {
+	s := startFaultServer(t, 0)
+	const chunked = "7\r\n{\"a\":1}\r\n0\r\n\r\n"
+	head0 := s.q.Head()
+	for _, c := range []struct{ name, headers, body string }{
+		{"length then chunked", "Content-Length: 7\r\nTransfer-Encoding: chunked\r\n", chunked},
+		{"chunked then length", "Transfer-Encoding: chunked\r\nContent-Length: 7\r\n", chunked},
+		{"lower case", "transfer-encoding: chunked\r\ncontent-length: 7\r\n", chunked},
+		{"identity", "Transfer-Encoding: identity\r\nContent-Length: 7\r\n", `{"a":1}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn := dial(t, s)
+			br := bufio.NewReader(conn)
+			req := "POST /v1/events/fault.test HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nIdempotency-Key: smuggle-" +
+				strings.ReplaceAll(c.name, " ", "-") + "\r\n" + c.headers + "\r\n" + c.body
+			if _, err := io.WriteString(conn, req); err != nil {
+				t.Fatal(err)
+			}
+			a := mustAnswer(t, conn, br)
+			if a.status != http.StatusBadRequest || !strings.Contains(a.Error, "Content-Length") || !strings.Contains(a.Error, "Transfer-Encoding") {
+				t.Fatalf("answer %d %q, want 400 naming Content-Length and Transfer-Encoding", a.status, a.Error)
+			}
+			if !a.close {
+				t.Error("answer without Connection: close")
+			}
+			assertClosed(t, conn, br)
+		})
+	}
+	if got := s.q.Head(); got != head0 {
+		t.Fatalf("%d events appended from requests framed both ways", got-head0)
+	}
+	for _, c := range []struct{ name, headers, body string }{
+		{"chunked", "Transfer-Encoding: chunked\r\n", chunked},
+		{"length", "Content-Length: 7\r\n", `{"a":1}`},
+	} {
+		conn := dial(t, s)
+		req := "POST /v1/events/fault.test HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nIdempotency-Key: framed-" + c.name + "\r\n" + c.headers + "\r\n" + c.body
+		if _, err := io.WriteString(conn, req); err != nil {
+			t.Fatal(err)
+		}
+		if a := mustAnswer(t, conn, bufio.NewReader(conn)); a.status != http.StatusAccepted {
+			t.Errorf("%s alone: %d %q, want 202", c.name, a.status, a.Error)
+		}
+	}
 }

@@ -22,7 +22,8 @@
 // commits, in-flight slots and workers, the retry timer), deliver.go and
 // dial.go (the outbound client and its SSRF guard), ledger.go (pause,
 // replay, the completion ledger), admin.go and api.go (the admin API and
-// its wire types), operational.go (the operational webhook: sluice's own
+// its wire types), adminlimits.go (what a client may hold of the admin
+// listener before and after showing a token), operational.go (the operational webhook: sluice's own
 // events, appended to the log and delivered by their own lane), metrics.go,
 // tracing.go (trace context out to endpoints, OpenTelemetry spans).
 //
@@ -291,13 +292,14 @@ func (s *Server) Open() (err error) {
 		if s.adminLn, err = listen(s.opts.AdminListen, s.opts.SocketMode); err != nil {
 			return fmt.Errorf("admin listen %s: %w", s.opts.AdminListen, err)
 		}
+		s.adminLn = &capListener{Listener: s.adminLn, max: int64(adminMaxConns)}
 	}
 	if s.adminLn != nil && s.opts.OpenStore != nil {
 		// A shared log may take a while to reach (NATS still starting,
 		// retried with backoff): serve /healthz and a 503 /readyz that
 		// says so meanwhile, rather than refusing connections.
 		s.adminSwitch.Store(&startingHandler)
-		s.admin = &http.Server{Handler: &s.adminSwitch, ReadHeaderTimeout: 10 * time.Second, ConnState: s.adminFresh.trackHTTP}
+		s.admin = s.newAdminServer(&s.adminSwitch)
 		adminDone = make(chan struct{})
 		go func() {
 			defer close(adminDone)
@@ -400,7 +402,7 @@ func (s *Server) Open() (err error) {
 		h := s.adminHandler()
 		s.adminSwitch.Store(&h)
 	} else if s.adminLn != nil {
-		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second, ConnState: s.adminFresh.trackHTTP}
+		s.admin = s.newAdminServer(s.adminHandler())
 		go func() {
 			if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("admin server", "err", err)

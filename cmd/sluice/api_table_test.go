@@ -21,8 +21,8 @@ import (
 // under t.TempDir() and testbed endpoints.
 
 const (
-	apiOpToken   = "api-operator-token"
-	apiAcmeToken = "api-acme-token"
+	apiOpToken   = "api-operator-token-2b"
+	apiAcmeToken = "api-acme-token-9e03"
 )
 
 // deliveryLog is a testbed Hook: it remembers every request's path,

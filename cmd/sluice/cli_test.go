@@ -26,7 +26,7 @@ import (
 	"github.com/sluicehq/sluice/testbed"
 )
 
-const cliToken = "cli-test-token"
+const cliToken = "cli-test-token-5d21"
 
 // cliSidecar is an in-process sidecar with an admin token, a healthy
 // subscription "ok" and a subscription "failing" whose endpoint answers

@@ -435,13 +435,13 @@ func TestVersion(t *testing.T) {
 func TestHealthcheckUsesConfigAndToken(t *testing.T) {
 	dir := t.TempDir()
 	admin := freePort(t)
-	srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: "s3cret-token", DataDir: filepath.Join(dir, "data")})
+	srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: "s3cret-token-6a0e", DataDir: filepath.Join(dir, "data")})
 	if err := srv.Open(); err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close(context.Background())
 	withToken := filepath.Join(dir, "ok.yaml")
-	os.WriteFile(withToken, []byte("admin:\n  listen: "+admin+"\n  token: s3cret-token\n"), 0o600)
+	os.WriteFile(withToken, []byte("admin:\n  listen: "+admin+"\n  token: s3cret-token-6a0e\n"), 0o600)
 	withoutToken := filepath.Join(dir, "no.yaml")
 	os.WriteFile(withoutToken, []byte("admin:\n  listen: "+admin+"\n"), 0o600)
 

@@ -121,7 +121,7 @@ const (
 	// soakMaxAttempts is every subscription's retry.max_attempts.
 	soakMaxAttempts = 4
 	soakProducers   = 8
-	soakAdminToken  = "soak-admin-token"
+	soakAdminToken  = "soak-admin-token-e4"
 	// soakFlushSlack is how long after an ACK its lane's durable cursor may
 	// still lag behind it: the design's bound is one cursor interval (20 ms)
 	// plus the write; 25 intervals absorb a starved flusher under -race.

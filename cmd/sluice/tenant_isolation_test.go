@@ -24,8 +24,8 @@ import (
 // that do not exist, and nothing of the other tenant shows anywhere.
 
 const (
-	isoOpToken    = "iso-operator-token"
-	isoAcmeToken  = "iso-acme-token"
+	isoOpToken    = "iso-operator-token-8c"
+	isoAcmeToken  = "iso-acme-token-41f7"
 	isoOtherToken = "iso-other-token"
 )
 

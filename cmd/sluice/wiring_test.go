@@ -37,7 +37,7 @@ func loadWiringConfig(t *testing.T) *config.Config {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sluice.json")
 	writeFile(t, path, `{
-		"admin": {"token": "operator-token-1", "tokens": [{"token": "acme-token-1", "tenant": "acme"}],
+		"admin": {"token": "operator-token-1", "tokens": [{"token": "acme-token-1-7d3a", "tenant": "acme"}],
 			"operational_webhook": {"url": "https://ops.example.com/sluice", "secret": "`+opsSecret+`"}},
 		"tenants": [{"id": "acme", "max_subscriptions": 5, "concurrency": {"max": 40}}, {"id": "globex"}],
 		"subscriptions": [`+wiringDoc+`,
@@ -146,7 +146,7 @@ func TestServerOptionsTenants(t *testing.T) {
 	if want := []proxy.Tenant{{ID: "acme", MaxSubscriptions: 5, MaxConcurrency: 40}, {ID: "globex"}}; !reflect.DeepEqual(opts.Tenants, want) {
 		t.Errorf("Tenants = %+v, want %+v", opts.Tenants, want)
 	}
-	if want := []proxy.TenantToken{{Token: "acme-token-1", Tenant: "acme"}}; !slices.Equal(opts.TenantTokens, want) || opts.AdminToken != "operator-token-1" {
+	if want := []proxy.TenantToken{{Token: "acme-token-1-7d3a", Tenant: "acme"}}; !slices.Equal(opts.TenantTokens, want) || opts.AdminToken != "operator-token-1" {
 		t.Errorf("TenantTokens = %+v, AdminToken %q", opts.TenantTokens, opts.AdminToken)
 	}
 	ow := opts.OperationalWebhook
