@@ -153,3 +153,28 @@ func TestIngestTenantHeader(t *testing.T) {
 		t.Fatalf("bad tenants appended: head %d", list.Head)
 	}
 }
+
+// TestTenantLimitAnswersAlike: at its max_subscriptions, a tenant asking
+// for another tenant's id and for a free one hears the same answer, so
+// it cannot tell which ids exist.
+func TestTenantLimitAnswersAlike(t *testing.T) {
+	tb := testbed.New(testbed.Options{})
+	if err := tb.Open("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken,
+		Tenants:      []proxy.Tenant{{ID: "acme", MaxSubscriptions: 1}, {ID: "globex"}},
+		TenantTokens: []proxy.TenantToken{{Token: teAcmeToken, Tenant: "acme"}, {Token: teGlobexToken, Tenant: "globex"}}})
+	doc := func(id string) string {
+		return jsonOf(map[string]any{"id": id, "url": tb.URL() + "/x", "types": []string{"*"}})
+	}
+	s.mustCall(t, teGlobexToken, "POST", "/v1/subscriptions", doc("globex-x"), 201, nil)
+	s.mustCall(t, teAcmeToken, "POST", "/v1/subscriptions", doc("acme-1"), 201, nil)
+	takenCode, taken := s.call(t, teAcmeToken, "POST", "/v1/subscriptions", doc("globex-x"))
+	freeCode, free := s.call(t, teAcmeToken, "POST", "/v1/subscriptions", doc("free-id-"))
+	taken, free = strings.ReplaceAll(taken, "globex-x", "ID"), strings.ReplaceAll(free, "free-id-", "ID")
+	if takenCode != freeCode || taken != free {
+		t.Fatalf("at the limit, another tenant's id answers %d %s\nand a free one %d %s", takenCode, taken, freeCode, free)
+	}
+}
