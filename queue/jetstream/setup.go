@@ -92,7 +92,15 @@ func (s *Store) setUpPause(d time.Duration) bool {
 // transientSetUp: errors that another attempt may not meet (a request that
 // timed out, a stream or meta leader being elected, the servers away).
 func transientSetUp(err error) bool {
-	return brokerAway(err) || errors.Is(err, jetstream.ErrJetStreamNotEnabled)
+	return brokerAway(err) || notYetKnown(err) || errors.Is(err, jetstream.ErrJetStreamNotEnabled)
+}
+
+// notYetKnown: a stream or bucket that was just made (by this node, or by
+// another that answered "exists") looked up on a server still catching up
+// with the cluster's meta state, as servers restarting together are.
+// Another attempt creates it if it really is missing.
+func notYetKnown(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)
 }
 
 // brokerAway: the request did not reach a server that could answer it,

@@ -169,7 +169,9 @@ func (st *stateSide) lane(sub string) *laneState {
 // away) it tries again with backoff (Store.retry); an incompatible bucket
 // is refused at once.
 func (s *Store) setUpBuckets() error {
-	return s.retry("jetstream: KV bucket "+s.opts.Stream+"_STATE", s.setUpState, unreachable)
+	return s.retry("jetstream: KV bucket "+s.opts.Stream+"_STATE", s.setUpState, func(err error) bool {
+		return unreachable(err) || notYetKnown(err)
+	})
 }
 
 // setUpState is one attempt of setUpBuckets.

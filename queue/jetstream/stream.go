@@ -139,7 +139,7 @@ func (s *Store) createError(err error) error {
 
 // setUpError marks err permanentErr unless it is one that passes.
 func setUpError(err error) error {
-	if transientErr(err) {
+	if transientErr(err) || notYetKnown(err) {
 		return err
 	}
 	if ae := apiError(err); ae != nil && (ae.ErrorCode == errCodeNotEnabled || ae.ErrorCode == errCodeNotEnabledAcct) {
