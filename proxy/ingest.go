@@ -131,7 +131,14 @@ func (s *Server) newIngestServer() *fasthttp.Server {
 	bodyTimeout := cmp.Or(lim.BodyTimeout, ingestBodyTimeout)
 	maxHeader := cmp.Or(lim.MaxHeaderBytes, ingestMaxHeaderBytes)
 	return &fasthttp.Server{
-		Handler:            func(ctx *fasthttp.RequestCtx) { s.handleIngest(ctx, in) },
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			if !s.serving.Load() {
+				ctx.Response.Header.Set("Retry-After", "1")
+				jsonError(ctx, fasthttp.StatusServiceUnavailable, "starting: connecting to the log; retry")
+				return
+			}
+			s.handleIngest(ctx, in)
+		},
 		Name:               "sluice",
 		MaxRequestBodySize: s.opts.MaxBodyBytes,
 		// ReadTimeout covers the request line and headers; HeaderReceived

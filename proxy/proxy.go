@@ -223,6 +223,10 @@ type Server struct {
 	admin      *http.Server
 	adminLn    net.Listener
 	draining   atomic.Bool
+	// serving is set once Open has the log and the dispatcher: until
+	// then ingest (started early only for a store opened through
+	// OpenStore) answers 503.
+	serving atomic.Bool
 	// adminSwitch serves the admin API of a store opened through
 	// OpenStore: the starting handler until the store is open.
 	adminSwitch handlerSwitch
@@ -286,6 +290,10 @@ func (s *Server) Open() (err error) {
 				<-adminDone
 				s.admin = nil
 			}
+			if s.ingest != nil {
+				s.ingest.Shutdown()
+				s.ingest = nil
+			}
 		}
 	}()
 	if s.opts.AdminListen != "-" {
@@ -293,6 +301,13 @@ func (s *Server) Open() (err error) {
 			return fmt.Errorf("admin listen %s: %w", s.opts.AdminListen, err)
 		}
 		s.adminLn = &capListener{Listener: s.adminLn, max: int64(adminMaxConns)}
+	}
+	if s.opts.OpenStore != nil {
+		// Producers of a sidecar whose shared log is away (NATS still
+		// starting, or down) hear 503 with Retry-After, as they do when it
+		// goes away later, rather than hanging on a listener nobody reads
+		// or, when the open gives up, a refused connection.
+		s.startIngest()
 	}
 	if s.adminLn != nil && s.opts.OpenStore != nil {
 		// A shared log may take a while to reach (NATS still starting,
@@ -391,13 +406,10 @@ func (s *Server) Open() (err error) {
 		s.q, s.d = nil, nil // Close closes only what is open
 		return err
 	}
-	s.im = newIngestMetrics(s.opts.Registry)
-	s.ingest = s.newIngestServer()
-	go func() {
-		if err := s.ingest.Serve(s.ingestLn); err != nil && !s.draining.Load() {
-			s.log.Error("ingest server", "err", err)
-		}
-	}()
+	if s.ingest == nil {
+		s.startIngest()
+	}
+	s.serving.Store(true)
 	if s.admin != nil {
 		h := s.adminHandler()
 		s.adminSwitch.Store(&h)
@@ -410,6 +422,17 @@ func (s *Server) Open() (err error) {
 		}()
 	}
 	return nil
+}
+
+// startIngest serves the ingest listener; requests get 503 until serving.
+func (s *Server) startIngest() {
+	s.im = newIngestMetrics(s.opts.Registry)
+	s.ingest = s.newIngestServer()
+	go func() {
+		if err := s.ingest.Serve(s.ingestLn); err != nil && !s.draining.Load() {
+			s.log.Error("ingest server", "err", err)
+		}
+	}()
 }
 
 // handlerSwitch is an http.Handler that can be replaced while it serves.

@@ -30,7 +30,7 @@ func TestEgressWiring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := serverOptions(cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	opts := serverOptions(cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if want := (&proxy.Egress{Proxy: "http://proxy.internal:3128", CredentialsFile: creds, NoProxy: []string{".corp"}}); !reflect.DeepEqual(opts.Egress, want) {
 		t.Errorf("Options.Egress = %+v, want %+v", opts.Egress, want)
 	}

@@ -37,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1139,4 +1140,177 @@ func TestFleetConcurrentFirstStart(t *testing.T) {
 		n.awaitReady(60 * time.Second)
 	}
 	w.awaitOwned("every lane owned", w.nodes[0], ids, 30*time.Second)
+}
+
+// TestFleetNATSDownAtStart: every NATS server is down when the fleet's
+// sidecars start (a fault-injection run SIGKILLed them during a fleet's
+// start-up, and every sidecar exited on "nats: outbound buffer limit
+// exceeded"; the set-up side of it is jetstream's
+// TestOpenOutlivesOutageDuringSetUp). While the cluster is away each
+// sidecar stays up and answers its producer only 503 with Retry-After
+// (README, fleet mode); once the servers are back the sidecars finish
+// starting, and every event answered 202 is delivered.
+func TestFleetNATSDownAtStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet start-up: real sidecars and a JetStream cluster")
+	}
+	t.Parallel() // mostly idle processes: overlaps the other parallel fleet tests only
+	w := newFleetWorld(t, []fleetSub{{ID: "a"}}, nil)
+	for i := range w.cfg.URLs {
+		w.cl.Kill(i)
+	}
+	for i := range 3 {
+		w.addNode(fmt.Sprintf("node-%d", i), w.cfg)
+	}
+	nodes := w.current()
+	for _, n := range nodes {
+		n.start()
+	}
+
+	// A sidecar refuses an append it cannot place within the backend's
+	// request timeout; the producers wait twice that, so a request left
+	// without an answer is the sidecar's failure, not the client's.
+	answerBound := 2 * sluicejs.DefaultRequestTimeout
+	p := &strictProducers{refused: make([]int, len(nodes))}
+	fleetAwait(t, "every sidecar's ingest answers while NATS is down", answerBound, func() (bool, string) {
+		for i, n := range nodes {
+			code, _, h, err := n.post("t.a", "probe-"+n.id)
+			if err != nil || code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" {
+				return false, fmt.Sprintf("%s: %d %v", n.id, code, err)
+			}
+			p.refused[i]++
+		}
+		return true, ""
+	})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		c := unixClient(n.ingestSock)
+		c.Timeout = answerBound
+		wg.Go(func() { p.run(n, i, c, stop) })
+	}
+	halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(halt)
+	fleetAwait(t, "every producer refused with 503 while NATS is down", answerBound, func() (bool, string) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return !slices.ContainsFunc(p.refused, func(n int) bool { return n < 5 }) || len(p.problems) > 0,
+			fmt.Sprintf("503s per node %v", p.refused)
+	})
+	for _, n := range nodes {
+		if !n.running() {
+			t.Fatalf("%s exited while NATS was down (status %d)", n.id, n.exitCode())
+		}
+	}
+
+	for i := range w.cfg.URLs {
+		if err := w.cl.Restart(i); err != nil {
+			t.Fatalf("restart NATS node %d: %v", i, err)
+		}
+	}
+	restarted := len(p.list())
+	for _, n := range nodes {
+		n.awaitReady(30 * time.Second) // dial and set-up backoffs (≤ 5 s), elections, set-up
+	}
+	fleetAwait(t, "events accepted after NATS returned", answerBound+10*time.Second, func() (bool, string) {
+		got := len(p.list())
+		return got >= restarted+30, fmt.Sprintf("%d accepted, %d of them after the restart", got, got-restarted)
+	})
+	halt()
+	p.mu.Lock()
+	for _, pr := range p.problems {
+		t.Errorf("producer: %s", pr)
+	}
+	t.Logf("503s per node %v; %d accepted", p.refused, len(p.accepted))
+	p.mu.Unlock()
+	evs := p.list()
+	fleetAwait(t, "every 202 delivered", 30*time.Second, func() (bool, string) {
+		n, state := w.recv.missing(evs, fleetEntitled, []string{"a"})
+		return n == 0, state
+	})
+	w.recv.checkProblems(t)
+	for _, n := range nodes {
+		n.term(10 * time.Second)
+	}
+}
+
+// strictProducers post to one node each and accept only 202, or 503 with
+// Retry-After; anything else, or no answer, is a problem.
+type strictProducers struct {
+	next atomic.Int64
+
+	mu       sync.Mutex
+	accepted []*fleetEvent
+	refused  []int // 503s, per producer
+	problems []string
+}
+
+func (p *strictProducers) problemf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.problems) < 20 {
+		p.problems = append(p.problems, fmt.Sprintf(format, args...))
+	}
+}
+
+func (p *strictProducers) list() []*fleetEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.accepted)
+}
+
+func (p *strictProducers) run(n *fleetNode, i int, c *http.Client, stop chan struct{}) {
+	tick := time.NewTicker(20 * time.Millisecond) // the workload's pace
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		key := fleetKey(int(p.next.Add(1) - 1))
+		typ, _ := fleetType(key)
+		sent := time.Now()
+		code, ans, h, err := n.postVia(c, typ, key)
+		switch {
+		case err != nil:
+			p.problemf("POST %s to %s: %v (running: %v)", key, n.id, err, n.running())
+		case code == http.StatusAccepted && ans.ID == key && ans.Seq > 0:
+			p.mu.Lock()
+			p.accepted = append(p.accepted, &fleetEvent{key: key, typ: typ, seq: ans.Seq, node: n.id, firstSent: sent, accepted: time.Now()})
+			p.mu.Unlock()
+		case code == http.StatusServiceUnavailable && h.Get("Retry-After") != "":
+			p.mu.Lock()
+			p.refused[i]++
+			p.mu.Unlock()
+		default:
+			p.problemf("POST %s to %s: %d %+v Retry-After %q, want 202, or 503 with Retry-After", key, n.id, code, ans, h.Get("Retry-After"))
+		}
+	}
+}
+
+// TestFleetSIGTERMWhileNATSAway: a sidecar waiting for NATS servers that
+// are not there (it would wait as long as that takes) stops at once on
+// SIGTERM, with status 0: it accepted nothing, so nothing is left to drain.
+func TestFleetSIGTERMWhileNATSAway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet start-up: a real sidecar")
+	}
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + ln.Addr().String()
+	ln.Close() // a port nothing listens on
+	n := newFleetNode(t, t.TempDir(), "node-0", "http://127.0.0.1:1", fleetConfig{URLs: []string{url}, Subs: []fleetSub{{ID: "a"}}})
+	n.start()
+	fleetAwait(t, "ingest answers 503 while NATS is away", 2*sluicejs.DefaultRequestTimeout, func() (bool, string) {
+		code, _, h, err := n.post("t.a", "k-0")
+		return err == nil && code == http.StatusServiceUnavailable && h.Get("Retry-After") != "", fmt.Sprintf("%d %v", code, err)
+	})
+	n.term(5 * time.Second) // the dial's backoff is at most 5 s; it does not wait for it
+	if !strings.Contains(n.log.String(), "stopped while starting") {
+		t.Errorf("log lacks %q", "stopped while starting")
+	}
 }

@@ -31,7 +31,7 @@ func TestFleetServerOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts := serverOptions(cfg, nil, quiet); opts.OpenStore != nil || opts.DataDir != "./sluice-data" {
+	if opts := serverOptions(cfg, nil, quiet, nil); opts.OpenStore != nil || opts.DataDir != "./sluice-data" {
 		t.Fatalf("badger: OpenStore set (%v) or data dir %q", opts.OpenStore != nil, opts.DataDir)
 	}
 
@@ -48,7 +48,7 @@ func TestFleetServerOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts := serverOptions(cfg, nil, quiet); opts.OpenStore == nil {
+	if opts := serverOptions(cfg, nil, quiet, nil); opts.OpenStore == nil {
 		t.Fatal("jetstream: OpenStore not set")
 	}
 	got := jetstreamOptions(cfg, quiet)

@@ -481,11 +481,16 @@ type fleetIngestAnswer struct {
 
 // post publishes one event to the node.
 func (n *fleetNode) post(typ, key string) (int, fleetIngestAnswer, http.Header, error) {
+	return n.postVia(n.ingest, typ, key)
+}
+
+// postVia is post through c, a client of the node's ingest socket.
+func (n *fleetNode) postVia(c *http.Client, typ, key string) (int, fleetIngestAnswer, http.Header, error) {
 	var ans fleetIngestAnswer
 	req, _ := http.NewRequest(http.MethodPost, "http://sluice/v1/events/"+typ, strings.NewReader(fleetBody(key, typ)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
-	resp, err := n.ingest.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, ans, nil, err
 	}

@@ -83,7 +83,7 @@ func serve(args []string, stderr io.Writer) error {
 	// (Kubernetes deleting a pod that is still starting) must drain, not kill.
 	life := notifySignals()
 	defer life.stop()
-	opts := serverOptions(cfg, subs, log)
+	opts := serverOptions(cfg, subs, log, life.drain.Done())
 	tp, err := tracerProvider(cfg.OTel, log) // otel.go; nil when tracing is off
 	if err != nil {
 		return err
@@ -97,6 +97,12 @@ func serve(args []string, stderr io.Writer) error {
 	nsubs := len(subs)
 	cfg.Subscriptions, subs = nil, nil // the server owns its copies; reload re-reads the file
 	if err := srv.Open(); err != nil {
+		if errors.Is(err, queue.ErrClosed) && life.drain.Err() != nil {
+			// Told to stop while the shared log was away: nothing was
+			// accepted, so there is nothing to drain.
+			log.Info("stopped while starting", "signal", signalName(life.drain), "err", err)
+			return nil
+		}
 		return err
 	}
 	// Parsing a large config leaves much garbage behind; hand it back now
@@ -203,8 +209,10 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// serverOptions copies the config onto the proxy's plain options.
-func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Logger) proxy.Options {
+// serverOptions copies the config onto the proxy's plain options. Closing
+// stop makes a fleet store that is still waiting for its NATS servers give
+// up.
+func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Logger, stop <-chan struct{}) proxy.Options {
 	opts := proxy.Options{
 		Listen:       cfg.Listen,
 		SocketMode:   socketMode(cfg.SocketMode),
@@ -243,7 +251,9 @@ func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Log
 		// min_free_disk_bytes are Badger's and do not apply: a 202 means a
 		// JetStream quorum has the event. max_disk_bytes bounds the
 		// stream (its max_bytes) instead of the directory.
-		opts.OpenStore = openFleetStore(jetstreamOptions(cfg, log))
+		js := jetstreamOptions(cfg, log)
+		js.Cancel = stop
+		opts.OpenStore = openFleetStore(js)
 	}
 	return opts
 }

@@ -142,7 +142,7 @@ func TestSpecParser(t *testing.T) {
 // and the document parser reach proxy.Options.
 func TestServerOptionsTenants(t *testing.T) {
 	cfg := loadWiringConfig(t)
-	opts := serverOptions(cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	opts := serverOptions(cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if want := []proxy.Tenant{{ID: "acme", MaxSubscriptions: 5, MaxConcurrency: 40}, {ID: "globex"}}; !reflect.DeepEqual(opts.Tenants, want) {
 		t.Errorf("Tenants = %+v, want %+v", opts.Tenants, want)
 	}
@@ -162,7 +162,7 @@ func TestServerOptionsTenants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts := serverOptions(none, nil, slog.New(slog.NewTextHandler(io.Discard, nil))); opts.OperationalWebhook != nil || opts.Tenants != nil || opts.TenantTokens != nil {
+	if opts := serverOptions(none, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil); opts.OperationalWebhook != nil || opts.Tenants != nil || opts.TenantTokens != nil {
 		t.Errorf("defaults: webhook %v, tenants %v, tokens %v", opts.OperationalWebhook, opts.Tenants, opts.TenantTokens)
 	}
 }

@@ -95,9 +95,15 @@ type Options struct {
 	// MaxBytes is the stream's max_bytes (0: unlimited); past it appends
 	// fail with queue.ErrDiskFull.
 	MaxBytes int64
-	// ConnectTimeout bounds how long Open tries to reach the cluster and
-	// set up the stream (retrying with backoff).
+	// ConnectTimeout bounds how long Open waits for servers that answer
+	// without JetStream. Servers it cannot reach, or that cannot answer
+	// yet (no quorum, no leader), it waits for as long as that takes,
+	// retrying with backoff, until Cancel is closed.
 	ConnectTimeout time.Duration
+	// Cancel, when closed, makes an Open still waiting for the cluster
+	// give up with an error wrapping queue.ErrClosed (a sidecar told to
+	// stop while its NATS servers are away). Nil: Open waits on.
+	Cancel <-chan struct{}
 	// RequestTimeout bounds each request to JetStream.
 	RequestTimeout time.Duration
 	// PublishWindow bounds the appends in flight at once, and the
@@ -123,6 +129,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the backend's metrics; none if nil.
 	Registerer prometheus.Registerer
+
+	// afterConnect, when set (by this package's tests), runs once Open
+	// has connected, before the set-up: where an outage hurt most.
+	afterConnect func()
 }
 
 func (o *Options) withDefaults() {
@@ -191,9 +201,11 @@ var (
 // NodeID names this node.
 func (s *Store) NodeID() string { return s.opts.NodeID }
 
-// Open connects to the cluster (retrying with backoff until
-// Options.ConnectTimeout), creates the stream and buckets or checks that
-// existing ones are compatible, and starts following the stream.
+// Open connects to the cluster, creates the stream and buckets or checks
+// that existing ones are compatible, and starts following the stream. It
+// retries with backoff while the cluster is away (Options.ConnectTimeout,
+// Options.Cancel), and fails at once on what retrying cannot cure: refused
+// credentials, an incompatible stream or bucket, too few servers.
 func Open(opts Options) (*Store, error) {
 	opts.withDefaults()
 	if err := opts.check(); err != nil {
@@ -204,6 +216,9 @@ func Open(opts Options) (*Store, error) {
 	s.statePfx = "$KV." + opts.Stream + "_STATE."
 	if err := s.connect(); err != nil {
 		return nil, err
+	}
+	if s.opts.afterConnect != nil {
+		s.opts.afterConnect()
 	}
 	if err := s.setUp(); err != nil {
 		s.nc.Close()
@@ -238,8 +253,9 @@ func (o *Options) check() error {
 	return nil
 }
 
-// connect dials the cluster, retrying with backoff until ConnectTimeout:
-// a sidecar may start before its NATS servers do.
+// connect dials the cluster, retrying with backoff until it answers or
+// Options.Cancel: a sidecar may start before its NATS servers do, and in
+// a fresh install they may take minutes.
 func (s *Store) connect() error {
 	o := s.opts
 	nopts := []nats.Option{
@@ -271,7 +287,6 @@ func (s *Store) connect() error {
 		}
 		nopts = append(nopts, nats.Secure(cfg))
 	}
-	deadline := time.Now().Add(o.ConnectTimeout)
 	wait := 100 * time.Millisecond
 	for {
 		nc, err := nats.Connect(strings.Join(o.URLs, ","), nopts...)
@@ -286,14 +301,12 @@ func (s *Store) connect() error {
 			s.js = js
 			return nil
 		}
-		if isAuthError(err) || time.Now().Add(wait).After(deadline) {
-			return fmt.Errorf("jetstream.urls: cannot reach NATS at %s within %s: %w", strings.Join(o.URLs, ", "), o.ConnectTimeout, err)
+		if isAuthError(err) {
+			return fmt.Errorf("jetstream.urls: cannot reach NATS at %s: %w", strings.Join(o.URLs, ", "), err)
 		}
 		s.log.Warn("NATS not reachable yet; retrying", "urls", strings.Join(o.URLs, ","), "in", wait, "err", err)
-		select {
-		case <-time.After(wait):
-		case <-s.quit:
-			return queue.ErrClosed
+		if !s.setUpPause(wait) {
+			return fmt.Errorf("jetstream.urls: cannot reach NATS at %s: %w (last: %w)", strings.Join(o.URLs, ", "), queue.ErrClosed, err)
 		}
 		wait = min(wait*2, 5*time.Second)
 	}

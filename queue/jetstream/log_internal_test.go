@@ -10,6 +10,13 @@ import (
 
 // Hooks for the log tests of package jetstream_test (log_test.go).
 
+// AfterConnect returns o with f to run once Open has connected, before
+// it sets up the stream and the buckets.
+func AfterConnect(o Options, f func()) Options {
+	o.afterConnect = f
+	return o
+}
+
 // OpenLog opens a Store with its connection and its log side only: the
 // event stream, the follower, Append and the reads. The delivery state
 // and the fleet are not opened; Compact asks ret (which may be nil when

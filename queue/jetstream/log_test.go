@@ -159,6 +159,9 @@ func TestReplicasLargerThanCluster(t *testing.T) {
 	}
 }
 
+// TestOpenUnreachable: with nothing at the address Open keeps dialling
+// (a sidecar may start before its NATS servers) until Cancel, and then
+// says what it could not reach.
 func TestOpenUnreachable(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -168,11 +171,116 @@ func TestOpenUnreachable(t *testing.T) {
 	ln.Close() // a port nothing listens on
 	o := logOptions(logStream())
 	o.URLs = []string{"nats://" + addr}
-	o.ConnectTimeout = 300 * time.Millisecond
-	_, err = jetstream.Open(o)
-	if err == nil || !strings.Contains(err.Error(), "jetstream.urls") || !strings.Contains(err.Error(), addr) {
-		t.Fatalf("Open with nothing at %s: %v, want an error naming jetstream.urls and the address", addr, err)
+	o.ConnectTimeout = 300 * time.Millisecond // bounds servers without JetStream, not unreachable ones
+	cancel := make(chan struct{})
+	o.Cancel = cancel
+	done := make(chan error, 1)
+	go func() {
+		_, err := jetstream.Open(o)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("Open gave up on its own while NATS was away: %v", err)
+	case <-time.After(3 * o.ConnectTimeout):
 	}
+	close(cancel)
+	err = <-done
+	if err == nil || !errors.Is(err, queue.ErrClosed) || !strings.Contains(err.Error(), "jetstream.urls") || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("Open with nothing at %s, cancelled: %v, want queue.ErrClosed naming jetstream.urls and the address", addr, err)
+	}
+}
+
+// TestOpenOutlivesOutageDuringSetUp: every NATS server goes down after
+// Open has connected and before the stream and buckets are set up (a
+// fresh fleet's start-up, in the fault-injection run that found every
+// sidecar exiting on "nats: outbound buffer limit exceeded"). Open keeps
+// trying instead of failing, finishes once the servers are back, and the
+// store then appends.
+func TestOpenOutlivesOutageDuringSetUp(t *testing.T) {
+	c, err := natscluster.Start(natscluster.Options{Dir: t.TempDir(), MaxPayloadBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	o := logOptions("OUTAGE")
+	o.URLs = c.URLs()
+	o.RequestTimeout = 2 * time.Second
+	retrying := make(chan struct{}, 1)
+	o.Logger = slog.New(&noticeHandler{msg: "set-up not done yet", seen: retrying})
+	o = jetstream.AfterConnect(o, func() {
+		for i := range c.URLs() {
+			c.Kill(i)
+		}
+	})
+	type opened struct {
+		s   *jetstream.Store
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		s, err := jetstream.Open(o)
+		done <- opened{s, err}
+	}()
+	// Each attempt ends within a request timeout, refused or timed out.
+	select {
+	case <-retrying:
+	case r := <-done:
+		if r.s != nil {
+			r.s.Close()
+		}
+		t.Fatalf("Open returned while every server was down: %v", r.err)
+	case <-time.After(3 * o.RequestTimeout):
+		t.Fatal("Open did not retry its set-up")
+	}
+	for i := range c.URLs() {
+		if err := c.Restart(i); err != nil {
+			t.Fatalf("restart node %d: %v", i, err)
+		}
+	}
+	var s *jetstream.Store
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("Open after the servers came back: %v", r.err)
+		}
+		s = r.s
+		t.Cleanup(func() { s.Close() })
+	case <-time.After(15 * o.RequestTimeout): // a liveness bound: elections, then a few set-up steps
+		t.Fatal("Open did not finish after the servers came back")
+	}
+	// The stream's leader may still be being elected: ErrUnavailable is
+	// what a producer would hear as 503, and retry.
+	deadline := time.Now().Add(10 * o.RequestTimeout)
+	for {
+		_, _, err := s.Append(queuetest.Event("after", "t", "x"))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, queue.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("append after the outage: %v", err)
+		}
+	}
+}
+
+// noticeHandler is a slog.Handler that tells seen (without blocking) when
+// a record whose message contains msg is logged.
+type noticeHandler struct {
+	msg  string
+	seen chan struct{}
+}
+
+func (h *noticeHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *noticeHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *noticeHandler) WithGroup(string) slog.Handler            { return h }
+func (h *noticeHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.msg) {
+		select {
+		case h.seen <- struct{}{}:
+		default:
+		}
+	}
+	return nil
 }
 
 // TestAppendNoQuorum: with two of three servers down the stream has no

@@ -165,30 +165,13 @@ func (st *stateSide) lane(sub string) *laneState {
 
 // setUpBuckets makes the KV bucket <S>_STATE, or checks an existing one,
 // and switches on what plain KV does not: atomic batches, reads from the
-// leader only. While the servers cannot answer yet (just started, no
-// leader) it tries again with backoff until Options.ConnectTimeout; an
-// incompatible bucket is refused at once.
+// leader only. While the servers cannot answer (just started, no leader,
+// away) it tries again with backoff (Store.retry); an incompatible bucket
+// is refused at once.
 func (s *Store) setUpBuckets() error {
-	deadline := time.Now().Add(s.opts.ConnectTimeout)
-	wait := 50 * time.Millisecond
-	for {
-		err := s.setUpState()
-		if err == nil || !unreachable(err) {
-			return err
-		}
-		if time.Now().Add(wait).After(deadline) {
-			return fmt.Errorf("jetstream: KV bucket %s_STATE: not set up within %s: %w", s.opts.Stream, s.opts.ConnectTimeout, err)
-		}
-		s.log.Warn("JetStream not ready for the state bucket; retrying", "in", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-s.quit:
-			t.Stop()
-			return queue.ErrClosed
-		}
-		wait = min(wait*2, 2*time.Second)
-	}
+	return s.retry("jetstream: KV bucket "+s.opts.Stream+"_STATE", s.setUpState, func(err error) bool {
+		return unreachable(err) || notYetKnown(err)
+	})
 }
 
 // setUpState is one attempt of setUpBuckets.
@@ -895,10 +878,7 @@ func unreachable(err error) bool {
 	if errors.As(err, &e) && e.APIError() != nil {
 		return e.APIError().Code >= 500 || casRetryable(err)
 	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrNoServers) ||
+	return brokerAway(err) || errors.Is(err, nats.ErrConnectionClosed) ||
 		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, jetstream.ErrJetStreamNotEnabled)
 }
 

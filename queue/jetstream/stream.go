@@ -9,10 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/sluicehq/sluice/queue"
 )
 
 // JetStream API error codes the log side tells apart (nats-server
@@ -66,39 +63,20 @@ func (p *permanentErr) Unwrap() error { return p.err }
 // setUpStream creates the event stream, or checks an existing one and
 // refuses it, naming the setting, when sluice cannot work with it; only
 // max_bytes is brought to the configured value. Errors that pass (no meta
-// leader yet, no responders right after the servers start) are retried
-// with backoff until Options.ConnectTimeout.
+// leader yet, no responders right after the servers start, the servers
+// away) are retried with backoff (Store.retry).
 func (s *Store) setUpStream() error {
 	return s.retrySetUp("jetstream.stream "+s.opts.Stream, s.ensureStream)
 }
 
-// retrySetUp calls f until it succeeds, fails permanently or
-// ConnectTimeout passes.
+// retrySetUp calls f until it succeeds or fails permanently (permanentErr).
 func (s *Store) retrySetUp(what string, f func() error) error {
-	deadline := time.Now().Add(s.opts.ConnectTimeout)
-	wait := 50 * time.Millisecond
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		var p *permanentErr
-		if errors.As(err, &p) {
-			return p.err
-		}
-		if time.Now().Add(wait).After(deadline) {
-			return fmt.Errorf("%s: not set up within %s: %w", what, s.opts.ConnectTimeout, err)
-		}
-		s.log.Warn("JetStream not ready; retrying", "what", what, "in", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-s.quit:
-			t.Stop()
-			return queue.ErrClosed
-		}
-		wait = min(wait*2, 2*time.Second)
+	var p *permanentErr
+	err := s.retry(what, f, func(err error) bool { return !errors.As(err, &p) })
+	if p != nil {
+		return p.err
 	}
+	return err
 }
 
 // ensureStream is one attempt of setUpStream.
@@ -161,12 +139,12 @@ func (s *Store) createError(err error) error {
 
 // setUpError marks err permanentErr unless it is one that passes.
 func setUpError(err error) error {
-	if transientErr(err) {
+	if transientErr(err) || notYetKnown(err) {
 		return err
 	}
 	if ae := apiError(err); ae != nil && (ae.ErrorCode == errCodeNotEnabled || ae.ErrorCode == errCodeNotEnabledAcct) {
 		// Right after start a server may answer before its JetStream is
-		// up; after ConnectTimeout the error says what it was.
+		// up; after ConnectTimeout the error says what it was (retry).
 		return fmt.Errorf("JetStream is not enabled on the NATS servers (jetstream.urls): %w", err)
 	}
 	return &permanentErr{err}
@@ -175,10 +153,7 @@ func setUpError(err error) error {
 // transient reports whether err is one that a retry may cure: no
 // responders, timeouts, a cluster still electing its leaders.
 func transientErr(err error) bool {
-	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+	if brokerAway(err) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
 		return true
 	}
 	if ae := apiError(err); ae != nil {
