@@ -145,6 +145,14 @@ type Options struct {
 	// Registerer receives the log's metrics (metrics.go) until Close; nil
 	// registers none.
 	Registerer prometheus.Registerer
+	// AcceptDataLoss opens a dir whose write-ahead or newest value log is
+	// damaged in the middle (intact records after a bad one), which Open
+	// otherwise refuses: Badger cuts the log at the damage and the records
+	// after it are gone. Open logs what was dropped, and keeps new
+	// sequence numbers above every one the dropped part named. It is
+	// meant for one start after an operator has chosen the loss over a
+	// backup (sluice serve --accept-data-loss), not as a standing setting.
+	AcceptDataLoss bool
 }
 
 // Log is the durable log and delivery state in one data dir. Create it
@@ -272,8 +280,19 @@ func Open(opts Options) (_ *Log, err error) {
 		WithMetricsEnabled(false)
 	// Refuse a dir Badger would wipe or crash on before it touches it
 	// (datadir.go). A panic left in the open path is damage too.
-	if err := checkDataDir(opts.Dir, bopts); err != nil {
+	damage, err := checkDataDir(opts.Dir, bopts)
+	if err != nil {
 		return nil, err
+	}
+	// floor: no new event may take a seq at or below it (recover).
+	var floor uint64
+	for _, d := range damage {
+		if !opts.AcceptDataLoss {
+			return nil, &dirError{opts.Dir, queue.ErrCorrupt, d}
+		}
+		log.Error("data dir damaged; opening it anyway (accept data loss): the records after the damage are dropped",
+			"data_dir", opts.Dir, "file", d.file, "offset", d.offset, "records_dropped", d.lost, "max_seq_dropped", d.maxSeq)
+		floor = max(floor, d.maxSeq)
 	}
 	var db *badgerdb.DB
 	defer func() {
@@ -311,7 +330,7 @@ func Open(opts Options) (_ *Log, err error) {
 		reclaimKick: make(chan struct{}, 1),
 	}
 	l.m = newMetrics(opts.Registerer, l)
-	if err := l.recover(); err != nil {
+	if err := l.recover(floor); err != nil {
 		db.Close()
 		if errors.Is(err, queue.ErrCorrupt) {
 			return nil, &dirError{opts.Dir, queue.ErrCorrupt, err}
