@@ -53,6 +53,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -228,6 +229,9 @@ type Log struct {
 	deletedBytes atomic.Uint64
 	reclaimKick  chan struct{}
 	vlogSize     int64 // bytes of one value-log file (vlogFileSize)
+
+	corruptMu sync.Mutex
+	corrupt   map[uint64]struct{} // last seqs of the unreadable records reported (reportCorrupt)
 }
 
 var _ queue.Store = (*Log)(nil)
@@ -319,6 +323,7 @@ func Open(opts Options) (_ *Log, err error) {
 		retryRefs: map[uint64]int32{},
 		held:      map[uint64]struct{}{},
 		vlogSize:  vlogSize,
+		corrupt:   map[uint64]struct{}{},
 		ids:       map[string]idEntry{},
 		idsOld:    map[string]idEntry{},
 		indexKick: make(chan struct{}, 1),
@@ -406,7 +411,15 @@ func (l *Log) Head() uint64 { return l.head.Load() }
 // debug chatter is dropped.
 type badgerLogger struct{ l *slog.Logger }
 
-func (b badgerLogger) Errorf(f string, a ...any) { b.l.Error("badger: " + fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Errorf(f string, a ...any) {
+	// A value Badger cannot read it logs on every read, in several lines,
+	// and hands over empty; the event then fails to decode, and
+	// reportCorrupt names it once.
+	if strings.HasPrefix(f, "Unable to read: ") || strings.HasPrefix(f, "Key: %v, Version : %v") {
+		return
+	}
+	b.l.Error("badger: " + fmt.Sprintf(f, a...))
+}
 
 func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn("badger: " + fmt.Sprintf(f, a...)) }
 
