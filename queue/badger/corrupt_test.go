@@ -511,6 +511,7 @@ func TestWALDamageRefusedUnlessAccepted(t *testing.T) {
 		}
 	}
 	assertUnchanged(t, dir, before)
+	t.Log(err)
 
 	var logs syncBuffer
 	q, err = badger.Open(badger.Options{Dir: dir, Sync: true, AcceptDataLoss: true,
