@@ -65,4 +65,10 @@ const (
 	// dead-lettered without an HTTP attempt, the error naming where the
 	// body stops being JSON (Variant.Render, issue 13).
 	ReasonVariantFailed = "variant_failed"
+
+	// ReasonCorrupt means the log could not read the event back (its copy
+	// on disk is damaged): it was dead-lettered without an HTTP attempt,
+	// so that the events after it flow. Its body and type are unknown; the
+	// dead letter names its sequence number.
+	ReasonCorrupt = "corrupt"
 )

@@ -506,7 +506,7 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			// visible as a dead letter rather than retrying forever.
 			e.log.Error("event for retry missing", "subscription", l.id, "seq", r.Seq, "err", err)
 			o := queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: r.Seq, From: r, At: now,
-				DeadLetter: newDeadLetter(l.id, l.sub.Tenant, &queue.Event{Seq: r.Seq}, reasonEventMissing, r.Attempt,
+				DeadLetter: newDeadLetter(l.id, l.sub.Tenant, &queue.Event{Seq: r.Seq}, missingReason(err), r.Attempt,
 					policy.Exchange{Status: r.LastStatus}, "", now)}
 			o.DeadLetter.LastError = r.LastError
 			if err := l.record(o); err != nil {
@@ -642,6 +642,9 @@ func (l *lane) nextInLog() *queue.Event {
 			continue
 		}
 		evs, next, err := l.e.store.Events(l.next, limit, pageSize, l.match)
+		if err != nil && l.skipCorrupt(err, limit) {
+			continue
+		}
 		if err != nil {
 			l.e.log.Error("read log", "subscription", l.id, "seq", l.next, "err", err)
 			l.e.timers.add(l, l.e.now().Add(time.Second))

@@ -70,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, d *dispatcher) *metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60, 300, 3600},
 		}, []string{"subscription"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_lane_rejections_total", Help: "Events a lane rejected without an attempt (reasons backlog_quota, variant_failed); always equal to the dead letters admitted for that reason.",
+			Name: "sluice_lane_rejections_total", Help: "Events a lane rejected without an attempt (reasons backlog_quota, variant_failed, corrupt); always equal to the dead letters admitted for that reason.",
 		}, []string{"subscription", "reason"}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_dead_letters_total", Help: "Dead letters admitted, by reason.",

@@ -99,6 +99,10 @@ type Options struct {
 	// 0, none if negative). Past either, ingest answers 507.
 	MaxDiskBytes     int64
 	MinFreeDiskBytes int64
+	// AcceptDataLoss opens a data dir whose logs are damaged in the middle,
+	// dropping the records after the damage, where Open would refuse it
+	// (badger.Options.AcceptDataLoss). For one start, by an operator.
+	AcceptDataLoss bool
 	// AllowPrivateTargets lets subscriptions deliver to loopback, private,
 	// link-local and metadata addresses. Off by default (SSRF guard); tests,
 	// the demo and single-host setups turn it on.
@@ -459,7 +463,7 @@ var startingHandler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, 
 func openBadger(o Options, log *slog.Logger, onCommit func([]*queue.Event)) (queue.Store, error) {
 	q, err := badger.Open(badger.Options{
 		Dir: o.DataDir, Sync: o.Sync, DedupWindow: o.DedupWindow, Logger: log,
-		MaxDiskBytes: o.MaxDiskBytes, MinFreeBytes: o.MinFreeDiskBytes,
+		MaxDiskBytes: o.MaxDiskBytes, MinFreeBytes: o.MinFreeDiskBytes, AcceptDataLoss: o.AcceptDataLoss,
 		OnCommit: onCommit, Registerer: o.Registry,
 	})
 	if err != nil {

@@ -1,6 +1,9 @@
 package queue
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrClosed is returned by operations on a closed (or closing) queue.
@@ -56,3 +59,23 @@ var ErrUnavailable = errors.New("log unavailable")
 // ErrBadKey is returned by the Records methods for a key that cannot name
 // a record (CheckRecordKey); the error names the key.
 var ErrBadKey = errors.New("bad record key")
+
+// CorruptEventError is returned by a read of the log that met an event it
+// cannot read (a value the disk damaged): the event is not lost, it is
+// unreadable, and the caller decides what becomes of it (proxy
+// dead-letters it, reason corrupt) rather than stalling on it. First and
+// Last bound the sequence numbers of the unreadable record (one event, or
+// a group whose header is damaged). errors.Is matches ErrCorrupt.
+type CorruptEventError struct {
+	First, Last uint64
+	Err         error
+}
+
+func (e *CorruptEventError) Error() string {
+	if e.First == e.Last {
+		return fmt.Sprintf("event %d unreadable: %v", e.Last, e.Err)
+	}
+	return fmt.Sprintf("events %d..%d unreadable: %v", e.First, e.Last, e.Err)
+}
+
+func (e *CorruptEventError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }

@@ -45,6 +45,10 @@ func serve(args []string, stderr io.Writer) error {
 	listen := fs.String("listen", "", "ingest address, overrides the config's listen")
 	adminListen := fs.String("admin-listen", "", "admin address, overrides admin.listen")
 	dataDir := fs.String("data-dir", "", "data directory, overrides data_dir")
+	// A flag and no config key: accepting a loss is a decision about one
+	// damaged dir, and a key left in a config file would accept the next
+	// damage too, unseen.
+	acceptLoss := fs.Bool("accept-data-loss", false, "open a data dir whose logs are damaged, dropping the records after the damage (sluice refuses it otherwise; see RELIABILITY.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,6 +88,7 @@ func serve(args []string, stderr io.Writer) error {
 	life := notifySignals()
 	defer life.stop()
 	opts := serverOptions(cfg, subs, log, life.drain.Done())
+	opts.AcceptDataLoss = *acceptLoss
 	tp, err := tracerProvider(cfg.OTel, log) // otel.go; nil when tracing is off
 	if err != nil {
 		return err

@@ -53,6 +53,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,6 +146,14 @@ type Options struct {
 	// Registerer receives the log's metrics (metrics.go) until Close; nil
 	// registers none.
 	Registerer prometheus.Registerer
+	// AcceptDataLoss opens a dir whose write-ahead or newest value log is
+	// damaged in the middle (intact records after a bad one), which Open
+	// otherwise refuses: Badger cuts the log at the damage and the records
+	// after it are gone. Open logs what was dropped, and keeps new
+	// sequence numbers above every one the dropped part named. It is
+	// meant for one start after an operator has chosen the loss over a
+	// backup (sluice serve --accept-data-loss), not as a standing setting.
+	AcceptDataLoss bool
 }
 
 // Log is the durable log and delivery state in one data dir. Create it
@@ -220,6 +229,9 @@ type Log struct {
 	deletedBytes atomic.Uint64
 	reclaimKick  chan struct{}
 	vlogSize     int64 // bytes of one value-log file (vlogFileSize)
+
+	corruptMu sync.Mutex
+	corrupt   map[uint64]struct{} // last seqs of the unreadable records reported (reportCorrupt)
 }
 
 var _ queue.Store = (*Log)(nil)
@@ -272,8 +284,19 @@ func Open(opts Options) (_ *Log, err error) {
 		WithMetricsEnabled(false)
 	// Refuse a dir Badger would wipe or crash on before it touches it
 	// (datadir.go). A panic left in the open path is damage too.
-	if err := checkDataDir(opts.Dir, bopts); err != nil {
+	damage, err := checkDataDir(opts.Dir, bopts)
+	if err != nil {
 		return nil, err
+	}
+	// floor: no new event may take a seq at or below it (recover).
+	var floor uint64
+	for _, d := range damage {
+		if !opts.AcceptDataLoss {
+			return nil, &dirError{opts.Dir, queue.ErrCorrupt, d}
+		}
+		log.Error("data dir damaged; opening it anyway (accept data loss): the records after the damage are dropped",
+			"data_dir", opts.Dir, "file", d.file, "offset", d.offset, "records_dropped", d.lost, "max_seq_dropped", d.maxSeq)
+		floor = max(floor, d.maxSeq)
 	}
 	var db *badgerdb.DB
 	defer func() {
@@ -300,6 +323,7 @@ func Open(opts Options) (_ *Log, err error) {
 		retryRefs: map[uint64]int32{},
 		held:      map[uint64]struct{}{},
 		vlogSize:  vlogSize,
+		corrupt:   map[uint64]struct{}{},
 		ids:       map[string]idEntry{},
 		idsOld:    map[string]idEntry{},
 		indexKick: make(chan struct{}, 1),
@@ -311,7 +335,7 @@ func Open(opts Options) (_ *Log, err error) {
 		reclaimKick: make(chan struct{}, 1),
 	}
 	l.m = newMetrics(opts.Registerer, l)
-	if err := l.recover(); err != nil {
+	if err := l.recover(floor); err != nil {
 		db.Close()
 		if errors.Is(err, queue.ErrCorrupt) {
 			return nil, &dirError{opts.Dir, queue.ErrCorrupt, err}
@@ -387,7 +411,15 @@ func (l *Log) Head() uint64 { return l.head.Load() }
 // debug chatter is dropped.
 type badgerLogger struct{ l *slog.Logger }
 
-func (b badgerLogger) Errorf(f string, a ...any) { b.l.Error("badger: " + fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Errorf(f string, a ...any) {
+	// A value Badger cannot read it logs on every read, in several lines,
+	// and hands over empty; the event then fails to decode, and
+	// reportCorrupt names it once.
+	if strings.HasPrefix(f, "Unable to read: ") || strings.HasPrefix(f, "Key: %v, Version : %v") {
+		return
+	}
+	b.l.Error("badger: " + fmt.Sprintf(f, a...))
+}
 
 func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn("badger: " + fmt.Sprintf(f, a...)) }
 

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -316,6 +318,25 @@ var (
 	flipUsedMid = flipAt(func(_, used int) int { return used / 2 })
 )
 
+// flipByte inverts the one byte at off.
+func flipByte(off int64) func(*testing.T, string) {
+	return func(t *testing.T, p string) {
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b := make([]byte, 1)
+		if _, err := f.ReadAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+		b[0] ^= 0xff
+		if _, err := f.WriteAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func remove(t *testing.T, p string) {
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
@@ -342,9 +363,9 @@ const (
 	refused outcome = iota
 	// intact: Open succeeds and every event reads back as appended.
 	intact
-	// walPrefix: Open succeeds with the events before the damage in the
+	// walPrefix: Open succeeds with the events before the cut in the
 	// write-ahead log; those after it are gone (ErrNotFound), as after a
-	// write torn by a crash, which Badger cannot tell from this.
+	// write torn by a crash, which a log cut short cannot be told from.
 	walPrefix
 	// valuesCut: Open succeeds, Badger cut the value log at the damage:
 	// some large events fail to decode (ErrCorrupt), everything else reads
@@ -404,7 +425,9 @@ func TestCorruptDataDir(t *testing.T) {
 		{"closed", "000001.vlog", "truncate to half", truncateTo(0.5), valuesCut},
 		{"closed", "000001.vlog", "flip key id", flipStart, refused},
 		{"closed", "000001.vlog", "flip nonce", flipIV, intact},
-		{"closed", "000001.vlog", "flip middle", flipMid, valuesCut},
+		// The newest value log is replayed and cut like a WAL: intact
+		// values after the damage would be dropped (logscan.go).
+		{"closed", "000001.vlog", "flip middle", flipMid, refused},
 		{"closed", "000001.vlog", "flip end", flipEnd, valuesCut},
 		{"closed", "000001.vlog", "remove", remove, refused},
 		{"closed", "KEYREGISTRY", "truncate to 0", truncateTo(0), refused},
@@ -418,10 +441,11 @@ func TestCorruptDataDir(t *testing.T) {
 		{"killed", "00001.mem", "flip key id", flipStart, refused},
 		{"killed", "00001.mem", "truncate to half", truncateTo(0.5), intact}, // cuts preallocated zeros only
 		{"killed", "00001.mem", "cut written part in half", cutUsedHalf, walPrefix},
-		{"killed", "00001.mem", "flip middle of written part", flipUsedMid, walPrefix},
+		{"killed", "00001.mem", "flip middle of written part", flipUsedMid, refused},
+		{"killed", "00001.mem", "flip one byte near the start", flipByte(60), refused},
 		{"killed", "000001.vlog", "truncate to 0", truncateTo(0), refused},
 		{"killed", "000001.vlog", "cut written part in half", cutUsedHalf, valuesCut},
-		{"killed", "000001.vlog", "flip middle of written part", flipUsedMid, valuesCut},
+		{"killed", "000001.vlog", "flip middle of written part", flipUsedMid, refused},
 		{"killed", "MANIFEST", "truncate to half", truncateTo(0.5), intact}, // it lists no table yet
 		{"killed", "MANIFEST", "truncate to 0", truncateTo(0), refused},
 	}
@@ -458,6 +482,144 @@ func TestCorruptDataDir(t *testing.T) {
 			}()
 			checkEvents(t, q, c.want)
 		})
+	}
+}
+
+// TestWALDamageRefusedUnlessAccepted: one flipped byte near the start of
+// the write-ahead log of a killed sidecar, whose 300 appends were all
+// acknowledged (fsync). Badger alone kept the events before it and
+// dropped the rest without a word, and the next appends took their seqs
+// again. Open refuses, naming the file and the offset, and changes
+// nothing; with AcceptDataLoss it opens, and new events take seqs above
+// every one the dropped part named, across a second open too.
+func TestWALDamageRefusedUnlessAccepted(t *testing.T) {
+	dir := killedFixture(t)
+	flipByte(60)(t, filepath.Join(dir, "00001.mem"))
+	before := dirState(t, dir)
+	q, err := badger.Open(badger.Options{Dir: dir})
+	if err == nil {
+		q.Close()
+		t.Fatal("open succeeded, want ErrCorrupt")
+	}
+	if !errors.Is(err, queue.ErrCorrupt) {
+		t.Fatalf("open: %v, want ErrCorrupt", err)
+	}
+	for _, s := range []string{"data dir " + dir + " looks damaged", "00001.mem: the entry at offset ", "intact entries follow it",
+		"events up to seq 300", "--accept-data-loss"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
+	}
+	assertUnchanged(t, dir, before)
+	t.Log(err)
+
+	var logs syncBuffer
+	q, err = badger.Open(badger.Options{Dir: dir, Sync: true, AcceptDataLoss: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("open with AcceptDataLoss: %v", err)
+	}
+	if !strings.Contains(logs.String(), "file=00001.mem") || !strings.Contains(logs.String(), "max_seq_dropped=300") {
+		t.Errorf("the accepted loss is not logged with its file and seqs: %s", logs.String())
+	}
+	if q.Head() < fixtureEvents {
+		t.Fatalf("head %d after the accepted loss, want at least %d: dropped seqs would be handed out again", q.Head(), fixtureEvents)
+	}
+	seq, _ := queuetest.MustAppend(t, q, &queue.Event{ID: "after-loss-1", Type: "t.created", Body: []byte("{}")})
+	if seq <= fixtureEvents {
+		t.Fatalf("first append after the accepted loss took seq %d, which a dropped event had", seq)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Badger cut the log: the next open sees no damage, and the head
+	// stays where the accepted open put it.
+	q = queuetest.MustOpen(t, dir, badger.Options{Sync: true})
+	if seq2, _ := queuetest.MustAppend(t, q, &queue.Event{ID: "after-loss-2", Type: "t.created", Body: []byte("{}")}); seq2 != seq+1 {
+		t.Fatalf("append after reopening took seq %d, want %d", seq2, seq+1)
+	}
+}
+
+// TestNextSeqAboveNamedSeqs: a log that lost its events and head (here:
+// every e/ key and m/head deleted, as a cut log leaves it) while a cursor,
+// a retry record and a dead letter naming later seqs survived gives new
+// events seqs above all of them.
+func TestNextSeqAboveNamedSeqs(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		record func(*badger.Log) error
+	}{
+		{"cursor", func(q *badger.Log) error { return q.SaveCursors(map[string]uint64{"s": 40}) }},
+		{"retry", func(q *badger.Log) error {
+			return q.Record(queue.Outcome{Kind: queue.RetryScheduled, Subscription: "s", Seq: 40, At: time.Now(),
+				Retry: &queue.Retry{Subscription: "s", Seq: 40, Due: time.Now().Add(time.Hour), Attempt: 1, FirstAttempt: time.Now()}})
+		}},
+		{"dead letter", func(q *badger.Log) error {
+			ev, err := q.Event(40)
+			if err != nil {
+				return err
+			}
+			return q.Record(queue.Outcome{Kind: queue.DeadLettered, Subscription: "s", Seq: 40, At: time.Now(),
+				DeadLetter: &queue.DeadLetter{Subscription: "s", Seq: 40, EventID: ev.ID, Type: ev.Type, Reason: "rejected", DeadAt: time.Now(), Body: ev.Body}})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			q := queuetest.MustOpen(t, dir, badger.Options{Sync: true})
+			if _, err := q.Join("s", nil); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 40 {
+				queuetest.MustAppend(t, q, fixtureEvent(i))
+			}
+			if err := c.record(q); err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			loseEvents(t, dir)
+			q = queuetest.MustOpen(t, dir, badger.Options{Sync: true})
+			if seq, _ := queuetest.MustAppend(t, q, fixtureEvent(99)); seq <= 40 {
+				t.Fatalf("append took seq %d, which a surviving %s names", seq, c.name)
+			}
+		})
+	}
+}
+
+// syncBuffer is a log sink the test reads while the log may write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// loseEvents deletes every event and the head of a closed data dir.
+func loseEvents(t *testing.T, dir string) {
+	t.Helper()
+	db, err := badgerdb.Open(badgerdb.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.DropPrefix([]byte("e/")); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"m/head", "m/indexed", "m/low"} {
+		if err := db.Update(func(txn *badgerdb.Txn) error { return txn.Delete([]byte(k)) }); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/queue"
@@ -29,35 +30,39 @@ import (
 // and refuses such a dir with ErrCorrupt before Badger touches it. The
 // checks only read.
 //
-// What they cannot see: Badger ends a write-ahead log (*.mem) or the
-// newest value log (*.vlog) at the first record whose checksum fails, as
-// it must for a write torn by a crash; damage inside those files therefore
-// loses the records after it the same way, and Open succeeds. Events whose
-// value was cut off fail to decode when read (ErrCorrupt), never read back
-// wrong.
+// Badger also ends a write-ahead log (*.mem) or the newest value log
+// (*.vlog) at the first record whose checksum fails, as it must for a
+// write torn by a crash, and cuts off whatever follows. The checks tell
+// damage (intact records after the bad one) from a torn tail (logscan.go)
+// and report it; Open refuses it unless Options.AcceptDataLoss says to
+// let Badger cut. What they cannot see is damage that leaves nothing
+// readable after it (a log cut short): that opens as a torn tail, and
+// events whose value was cut off fail to decode when read (ErrCorrupt),
+// never read back wrong.
 
 // checkDataDir refuses a dir that is not a directory, is held by another
 // process, holds someone else's files, or that Badger would wipe or crash
-// on. A missing dir is fine: Badger creates it.
-func checkDataDir(dir string, bopts badgerdb.Options) error {
+// on. A missing dir is fine: Badger creates it. It returns the damage
+// found inside the logs Badger replays (logscan.go) for Open to judge.
+func checkDataDir(dir string, bopts badgerdb.Options) (damage []*logDamage, err error) {
 	fi, err := os.Stat(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("open queue %s: %w", dir, err)
+		return nil, fmt.Errorf("open queue %s: %w", dir, err)
 	}
 	if !fi.IsDir() {
-		return &dirError{dir, queue.ErrNotDataDir, errors.New("it is not a directory")}
+		return nil, &dirError{dir, queue.ErrNotDataDir, errors.New("it is not a directory")}
 	}
 	unlock, err := lockDir(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer unlock()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return fmt.Errorf("open queue %s: %w", dir, err)
+		return nil, fmt.Errorf("open queue %s: %w", dir, err)
 	}
 	var (
 		foreign, tables []string
@@ -84,13 +89,30 @@ func checkDataDir(dir string, bopts badgerdb.Options) error {
 	}
 	if !manifest && len(tables) == 0 && len(logs) == 0 {
 		if len(foreign) > 0 {
-			return &dirError{dir, queue.ErrNotDataDir, fmt.Errorf("it holds %s and no Badger database", quoteFew(foreign))}
+			return nil, &dirError{dir, queue.ErrNotDataDir, fmt.Errorf("it holds %s and no Badger database", quoteFew(foreign))}
 		}
-		return nil // empty: a fresh log
+		return damage, nil // empty: a fresh log
 	}
+	var newestVlog string
 	for _, e := range logs {
 		if err := checkLogHeader(filepath.Join(dir, e.Name())); err != nil {
-			return &dirError{dir, queue.ErrCorrupt, err}
+			return nil, &dirError{dir, queue.ErrCorrupt, err}
+		}
+		if strings.HasSuffix(e.Name(), ".vlog") && vlogID(e.Name()) >= vlogID(newestVlog) {
+			newestVlog = e.Name()
+		}
+	}
+	// Badger replays (and truncates) every WAL and the newest value log
+	// only; the older value logs it reads as they are.
+	for _, e := range logs {
+		if name := e.Name(); strings.HasSuffix(name, ".mem") || name == newestVlog {
+			d, err := scanLog(filepath.Join(dir, name))
+			if err != nil {
+				return nil, fmt.Errorf("open queue %s: %w", dir, err)
+			}
+			if d != nil {
+				damage = append(damage, d)
+			}
 		}
 	}
 	// Badger leaks goroutines when it fails on the key registry; it only
@@ -100,18 +122,18 @@ func checkDataDir(dir string, bopts badgerdb.Options) error {
 		EncryptionKeyRotationDuration: bopts.EncryptionKeyRotationDuration,
 	})
 	if err != nil {
-		return &dirError{dir, queue.ErrCorrupt, fmt.Errorf("KEYREGISTRY: %w", err)}
+		return nil, &dirError{dir, queue.ErrCorrupt, fmt.Errorf("KEYREGISTRY: %w", err)}
 	}
 	kr.Close()
 	if !manifest {
 		if len(tables) > 0 {
-			return &dirError{dir, queue.ErrCorrupt, fmt.Errorf("MANIFEST is missing, and opening without it would delete %s", quoteFew(tables))}
+			return nil, &dirError{dir, queue.ErrCorrupt, fmt.Errorf("MANIFEST is missing, and opening without it would delete %s", quoteFew(tables))}
 		}
-		return nil // a crash before the first table: Badger replays the logs
+		return damage, nil // a crash before the first table: Badger replays the logs
 	}
 	mf, torn, err := readManifest(dir, bopts)
 	if err != nil {
-		return &dirError{dir, queue.ErrCorrupt, fmt.Errorf("MANIFEST: %w", err)}
+		return nil, &dirError{dir, queue.ErrCorrupt, fmt.Errorf("MANIFEST: %w", err)}
 	}
 	if torn {
 		// A crash tears a MANIFEST record only if it is cut off while
@@ -126,11 +148,11 @@ func checkDataDir(dir string, bopts badgerdb.Options) error {
 			}
 		}
 		if len(unlisted) > 0 {
-			return &dirError{dir, queue.ErrCorrupt, fmt.Errorf("MANIFEST ends in a torn record, and opening would delete %s, which it does not list", quoteFew(unlisted))}
+			return nil, &dirError{dir, queue.ErrCorrupt, fmt.Errorf("MANIFEST ends in a torn record, and opening would delete %s, which it does not list", quoteFew(unlisted))}
 		}
 	}
 	if len(mf.Tables) > 0 && !vlog {
-		return &dirError{dir, queue.ErrCorrupt, errors.New("no value log (*.vlog) is present")}
+		return nil, &dirError{dir, queue.ErrCorrupt, errors.New("no value log (*.vlog) is present")}
 	}
 	ids := make([]uint64, 0, len(mf.Tables))
 	for id := range mf.Tables {
@@ -139,10 +161,20 @@ func checkDataDir(dir string, bopts badgerdb.Options) error {
 	slices.Sort(ids)
 	for _, id := range ids {
 		if err := checkTable(table.NewFilename(id, dir), mf.Tables[id], bopts); err != nil {
-			return &dirError{dir, queue.ErrCorrupt, err}
+			return nil, &dirError{dir, queue.ErrCorrupt, err}
 		}
 	}
-	return nil
+	return damage, nil
+}
+
+// vlogID is the number of a value log's file name, -1 for none; Badger
+// writes the file with the highest number.
+func vlogID(name string) int64 {
+	id, err := strconv.ParseInt(strings.TrimSuffix(name, ".vlog"), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return id
 }
 
 // badgerFiles are the names Badger uses besides tables and logs.

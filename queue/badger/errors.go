@@ -22,8 +22,12 @@ func (e *dirError) Error() string {
 	case queue.ErrNotDataDir:
 		return fmt.Sprintf("data dir %s is not a sluice data dir: %v; point data_dir at an empty or new directory", e.dir, e.cause)
 	default:
+		var accept string
+		if _, ok := e.cause.(*logDamage); ok {
+			accept = ", or accept the loss and open it as it is (Options.AcceptDataLoss; sluice serve --accept-data-loss)"
+		}
 		return fmt.Sprintf("data dir %s looks damaged: %v; restore it from a backup, or move it aside "+
-			"and start with an empty data dir", e.dir, e.cause)
+			"and start with an empty data dir%s", e.dir, e.cause, accept)
 	}
 }
 

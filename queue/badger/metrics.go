@@ -14,6 +14,7 @@ type metrics struct {
 	reg        prometheus.Registerer
 	append     prometheus.Histogram
 	sync       prometheus.Histogram
+	corrupt    prometheus.Counter
 	collectors []prometheus.Collector
 }
 
@@ -34,10 +35,14 @@ func newMetrics(reg prometheus.Registerer, l *Log) *metrics {
 			Help:    "Duration of one fsync of the log (a group of appends, or cursors and memberships).",
 			Buckets: durationBuckets,
 		}),
+		corrupt: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_queue_corrupt_events_total",
+			Help: "Events found unreadable in the log (a damaged value), counted once each since start; each is dead-lettered with reason corrupt.",
+		}),
 	}
 	// The disk gauges keep the names and help they had in the proxy,
 	// which dashboards and alerts rely on.
-	m.collectors = append([]prometheus.Collector{m.append, m.sync}, queue.DiskGauges(l.DiskUsage,
+	m.collectors = append([]prometheus.Collector{m.append, m.sync, m.corrupt}, queue.DiskGauges(l.DiskUsage,
 		"Bytes allocated by the data dir (the log), measured every 250 ms.",
 		"Bytes free on the data dir's file system; -1 if unknown.",
 		"1 while ingest answers 507: the log is over max_disk_bytes or its file system below min_free_disk_bytes.")...)

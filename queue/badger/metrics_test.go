@@ -27,6 +27,9 @@ func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		if h := m.GetHistogram(); h != nil {
 			return float64(h.GetSampleCount())
 		}
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
 		return m.GetGauge().GetValue()
 	}
 	t.Fatalf("%s not registered", name)
@@ -57,8 +60,11 @@ func TestMetrics(t *testing.T) {
 	if full := value(t, reg, "sluice_log_disk_full"); full != 0 {
 		t.Fatalf("sluice_log_disk_full = %v under the quota", full)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 5 {
-		t.Fatalf("%d series registered (%v), want 5", n, err)
+	if corrupt := value(t, reg, "sluice_queue_corrupt_events_total"); corrupt != 0 {
+		t.Fatalf("sluice_queue_corrupt_events_total = %v with every event readable", corrupt)
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 6 {
+		t.Fatalf("%d series registered (%v), want 6", n, err)
 	}
 	if err := q.Close(); err != nil {
 		t.Fatal(err)

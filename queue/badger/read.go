@@ -62,8 +62,34 @@ func (l *Log) Event(seq uint64) (*queue.Event, error) {
 	if errors.Is(err, badgerdb.ErrKeyNotFound) {
 		return nil, fmt.Errorf("event %d: %w", seq, queue.ErrNotFound)
 	}
+	if errors.Is(err, queue.ErrCorrupt) {
+		ce := &queue.CorruptEventError{First: seq, Last: seq, Err: err}
+		l.reportCorrupt(ce)
+		return nil, ce
+	}
 	return ev, err
 }
+
+// reportCorrupt logs an unreadable record and counts its events, once per
+// record: lanes meet it once each, and before they dead-lettered it they
+// met it on every read, which flooded the log with the same error.
+func (l *Log) reportCorrupt(ce *queue.CorruptEventError) {
+	l.corruptMu.Lock()
+	defer l.corruptMu.Unlock()
+	if _, ok := l.corrupt[ce.Last]; ok {
+		return
+	}
+	if len(l.corrupt) < maxCorruptReported {
+		l.corrupt[ce.Last] = struct{}{}
+	}
+	l.m.corrupt.Add(float64(ce.Last - ce.First + 1))
+	l.log.Error("event unreadable: its copy in the log is damaged; every lane it may be owed to dead-letters it (reason corrupt)",
+		"data_dir", l.opts.Dir, "first_seq", ce.First, "last_seq", ce.Last, "err", ce.Err)
+}
+
+// maxCorruptReported bounds the memory of reportCorrupt; past it a record
+// may be reported again.
+const maxCorruptReported = 1 << 16
 
 // maxScan bounds how many non-matching events one Events call walks past,
 // so a lane far behind on a type it rarely matches yields between pages.
@@ -72,7 +98,9 @@ const maxScan = 8192
 // Events returns up to limit events with from <= seq <= to whose type
 // satisfies match (nil matches all), and the sequence number to continue
 // from. Fewer than limit events with next <= to means the scan stopped at
-// its bound, not that there is nothing left.
+// its bound, not that there is nothing left. An unreadable record ends the
+// page before it; met first, it is a *queue.CorruptEventError naming its
+// seqs, so that a reader can settle them and go on past.
 func (l *Log) Events(from, to uint64, limit int, match queue.Match) (evs []*queue.Event, next uint64, err error) {
 	from = max(from, l.low.Load())
 	next = from
@@ -91,10 +119,13 @@ func (l *Log) Events(from, to uint64, limit int, match queue.Match) (evs []*queu
 		it := txn.NewIterator(opts)
 		defer it.Close()
 		scanned := 0
+		prevKey := from - 1 // the seq of the record before: a record holds the seqs after it
 		for it.Seek(eventKey(from)); it.Valid() && len(evs) < limit && scanned < maxScan; it.Next() {
 			item := it.Item()
+			keySeq := seqFromEventKey(item.Key())
+			var bad uint64 // the event that failed to decode; 0: the record itself
 			err := item.Value(func(v []byte) error {
-				return records(seqFromEventKey(item.Key()), v, func(seq uint64, rec []byte) error {
+				return records(keySeq, v, func(seq uint64, rec []byte) error {
 					if seq < from {
 						return nil
 					}
@@ -106,6 +137,7 @@ func (l *Log) Events(from, to uint64, limit int, match queue.Match) (evs []*queu
 					if match != nil {
 						tenant, typ, err := eventTenantType(rec)
 						if err != nil {
+							bad = seq
 							return fmt.Errorf("event %d: %w", seq, err)
 						}
 						if !match(tenant, typ) {
@@ -114,12 +146,26 @@ func (l *Log) Events(from, to uint64, limit int, match queue.Match) (evs []*queu
 					}
 					ev, err := decodeEvent(seq, bytes.Clone(rec))
 					if err != nil {
+						bad = seq
 						return err
 					}
 					evs = append(evs, ev)
 					return nil
 				})
 			})
+			if errors.Is(err, queue.ErrCorrupt) {
+				ce := &queue.CorruptEventError{First: bad, Last: bad, Err: err}
+				if bad == 0 {
+					ce.First, ce.Last = max(from, prevKey+1), keySeq
+				}
+				if len(evs) > 0 {
+					next = ce.First // the next call starts at it
+					return nil
+				}
+				l.reportCorrupt(ce)
+				return ce
+			}
+			prevKey = keySeq
 			if err == errStopped {
 				if next <= to && len(evs) < limit && scanned < maxScan {
 					next = to + 1 // stopped at seq > to
@@ -164,11 +210,13 @@ func (l *Log) CountEvents(from, to uint64, match queue.Match, limit int) (int, e
 					if seq > to || n > limit {
 						return errStopped
 					}
+					// An unreadable event counts: its type is unknown, and
+					// every lane it may be owed to dead-letters it.
 					tenant, typ, err := eventTenantType(rec)
-					if err == nil && match(tenant, typ) {
+					if err != nil || match(tenant, typ) {
 						n++
 					}
-					return err
+					return nil
 				})
 			})
 			if err == errStopped {

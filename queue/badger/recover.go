@@ -3,6 +3,7 @@ package badger
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -15,7 +16,9 @@ import (
 // rebuilds the in-memory state: head, compaction boundary, retry
 // references, and the events below the boundary still on disk; and writes
 // the i/ entries of events the last process had not indexed (dedup.go).
-func (l *Log) recover() error {
+// No new event will take a seq at or below floor, nor one that a durable
+// record names (named).
+func (l *Log) recover(floor uint64) error {
 	var format uint64 // 0: no format key yet (a new dir)
 	err := l.db.View(func(txn *badgerdb.Txn) error {
 		item, err := txn.Get(keyFormat)
@@ -46,6 +49,7 @@ func (l *Log) recover() error {
 	// upgrade leaves an older format that is upgraded again.
 	var index *badgerdb.WriteBatch
 	var indexed uint64 // m/indexed
+	var raised bool    // the head was raised above m/head and the log's events
 	if format < 3 {
 		index = l.db.NewWriteBatch()
 		defer index.Cancel()
@@ -77,6 +81,15 @@ func (l *Log) recover() error {
 		defer rit.Close()
 		if rit.Seek(eventKey(^uint64(0))); rit.Valid() {
 			head = max(head, seqFromEventKey(rit.Item().Key()))
+		}
+		named, err := named(txn)
+		if err != nil {
+			return err
+		}
+		if top := max(floor, named, low-1); top > head {
+			l.log.Warn("data dir: sequence numbers up to the head were lost; new events start above every one still named",
+				"data_dir", l.opts.Dir, "head", head, "named", top)
+			head, raised = top, true
 		}
 		l.head.Store(head)
 		l.assigned.Store(head)
@@ -145,6 +158,16 @@ func (l *Log) recover() error {
 	if err != nil {
 		return err
 	}
+	if raised {
+		// At once: the evidence that raised it (a dropped part of a
+		// damaged log, Open) is gone once Badger has opened the dir.
+		if err := l.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(keyHead, u64(l.head.Load())) }); err != nil {
+			return fmt.Errorf("write head: %w", err)
+		}
+		if err := l.db.Sync(); err != nil {
+			return fmt.Errorf("write head: %w", err)
+		}
+	}
 	if index != nil {
 		if err := index.Flush(); err != nil {
 			return fmt.Errorf("index retries: %w", err)
@@ -173,4 +196,61 @@ func (l *Log) recover() error {
 		}
 	}
 	return nil
+}
+
+// named is the highest sequence number a durable record names: a cursor,
+// a membership's cut-off, a retry record or a dead letter. Normally none
+// is above the head, which is written with every batch; after a loss (a
+// damaged log opened anyway, a log cut short) they may be, and a new event
+// taking such a seq would be taken for the lost one: a cursor would skip
+// it, a replay deliver the old body under it.
+func named(txn *badgerdb.Txn) (uint64, error) {
+	var top uint64
+	each := func(prefix []byte, values bool, f func(k, v []byte) error) error {
+		it := txn.NewIterator(badgerdb.IteratorOptions{Prefix: prefix, PrefetchValues: values})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()
+			if !values {
+				if err := f(k, nil); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := it.Item().Value(func(v []byte) error { return f(k, v) }); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	lastSeq := func(k, _ []byte) error {
+		if len(k) >= 8 {
+			top = max(top, binary.BigEndian.Uint64(k[len(k)-8:]))
+		}
+		return nil
+	}
+	err := each(prefixCursor, true, func(k, v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("cursor %s: %w", k[len(prefixCursor):], queue.ErrCorrupt)
+		}
+		top = max(top, binary.BigEndian.Uint64(v))
+		return nil
+	})
+	if err == nil {
+		err = each(prefixMember, true, func(k, v []byte) error {
+			var rec memberRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("membership %s: %v: %w", k[len(prefixMember):], err, queue.ErrCorrupt)
+			}
+			top = max(top, rec.From-min(rec.From, 1), rec.Until)
+			return nil
+		})
+	}
+	if err == nil {
+		err = each(prefixRetry, false, lastSeq)
+	}
+	if err == nil {
+		err = each(prefixDeadLetter, false, lastSeq)
+	}
+	return top, err
 }
