@@ -95,7 +95,7 @@ func FuzzIngestRequest(f *testing.F) {
 		}
 		if resp.StatusCode == 202 {
 			id, _ := m["id"].(string)
-			seq, _, err := s.q.Lookup(id)
+			seq, _, _, err := s.q.Lookup(id)
 			if err != nil || float64(seq) != m["seq"] {
 				t.Fatalf("202 %v but the log has seq %d (%v) for id %q", m, seq, err, id)
 			}

@@ -531,7 +531,7 @@ func TestIngestFaultMalformedChunked(t *testing.T) {
 				t.Fatalf("%d close=%v %q, want %d with %q and close", a.status, a.close, a.Error, tc.want, tc.errHas)
 			}
 			assertClosed(t, c, br)
-			if _, _, err := s.q.Lookup("chunked-" + strconv.Itoa(i)); !errors.Is(err, queue.ErrNotFound) {
+			if _, _, _, err := s.q.Lookup("chunked-" + strconv.Itoa(i)); !errors.Is(err, queue.ErrNotFound) {
 				t.Fatalf("rejected event is in the log: %v", err)
 			}
 		})
@@ -727,7 +727,7 @@ func checkBurst(t *testing.T, s *Server, head0 uint64, r burstResult, bodies boo
 		t.Fatalf("log grew by %d events, but %d were accepted", got, len(r.accepted))
 	}
 	for key, seq := range r.accepted {
-		if got, _, err := s.q.Lookup(key); err != nil || got != seq {
+		if got, _, _, err := s.q.Lookup(key); err != nil || got != seq {
 			t.Fatalf("accepted %s (seq %d): the log's index has seq %d, %v", key, seq, got, err)
 		}
 		if !bodies {

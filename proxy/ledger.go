@@ -73,7 +73,7 @@ type EventStatus struct {
 
 // Event answers the ledger for an event id still in the dedup window.
 func (s *Server) Event(id string) (*EventStatus, error) {
-	seq, typ, err := s.q.Lookup(id)
+	seq, typ, tenant, err := s.q.Lookup(id)
 	if errors.Is(err, queue.ErrNotFound) {
 		return nil, fmt.Errorf("event %q (ids are kept for dedup_window): %w", id, ErrNotFound)
 	}
@@ -82,12 +82,10 @@ func (s *Server) Event(id string) (*EventStatus, error) {
 	}
 	st := &EventStatus{ID: id, Seq: seq, Type: typ, Deliveries: []Delivery{}}
 	ev, evErr := s.d.feed.event(seq)
-	var tenant *string // the event's tenant; nil once the log no longer holds it
 	if evErr == nil {
 		st.Type = ev.Type
 		at := ev.AcceptedAt
 		st.AcceptedAt = &at
-		tenant = &ev.Tenant
 	}
 	cursors := s.d.ownersCursors()
 	for _, l := range s.d.laneList() {
@@ -142,16 +140,16 @@ func (s *Server) resolvedState(sub string, seq uint64, d *Delivery) error {
 	return nil
 }
 
-// ledger says whether the lane is entitled to seq of type typ ("" when
-// unknown: an event compacted away whose dedup entry predates format 2)
-// and tenant (nil when unknown: the event was compacted away), and, when
-// it knows from memory, the state. A tenant's lane is not entitled to an
-// event whose tenant is unknown: it could be another tenant's, and a
-// ledger must not tell one tenant of another's events (invariant 8).
+// ledger says whether the lane is entitled to seq of tenant ("" for a
+// platform event: the dedup index keeps it, so it is known after
+// compaction too) and type typ ("" when unknown: an event compacted away
+// whose dedup entry predates format 2) and, when it knows from memory, the
+// state. A lane's entitlement follows the tenant rule (invariant 8), so a
+// tenant's ledger tells it nothing of another tenant's events.
 //
 // A foreign lane (fleet mode) knows nothing in memory: its owner's
 // published cursor (cursors) says whether seq is still pending.
-func (l *lane) ledger(seq uint64, tenant *string, typ string, cursors map[string]uint64) (entitled bool, d Delivery) {
+func (l *lane) ledger(seq uint64, tenant, typ string, cursors map[string]uint64) (entitled bool, d Delivery) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d.Subscription = l.id
@@ -162,12 +160,10 @@ func (l *lane) ledger(seq uint64, tenant *string, typ string, cursors map[string
 		return false, d
 	}
 	switch {
-	case tenant == nil && l.sub.Tenant != "":
+	case typ != "" && !l.wants(tenant, typ):
 		return false, d
-	case tenant != nil && !l.wants(*tenant, typ):
-		return false, d
-	case tenant == nil && typ != "" && !l.wants("", typ):
-		return false, d
+	case typ == "" && !l.e.feed.entitled(l.sub.Tenant, tenant, typ):
+		return false, d // its type unknown: the tenant rule still holds
 	}
 	if l.foreign {
 		if c, ok := cursors[l.id]; !ok || seq > c {

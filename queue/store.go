@@ -35,9 +35,11 @@ type Log interface {
 	Append(ev *Event) (seq uint64, dup bool, err error)
 	// Head is the last sequence number durable and published (0: empty).
 	Head() uint64
-	// Lookup returns the seq and type of the event with this id while the
-	// id is remembered (the dedup window); ErrNotFound after.
-	Lookup(id string) (seq uint64, typ string, err error)
+	// Lookup returns the seq, type and tenant ("" for a platform event) of
+	// the event with this id while the id is remembered (the dedup window),
+	// also once the event is compacted away; ErrNotFound after. The
+	// tenant lets the ledger answer a tenant for its own events only.
+	Lookup(id string) (seq uint64, typ, tenant string, err error)
 	// Event reads one event; ErrNotFound once compacted.
 	Event(seq uint64) (*Event, error)
 	// Events returns up to limit events with from <= seq <= to whose

@@ -134,7 +134,7 @@ func TestDataDirLockedSecondServeFails(t *testing.T) {
 	}
 	defer q.Close()
 	for _, key := range []string{"before", "after"} {
-		if _, _, err := q.Lookup(key); err != nil {
+		if _, _, _, err := q.Lookup(key); err != nil {
 			t.Errorf("event %s: %v", key, err)
 		}
 	}

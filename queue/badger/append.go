@@ -62,7 +62,7 @@ func (l *Log) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	r.key = append(append(r.key[:0], prefixID...), ev.ID...)
 	var found bool
 	err = l.db.View(func(txn *badgerdb.Txn) error {
-		seq, _, found, err = lookupIndexed(txn, r.key, ev.ID)
+		seq, _, _, found, err = lookupIndexed(txn, r.key, ev.ID)
 		return err
 	})
 	if err != nil || found && seq <= l.head.Load() {
@@ -285,7 +285,7 @@ func (l *Log) write(batch []*appendReq, arena []byte, ents []badgerdb.Entry) (*w
 			// The appender's snapshot is older than what recent holds.
 			// An append the filter cleared comes without its key.
 			r.key = append(append(r.key[:0], prefixID...), r.ev.ID...)
-			seq, _, found, gerr := lookupIndexed(txn, r.key, r.ev.ID)
+			seq, _, _, found, gerr := lookupIndexed(txn, r.key, r.ev.ID)
 			if gerr != nil || found {
 				r.seq, r.dup, r.err = seq, found, gerr
 				continue
@@ -304,7 +304,7 @@ func (l *Log) write(batch []*appendReq, arena []byte, ents []badgerdb.Entry) (*w
 		r.ev.Seq = next
 		arena = g.add(arena, r.ev)
 		gsize += size
-		l.ids[r.ev.ID] = idEntry{seq: next, typ: r.ev.Type, expires: w.expires}
+		l.ids[r.ev.ID] = idEntry{seq: next, typ: r.ev.Type, tenant: r.ev.Tenant, expires: w.expires}
 		l.filter.add(r.hash, now.UnixNano())
 		r.seq = next
 		next++

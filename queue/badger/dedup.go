@@ -51,6 +51,7 @@ const recentKeep = 4096
 type idEntry struct {
 	seq     uint64
 	typ     string
+	tenant  string
 	expires int64 // unix seconds; forgotten at or after it, as Badger's TTL does
 }
 
@@ -81,23 +82,23 @@ func (l *Log) rotateRecent() {
 }
 
 // lookupIndexed reads id's i/ entry, key, in a snapshot.
-func lookupIndexed(txn *badgerdb.Txn, key []byte, id string) (seq uint64, typ string, found bool, err error) {
+func lookupIndexed(txn *badgerdb.Txn, key []byte, id string) (seq uint64, typ, tenant string, found bool, err error) {
 	item, err := txn.Get(key)
 	if errors.Is(err, badgerdb.ErrKeyNotFound) {
-		return 0, "", false, nil
+		return 0, "", "", false, nil
 	}
 	if err != nil {
-		return 0, "", false, fmt.Errorf("dedup lookup: %w", err)
+		return 0, "", "", false, fmt.Errorf("dedup lookup: %w", err)
 	}
 	err = item.Value(func(v []byte) error {
-		s, t, err := decodeIDValue(v)
+		s, t, tn, err := decodeIDValue(v)
 		if err != nil {
 			return fmt.Errorf("dedup entry of %q: %w", id, err)
 		}
-		seq, typ = s, string(t)
+		seq, typ, tenant = s, string(t), string(tn)
 		return nil
 	})
-	return seq, typ, err == nil, err
+	return seq, typ, tenant, err == nil, err
 }
 
 // indexBatch is a published batch's events, waiting for their i/ entries.
@@ -198,7 +199,7 @@ func (l *Log) writeIndex(batches []indexBatch, through uint64) error {
 			arena = append(append(arena, prefixID...), ev.ID...)
 			key := arena[start:len(arena):len(arena)]
 			start = len(arena)
-			arena = appendIDValue(arena, ev.Seq, ev.Type)
+			arena = appendIDValue(arena, ev.Seq, ev.Type, ev.Tenant)
 			ents = append(ents, badgerdb.Entry{Key: key, Value: arena[start:len(arena):len(arena)], ExpiresAt: uint64(b.expires)})
 			e := &ents[len(ents)-1]
 			err := txn.SetEntry(e)
@@ -240,11 +241,11 @@ func (l *Log) indexTail(indexed, head uint64) error {
 					if seq <= indexed {
 						return nil
 					}
-					id, typ, err := eventIDType(rec)
+					id, typ, tenant, err := eventIDType(rec)
 					if err != nil {
 						return fmt.Errorf("event %d: %w", seq, err)
 					}
-					evs = append(evs, &queue.Event{Seq: seq, ID: id, Type: typ})
+					evs = append(evs, &queue.Event{Seq: seq, ID: id, Type: typ, Tenant: tenant})
 					return nil
 				})
 			}); err != nil {

@@ -1,6 +1,7 @@
 package badger
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -139,17 +140,23 @@ func viewString(b []byte) ([]byte, []byte, error) {
 	return b[k : k+int(n)], b[k+int(n):], nil
 }
 
-// eventIDType reads the id and type of an event record (of any version),
-// for Open's indexing of the log's tail.
-func eventIDType(b []byte) (id, typ string, err error) {
+// eventIDType reads the id, type and tenant of an event record (of any
+// version), for Open's indexing of the log's tail.
+func eventIDType(b []byte) (id, typ, tenant string, err error) {
 	if len(b) == 0 || !eventVersion(b[0]) {
-		return "", "", queue.ErrCorrupt
+		return "", "", "", queue.ErrCorrupt
 	}
+	v := b[0]
 	if id, b, err = readString(b[1:]); err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
-	typ, _, err = readString(b)
-	return id, typ, err
+	if typ, b, err = readString(b); err != nil {
+		return "", "", "", err
+	}
+	if v == eventVersionTenant {
+		tenant, _, err = readString(b)
+	}
+	return id, typ, tenant, err
 }
 
 func readString(b []byte) (string, []byte, error) {
@@ -185,18 +192,29 @@ var (
 	decodeDeadLetter = queue.DecodeDeadLetter
 )
 
-// appendIDValue encodes a dedup index entry: seq:8 | type.
-func appendIDValue(dst []byte, seq uint64, typ string) []byte {
+// appendIDValue encodes a dedup index entry: seq:8 | type, and for an
+// event of a tenant (format 7) | 0x00 | tenant. Types never hold a NUL
+// (ingest refuses it), so the separator is unambiguous.
+func appendIDValue(dst []byte, seq uint64, typ, tenant string) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, seq)
-	return append(dst, typ...)
+	dst = append(dst, typ...)
+	if tenant != "" {
+		dst = append(append(dst, 0), tenant...)
+	}
+	return dst
 }
 
-// decodeIDValue reads an entry of either format (format 1: seq only).
-func decodeIDValue(v []byte) (seq uint64, typ []byte, err error) {
+// decodeIDValue reads an entry of any format (format 1: seq only; before
+// format 7, no tenant).
+func decodeIDValue(v []byte) (seq uint64, typ, tenant []byte, err error) {
 	if len(v) < 8 {
-		return 0, nil, queue.ErrCorrupt
+		return 0, nil, nil, queue.ErrCorrupt
 	}
-	return binary.BigEndian.Uint64(v), v[8:], nil
+	typ = v[8:]
+	if i := bytes.IndexByte(typ, 0); i >= 0 {
+		typ, tenant = typ[:i], typ[i+1:]
+	}
+	return binary.BigEndian.Uint64(v), typ, tenant, nil
 }
 
 // A group record (format 6) holds several events of one batch, with

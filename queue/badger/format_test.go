@@ -62,7 +62,7 @@ func TestFormat1DirIsUpgraded(t *testing.T) {
 		t.Fatalf("open a format-1 dir: %v", err)
 	}
 	defer q.Close()
-	if seq, typ, err := q.Lookup("old"); err != nil || seq != 1 || typ != "" {
+	if seq, typ, _, err := q.Lookup("old"); err != nil || seq != 1 || typ != "" {
 		t.Fatalf("format-1 entry: seq %d type %q %v; want 1, unknown type", seq, typ, err)
 	}
 	if seq, dup, err := q.Append(&queue.Event{ID: "old", Type: "t.a", Body: []byte("{}")}); err != nil || !dup || seq != 1 {
@@ -71,7 +71,7 @@ func TestFormat1DirIsUpgraded(t *testing.T) {
 	if seq, _, err := q.Append(&queue.Event{ID: "new", Type: "t.b", Body: []byte("{}")}); err != nil || seq != 2 {
 		t.Fatalf("append: %d %v", seq, err)
 	}
-	if seq, typ, err := q.Lookup("new"); err != nil || seq != 2 || typ != "t.b" {
+	if seq, typ, _, err := q.Lookup("new"); err != nil || seq != 2 || typ != "t.b" {
 		t.Fatalf("format-2 entry: seq %d type %q %v", seq, typ, err)
 	}
 	if f := readMark(t, q, keyFormat); f != formatVersion {
@@ -309,7 +309,7 @@ func TestFormat4DirDedupsAfterUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, id := range []string{"a", "b", "c"} {
-		if seq, typ, err := q.Lookup(id); err != nil || seq != uint64(i+1) || typ != "t."+id {
+		if seq, typ, _, err := q.Lookup(id); err != nil || seq != uint64(i+1) || typ != "t."+id {
 			t.Fatalf("Lookup(%s) = %d %q, %v", id, seq, typ, err)
 		}
 		if seq, dup, err := q.Append(&queue.Event{ID: id, Type: "t", AcceptedAt: time.Now(), Body: []byte("{}")}); err != nil || !dup || seq != uint64(i+1) {
@@ -352,7 +352,7 @@ func TestUnindexedTailIsIndexedOnOpen(t *testing.T) {
 			t.Fatalf("round %d: m/indexed after open = %d, want the head 4", round, m)
 		}
 		for i, id := range ids {
-			if seq, typ, err := q.Lookup(id); err != nil || seq != uint64(i+1) || typ != "t."+id {
+			if seq, typ, _, err := q.Lookup(id); err != nil || seq != uint64(i+1) || typ != "t."+id {
 				t.Fatalf("round %d: Lookup(%s) = %d %q, %v", round, id, seq, typ, err)
 			}
 			if seq, dup, err := q.Append(&queue.Event{ID: id, Type: "t", AcceptedAt: time.Now(), Body: []byte("{}")}); err != nil || !dup || seq != uint64(i+1) {

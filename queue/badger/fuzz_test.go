@@ -33,8 +33,8 @@ func FuzzDecodeEvent(f *testing.F) {
 			if ten2, typ2, err := eventTenantType(b); err != nil || string(typ2) != ev.Type || string(ten2) != ev.Tenant {
 				t.Fatalf("eventTenantType = %q, %q, %v", ten2, typ2, err)
 			}
-			if id2, typ2, err := eventIDType(b); err != nil || id2 != ev.ID || typ2 != ev.Type {
-				t.Fatalf("eventIDType = %q, %q, %v", id2, typ2, err)
+			if id2, typ2, ten2, err := eventIDType(b); err != nil || id2 != ev.ID || typ2 != ev.Type || ten2 != ev.Tenant {
+				t.Fatalf("eventIDType = %q, %q, %q, %v", id2, typ2, ten2, err)
 			}
 			// Any prefix or mutation decodes or fails cleanly.
 			for i := range b {

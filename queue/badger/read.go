@@ -14,24 +14,24 @@ import (
 // Lookup returns the sequence number of the event with this id, and its
 // type ("" for an entry written by format 1), while the id is remembered
 // (the dedup window); ErrNotFound after.
-func (l *Log) Lookup(id string) (seq uint64, typ string, err error) {
+func (l *Log) Lookup(id string) (seq uint64, typ, tenant string, err error) {
 	// recent first: an event not indexed yet is only there, and one that
 	// is moves from recent to its i/ entry only after that is written.
 	l.idsMu.RLock()
 	e, ok := l.recentID(id, time.Now().Unix(), l.head.Load())
 	l.idsMu.RUnlock()
 	if ok {
-		return e.seq, e.typ, nil
+		return e.seq, e.typ, e.tenant, nil
 	}
 	var found bool
 	err = l.db.View(func(txn *badgerdb.Txn) error {
-		seq, typ, found, err = lookupIndexed(txn, idKey(id), id)
+		seq, typ, tenant, found, err = lookupIndexed(txn, idKey(id), id)
 		return err
 	})
 	if err == nil && !found {
-		return 0, "", queue.ErrNotFound
+		return 0, "", "", queue.ErrNotFound
 	}
-	return seq, typ, err
+	return seq, typ, tenant, err
 }
 
 // Event reads one event by sequence number: in the first record at or

@@ -233,19 +233,19 @@ func cmpErr(first, err error) error {
 const recentSize = 1 << 16
 
 type recentEntry struct {
-	seq     uint64
-	ts      int64
-	id, typ string
+	seq             uint64
+	ts              int64
+	id, typ, tenant string
 }
 
 // recentRing holds the headers of the last recentSize events, by seq.
 type recentRing struct{ e []recentEntry }
 
-func (r *recentRing) put(seq uint64, id, typ string, ts int64) {
+func (r *recentRing) put(seq uint64, id, typ, tenant string, ts int64) {
 	if r.e == nil {
 		r.e = make([]recentEntry, recentSize)
 	}
-	r.e[seq%recentSize] = recentEntry{seq: seq, ts: ts, id: id, typ: typ}
+	r.e[seq%recentSize] = recentEntry{seq: seq, ts: ts, id: id, typ: typ, tenant: tenant}
 }
 
 // indexIDs writes the id index entries of the events in [from, to) that skip
@@ -284,7 +284,7 @@ func (s *Store) indexIDs(from, to uint64, skip func(uint64) bool) error {
 		for next := from; next < to; {
 			n, err := s.scanEvents(next, to-1, maxScan, func(g *getMsg) bool {
 				if (skip == nil || !skip(g.seq)) && g.ts >= horizon {
-					entries = append(entries, recentEntry{seq: g.seq, ts: g.ts, id: hval(g.hdr, jetstream.MsgIDHeader), typ: hval(g.hdr, hdrType)})
+					entries = append(entries, recentEntry{seq: g.seq, ts: g.ts, id: hval(g.hdr, jetstream.MsgIDHeader), typ: hval(g.hdr, hdrType), tenant: hval(g.hdr, hdrTenant)})
 				}
 				return true
 			})
@@ -308,7 +308,8 @@ func (s *Store) indexIDs(from, to uint64, skip func(uint64) bool) error {
 }
 
 // idIndex is the KV bucket <S>_IDS: key base64url(id), value
-// "<seq> <stored at, unix nanos> <type>".
+// "<seq> <stored at, unix nanos> <type>", and " <tenant>" after it for an
+// event of a tenant (types and tenants hold no spaces).
 type idIndex struct {
 	bucket string
 	stream string // KV_<bucket>
@@ -363,6 +364,9 @@ func (ix *idIndex) put(s *Store, entries []recentEntry) error {
 		v = strconv.AppendInt(v, e.ts, 10)
 		v = append(v, ' ')
 		v = append(v, e.typ...)
+		if e.tenant != "" {
+			v = append(append(v, ' '), e.tenant...)
+		}
 		paf, err := ix.pjs.PublishMsgAsync(&nats.Msg{Subject: ix.key(e.id), Data: v}, jetstream.WithStallWait(s.opts.RequestTimeout))
 		if err != nil {
 			return fmt.Errorf("id index: %w", err)
@@ -388,13 +392,13 @@ func (ix *idIndex) put(s *Store, entries []recentEntry) error {
 
 // lookupIndex reads id's index entry: errNoMsg when there is none (or no
 // index yet).
-func (s *Store) lookupIndex(id string) (seq uint64, typ string, ts int64, err error) {
+func (s *Store) lookupIndex(id string) (seq uint64, typ, tenant string, ts int64, err error) {
 	ix, err := s.openIDIndex(false)
 	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, "", 0, errNoMsg
+		return 0, "", "", 0, errNoMsg
 	}
 	if err != nil {
-		return 0, "", 0, err
+		return 0, "", "", 0, err
 	}
 	subj := ix.key(id)
 	g, err := s.directGet(ix.stream, 0, subj)
@@ -402,18 +406,21 @@ func (s *Store) lookupIndex(id string) (seq uint64, typ string, ts int64, err er
 		g, err = s.leaderGet(ix.stream, 0, false, subj)
 	}
 	if err != nil {
-		return 0, "", 0, err
+		return 0, "", "", 0, err
 	}
-	f := strings.SplitN(string(g.data), " ", 3)
-	if len(f) != 3 {
-		return 0, "", 0, fmt.Errorf("id index entry of %q: %w", id, queue.ErrCorrupt)
+	f := strings.SplitN(string(g.data), " ", 4)
+	if len(f) < 3 {
+		return 0, "", "", 0, fmt.Errorf("id index entry of %q: %w", id, queue.ErrCorrupt)
 	}
 	seq, err1 := strconv.ParseUint(f[0], 10, 64)
 	ts, err2 := strconv.ParseInt(f[1], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, "", 0, fmt.Errorf("id index entry of %q: %w", id, queue.ErrCorrupt)
+		return 0, "", "", 0, fmt.Errorf("id index entry of %q: %w", id, queue.ErrCorrupt)
 	}
-	return seq, f[2], ts, nil
+	if len(f) == 4 {
+		tenant = f[3]
+	}
+	return seq, f[2], tenant, ts, nil
 }
 
 // DiskUsage is the stream's size as of its last info (refreshed every

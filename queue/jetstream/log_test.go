@@ -524,7 +524,7 @@ func TestCompactKeepsHeldAndIndexesIDs(t *testing.T) {
 	}
 	lookup := func(s *jetstream.Store, id string, seq uint64, typ string) {
 		t.Helper()
-		if got, gotTyp, err := s.Lookup(id); err != nil || got != seq || gotTyp != typ {
+		if got, gotTyp, _, err := s.Lookup(id); err != nil || got != seq || gotTyp != typ {
 			t.Fatalf("lookup %s = %d %q, %v; want %d %q", id, got, gotTyp, err, seq, typ)
 		}
 	}

@@ -179,7 +179,7 @@ func (s *Store) onStreamMsg(msg jetstream.Msg) {
 	if f.stopped {
 		return
 	}
-	f.recent.put(seq, hval(h, jetstream.MsgIDHeader), hval(h, hdrType), md.Timestamp.UnixNano())
+	f.recent.put(seq, hval(h, jetstream.MsgIDHeader), hval(h, hdrType), hval(h, hdrTenant), md.Timestamp.UnixNano())
 	// The consumer is ordered: it hands over every message the stream
 	// holds, in order. A seq it passed over is gone (compacted or deleted
 	// before it got there, as when this node was cut off while the others
@@ -560,9 +560,9 @@ const dedupSlack = time.Second
 // is remembered: the last message on the id's subject, or, once that event
 // is compacted, its entry in the id index (compact.go), until the dedup
 // window has passed since the event was stored.
-func (s *Store) Lookup(id string) (uint64, string, error) {
+func (s *Store) Lookup(id string) (uint64, string, string, error) {
 	if s.closed.Load() {
-		return 0, "", queue.ErrClosed
+		return 0, "", "", queue.ErrClosed
 	}
 	what := "lookup " + id
 	subj := s.eventSubject(id)
@@ -574,20 +574,20 @@ func (s *Store) Lookup(id string) (uint64, string, error) {
 	switch {
 	case err == nil:
 		if g.ts < horizon {
-			return 0, "", fmt.Errorf("%s: %w", what, queue.ErrNotFound)
+			return 0, "", "", fmt.Errorf("%s: %w", what, queue.ErrNotFound)
 		}
-		return g.seq, hval(g.hdr, hdrType), nil
+		return g.seq, hval(g.hdr, hdrType), hval(g.hdr, hdrTenant), nil
 	case !errors.Is(err, errNoMsg):
-		return 0, "", s.readErr(what, err)
+		return 0, "", "", s.readErr(what, err)
 	}
-	seq, typ, ts, err := s.lookupIndex(id)
+	seq, typ, tenant, ts, err := s.lookupIndex(id)
 	if errors.Is(err, errNoMsg) || err == nil && ts < horizon {
-		return 0, "", fmt.Errorf("%s: %w", what, queue.ErrNotFound)
+		return 0, "", "", fmt.Errorf("%s: %w", what, queue.ErrNotFound)
 	}
 	if err != nil {
-		return 0, "", s.readErr(what, err)
+		return 0, "", "", s.readErr(what, err)
 	}
-	return seq, typ, nil
+	return seq, typ, tenant, nil
 }
 
 // Range reads.

@@ -58,7 +58,7 @@ func Crash(t *testing.T, b Backend) {
 		if ev.ID != id || string(ev.Body) != id {
 			t.Fatalf("seq %d holds %s, acknowledged as %s", seq, ev.ID, id)
 		}
-		if got, _, err := s.Lookup(id); err != nil || got != seq {
+		if got, _, _, err := s.Lookup(id); err != nil || got != seq {
 			t.Fatalf("dedup entry of %s = %d, %v; want %d", id, got, err, seq)
 		}
 	}
@@ -219,7 +219,7 @@ func CrashDedup(t *testing.T, b Backend) {
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		if got, _, err := s.Lookup(id); err != nil || got != seq {
+		if got, _, _, err := s.Lookup(id); err != nil || got != seq {
 			t.Fatalf("dedup entry of %s = %d, %v; want %d", id, got, err, seq)
 		}
 		got, dup, err := s.Append(&queue.Event{ID: id, Type: "crash", AcceptedAt: time.Now(), Body: []byte("again")})

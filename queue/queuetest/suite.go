@@ -20,6 +20,7 @@ func Run(t *testing.T, b Backend) {
 		{"AppendReadReopen", testAppendReadReopen},
 		{"EventsFilterAndBounds", testEventsFilterAndBounds},
 		{"OrderingKeyAndTraceContext", testEventContext},
+		{"LookupKeepsTenant", testLookupTenant},
 		{"DedupWithinWindow", testDedupWithinWindow},
 		{"DedupAfterWindow", testDedupAfterWindow},
 		{"OnCommitBeforeAppendReturns", testOnCommit},

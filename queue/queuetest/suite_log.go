@@ -108,10 +108,10 @@ func testDedupWithinWindow(t *testing.T, e *env) {
 	if err != nil || string(ev.Body) != "first" {
 		t.Fatalf("original body replaced: %v %v", ev, err)
 	}
-	if got, typ, err := s.Lookup("burst"); err != nil || got != seqs[0] || typ != "t.b" {
+	if got, typ, _, err := s.Lookup("burst"); err != nil || got != seqs[0] || typ != "t.b" {
 		t.Fatalf("lookup = %d %q, %v; want %d t.b", got, typ, err, seqs[0])
 	}
-	if _, _, err := s.Lookup("never"); !errors.Is(err, queue.ErrNotFound) {
+	if _, _, _, err := s.Lookup("never"); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("lookup of an unknown id: %v, want ErrNotFound", err)
 	}
 	// Remembered across a reopen.
@@ -126,12 +126,12 @@ func testDedupAfterWindow(t *testing.T, e *env) {
 	// least as coarse.
 	s := e.open(t, Options{DedupWindow: time.Second})
 	seq, _ := MustAppend(t, s, Event("k", "t", "x"))
-	if _, _, err := s.Lookup("k"); err != nil {
+	if _, _, _, err := s.Lookup("k"); err != nil {
 		t.Fatalf("lookup within the window: %v", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, _, err := s.Lookup("k"); errors.Is(err, queue.ErrNotFound) {
+		if _, _, _, err := s.Lookup("k"); errors.Is(err, queue.ErrNotFound) {
 			break
 		} else if err != nil {
 			t.Fatal(err)
@@ -371,4 +371,34 @@ func testEventContext(t *testing.T, e *env) {
 	checkDL("Replay", d, err)
 	d, err = s.DeadLetter("partner", seq)
 	checkDL("DeadLetter after its replay", d, err)
+}
+
+// testLookupTenant: Lookup answers an event's tenant ("" for a platform
+// event) while the log holds it, once compaction removed it, and across a
+// reopen: the ledger judges a tenant's view of an event by it.
+func testLookupTenant(t *testing.T, e *env) {
+	s := e.open(t, Options{Sync: true})
+	platform := Event("p-1", "status.up", `{}`)
+	mine := Event("acme-1", "order.created", `{}`)
+	mine.Tenant = "acme"
+	MustAppend(t, s, platform)
+	MustAppend(t, s, mine)
+	check := func(when string) {
+		t.Helper()
+		for _, w := range []struct{ id, typ, tenant string }{{"p-1", "status.up", ""}, {"acme-1", "order.created", "acme"}} {
+			if _, typ, tenant, err := s.Lookup(w.id); err != nil || typ != w.typ || tenant != w.tenant {
+				t.Fatalf("%s: Lookup(%s) = %q, %q, %v; want %q, %q", when, w.id, typ, tenant, err, w.typ, w.tenant)
+			}
+		}
+	}
+	check("after append")
+	if _, err := s.Compact(s.Head() + 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Event(2); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("Event(2) after compaction: %v, want ErrNotFound", err)
+	}
+	check("after compaction")
+	s = e.reopen(t, s, Options{})
+	check("after reopen")
 }

@@ -576,7 +576,7 @@ func testRecovery(t *testing.T, e *env) {
 	if got, err := s.DeadLetter("x", 4); err != nil || got.EventID != "b-0" || string(got.Body) != "0" {
 		t.Fatalf("dead letter after reopen: %+v, %v", got, err)
 	}
-	if seq, _, err := s.Lookup("a-1"); err != nil || seq != 2 {
+	if seq, _, _, err := s.Lookup("a-1"); err != nil || seq != 2 {
 		t.Fatalf("dedup entry of a compacted event after reopen: %d, %v", seq, err)
 	}
 	if seq, _ := MustAppend(t, s, Event("c", "t", "x")); seq != 7 {
