@@ -71,4 +71,11 @@ const (
 	// so that the events after it flow. Its body and type are unknown; the
 	// dead letter names its sequence number.
 	ReasonCorrupt = "corrupt"
+
+	// ReasonNotEntitled means a retry's event belongs to a tenant the
+	// subscription may no longer receive (the operator moved the
+	// subscription to another tenant since the first attempt): it was
+	// dead-lettered without an HTTP attempt, readable by the operator
+	// only, never sent to the new tenant's endpoint (invariant 8).
+	ReasonNotEntitled = "not_entitled"
 )

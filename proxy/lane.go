@@ -516,6 +516,13 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			}
 			continue
 		}
+		// The tenant rule holds for retries too: a subscription the
+		// operator moved to another tenant since the first attempt must
+		// not send the old tenant's event to the new one (invariant 8).
+		if !e.feed.entitled(l.sub.Tenant, ev.Tenant, ev.Type) {
+			l.notEntitled(r, ev, now)
+			continue
+		}
 		// Body variants (issue 13, variant.go): dead-lettered before any
 		// gate, or, not written, still due.
 		if skip, _ := l.unrenderable(ev, r, now); skip {
@@ -617,6 +624,11 @@ func (l *lane) nextInLog() *queue.Event {
 			ev := l.buf[0]
 			l.buf[0] = nil
 			l.buf = l.buf[1:]
+			if l.sub.Tenant != "" && !l.e.feed.entitled(l.sub.Tenant, ev.Tenant, ev.Type) {
+				// Read before the subscription moved to this tenant: the
+				// cursor passes it, as a filtered event (invariant 8).
+				continue
+			}
 			return ev
 		}
 		limit := l.limitSeq()
@@ -883,4 +895,19 @@ func (l *lane) status() LaneStatus {
 		st.State = "paused"
 	}
 	return st
+}
+
+// notEntitled dead-letters retry r, whose event ev the lane's tenant may
+// not receive, without an attempt (policy.ReasonNotEntitled). The letter
+// is the operator's: the tenant now holding the subscription must not
+// read the event either. l.mu is held.
+func (l *lane) notEntitled(r *queue.Retry, ev *queue.Event, now time.Time) {
+	o := queue.Outcome{Kind: queue.DeadLettered, Subscription: l.id, Seq: r.Seq, From: r, At: now,
+		DeadLetter: newDeadLetter(l.id, "", ev, policy.ReasonNotEntitled, r.Attempt, policy.Exchange{Status: r.LastStatus}, "", now)}
+	if err := l.record(o); err != nil {
+		l.e.log.Error("dead-letter", "subscription", l.id, "seq", r.Seq, "err", err)
+		return
+	}
+	l.resolved(nil, o)
+	l.e.log.Warn("retry of another tenant's event dead-lettered: the subscription moved to another tenant", "subscription", l.id, "seq", r.Seq)
 }

@@ -211,8 +211,8 @@ func (s *Server) Replay(sub string, seq uint64, force bool) (ReplayResult, error
 	// to a lane entitled to its event (invariant 8): were a subscription
 	// id ever held by another tenant than the letter's, the letter must
 	// not reach that tenant's URL. Letters written before owners were
-	// recorded (Owner "") carry no such record and replay as before.
-	if dl, err := s.q.DeadLetter(sub, seq); err == nil && dl.Owner != "" {
+	// recorded (not Scoped) carry no such record and replay as before.
+	if dl, err := s.q.DeadLetter(sub, seq); err == nil && dl.Scoped {
 		l.mu.Lock()
 		// The tenant rule only: the subscription may have changed its
 		// types since, and a replay of what it was owed is still its own.

@@ -147,7 +147,7 @@ func (l *lane) outcome(j *job, res result, rs policy.Resolution, now time.Time) 
 // attempt, a retry whose event is gone, or the backlog quota.
 func newDeadLetter(sub, owner string, ev *queue.Event, reason string, attempts int, x policy.Exchange, response string, now time.Time) *queue.DeadLetter {
 	return &queue.DeadLetter{
-		Subscription: sub, Owner: owner, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
+		Subscription: sub, Owner: owner, Scoped: true, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
 		AcceptedAt: ev.AcceptedAt, OrderingKey: ev.OrderingKey, TraceParent: ev.TraceParent, TraceState: ev.TraceState, Tenant: ev.Tenant,
 		Reason: reason, Attempts: attempts, LastStatus: x.Status,
 		LastError: x.Failure.String(), Response: response, DeadAt: now, Body: ev.Body,

@@ -254,7 +254,7 @@ func (s *Server) checkReserved(id, tenant string) error {
 		return err
 	}
 	for _, d := range letters {
-		if d.Subscription == id && d.Owner != tenant {
+		if d.Subscription == id && (d.Owner != tenant || !d.Scoped && tenant != "") {
 			return taken
 		}
 	}

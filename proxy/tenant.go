@@ -61,13 +61,13 @@ func (s *Server) canSee(p principal, sub string) bool {
 
 // canRead reports whether p may read dead letter d: judged by the owner
 // recorded on the letter, never by whoever holds its subscription id now
-// (invariant 8). A letter written before owners were recorded (Owner "")
-// is judged by its subscription, as before.
+// (invariant 8). A letter written before owners were recorded (not
+// Scoped) is judged by its subscription, as before.
 func (s *Server) canRead(p principal, d *queue.DeadLetter) bool {
 	switch {
 	case p.operator():
 		return true
-	case d.Owner != "":
+	case d.Scoped:
 		return d.Owner == p.tenant
 	}
 	return s.canSee(p, d.Subscription)

@@ -160,6 +160,10 @@ type DeadLetter struct {
 	// decode with both empty: the operator's.
 	Tenant string `json:"tenant,omitempty"`
 	Owner  string `json:"owner,omitempty"`
+	// Scoped says Owner was recorded ("" then means the operator); a
+	// letter written before owners were recorded has it false, and its
+	// owner is unknown.
+	Scoped bool `json:"scoped,omitempty"`
 }
 
 // DiskUsage is the last measurement of the log's disk use.

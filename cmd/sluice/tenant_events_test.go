@@ -178,3 +178,42 @@ func TestTenantLimitAnswersAlike(t *testing.T) {
 		t.Fatalf("at the limit, another tenant's id answers %d %s\nand a free one %d %s", takenCode, taken, freeCode, free)
 	}
 }
+
+// TestTenantMoveStopsOldTenantsRetries: a subscription the operator moves
+// to another tenant never sends that tenant a retry of an event it took
+// before the move (another tenant's); the retry becomes a dead letter
+// with reason not_entitled that only the operator reads.
+func TestTenantMoveStopsOldTenantsRetries(t *testing.T) {
+	tb := testbed.New(testbed.Options{})
+	if err := tb.Open("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	tb.SetMode("/mover", testbed.ModeFail)
+	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken,
+		Tenants:      []proxy.Tenant{{ID: "acme"}, {ID: "globex"}},
+		TenantTokens: []proxy.TenantToken{{Token: teAcmeToken, Tenant: "acme"}}})
+	s.mustCall(t, "", "POST", "/v1/subscriptions", jsonOf(map[string]any{"id": "mover", "url": tb.URL() + "/mover", "types": []string{"*"},
+		"retry": map[string]any{"max_attempts": 50, "base": "20ms", "cap": "50ms"}}), 201, nil)
+	s.postAs(t, "globex", "invoice.paid", "globex-ev", `{"email":"someone@globex.example"}`)
+	eventually(t, "a retry of globex's event", func() bool { return s.laneOf(t, "mover").Retried >= 1 })
+	s.mustCall(t, "", "POST", "/v1/subscriptions/mover/pause", "", 200, nil)
+	s.mustCall(t, "", "PATCH", "/v1/subscriptions/mover", `{"tenant": "acme"}`, 200, nil)
+	tb.SetMode("/mover", testbed.ModeOK) // were the retry sent, it would be accepted
+	s.mustCall(t, "", "POST", "/v1/subscriptions/mover/resume", "", 200, nil)
+	eventually(t, "the retry dead-lettered", func() bool { return s.laneOf(t, "mover").DeadLettered == 1 })
+	if ids := tb.IDs("/mover"); len(ids) != 0 {
+		t.Fatalf("acme's endpoint accepted %v after the move", ids)
+	}
+	var page proxy.DeadLetterPage
+	s.mustCall(t, "", "GET", "/v1/dead-letters?subscription=mover", "", 200, &page)
+	if len(page.DeadLetters) != 1 || page.DeadLetters[0].Reason != policy.ReasonNotEntitled {
+		t.Fatalf("dead letters of mover: %+v; want one, not_entitled", page.DeadLetters)
+	}
+	letter := "/v1/dead-letters/mover/" + strconv.FormatUint(page.DeadLetters[0].Seq, 10)
+	s.mustCall(t, teAcmeToken, "GET", letter, "", 404, nil)
+	s.mustCall(t, teAcmeToken, "GET", "/v1/dead-letters?subscription=mover", "", 200, &page)
+	if len(page.DeadLetters) != 0 {
+		t.Fatalf("acme lists %d of mover's dead letters, want none", len(page.DeadLetters))
+	}
+}
