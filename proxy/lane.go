@@ -150,6 +150,11 @@ func (l *lane) setPolicies(sub *Subscription) {
 	if b := l.e.bulkheads[sub.Tenant]; sub.bulkhead != b {
 		sub.bulkhead = b
 	}
+	if old != nil && old.Tenant != sub.Tenant {
+		// The attempt log names the events of the tenant it was kept
+		// for; the new tenant starts with none (invariant 8).
+		l.activity = nil
+	}
 	// A tenant's subscription waits no longer and no deeper than its
 	// tenant's bound allows, retries included: what it set can only be
 	// tighter (tenantBound). Written like the bulkhead, only when it

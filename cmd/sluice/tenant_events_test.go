@@ -212,6 +212,9 @@ func TestTenantMoveStopsOldTenantsRetries(t *testing.T) {
 	}
 	letter := "/v1/dead-letters/mover/" + strconv.FormatUint(page.DeadLetters[0].Seq, 10)
 	s.mustCall(t, teAcmeToken, "GET", letter, "", 404, nil)
+	if got := s.mustCall(t, teAcmeToken, "GET", "/v1/subscriptions/mover/attempts", "", 200, nil); strings.Contains(got, "globex-ev") {
+		t.Fatalf("acme's attempt log of mover names globex's event:\n%s", got)
+	}
 	s.mustCall(t, teAcmeToken, "GET", "/v1/dead-letters?subscription=mover", "", 200, &page)
 	if len(page.DeadLetters) != 0 {
 		t.Fatalf("acme lists %d of mover's dead letters, want none", len(page.DeadLetters))
