@@ -38,8 +38,14 @@ func TestTenantEventsReachOnlyTheirTenant(t *testing.T) {
 	k, _ := signing.ParseSecret(e2eSecret)
 	ops := &proxy.Subscription{ID: "ops-all", URL: tb.URL() + "/ops", Secrets: []signing.Secret{k}, Types: []string{"*"},
 		Timeout: 2 * time.Second, Retry: policy.RetryPolicy{MaxAttempts: 1}}
-	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken, Subscriptions: []*proxy.Subscription{ops},
-		Tenants:      []proxy.Tenant{{ID: "acme", SharedTypes: []string{"status.*"}}, {ID: "globex"}},
+	// initech is shared every platform type; the operational webhook's
+	// events (acme-dead's dead letters make some) still reach only the
+	// operator's webhook.
+	opsHook := &proxy.Subscription{URL: tb.URL() + "/operational", Secrets: []signing.Secret{k}, Timeout: 2 * time.Second}
+	all := &proxy.Subscription{ID: "initech-all", Tenant: "initech", URL: tb.URL() + "/initech", Secrets: []signing.Secret{k}, Types: []string{"*"},
+		Timeout: 2 * time.Second}
+	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken, Subscriptions: []*proxy.Subscription{ops, all}, OperationalWebhook: opsHook,
+		Tenants:      []proxy.Tenant{{ID: "acme", SharedTypes: []string{"status.*"}}, {ID: "globex"}, {ID: "initech", SharedTypes: []string{"*"}}},
 		TenantTokens: []proxy.TenantToken{{Token: teAcmeToken, Tenant: "acme"}, {Token: teGlobexToken, Tenant: "globex"}}})
 
 	// The attack of the finding: a tenant subscribes to everything.
@@ -58,6 +64,9 @@ func TestTenantEventsReachOnlyTheirTenant(t *testing.T) {
 	post := func(tenant, typ, id string) {
 		s.postAs(t, tenant, typ, id, `{"email":"customer-of-`+tenant+`@example.com"}`)
 		want["/ops"] = append(want["/ops"], id)
+		if tenant == "" {
+			want["/initech"] = append(want["/initech"], id)
+		}
 		switch {
 		case tenant == "acme" || tenant == "" && strings.HasPrefix(typ, "status."):
 			want["/acme-spy"] = append(want["/acme-spy"], id)
@@ -74,11 +83,12 @@ func TestTenantEventsReachOnlyTheirTenant(t *testing.T) {
 	}
 	eventually(t, "every subscription's deliveries", func() bool {
 		return len(tb.IDs("/ops")) == len(want["/ops"]) && len(tb.IDs("/acme-spy")) == len(want["/acme-spy"]) &&
-			len(tb.IDs("/globex-spy")) == len(want["/globex-spy"]) && s.laneOf(t, "acme-dead").DeadLettered == uint64(len(want["/acme-spy"]))
+			len(tb.IDs("/globex-spy")) == len(want["/globex-spy"]) && s.laneOf(t, "acme-dead").DeadLettered == uint64(len(want["/acme-spy"])) &&
+			len(tb.IDs("/initech")) == len(want["/initech"]) && len(tb.IDs("/operational")) > 0
 	})
 	// Every event has been resolved by every lane by now; a lane that took
 	// another tenant's event would show it here.
-	for _, path := range []string{"/ops", "/acme-spy", "/globex-spy"} {
+	for _, path := range []string{"/ops", "/acme-spy", "/globex-spy", "/initech"} {
 		got := tb.IDs(path)
 		slices.Sort(got)
 		w := slices.Clone(want[path])
