@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/synclog"
+
 	"github.com/sluicehq/sluice/internal/injecttest"
 )
 
@@ -27,7 +29,7 @@ func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 // the pair in use, is logged once, and completes at the next change.
 func TestCertReloaderRotation(t *testing.T) {
 	ca, vol := injecttest.Serving(t, 1001)
-	var log injecttest.Log
+	var log synclog.Buffer
 	r, err := NewCertReloader(vol.CertFile(), vol.KeyFile(), slog.New(slog.NewTextHandler(&log, nil)))
 	if err != nil {
 		t.Fatal(err)

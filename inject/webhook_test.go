@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/synclog"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/inject"
@@ -126,7 +128,7 @@ func TestWebhookServesReviewsOverTLS(t *testing.T) {
 // refused, is logged with its namespace, its name and why; a pod that gets
 // the sidecar is not.
 func TestWebhookLogsBadInput(t *testing.T) {
-	var log injecttest.Log
+	var log synclog.Buffer
 	url, c := tlsWebhook(t, inject.NewWebhook(inject.Defaults(), prometheus.NewRegistry(), slog.New(slog.NewTextHandler(&log, nil))))
 	post(t, c, url+inject.PodPath, injecttest.Review(t, "uid-good", injecttest.DeploymentPod(nil)))
 	if s := log.String(); s != "" {

@@ -1,15 +1,15 @@
 package proxy_test
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/synclog"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -56,7 +56,7 @@ func TestUnreadableEventsAreDeadLettered(t *testing.T) {
 	}
 
 	tb := startTestbed(t, testbed.ModeOK)
-	var logs lockedBuffer
+	var logs synclog.Buffer
 	reg := prometheus.NewRegistry()
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true,
 		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: dir, Sync: true, Registry: reg,
@@ -116,21 +116,4 @@ func TestUnreadableEventsAreDeadLettered(t *testing.T) {
 	if strings.Contains(out, "read log") || strings.Contains(out, "Unable to read") {
 		t.Errorf("read errors logged:\n%s", out)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -22,7 +22,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -315,24 +314,6 @@ func MovedByOne(tb testing.TB, before, after map[string]float64) string {
 		tb.Fatalf("reviews moved %v, want one result by one", moved)
 	}
 	return strings.TrimSuffix(moved[0], "+1")
-}
-
-// Log is a log a server's goroutines write while the test reads it.
-type Log struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *Log) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *Log) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // BadPairs writes, in a new temporary directory, what start-up must refuse

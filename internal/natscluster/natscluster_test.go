@@ -10,10 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/synclog"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -403,26 +404,8 @@ func TestRestartPortTaken(t *testing.T) {
 	}
 }
 
-// lockedBuffer is an io.Writer safe for the servers' goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 func TestLogger(t *testing.T) {
-	var buf lockedBuffer
+	var buf synclog.Buffer
 	c, err := natscluster.Start(natscluster.Options{
 		Nodes:  1,
 		Dir:    t.TempDir(),

@@ -13,10 +13,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/synclog"
 
 	badgerdb "github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
@@ -513,7 +514,7 @@ func TestWALDamageRefusedUnlessAccepted(t *testing.T) {
 	assertUnchanged(t, dir, before)
 	t.Log(err)
 
-	var logs syncBuffer
+	var logs synclog.Buffer
 	q, err = badger.Open(badger.Options{Dir: dir, Sync: true, AcceptDataLoss: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -585,24 +586,6 @@ func TestNextSeqAboveNamedSeqs(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer is a log sink the test reads while the log may write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // loseEvents deletes every event and the head of a closed data dir.
