@@ -975,8 +975,9 @@ func grepLines(s, substr string) string {
 //   - unreachable: NATS not up yet: the node logs its retries (with
 //     backoff), /readyz answers 503, and once a server listens on the
 //     address the node comes up;
-//   - gives_up: NATS never up: after the connect timeout (30 s) the
-//     process exits 1 naming jetstream.urls;
+//   - (NATS never up: the node waits as long as that takes, answering
+//     ingest 503, and stops at once on SIGTERM; TestFleetNATSDownAtStart
+//     and TestFleetSIGTERMWhileNATSAway check it;)
 //   - incompatible_stream: a stream of that name with other subjects and
 //     work-queue retention: exit 1 naming the stream and the setting, and
 //     the stream is left as it was;
@@ -1050,14 +1051,6 @@ func TestFleetBadInput(t *testing.T) {
 			t.Skipf("the closed port %s was taken meanwhile", addr)
 		}
 		n.awaitReady(60 * time.Second)
-	})
-
-	t.Run("gives_up", func(t *testing.T) {
-		t.Parallel()
-		// Nothing ever listens: after the connect timeout Open fails and
-		// the process exits non-zero, naming jetstream.urls.
-		n := run(t, "gives-up", fleetConfig{URLs: []string{"nats://" + freePort(t)}, Replicas: 1})
-		mustExit(t, n, 90*time.Second, "jetstream.urls")
 	})
 
 	t.Run("incompatible_stream", func(t *testing.T) {

@@ -35,6 +35,7 @@ var metricNames = []string{
 	"sluice_log_disk_full",
 	"sluice_queue_append_duration_seconds",
 	"sluice_queue_sync_duration_seconds",
+	"sluice_queue_corrupt_events_total",
 	// Fleet mode (queue/jetstream).
 	"sluice_lane_owned",
 	"sluice_fleet_nodes_live",
