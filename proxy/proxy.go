@@ -410,10 +410,13 @@ func (s *Server) Open() (err error) {
 		s.q, s.d = nil, nil // Close closes only what is open
 		return err
 	}
+	// Serving before the ingest server starts (when the store was not
+	// opened through OpenStore it starts only here): a request it took
+	// in between would be answered 503 "starting" by a ready sidecar.
+	s.serving.Store(true)
 	if s.ingest == nil {
 		s.startIngest()
 	}
-	s.serving.Store(true)
 	if s.admin != nil {
 		h := s.adminHandler()
 		s.adminSwitch.Store(&h)
