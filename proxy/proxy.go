@@ -124,7 +124,8 @@ type Options struct {
 	// Tenants are the tenants' own limits, above their subscriptions'.
 	Tenants []Tenant
 	// TenantTokens are admin tokens scoped to one tenant each (from the
-	// config); tokens issued through the API are kept in the store.
+	// config; SetTenantTokens replaces them); tokens issued through the
+	// API are kept in the store.
 	TenantTokens []TenantToken
 	// OperationalWebhook, when set, receives sluice's own events
 	// (subscription.paused, breaker changes, dead letters, backlog quota),
@@ -244,7 +245,9 @@ func New(opts Options) *Server {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
-	return &Server{opts: opts, log: opts.Logger, trace: newTracer(opts)}
+	s := &Server{opts: opts, log: opts.Logger, trace: newTracer(opts)}
+	s.tokens.setConfig(opts.TenantTokens)
+	return s
 }
 
 // Open binds the listeners (bind errors surface here), opens the log,

@@ -2,9 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -182,53 +179,4 @@ func (b *bulkhead) wakeAll(f *feed) {
 	if len(ls) > 0 {
 		f.wake(ls)
 	}
-}
-
-// tokenCache maps token keys (tokenKey) to tenants: the configured
-// tenant tokens, and issued ones once looked up in the store.
-type tokenCache struct {
-	mu sync.RWMutex
-	m  map[string]string
-}
-
-func (c *tokenCache) get(key string) (string, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	t, ok := c.m[key]
-	return t, ok
-}
-
-func (c *tokenCache) put(key, tenant string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[string]string{}
-	}
-	c.m[key] = tenant
-}
-
-// tenantOfToken returns the tenant tok is scoped to, "" when it is no
-// tenant's token.
-func (s *Server) tenantOfToken(tok string) (string, error) {
-	key := tokenKey(tok)
-	if t, ok := s.tokens.get(key); ok {
-		return t, nil
-	}
-	recs, ok := s.q.(queue.Records)
-	if !ok {
-		return "", nil
-	}
-	v, err := recs.GetRecord(key)
-	if errors.Is(err, queue.ErrNotFound) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	var rec tokenRecord
-	if err := json.Unmarshal(v, &rec); err != nil || rec.Tenant == "" {
-		return "", fmt.Errorf("token record: %v", err)
-	}
-	s.tokens.put(key, rec.Tenant)
-	return rec.Tenant, nil
 }
