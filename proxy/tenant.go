@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"sync"
 	"sync/atomic"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -70,7 +72,27 @@ func (s *Server) canRead(p principal, d *queue.DeadLetter) bool {
 	return s.canSee(p, d.Subscription)
 }
 
-// tenantLimits returns tenant's limits, nil when it has none.
+// The limits of a tenant when the options give none
+// (Options.TenantDefaults): enough for a customer managing its endpoints,
+// small enough that one tenant's token cannot take most of the process's
+// slots (DefaultMaxInFlight) or fill it with lanes. A token may be issued
+// for any tenant id, so these are what a tenant nobody listed gets.
+const (
+	DefaultTenantMaxSubscriptions           = 100
+	DefaultTenantMaxConcurrency             = 100
+	DefaultTenantMaxSubscriptionConcurrency = 100
+)
+
+// or fills t's zero limits from def.
+func (t Tenant) or(def Tenant) Tenant {
+	t.MaxSubscriptions = cmp.Or(t.MaxSubscriptions, def.MaxSubscriptions)
+	t.MaxConcurrency = cmp.Or(t.MaxConcurrency, def.MaxConcurrency)
+	t.MaxSubscriptionConcurrency = cmp.Or(t.MaxSubscriptionConcurrency, def.MaxSubscriptionConcurrency)
+	return t
+}
+
+// tenantLimits returns tenant's limits: its own, or the defaults for a
+// tenant Options.Tenants does not list; nil for the operator ("").
 func (s *Server) tenantLimits(tenant string) *Tenant {
 	if tenant == "" {
 		return nil
@@ -79,6 +101,56 @@ func (s *Server) tenantLimits(tenant string) *Tenant {
 		if s.opts.Tenants[i].ID == tenant {
 			return &s.opts.Tenants[i]
 		}
+	}
+	t := s.opts.TenantDefaults
+	t.ID = tenant
+	return &t
+}
+
+// boundConcurrency keeps what a tenant's token sets within the tenant's
+// MaxSubscriptionConcurrency: doc, a subscription document about to be
+// parsed, gets concurrency.max = the bound when it sets no max and the
+// default cap would exceed it (the tenant did not ask for more);
+// checkConcurrency then refuses what the tenant did ask for.
+func (s *Server) boundConcurrency(p principal, doc map[string]any) {
+	t := s.tenantLimits(p.tenant)
+	if p.operator() || t == nil || t.MaxSubscriptionConcurrency <= 0 {
+		return
+	}
+	c, ok := doc["concurrency"].(map[string]any)
+	if doc["concurrency"] != nil && !ok {
+		return // not an object: the parser names the key
+	}
+	if _, set := c["max"]; set {
+		return
+	}
+	def := DefaultMaxConcurrency
+	if auto, _ := c["auto"].(bool); auto {
+		def = policy.DefaultAutoCapMax
+	}
+	if def <= t.MaxSubscriptionConcurrency {
+		return
+	}
+	if c == nil {
+		c = map[string]any{}
+	}
+	c["max"] = t.MaxSubscriptionConcurrency
+	doc["concurrency"] = c
+}
+
+// checkConcurrency refuses a subscription a tenant's token made or
+// changed whose cap is above the tenant's MaxSubscriptionConcurrency.
+func (s *Server) checkConcurrency(p principal, sub *Subscription) error {
+	t := s.tenantLimits(p.tenant)
+	if p.operator() || t == nil || t.MaxSubscriptionConcurrency <= 0 {
+		return nil
+	}
+	limit, key := sub.MaxConcurrency, "concurrency.max"
+	if sub.Auto != nil {
+		limit = cmp.Or(sub.Auto.Max, policy.DefaultAutoCapMax)
+	}
+	if limit > t.MaxSubscriptionConcurrency {
+		return invalidf("%s: %d is over tenant %s's bound of %d per subscription (its max_subscription_concurrency)", key, limit, p.tenant, t.MaxSubscriptionConcurrency)
 	}
 	return nil
 }
