@@ -236,6 +236,7 @@ func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Log
 		Logger:              log,
 		Specs:               specParser{allowPrivate: cfg.AllowPrivateTargets},
 		Tenants:             tenants(cfg),
+		TenantDefaults:      tenantDefaults(cfg),
 		TenantTokens:        tenantTokens(cfg),
 		OperationalWebhook:  operationalWebhook(cfg),
 		DropTraceContext:    !cfg.OTel.Propagate,
