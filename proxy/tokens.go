@@ -160,10 +160,21 @@ func (c *tokenCache) remember(key string, rec tokenRecord, now time.Time, gen ui
 	c.issued[key] = issuedToken{rec: rec, checked: now}
 }
 
+// forget drops key and keeps any lookup already under way from caching
+// it again: a revoke here takes effect at once.
 func (c *tokenCache) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
+	delete(c.issued, key)
+}
+
+// drop drops key when a lookup found no record. Unlike forget it leaves
+// the generation be: wrong tokens, which any client may send, must not
+// keep every other lookup from caching.
+func (c *tokenCache) drop(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	delete(c.issued, key)
 }
 
@@ -197,7 +208,7 @@ func (s *Server) tenantOfToken(tok string) (tokenVerdict, error) {
 		}
 		v, err := recs.GetRecord(key)
 		if errors.Is(err, queue.ErrNotFound) {
-			s.tokens.forget(key) // revoked through another node
+			s.tokens.drop(key) // revoked through another node, or never issued
 			return tokenVerdict{}, nil
 		}
 		if err != nil {
