@@ -189,6 +189,46 @@ func (c *Client) IssueTenantToken(ctx context.Context, tenant string) (*proxy.To
 	return &v, nil
 }
 
+// IssueTenantTokenExpiring is IssueTenantToken for a token that stops
+// working after expiresIn (at most a year; 0: never).
+func (c *Client) IssueTenantTokenExpiring(ctx context.Context, tenant string, expiresIn time.Duration) (*proxy.TokenAnswer, error) {
+	var body any
+	if expiresIn != 0 {
+		body = proxy.IssueTokenRequest{ExpiresIn: expiresIn.String()}
+	}
+	var v proxy.TokenAnswer
+	if err := c.send(ctx, request{method: http.MethodPost, path: "/v1/tenants/" + url.PathEscape(tenant) + "/tokens", body: body}, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// TenantTokens lists the tenant tokens of tenant, or of every tenant
+// when tenant is "" (GET /v1/tenants/{tenant}/tokens, GET /v1/tokens):
+// their ids, never the tokens. Operator only.
+func (c *Client) TenantTokens(ctx context.Context, tenant string) (*proxy.TokenList, error) {
+	path := "/v1/tokens"
+	if tenant != "" {
+		path = "/v1/tenants/" + url.PathEscape(tenant) + "/tokens"
+	}
+	var v proxy.TokenList
+	if err := c.get(ctx, path, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// RevokeTenantToken revokes tenant's issued token id (DELETE
+// /v1/tenants/{tenant}/tokens/{id}); it stops working at once. Sent
+// again after a lost answer like a read: a second revoke answers 404.
+func (c *Client) RevokeTenantToken(ctx context.Context, tenant, id string) (*proxy.TokenInfo, error) {
+	var v proxy.TokenInfo
+	if err := c.do(ctx, http.MethodDelete, "/v1/tenants/"+url.PathEscape(tenant)+"/tokens/"+url.PathEscape(id), nil, &v, true, false); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
 // WhoAmI says whom the client's token acts for (GET /v1/whoami): the
 // operator, or one tenant.
 func (c *Client) WhoAmI(ctx context.Context) (*proxy.WhoAmI, error) {

@@ -101,6 +101,7 @@ func TestSubscriptionCallsEncodeRequests(t *testing.T) {
 	api := newScripted(t)
 	c := newClient(t, api.srv.URL, client.Options{Token: "tok"})
 	since := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	expires := time.Date(2026, 12, 30, 12, 0, 0, 0, time.UTC)
 	until := since.Add(6 * time.Hour)
 	info := func(v *proxy.SubscriptionInfo, err error) (any, error) { return v, err }
 	wantInfo := &proxy.SubscriptionInfo{
@@ -232,6 +233,34 @@ func TestSubscriptionCallsEncodeRequests(t *testing.T) {
 			status: 201, answer: `{"tenant":"acme","token":"sluice_t_abc"}`,
 			want:   seen{Method: "POST", Path: "/v1/tenants/acme/tokens"},
 			result: &proxy.TokenAnswer{Tenant: "acme", Token: "sluice_t_abc"},
+		},
+		{
+			name:   "expiring tenant token",
+			call:   func(ctx context.Context) (any, error) { return c.IssueTenantTokenExpiring(ctx, "acme", 720*time.Hour) },
+			status: 201, answer: `{"tenant":"acme","token":"sltk_abc","id":"0123456789ab","expires_at":"2026-12-30T12:00:00Z"}`,
+			want:   seen{Method: "POST", Path: "/v1/tenants/acme/tokens", ContentType: "application/json", Body: `{"expires_in":"720h0m0s"}`},
+			result: &proxy.TokenAnswer{Tenant: "acme", Token: "sltk_abc", ID: "0123456789ab", ExpiresAt: &expires},
+		},
+		{
+			name:   "tenant tokens of one tenant",
+			call:   func(ctx context.Context) (any, error) { return c.TenantTokens(ctx, "acme") },
+			status: 200, answer: `{"tokens":[{"id":"0123456789ab","tenant":"acme","source":"issued"}]}`,
+			want:   seen{Method: "GET", Path: "/v1/tenants/acme/tokens"},
+			result: &proxy.TokenList{Tokens: []proxy.TokenInfo{{ID: "0123456789ab", Tenant: "acme", Source: "issued"}}},
+		},
+		{
+			name:   "every tenant token",
+			call:   func(ctx context.Context) (any, error) { return c.TenantTokens(ctx, "") },
+			status: 200, answer: `{"tokens":[]}`,
+			want:   seen{Method: "GET", Path: "/v1/tokens"},
+			result: &proxy.TokenList{Tokens: []proxy.TokenInfo{}},
+		},
+		{
+			name:   "revoke a tenant token",
+			call:   func(ctx context.Context) (any, error) { return c.RevokeTenantToken(ctx, "acme", "0123456789ab") },
+			status: 200, answer: `{"id":"0123456789ab","tenant":"acme","source":"issued","revoked":true}`,
+			want:   seen{Method: "DELETE", Path: "/v1/tenants/acme/tokens/0123456789ab"},
+			result: &proxy.TokenInfo{ID: "0123456789ab", Tenant: "acme", Source: "issued", Revoked: true},
 		},
 		{
 			name:   "whoami",

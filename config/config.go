@@ -157,9 +157,12 @@ type Config struct {
 	// set in the file or the overrides, not in the environment.
 	Subscriptions []SubscriptionConfig `koanf:"subscriptions"`
 	// Tenants are the limits of tenants, above those of their
-	// subscriptions. A subscription may name a tenant that is not listed:
-	// such a tenant has no limits of its own. File or overrides only.
+	// subscriptions. A subscription or a tenant token may name a tenant
+	// that is not listed: TenantDefaults bound it. File or overrides only.
 	Tenants []TenantConfig `koanf:"tenants"`
+	// TenantDefaults are the limits of every tenant Tenants does not
+	// list, and of a listed one where it leaves a key out.
+	TenantDefaults TenantDefaultsConfig `koanf:"tenant_defaults"`
 	// OTel configures OpenTelemetry tracing (otel.go). Off unless a
 	// collector is named.
 	OTel OTelConfig `koanf:"otel"`
@@ -350,19 +353,23 @@ type WebhookConfig struct {
 	Resolved []signing.Secret `koanf:"-" json:"-"`
 }
 
-// TenantConfig is one tenant's limits; the zero value of a field means no
-// limit.
+// TenantConfig is one tenant's limits; a key left out takes
+// TenantDefaults' value.
 type TenantConfig struct {
 	// ID is the tenant, as subscriptions and tenant tokens name it: it
 	// matches ^[a-z0-9][a-z0-9._-]{0,63}$ and is unique.
 	ID string `koanf:"id"`
 	// MaxSubscriptions bounds how many subscriptions name the tenant, those
-	// of the file and those made through the API together; 0 (default)
-	// means no limit.
+	// of the file and those made through the API together; 0 means no
+	// limit.
 	MaxSubscriptions int `koanf:"max_subscriptions"`
 	// Concurrency bounds the deliveries in flight of all the tenant's
 	// subscriptions together.
 	Concurrency TenantConcurrencyConfig `koanf:"concurrency"`
+	// MaxSubscriptionConcurrency bounds the concurrency cap
+	// (concurrency.max, or auto's max) the tenant's token may give one
+	// subscription, 1..10000.
+	MaxSubscriptionConcurrency int `koanf:"max_subscription_concurrency"`
 	// SharedTypes are the platform event types (events posted with no
 	// Sluice-Tenant) that the tenant's subscriptions may receive, exact
 	// types or patterns ("status.*", "*"). A tenant's subscriptions
@@ -377,12 +384,47 @@ type TenantConfig struct {
 	// (1,000,000 events, 72h), so no tenant's subscription goes unbounded
 	// and a stalled endpoint cannot fill the disk for everyone.
 	Backlog BacklogConfig `koanf:"backlog"`
+
+	// maxSubscriptionsSet and maxSubscriptionConcurrencySet record that
+	// the source spelled the key out (markTenants): a 0 left out takes
+	// the default, a 0 written means no limit (max_subscriptions) or is
+	// refused.
+	maxSubscriptionsSet, maxSubscriptionConcurrencySet bool
+}
+
+// SubscriptionsLimit is MaxSubscriptions as proxy.Tenant takes it: 0
+// when the source left it out (TenantDefaults' applies), -1 for a 0 it
+// wrote (no limit), else the limit.
+func (t TenantConfig) SubscriptionsLimit() int {
+	switch {
+	case !t.maxSubscriptionsSet && t.MaxSubscriptions == 0:
+		return 0
+	case t.MaxSubscriptions == 0:
+		return -1
+	}
+	return t.MaxSubscriptions
+}
+
+// TenantDefaultsConfig are the limits of a tenant that tenants does not
+// list (a subscription or a token may name any tenant), and of a listed
+// one where it leaves a key out. Each default is proxy's.
+type TenantDefaultsConfig struct {
+	// MaxSubscriptions bounds each such tenant's subscriptions; 0 means
+	// no limit. Default proxy.DefaultTenantMaxSubscriptions.
+	MaxSubscriptions int `koanf:"max_subscriptions"`
+	// Concurrency is each such tenant's bulkhead, 1..100000. Default
+	// proxy.DefaultTenantMaxConcurrency.
+	Concurrency TenantConcurrencyConfig `koanf:"concurrency"`
+	// MaxSubscriptionConcurrency bounds the cap a tenant's token may give
+	// one subscription, 1..10000. Default
+	// proxy.DefaultTenantMaxSubscriptionConcurrency.
+	MaxSubscriptionConcurrency int `koanf:"max_subscription_concurrency"`
 }
 
 // TenantConcurrencyConfig is a tenant's bulkhead.
 type TenantConcurrencyConfig struct {
-	// Max is the cap, 1..100000; left out, no limit. An explicit 0 is an
-	// error.
+	// Max is the cap, 1..100000; left out, tenant_defaults'. An explicit
+	// 0 is an error.
 	Max int `koanf:"max"`
 
 	// maxSet records that the source spelled max out (see keySet).
@@ -624,6 +666,11 @@ func Default() *Config {
 		Log:              LogConfig{Backend: BackendBadger}, // one sidecar, its own log: unchanged unless fleet mode is asked for
 		JetStream:        defaultJetStream(),
 		OTel:             defaultOTel(),
+		TenantDefaults: TenantDefaultsConfig{
+			MaxSubscriptions:           proxy.DefaultTenantMaxSubscriptions,
+			Concurrency:                TenantConcurrencyConfig{Max: proxy.DefaultTenantMaxConcurrency},
+			MaxSubscriptionConcurrency: proxy.DefaultTenantMaxSubscriptionConcurrency,
+		},
 	}
 }
 

@@ -99,9 +99,11 @@ func TestLoadConfigFull(t *testing.T) {
 		OTel: OTelConfig{Endpoint: "http://otel-collector:4318", ServiceName: "sluice-fleet", SampleRatio: 0.5, Propagate: true,
 			TracesURL: "http://otel-collector:4318/v1/traces", TracesURLFrom: "otel.endpoint"},
 		Tenants: []TenantConfig{
-			{ID: "acme", MaxSubscriptions: 2, Concurrency: TenantConcurrencyConfig{Max: 32, maxSet: true}},
+			{ID: "acme", MaxSubscriptions: 2, Concurrency: TenantConcurrencyConfig{Max: 32, maxSet: true}, MaxSubscriptionConcurrency: 16,
+				maxSubscriptionsSet: true, maxSubscriptionConcurrencySet: true},
 			{ID: "globex"},
 		},
+		TenantDefaults: TenantDefaultsConfig{MaxSubscriptions: 50, Concurrency: TenantConcurrencyConfig{Max: 64}, MaxSubscriptionConcurrency: 32},
 		Subscriptions: []SubscriptionConfig{
 			{
 				ID:     "billing",
@@ -364,10 +366,15 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "tenants_missing_id", want: []string{`tenants[0].id: required`}, is: ErrMissingValue},
 		{file: "tenants_not_a_list", want: []string{`tenants: expected a list`}, is: ErrInvalidValue},
 		{file: "tenant_max_subscriptions_negative", want: []string{`tenants[0].max_subscriptions: -1: must not be negative (0 means no limit)`}, is: ErrInvalidValue},
-		{file: "tenant_concurrency_zero", want: []string{`tenants[0].concurrency.max: 0: must be between 1 and 100000; omit it for no limit`}, is: ErrInvalidValue},
+		{file: "tenant_concurrency_zero", want: []string{`tenants[0].concurrency.max: 0: must be between 1 and 100000; omit it for tenant_defaults'`}, is: ErrInvalidValue},
 		{file: "tenant_concurrency_too_big", want: []string{`tenants[0].concurrency.max: 100001: must be between 1 and 100000`}, is: ErrInvalidValue},
 		{file: "tenant_concurrency_unknown_key", want: []string{`unknown key "tenants[0].concurrency.auto"`}, is: ErrUnknownKey},
 		{file: "tenant_too_many_subscriptions", want: []string{`tenants[1].max_subscriptions: 1: tenant "acme" has 2 subscriptions in the file, more than it allows`}, is: ErrInvalidValue},
+		{file: "tenant_subscription_concurrency_zero", want: []string{`tenants[0].max_subscription_concurrency: 0: must be between 1 and 10000; omit it for tenant_defaults'`}, is: ErrInvalidValue},
+		{file: "tenant_defaults_concurrency_zero", want: []string{`tenant_defaults.concurrency.max: 0: must be between 1 and 100000`}, is: ErrInvalidValue},
+		{file: "tenant_defaults_max_subscriptions_negative", want: []string{`tenant_defaults.max_subscriptions: -1: must not be negative (0 means no limit)`}, is: ErrInvalidValue},
+		{file: "tenant_defaults_subscription_concurrency_too_big", want: []string{`tenant_defaults.max_subscription_concurrency: 10001: must be between 1 and 10000`}, is: ErrInvalidValue},
+		{file: "tenant_defaults_too_many_subscriptions", want: []string{`tenant_defaults.max_subscriptions: 1: tenant "initech" (not listed in tenants) has 2 subscriptions in the file, more than it allows`}, is: ErrInvalidValue},
 
 		// Filters and type patterns (issue 12).
 		{file: "filter_bad_operator", want: []string{`subscriptions[0].filter: `, `$regex`}, is: ErrInvalidValue, policy: true},

@@ -126,8 +126,9 @@ func markSource(subs []SubscriptionConfig, raw any) {
 }
 
 // markTenants records which tenants of raw, the parsed list, spell out
-// concurrency.max, so that an explicit 0 is refused rather than read as
-// "no limit".
+// concurrency.max (an explicit 0 is refused rather than read as left
+// out), max_subscriptions (an explicit 0 is no limit, one left out the
+// default's) and max_subscription_concurrency.
 func markTenants(tenants []TenantConfig, raw any) {
 	v := reflect.ValueOf(raw)
 	if v.Kind() != reflect.Slice {
@@ -137,6 +138,8 @@ func markTenants(tenants []TenantConfig, raw any) {
 		m, _ := v.Index(i).Interface().(map[string]any)
 		c, _ := m["concurrency"].(map[string]any)
 		tenants[i].Concurrency.maxSet = c["max"] != nil
+		tenants[i].maxSubscriptionsSet = m["max_subscriptions"] != nil
+		tenants[i].maxSubscriptionConcurrencySet = m["max_subscription_concurrency"] != nil
 	}
 }
 

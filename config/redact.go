@@ -327,15 +327,23 @@ func (c *Config) toMap() map[string]any {
 		tenants := make([]any, len(c.Tenants))
 		for i, t := range c.Tenants {
 			tm := map[string]any{"id": t.ID}
-			if t.MaxSubscriptions != 0 {
+			if t.SubscriptionsLimit() != 0 { // a written 0 is no limit: it must load back as one
 				tm["max_subscriptions"] = t.MaxSubscriptions
 			}
 			if t.Concurrency.Max != 0 {
 				tm["concurrency"] = map[string]any{"max": t.Concurrency.Max}
 			}
+			if t.MaxSubscriptionConcurrency != 0 {
+				tm["max_subscription_concurrency"] = t.MaxSubscriptionConcurrency
+			}
 			tenants[i] = tm
 		}
 		m["tenants"] = tenants
+	}
+	m["tenant_defaults"] = map[string]any{
+		"max_subscriptions":            c.TenantDefaults.MaxSubscriptions,
+		"concurrency":                  map[string]any{"max": c.TenantDefaults.Concurrency.Max},
+		"max_subscription_concurrency": c.TenantDefaults.MaxSubscriptionConcurrency,
 	}
 	m["log"] = map[string]any{"backend": c.Log.Backend}
 	m["otel"] = map[string]any{

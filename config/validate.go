@@ -175,10 +175,21 @@ func (c *Config) Validate() error {
 			perTenant[s.Tenant]++
 		}
 	}
+	listed := make(map[string]bool, len(c.Tenants))
 	for i, t := range c.Tenants {
-		if n := perTenant[t.ID]; t.MaxSubscriptions > 0 && n > t.MaxSubscriptions {
-			return fieldErr(fmt.Sprintf("tenants[%d].max_subscriptions", i), t.MaxSubscriptions,
-				invalidf("tenant %q has %d subscriptions in the file, more than it allows", t.ID, n))
+		listed[t.ID] = true
+		field, limit := fmt.Sprintf("tenants[%d].max_subscriptions", i), t.MaxSubscriptions
+		if t.SubscriptionsLimit() == 0 {
+			field, limit = "tenant_defaults.max_subscriptions", c.TenantDefaults.MaxSubscriptions
+		}
+		if n := perTenant[t.ID]; limit > 0 && n > limit {
+			return fieldErr(field, limit, invalidf("tenant %q has %d subscriptions in the file, more than it allows", t.ID, n))
+		}
+	}
+	for _, tenant := range slices.Sorted(maps.Keys(perTenant)) {
+		if n, limit := perTenant[tenant], c.TenantDefaults.MaxSubscriptions; !listed[tenant] && limit > 0 && n > limit {
+			return fieldErr("tenant_defaults.max_subscriptions", limit,
+				invalidf("tenant %q (not listed in tenants) has %d subscriptions in the file, more than it allows", tenant, n))
 		}
 	}
 	return nil
@@ -236,6 +247,16 @@ func checkTarget(field, raw string) error {
 // validateTenants checks the tenants' ids and limits; Validate checks
 // max_subscriptions against the file's subscriptions.
 func (c *Config) validateTenants() error {
+	d := c.TenantDefaults
+	if d.MaxSubscriptions < 0 {
+		return fieldErr("tenant_defaults.max_subscriptions", d.MaxSubscriptions, invalidf("must not be negative (0 means no limit)"))
+	}
+	if m := d.Concurrency.Max; m < 1 || m > maxTenantConcurrency {
+		return fieldErr("tenant_defaults.concurrency.max", m, invalidf("must be between 1 and %d", maxTenantConcurrency))
+	}
+	if m := d.MaxSubscriptionConcurrency; m < 1 || m > policy.MaxConcurrency {
+		return fieldErr("tenant_defaults.max_subscription_concurrency", m, invalidf("must be between 1 and %d", policy.MaxConcurrency))
+	}
 	ids := make(map[string]int, len(c.Tenants))
 	for i, t := range c.Tenants {
 		p := fmt.Sprintf("tenants[%d]", i)
@@ -251,7 +272,12 @@ func (c *Config) validateTenants() error {
 		}
 		if m := t.Concurrency.Max; m != 0 || t.Concurrency.maxSet {
 			if m < 1 || m > maxTenantConcurrency {
-				return fieldErr(p+".concurrency.max", m, invalidf("must be between 1 and %d; omit it for no limit", maxTenantConcurrency))
+				return fieldErr(p+".concurrency.max", m, invalidf("must be between 1 and %d; omit it for tenant_defaults'", maxTenantConcurrency))
+			}
+		}
+		if m := t.MaxSubscriptionConcurrency; m != 0 || t.maxSubscriptionConcurrencySet {
+			if m < 1 || m > policy.MaxConcurrency {
+				return fieldErr(p+".max_subscription_concurrency", m, invalidf("must be between 1 and %d; omit it for tenant_defaults'", policy.MaxConcurrency))
 			}
 		}
 		if err := validateTypeList(p+".shared_types", t.SharedTypes); err != nil {

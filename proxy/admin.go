@@ -143,6 +143,7 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/dead-letters/replay", s.replayDeadLetters)
 	s.subscriptionRoutes(mux)
+	s.tokenRoutes(mux)
 	s.dashboardRoutes(mux)
 	s.attemptRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -184,8 +185,8 @@ var tenantRoutes = map[string]bool{
 //
 //   - the operator token (admin.token): everything;
 //   - a tenant token (admin.tokens, or issued by POST
-//     /v1/tenants/{t}/tokens): the routes of tenantRoutes, scoped to the
-//     tenant; any other route answers 404;
+//     /v1/tenants/{t}/tokens and neither expired nor revoked): the routes
+//     of tenantRoutes, scoped to the tenant; any other route answers 404;
 //   - no token at all while no operator token is configured: the
 //     operator, as before tenants existed (the listener is on loopback
 //     by default). A token that is neither is refused, even then: a
@@ -197,9 +198,6 @@ var tenantRoutes = map[string]bool{
 // send (adminguard.go); a refused request's body is never read.
 func (s *Server) requireToken(mux *http.ServeMux) http.Handler {
 	op := []byte(s.opts.AdminToken)
-	for _, t := range s.opts.TenantTokens {
-		s.tokens.put(tokenKey(t.Token), t.Tenant)
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.adminGuard(w, r, len(op) > 0) {
 			return
@@ -213,16 +211,23 @@ func (s *Server) requireToken(mux *http.ServeMux) http.Handler {
 		switch {
 		case hasBearer && len(op) > 0 && subtle.ConstantTimeCompare([]byte(got), op) == 1:
 		case hasBearer:
-			tenant, err := s.tenantOfToken(got)
+			v, err := s.tenantOfToken(got)
 			if err != nil {
 				writeError(w, http.StatusServiceUnavailable, "check the token: "+err.Error())
 				return
 			}
-			if tenant == "" {
-				refuseUnauthenticated(w, r)
+			if v.tenant == "" {
+				if !v.expired {
+					refuseUnauthenticated(w, r)
+					return
+				}
+				// Only the token's holder can learn this, and it tells
+				// them what to do.
+				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+				refuseUnread(w, r, http.StatusUnauthorized, "tenant token expired: ask the operator for a new one")
 				return
 			}
-			p.tenant = tenant
+			p.tenant = v.tenant
 		case len(op) > 0:
 			refuseUnauthenticated(w, r)
 			return

@@ -2,10 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +14,8 @@ import (
 )
 
 // subscriptionRoutes registers the subscription API of issue 12 (the
-// endpoint API, recovery, the undelivered list and tenant tokens).
+// endpoint API, recovery and the undelivered list; tenant tokens are
+// tokenRoutes').
 func (s *Server) subscriptionRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
 		body, ok := readBody(w, r, maxSpecBytes)
@@ -99,7 +96,6 @@ func (s *Server) subscriptionRoutes(mux *http.ServeMux) {
 		registryResult(w, http.StatusOK, err, ans)
 	})
 	mux.HandleFunc("GET /v1/undelivered", s.listUndelivered)
-	mux.HandleFunc("POST /v1/tenants/{tenant}/tokens", s.issueTenantToken)
 	mux.HandleFunc("GET /v1/whoami", func(w http.ResponseWriter, r *http.Request) {
 		p := principalOf(r)
 		writeJSON(w, http.StatusOK, WhoAmI{Operator: p.operator(), Tenant: p.tenant})
@@ -195,54 +191,6 @@ func (s *Server) listUndelivered(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := s.Undelivered(principalOf(r), sub, since, limit, q.Get("cursor"))
 	registryResult(w, http.StatusOK, err, page)
-}
-
-// tenantTokenPrefix marks the tokens sluice issues, so a leaked one is
-// recognisable (secret scanners key on such prefixes).
-const tenantTokenPrefix = "sltk_"
-
-// issueTenantToken serves POST /v1/tenants/{tenant}/tokens: a new token
-// scoped to the tenant, shown once; the store keeps only its SHA-256.
-// Only the operator issues tokens.
-func (s *Server) issueTenantToken(w http.ResponseWriter, r *http.Request) {
-	tenant := r.PathValue("tenant")
-	if !validTenant(tenant) {
-		writeError(w, http.StatusBadRequest, "tenant: must match ^[a-z0-9][a-z0-9._-]{0,63}$, got "+strconv.Quote(tenant))
-		return
-	}
-	if s.opts.AdminToken == "" {
-		// Without an operator token a request with no token acts as the
-		// operator: a tenant token would scope nothing.
-		writeError(w, http.StatusConflict, "tenant tokens need an operator token: set admin.token_file first")
-		return
-	}
-	recs, ok := s.q.(queue.Records)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this log keeps no records: tenant tokens can only come from admin.tokens")
-		return
-	}
-	raw := make([]byte, 32)
-	rand.Read(raw) // never fails (crypto/rand)
-	tok := tenantTokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
-	v, _ := json.Marshal(tokenRecord{Tenant: tenant, IssuedAt: s.opts.Now().UTC()})
-	if err := recs.PutRecord(tokenKey(tok), v); err != nil {
-		registryResult(w, 0, fmt.Errorf("store the token: %w", err), nil)
-		return
-	}
-	s.log.Info("tenant token issued", "tenant", tenant)
-	writeJSON(w, http.StatusCreated, TokenAnswer{Tenant: tenant, Token: tok})
-}
-
-// tokenRecord is what the store keeps of an issued tenant token, under
-// tokenKey(token).
-type tokenRecord struct {
-	Tenant   string    `json:"tenant"`
-	IssuedAt time.Time `json:"issued_at"`
-}
-
-func tokenKey(tok string) string {
-	h := sha256.Sum256([]byte(tok))
-	return "token." + hex.EncodeToString(h[:])
 }
 
 func validTenant(t string) bool {

@@ -210,10 +210,48 @@ type UndeliveredPage struct {
 }
 
 // TokenAnswer answers POST /v1/tenants/{tenant}/tokens: a new tenant
-// token, shown this once (sluice keeps only its SHA-256).
+// token, shown this once (sluice keeps only its SHA-256). ID names it in
+// the list and to revoke it; it is not secret. ExpiresAt is nil for a
+// token that does not expire.
 type TokenAnswer struct {
-	Tenant string `json:"tenant"`
-	Token  string `json:"token"`
+	Tenant    string     `json:"tenant"`
+	Token     string     `json:"token"`
+	ID        string     `json:"id,omitempty"`
+	CreatedAt time.Time  `json:"created_at,omitzero"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// IssueTokenRequest is the optional body of POST
+// /v1/tenants/{tenant}/tokens: when the token stops working, as a
+// duration from now (ExpiresIn, "720h") or a time (ExpiresAt, RFC 3339);
+// at most one of them, and no later than a year from now. Neither: the
+// token works until it is revoked.
+type IssueTokenRequest struct {
+	ExpiresIn string     `json:"expires_in,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// TokenInfo describes a tenant token, never the token or its hash.
+// Source is "issued" (through the API: ID is the first 12 hex digits of
+// its SHA-256, which DELETE /v1/tenants/{tenant}/tokens/{id} takes) or
+// "config" (admin.tokens: ID names its place there; it goes when the file
+// drops it and sluice reloads). CreatedAt is nil for a config token.
+type TokenInfo struct {
+	ID        string     `json:"id"`
+	Tenant    string     `json:"tenant"`
+	Source    string     `json:"source"`
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Expired: past ExpiresAt, refused (401), still listed until revoked.
+	Expired bool `json:"expired,omitempty"`
+	// Revoked is set in the answer of a revoke.
+	Revoked bool `json:"revoked,omitempty"`
+}
+
+// TokenList answers GET /v1/tokens and GET /v1/tenants/{tenant}/tokens,
+// sorted by tenant, then config tokens before issued ones, oldest first.
+type TokenList struct {
+	Tokens []TokenInfo `json:"tokens"`
 }
 
 // WhoAmI answers GET /v1/whoami: the tenant a token is scoped to, or

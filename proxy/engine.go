@@ -35,9 +35,12 @@ type engine struct {
 	quit   chan struct{} // closed at stop
 	ops    *operational  // the operational webhook; nil when not configured
 	trace  tracer        // tracing.go: trace headers and spans of attempts
-	// bulkheads are the tenants' concurrency caps, by tenant; made before
-	// any lane and never changed, so read without a lock.
-	bulkheads map[string]*bulkhead
+	// bulkheads are the tenants' concurrency caps, by tenant (nil: none):
+	// the listed tenants' made before any lane, an unlisted tenant's with
+	// defaultBulkhead when its first lane asks (bulkheadOf).
+	bulkheadMu      sync.Mutex
+	bulkheads       map[string]*bulkhead
+	defaultBulkhead int
 	// tenantBacklog holds the tenants' own backlog bounds
 	// (Tenant.Backlog); a tenant absent takes DefaultTenantBacklog.
 	tenantBacklog map[string]BacklogQuota
@@ -73,6 +76,25 @@ func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now
 		j.lane.finish(j, res)
 	})
 	return e
+}
+
+// bulkheadOf returns tenant's bulkhead, nil for none (the operator's
+// subscriptions, or a tenant without a limit). Any tenant id may come
+// with a token, so an unlisted one gets the default's, made once.
+func (e *engine) bulkheadOf(tenant string) *bulkhead {
+	if tenant == "" {
+		return nil
+	}
+	e.bulkheadMu.Lock()
+	defer e.bulkheadMu.Unlock()
+	b, ok := e.bulkheads[tenant]
+	if !ok {
+		if e.defaultBulkhead > 0 {
+			b = newBulkhead(tenant, e.defaultBulkhead)
+		}
+		e.bulkheads[tenant] = b
+	}
+	return b
 }
 
 // dirtySet holds the lanes whose cursor moved since the last flush.

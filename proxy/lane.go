@@ -147,7 +147,7 @@ func (l *lane) setPolicies(sub *Subscription) {
 	// Written only when it differs, before the lane hands sub to a job: a
 	// Subscription handed over again by Reload is being read by the
 	// lane's jobs meanwhile (as withDefaults).
-	if b := l.e.bulkheads[sub.Tenant]; sub.bulkhead != b {
+	if b := l.e.bulkheadOf(sub.Tenant); sub.bulkhead != b {
 		sub.bulkhead = b
 	}
 	if old != nil && old.Tenant != sub.Tenant {

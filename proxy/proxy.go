@@ -127,9 +127,16 @@ type Options struct {
 	// config's. Nil: the API cannot create or change subscriptions.
 	Specs SpecParser
 	// Tenants are the tenants' own limits, above their subscriptions'.
+	// A zero field takes TenantDefaults' value.
 	Tenants []Tenant
+	// TenantDefaults are the limits of every tenant Tenants does not
+	// list (a subscription or a token may name any tenant), and the
+	// base of those it does. A zero field takes its DefaultTenant*
+	// constant; ID and SharedTypes are not used.
+	TenantDefaults Tenant
 	// TenantTokens are admin tokens scoped to one tenant each (from the
-	// config); tokens issued through the API are kept in the store.
+	// config; SetTenantTokens replaces them); tokens issued through the
+	// API are kept in the store.
 	TenantTokens []TenantToken
 	// OperationalWebhook, when set, receives sluice's own events
 	// (subscription.paused, breaker changes, dead letters, backlog quota),
@@ -176,7 +183,8 @@ type SpecParser interface {
 	Redact(doc []byte) map[string]any
 }
 
-// Tenant is one tenant's limits; zero fields mean no limit.
+// Tenant is one tenant's limits. A zero field takes the default
+// (Options.TenantDefaults); a negative one means no limit.
 type Tenant struct {
 	ID string
 	// MaxSubscriptions bounds how many subscriptions name the tenant.
@@ -185,6 +193,12 @@ type Tenant struct {
 	// subscriptions together: a bulkhead per tenant above the one per
 	// subscription.
 	MaxConcurrency int
+	// MaxSubscriptionConcurrency bounds the concurrency cap (concurrency.max,
+	// the highest cap of concurrency: auto) a tenant's token may give one
+	// of the tenant's subscriptions: past it, a create or update is
+	// refused. The operator's own subscriptions of the tenant are not
+	// bounded by it (the bulkhead bounds them all).
+	MaxSubscriptionConcurrency int
 	// SharedTypes are the platform event types (exact or patterns) the
 	// tenant's subscriptions may receive besides the tenant's own events
 	// (feed.entitlement); nil for none.
@@ -272,7 +286,16 @@ func New(opts Options) *Server {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
-	return &Server{opts: opts, log: opts.Logger, trace: newTracer(opts)}
+	opts.TenantDefaults = opts.TenantDefaults.or(Tenant{MaxSubscriptions: DefaultTenantMaxSubscriptions,
+		MaxConcurrency: DefaultTenantMaxConcurrency, MaxSubscriptionConcurrency: DefaultTenantMaxSubscriptionConcurrency})
+	tenants := make([]Tenant, len(opts.Tenants))
+	for i, t := range opts.Tenants { // copies: the caller's stay as given
+		tenants[i] = t.or(opts.TenantDefaults)
+	}
+	opts.Tenants = tenants
+	s := &Server{opts: opts, log: opts.Logger, trace: newTracer(opts)}
+	s.tokens.setConfig(opts.TenantTokens)
+	return s
 }
 
 // Open binds the listeners (bind errors surface here), opens the log,
@@ -383,10 +406,13 @@ func (s *Server) Open() (err error) {
 	d.egress = newEgress(&s.opts, s.log)
 	d.wg.Go(func() { d.egress.run(d.quit, d.laneList) })
 	d.trace = s.trace
+	d.defaultBulkhead = s.opts.TenantDefaults.MaxConcurrency
 	for _, t := range s.opts.Tenants {
+		var b *bulkhead // none: no limit, not the default's
 		if t.MaxConcurrency > 0 {
-			d.bulkheads[t.ID] = newBulkhead(t.ID, t.MaxConcurrency) // before any lane exists
+			b = newBulkhead(t.ID, t.MaxConcurrency)
 		}
+		d.bulkheads[t.ID] = b             // before any lane exists
 		d.tenantBacklog[t.ID] = t.Backlog // before any lane exists
 		if len(t.SharedTypes) > 0 {
 			m := policy.MatchTypes(t.SharedTypes) // nil for "*": every type

@@ -128,6 +128,7 @@ func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo,
 			return SubscriptionInfo{}, invalidf("tenant: a tenant's token creates subscriptions of its own tenant (%s) only", p.tenant)
 		}
 		doc["tenant"] = p.tenant
+		s.boundConcurrency(p, doc)
 	}
 	var generated string
 	_, hasSecret := doc["secret"]
@@ -144,6 +145,9 @@ func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo,
 	}
 	sub, err := s.parseSpec(encodeDocument(doc))
 	if err != nil {
+		return SubscriptionInfo{}, err
+	}
+	if err := s.checkConcurrency(p, sub); err != nil {
 		return SubscriptionInfo{}, err
 	}
 	d := s.d
@@ -343,8 +347,12 @@ func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (Subsc
 	if doc["id"] != id {
 		return SubscriptionInfo{}, invalidf("id: cannot be changed (create a subscription with the new id, then delete this one)")
 	}
-	if !p.operator() && doc["tenant"] != p.tenant {
-		return SubscriptionInfo{}, invalidf("tenant: a tenant's token cannot move a subscription to another tenant")
+	if !p.operator() {
+		if doc["tenant"] != p.tenant {
+			return SubscriptionInfo{}, invalidf("tenant: a tenant's token cannot move a subscription to another tenant")
+		}
+		s.boundConcurrency(p, doc)
+		merged = encodeDocument(doc)
 	}
 	// secret and secrets are one setting written two ways: a patch that
 	// sets one replaces the other, or a subscription made with a
@@ -359,6 +367,9 @@ func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (Subsc
 	}
 	sub, err := s.parseSpec(merged)
 	if err != nil {
+		return SubscriptionInfo{}, err
+	}
+	if err := s.checkConcurrency(p, sub); err != nil {
 		return SubscriptionInfo{}, err
 	}
 	_, touchesSecret := pd["secret"]

@@ -1,14 +1,13 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -103,7 +102,27 @@ func (q BacklogQuota) bounded(bound BacklogQuota) BacklogQuota {
 	return q
 }
 
-// tenantLimits returns tenant's limits, nil when it has none.
+// The limits of a tenant when the options give none
+// (Options.TenantDefaults): enough for a customer managing its endpoints,
+// small enough that one tenant's token cannot take most of the process's
+// slots (DefaultMaxInFlight) or fill it with lanes. A token may be issued
+// for any tenant id, so these are what a tenant nobody listed gets.
+const (
+	DefaultTenantMaxSubscriptions           = 100
+	DefaultTenantMaxConcurrency             = 100
+	DefaultTenantMaxSubscriptionConcurrency = 100
+)
+
+// or fills t's zero limits from def.
+func (t Tenant) or(def Tenant) Tenant {
+	t.MaxSubscriptions = cmp.Or(t.MaxSubscriptions, def.MaxSubscriptions)
+	t.MaxConcurrency = cmp.Or(t.MaxConcurrency, def.MaxConcurrency)
+	t.MaxSubscriptionConcurrency = cmp.Or(t.MaxSubscriptionConcurrency, def.MaxSubscriptionConcurrency)
+	return t
+}
+
+// tenantLimits returns tenant's limits: its own, or the defaults for a
+// tenant Options.Tenants does not list; nil for the operator ("").
 func (s *Server) tenantLimits(tenant string) *Tenant {
 	if tenant == "" {
 		return nil
@@ -112,6 +131,56 @@ func (s *Server) tenantLimits(tenant string) *Tenant {
 		if s.opts.Tenants[i].ID == tenant {
 			return &s.opts.Tenants[i]
 		}
+	}
+	t := s.opts.TenantDefaults
+	t.ID = tenant
+	return &t
+}
+
+// boundConcurrency keeps what a tenant's token sets within the tenant's
+// MaxSubscriptionConcurrency: doc, a subscription document about to be
+// parsed, gets concurrency.max = the bound when it sets no max and the
+// default cap would exceed it (the tenant did not ask for more);
+// checkConcurrency then refuses what the tenant did ask for.
+func (s *Server) boundConcurrency(p principal, doc map[string]any) {
+	t := s.tenantLimits(p.tenant)
+	if p.operator() || t == nil || t.MaxSubscriptionConcurrency <= 0 {
+		return
+	}
+	c, ok := doc["concurrency"].(map[string]any)
+	if doc["concurrency"] != nil && !ok {
+		return // not an object: the parser names the key
+	}
+	if _, set := c["max"]; set {
+		return
+	}
+	def := DefaultMaxConcurrency
+	if auto, _ := c["auto"].(bool); auto {
+		def = policy.DefaultAutoCapMax
+	}
+	if def <= t.MaxSubscriptionConcurrency {
+		return
+	}
+	if c == nil {
+		c = map[string]any{}
+	}
+	c["max"] = t.MaxSubscriptionConcurrency
+	doc["concurrency"] = c
+}
+
+// checkConcurrency refuses a subscription a tenant's token made or
+// changed whose cap is above the tenant's MaxSubscriptionConcurrency.
+func (s *Server) checkConcurrency(p principal, sub *Subscription) error {
+	t := s.tenantLimits(p.tenant)
+	if p.operator() || t == nil || t.MaxSubscriptionConcurrency <= 0 {
+		return nil
+	}
+	limit, key := sub.MaxConcurrency, "concurrency.max"
+	if sub.Auto != nil {
+		limit = cmp.Or(sub.Auto.Max, policy.DefaultAutoCapMax)
+	}
+	if limit > t.MaxSubscriptionConcurrency {
+		return invalidf("%s: %d is over tenant %s's bound of %d per subscription (its max_subscription_concurrency)", key, limit, p.tenant, t.MaxSubscriptionConcurrency)
 	}
 	return nil
 }
@@ -212,53 +281,4 @@ func (b *bulkhead) wakeAll(f *feed) {
 	if len(ls) > 0 {
 		f.wake(ls)
 	}
-}
-
-// tokenCache maps token keys (tokenKey) to tenants: the configured
-// tenant tokens, and issued ones once looked up in the store.
-type tokenCache struct {
-	mu sync.RWMutex
-	m  map[string]string
-}
-
-func (c *tokenCache) get(key string) (string, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	t, ok := c.m[key]
-	return t, ok
-}
-
-func (c *tokenCache) put(key, tenant string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[string]string{}
-	}
-	c.m[key] = tenant
-}
-
-// tenantOfToken returns the tenant tok is scoped to, "" when it is no
-// tenant's token.
-func (s *Server) tenantOfToken(tok string) (string, error) {
-	key := tokenKey(tok)
-	if t, ok := s.tokens.get(key); ok {
-		return t, nil
-	}
-	recs, ok := s.q.(queue.Records)
-	if !ok {
-		return "", nil
-	}
-	v, err := recs.GetRecord(key)
-	if errors.Is(err, queue.ErrNotFound) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	var rec tokenRecord
-	if err := json.Unmarshal(v, &rec); err != nil || rec.Tenant == "" {
-		return "", fmt.Errorf("token record: %v", err)
-	}
-	s.tokens.put(key, rec.Tenant)
-	return rec.Tenant, nil
 }

@@ -1,7 +1,7 @@
 package main
 
 // What the admin-client subcommands (status, dlq, events, pause, resume,
-// subscriptions, tenants) share: finding the admin API and its token, the flags for it, and
+// subscriptions, tenants, tokens) share: finding the admin API and its token, the flags for it, and
 // parsing arguments. They speak the API through package client, whose
 // retries make a command run while the sidecar restarts wait for it rather
 // than fail.

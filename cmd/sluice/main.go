@@ -4,9 +4,9 @@
 //
 // One file per subcommand (serve.go, healthcheck.go, demo.go, inject.go,
 // testbed.go, version.go; status.go, dlq.go, events.go, pause.go,
-// subscriptions.go and tenants.go are the admin-API clients). This file is
-// the process's lifecycle: signals in, run, exit status out. main is the
-// only caller of os.Exit.
+// subscriptions.go, tenants.go and tokens.go are the admin-API clients).
+// This file is the process's lifecycle: signals in, run, exit status out.
+// main is the only caller of os.Exit.
 package main
 
 import (
@@ -43,12 +43,15 @@ Usage:
   sluice subscriptions rotate-secret ID [--grace 24h]
   sluice subscriptions recover ID --since TIME [--until TIME]
   sluice tenants token TENANT
+  sluice tokens issue TENANT [--expires-in 720h]
+  sluice tokens list [TENANT]
+  sluice tokens revoke TENANT ID
   sluice inject [FILE|-] [--image IMG] [--config-map NAME] [--pvc NAME] [--secret NAME] [--grace 10s] [--ingest-port 8700] [--admin-port 8701] [--cpu-request 50m] [--memory-request 64Mi] [--cpu-limit Q] [--memory-limit 1Gi] [--jetstream-url URL]...
   sluice injector --tls-cert-file FILE --tls-key-file FILE [--listen 127.0.0.1:8443] [--admin-listen 127.0.0.1:8702] [inject flags]
   sluice verify --secret whsec_...|whpk_... [--id ID --timestamp TS --signature SIG | --headers FILE] [--tolerance 5m] < BODY
   sluice version
 
-status, dlq, events, pause, resume, subscriptions and tenants call the
+status, dlq, events, pause, resume, subscriptions, tenants and tokens call the
 admin API found like healthcheck finds it (--config FILE, else
 $SLUICE_CONFIG; --admin URL), and retry for a few seconds while the sidecar
 restarts; each takes --json. A secret or token the sidecar generates is
@@ -91,6 +94,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = subscriptionsCmd(rest, stdout, stderr)
 	case "tenants":
 		err = tenantsCmd(rest, stdout, stderr)
+	case "tokens":
+		err = tokensCmd(rest, stdout, stderr)
 	case "verify":
 		err = verifyCmd(rest, stdout, stderr)
 	case "inject":

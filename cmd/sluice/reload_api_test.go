@@ -2,10 +2,16 @@ package main
 
 import (
 	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
@@ -100,5 +106,55 @@ func TestReloadNeverTouchesAPISubscriptions(t *testing.T) {
 	})
 	if r, ok := s.lane("api"); !ok || r.ManagedBy != proxy.ManagedByAPI || r.State != "active" {
 		t.Fatalf("the API's lane: %+v", r)
+	}
+}
+
+// TestReloadReplacesTenantTokens: a reload (SIGHUP, or the file changing)
+// applies admin.tokens as well as the subscriptions: a token the file no
+// longer lists is refused from then on, one it adds works.
+func TestReloadReplacesTenantTokens(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	write := func(tenantToken string) {
+		t.Helper()
+		yaml := "listen: 127.0.0.1:0\ndata_dir: " + filepath.Join(dir, "data") + "\nadmin:\n  listen: 127.0.0.1:0\n  token: operator-token-1\n" +
+			"  tokens: [{token: " + tenantToken + ", tenant: acme}]\n"
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("acme-token-one")
+	load := func() (*config.Config, error) { return config.Load(path, nil, nil) }
+	cfg, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := proxy.New(serverOptions(cfg, subscriptions(cfg), log, nil))
+	if err := srv.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(t.Context()) })
+	whoami := func(token string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", srv.AdminURL()+"/v1/whoami", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := whoami("acme-token-one"); code != 200 {
+		t.Fatalf("the configured token: %d", code)
+	}
+	write("acme-token-two")
+	reload(srv, cfg, load, log)
+	if code := whoami("acme-token-one"); code != 401 {
+		t.Errorf("a token dropped from admin.tokens, after the reload: %d, want 401", code)
+	}
+	if code := whoami("acme-token-two"); code != 200 {
+		t.Errorf("a token added to admin.tokens, after the reload: %d, want 200", code)
 	}
 }

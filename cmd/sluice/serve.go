@@ -161,7 +161,8 @@ wait:
 	}
 }
 
-// reload applies the config file's subscriptions; a bad file changes
+// reload applies the config file's subscriptions and tenant tokens
+// (admin.tokens); a bad file changes
 // nothing. Nor does a file that moves the log (log.backend, jetstream.*,
 // node_id): its subscriptions are meant for another log, and in fleet mode
 // applying them would register them in a shared registry this sidecar is
@@ -176,7 +177,10 @@ func reload(srv *proxy.Server, running *config.Config, load func() (*config.Conf
 	if err == nil {
 		subs := subscriptions(cfg)
 		if err = srv.Reload(subs); err == nil {
-			log.Info("config reloaded", "subscriptions", len(subs))
+			// A tenant token dropped from admin.tokens must stop working
+			// now, not at the next restart.
+			srv.SetTenantTokens(tenantTokens(cfg))
+			log.Info("config reloaded", "subscriptions", len(subs), "tenant_tokens", len(cfg.Admin.ResolvedTenantTokens))
 			return
 		}
 	}
@@ -245,6 +249,7 @@ func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Log
 		Logger:              log,
 		Specs:               specParser{allowPrivate: cfg.AllowPrivateTargets},
 		Tenants:             tenants(cfg),
+		TenantDefaults:      tenantDefaults(cfg),
 		TenantTokens:        tenantTokens(cfg),
 		OperationalWebhook:  operationalWebhook(cfg),
 		DropTraceContext:    !cfg.OTel.Propagate,

@@ -193,7 +193,8 @@ func TestTenantMaxSubscriptions(t *testing.T) {
 		{name: "a patch moving one in", method: "PATCH", path: "/v1/subscriptions/free", body: `{"tenant": "acme"}`, status: 409,
 			want: []string{"tenant acme", "max_subscriptions"}},
 	})
-	// Another tenant has no limit, and a patch within acme counts once.
+	// Another tenant is not bound by acme's limit, and a patch within
+	// acme counts once.
 	s.mustCall(t, "", "POST", "/v1/subscriptions", doc("other-1", "tenant", "other"), 201, nil)
 	s.mustCall(t, isoAcmeToken, "PATCH", "/v1/subscriptions/acme-2", `{"timeout": "3s"}`, 200, nil)
 	// A deleted one makes room at once: it takes no new events.
@@ -241,4 +242,59 @@ func TestTenantCapPassesOnWhenAWaitingLaneIsPaused(t *testing.T) {
 			t.Errorf("paused %s delivered %d", id, n)
 		}
 	}
+}
+
+// TestTenantDefaultsBoundUnlistedTenants: a tenant the config does not
+// list (a token may be issued for any tenant id) is bound by
+// tenant_defaults: its max_subscriptions, and the cap its token may give
+// one subscription (refused 400 naming concurrency.max and the bound;
+// a document that sets no cap gets the bound, not a default above it). A
+// listed tenant's own bound replaces the default's; the operator is not
+// bounded by it.
+func TestTenantDefaultsBoundUnlistedTenants(t *testing.T) {
+	tb := startReceiver(t)
+	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken,
+		Tenants:        []proxy.Tenant{{ID: "acme", MaxSubscriptionConcurrency: 20}},
+		TenantDefaults: proxy.Tenant{MaxSubscriptions: 3, MaxSubscriptionConcurrency: 8}})
+	var tok proxy.TokenAnswer
+	s.mustCall(t, "", "POST", "/v1/tenants/initech/tokens", "", 201, &tok)
+	doc := func(id string, kv ...any) string {
+		m := map[string]any{"id": id, "url": tb.URL() + "/" + id, "secret": e2eSecret}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return jsonOf(m)
+	}
+	s.refuses(t, []apiError{
+		{name: "a cap of 10000", token: tok.Token, method: "POST", path: "/v1/subscriptions", body: doc("big", "concurrency", map[string]any{"max": 10000}),
+			status: 400, want: []string{"concurrency.max", "10000", "initech", "8", "max_subscription_concurrency"}},
+		{name: "an auto cap up to 64", token: tok.Token, method: "POST", path: "/v1/subscriptions", body: doc("big", "concurrency", map[string]any{"auto": true, "max": 64}),
+			status: 400, want: []string{"concurrency.max", "64", "8"}},
+	})
+	s.mustCall(t, tok.Token, "POST", "/v1/subscriptions", doc("plain"), 201, nil)
+	s.mustCall(t, tok.Token, "POST", "/v1/subscriptions", doc("auto", "concurrency", map[string]any{"auto": true}), 201, nil)
+	s.mustCall(t, tok.Token, "POST", "/v1/subscriptions", doc("small", "concurrency", map[string]any{"max": 4}), 201, nil)
+	if c := s.laneOf(t, "plain").Cap; c != 8 {
+		t.Errorf("a subscription that sets no cap: cap %d, want the bound 8 (not the default 16)", c)
+	}
+	var info proxy.SubscriptionInfo
+	s.mustCall(t, tok.Token, "GET", "/v1/subscriptions/auto", "", 200, &info)
+	if c, _ := info.Config["concurrency"].(map[string]any); c["max"] != float64(8) || c["auto"] != true {
+		t.Errorf("an auto cap with no max: %v, want max 8", info.Config["concurrency"])
+	}
+	s.refuses(t, []apiError{
+		{name: "a patch past the bound", token: tok.Token, method: "PATCH", path: "/v1/subscriptions/small", body: `{"concurrency": {"max": 9}}`,
+			status: 400, want: []string{"concurrency.max", "9", "8"}},
+		{name: "past the default max_subscriptions", token: tok.Token, method: "POST", path: "/v1/subscriptions", body: doc("fourth"),
+			status: 409, want: []string{"tenant initech", "max_subscriptions"}},
+	})
+	// acme's own bound (20) replaces the default's; its max_subscriptions
+	// is the default's (3).
+	s.mustCall(t, "", "POST", "/v1/tenants/acme/tokens", "", 201, &tok)
+	s.mustCall(t, tok.Token, "POST", "/v1/subscriptions", doc("acme-20", "concurrency", map[string]any{"max": 20}), 201, nil)
+	if code, body := s.call(t, tok.Token, "POST", "/v1/subscriptions", doc("acme-21", "concurrency", map[string]any{"max": 21})); code != 400 || !strings.Contains(body, "20") {
+		t.Errorf("acme past its own bound: %d %s", code, body)
+	}
+	// The operator sets what it likes for a tenant.
+	s.mustCall(t, "", "POST", "/v1/subscriptions", doc("op-made", "tenant", "acme", "concurrency", map[string]any{"max": 500}), 201, nil)
 }

@@ -320,16 +320,19 @@ func isoTenantRoutes(w *isoWorld) []isoRoute {
 // a path that reaches it: a tenant is answered what a path that does not
 // exist is.
 var isoOperatorRoutes = map[string]isoReq{
-	"GET /readyz":                      {"GET", "/readyz", "", nil},
-	"GET /metrics":                     {"GET", "/metrics", "", nil},
-	"GET /v1/retry-budget":             {"GET", "/v1/retry-budget", "", nil},
-	"GET /debug/pprof/":                {"GET", "/debug/pprof/heap", "", nil},
-	"GET /debug/pprof/cmdline":         {"GET", "/debug/pprof/cmdline", "", nil},
-	"GET /debug/pprof/profile":         {"GET", "/debug/pprof/profile", "", nil},
-	"GET /debug/pprof/symbol":          {"GET", "/debug/pprof/symbol", "", nil},
-	"GET /debug/pprof/trace":           {"GET", "/debug/pprof/trace", "", nil},
-	"GET /debug/vars":                  {"GET", "/debug/vars", "", nil},
-	"POST /v1/tenants/{tenant}/tokens": {"POST", "/v1/tenants/acme/tokens", "", nil},
+	"GET /readyz":                             {"GET", "/readyz", "", nil},
+	"GET /metrics":                            {"GET", "/metrics", "", nil},
+	"GET /v1/retry-budget":                    {"GET", "/v1/retry-budget", "", nil},
+	"GET /debug/pprof/":                       {"GET", "/debug/pprof/heap", "", nil},
+	"GET /debug/pprof/cmdline":                {"GET", "/debug/pprof/cmdline", "", nil},
+	"GET /debug/pprof/profile":                {"GET", "/debug/pprof/profile", "", nil},
+	"GET /debug/pprof/symbol":                 {"GET", "/debug/pprof/symbol", "", nil},
+	"GET /debug/pprof/trace":                  {"GET", "/debug/pprof/trace", "", nil},
+	"GET /debug/vars":                         {"GET", "/debug/vars", "", nil},
+	"POST /v1/tenants/{tenant}/tokens":        {"POST", "/v1/tenants/acme/tokens", "", nil},
+	"GET /v1/tenants/{tenant}/tokens":         {"GET", "/v1/tenants/acme/tokens", "", nil},
+	"GET /v1/tokens":                          {"GET", "/v1/tokens", "", nil},
+	"DELETE /v1/tenants/{tenant}/tokens/{id}": {"DELETE", "/v1/tenants/acme/tokens/0123456789ab", "", nil},
 }
 
 // isoPublicRoutes need no token at all; "/" is the mux's catch-all,

@@ -132,14 +132,27 @@ func (specParser) Check(body []byte) error { return config.CheckDocument(body) }
 // (config.RedactSubscriptionDoc).
 func (specParser) Redact(doc []byte) map[string]any { return config.RedactSubscriptionDoc(doc) }
 
-// tenants copies the tenants' limits.
+// tenants copies the tenants' limits; a key left out stays 0, which the
+// proxy fills from tenantDefaults.
 func tenants(cfg *config.Config) []proxy.Tenant {
 	var out []proxy.Tenant
 	for _, t := range cfg.Tenants {
-		out = append(out, proxy.Tenant{ID: t.ID, MaxSubscriptions: t.MaxSubscriptions, MaxConcurrency: t.Concurrency.Max, SharedTypes: t.SharedTypes,
+		out = append(out, proxy.Tenant{ID: t.ID, MaxSubscriptions: t.SubscriptionsLimit(), MaxConcurrency: t.Concurrency.Max,
+			MaxSubscriptionConcurrency: t.MaxSubscriptionConcurrency, SharedTypes: t.SharedTypes,
 			Backlog: proxy.BacklogQuota{MaxEvents: t.Backlog.MaxEvents, MaxAge: t.Backlog.MaxAge}})
 	}
 	return out
+}
+
+// tenantDefaults copies tenant_defaults; its max_subscriptions 0 (no
+// limit) is the proxy's -1, since the proxy reads 0 as its default.
+func tenantDefaults(cfg *config.Config) proxy.Tenant {
+	d := cfg.TenantDefaults
+	maxSubs := d.MaxSubscriptions
+	if maxSubs == 0 {
+		maxSubs = -1
+	}
+	return proxy.Tenant{MaxSubscriptions: maxSubs, MaxConcurrency: d.Concurrency.Max, MaxSubscriptionConcurrency: d.MaxSubscriptionConcurrency}
 }
 
 // tenantTokens copies admin.tokens as config resolved them.

@@ -162,8 +162,28 @@ func TestServerOptionsTenants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts := serverOptions(none, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil); opts.OperationalWebhook != nil || opts.Tenants != nil || opts.TenantTokens != nil {
+	opts = serverOptions(none, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if opts.OperationalWebhook != nil || opts.Tenants != nil || opts.TenantTokens != nil {
 		t.Errorf("defaults: webhook %v, tenants %v, tokens %v", opts.OperationalWebhook, opts.Tenants, opts.TenantTokens)
+	}
+	if want := (proxy.Tenant{MaxSubscriptions: proxy.DefaultTenantMaxSubscriptions, MaxConcurrency: proxy.DefaultTenantMaxConcurrency,
+		MaxSubscriptionConcurrency: proxy.DefaultTenantMaxSubscriptionConcurrency}); !reflect.DeepEqual(opts.TenantDefaults, want) {
+		t.Errorf("default TenantDefaults = %+v, want %+v", opts.TenantDefaults, want)
+	}
+
+	// A written max_subscriptions: 0 is no limit, which the proxy spells
+	// -1 (its 0 is "the default").
+	unbounded, err := config.Load("", nil, map[string]any{"tenant_defaults.max_subscriptions": 0,
+		"tenants": []any{map[string]any{"id": "acme", "max_subscriptions": 0, "max_subscription_concurrency": 7}, map[string]any{"id": "globex"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = serverOptions(unbounded, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if want := []proxy.Tenant{{ID: "acme", MaxSubscriptions: -1, MaxSubscriptionConcurrency: 7}, {ID: "globex"}}; !reflect.DeepEqual(opts.Tenants, want) {
+		t.Errorf("Tenants = %+v, want %+v", opts.Tenants, want)
+	}
+	if opts.TenantDefaults.MaxSubscriptions != -1 {
+		t.Errorf("tenant_defaults.max_subscriptions 0: TenantDefaults %+v, want MaxSubscriptions -1", opts.TenantDefaults)
 	}
 }
 
