@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +131,44 @@ func TestRingChargesRenderings(t *testing.T) {
 	n, bytes = r.held()
 	if n < before || bytes > budget || r.sum() != bytes {
 		t.Errorf("after new unrendered events: %d events in %d bytes (slots add up to %d), want %d events within %d", n, bytes, r.sum(), before, budget)
+	}
+}
+
+// BenchmarkRingRenderedHeap measures what the ring keeps in memory when
+// 80 events of 1 MiB are each rendered for 6 distinct variants that keep
+// the whole payload (the security review's case): the events it holds,
+// the bytes it charges and the heap they keep, against its 64 MiB bound.
+// Reported, not asserted: go test -run XXX -bench RingRenderedHeap ./proxy/
+func BenchmarkRingRenderedHeap(b *testing.B) {
+	var subs []*Subscription
+	for i := range 6 {
+		v, err := policy.ParseVariant(policy.VariantSpec{Fields: []string{"data", fmt.Sprint("x", i)}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		subs = append(subs, &Subscription{ID: fmt.Sprint("s", i), Variant: v})
+	}
+	pad := strings.Repeat("x", 1<<20-30)
+	for range b.N {
+		e := &engine{feed: &feed{ring: newRing(ringSlots, ringBytes, 0)}}
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for seq := uint64(1); seq <= 80; seq++ {
+			ev := &queue.Event{Seq: seq, ID: fmt.Sprint("ev", seq), Type: "t", AcceptedAt: time.Unix(1, 0), Body: []byte(`{"data":{"pad":"` + pad + `"}}`)}
+			e.feed.ring.put([]*queue.Event{ev})
+			for _, sub := range subs {
+				if _, err := e.render(sub, ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		n, bytes := e.feed.ring.held()
+		b.ReportMetric(float64(n), "events-held")
+		b.ReportMetric(float64(bytes)/(1<<20), "MiB-charged")
+		b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/(1<<20), "MiB-heap")
+		runtime.KeepAlive(e)
 	}
 }
