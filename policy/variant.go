@@ -35,6 +35,25 @@ const (
 	MaxVariantPathSegments = 32
 )
 
+// Bounds of the distinct variants a sidecar's subscriptions may ask for,
+// checked where subscriptions are made through the admin API. Each
+// distinct variant is rendered once per event it reaches, and the
+// renderings are kept with the event, so the distinct variants multiply
+// the CPU and the memory every event costs; subscriptions sharing an equal
+// variant (the same Key) add nothing. A tenant's token makes
+// subscriptions, so the bound is sluice's, not the tenant's: 8 covers a
+// tenant's few receivers with different shapes, and 64 in all keeps an
+// event's renderings within a small multiple of its body even for a
+// platform event every tenant receives.
+const (
+	// MaxTenantVariants bounds the distinct variants of one tenant's
+	// subscriptions.
+	MaxTenantVariants = 8
+	// MaxVariants bounds the distinct variants of all subscriptions,
+	// the operator's included.
+	MaxVariants = 64
+)
+
 // VariantContentType is the Content-Type of every rendered variant: they
 // are all JSON.
 const VariantContentType = "application/json"

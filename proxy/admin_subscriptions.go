@@ -147,7 +147,7 @@ func registryResult(w http.ResponseWriter, status int, err error, v any) {
 		writeError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, ErrNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, ErrExists), errors.Is(err, ErrManagedByFile), errors.Is(err, ErrLimit):
+	case errors.Is(err, ErrExists), errors.Is(err, ErrManagedByFile), errors.Is(err, ErrLimit), errors.Is(err, ErrVariantLimit):
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, ErrNoSpecs):
 		writeError(w, http.StatusNotImplemented, err.Error())

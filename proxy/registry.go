@@ -12,6 +12,7 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
 )
@@ -40,6 +41,9 @@ var (
 	ErrManagedByAPI = errors.New("managed by the admin API")
 	// ErrLimit: a tenant's limit refuses the request (409).
 	ErrLimit = errors.New("over a tenant's limit")
+	// ErrVariantLimit: the subscription would add a distinct body
+	// variant past policy.MaxTenantVariants or policy.MaxVariants (409).
+	ErrVariantLimit = errors.New("too many distinct body variants")
 	// ErrNoSpecs: the server was built without a SpecParser (501).
 	ErrNoSpecs = errors.New("subscription API not configured")
 )
@@ -157,6 +161,9 @@ func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo,
 	// limit" whether or not the id is taken, or the two answers would tell
 	// it which of another tenant's ids exist.
 	if err := s.checkTenantRoom(sub.Tenant, ""); err != nil {
+		return SubscriptionInfo{}, err
+	}
+	if err := s.checkVariantRoom(sub, nil); err != nil {
 		return SubscriptionInfo{}, err
 	}
 	err = s.checkFree(sub.ID)
@@ -300,6 +307,71 @@ func (s *Server) checkTenantRoom(tenant, except string) error {
 	return nil
 }
 
+// checkVariantRoom refuses sub when its body variant would add one more
+// distinct variant past policy.MaxTenantVariants among its tenant's
+// subscriptions (the operator's, tenant "", have no such bound) or past
+// policy.MaxVariants among all. cur is the subscription sub replaces (an
+// update), nil for a create. Only growth is refused, counted as what the
+// subscriptions ask for before and after the request: a variant equal to
+// one in use (by Key: the same renderings) adds nothing, nor does an
+// update that keeps its variant or swaps one only it had for a new one,
+// so a tenant at its bound can still change a variant, and the file's
+// subscriptions putting a count over a bound stall no update. Deleted
+// subscriptions still draining do not count: they take no new events.
+// d.reg is held.
+//
+// Equal variants count once in all, whoever uses them, since an event
+// shared with several tenants carries one rendering of each. So a tenant
+// refused by the bound in all can learn that a variant it tries is
+// another's; that tells it a field list, never an event.
+func (s *Server) checkVariantRoom(sub, cur *Subscription) error {
+	key := sub.Variant.Key()
+	if key == "" {
+		return nil
+	}
+	tenant := sub.Tenant
+	// The lane of sub, on an update, still holds cur: left out here,
+	// and counted as the state before the request below.
+	mine, all := map[string]struct{}{}, map[string]struct{}{}
+	for _, l := range s.d.laneList() {
+		l.mu.Lock()
+		k, t, skip := l.sub.Variant.Key(), l.sub.Tenant, l.left || (cur != nil && l.id == cur.ID)
+		l.mu.Unlock()
+		if skip || k == "" {
+			continue
+		}
+		all[k] = struct{}{}
+		if t == tenant {
+			mine[k] = struct{}{}
+		}
+	}
+	curKey := ""
+	if cur != nil {
+		curKey = cur.Variant.Key()
+	}
+	// after reports how many distinct variants set holds with sub, and
+	// whether that is more than before, with cur (when it counts in set).
+	after := func(set map[string]struct{}, curCounts bool) (int, bool) {
+		if _, ok := set[key]; ok {
+			return len(set), false
+		}
+		before := len(set)
+		if _, ok := set[curKey]; curCounts && curKey != "" && !ok {
+			before++
+		}
+		return len(set) + 1, len(set)+1 > before
+	}
+	if n, grows := after(mine, cur != nil && cur.Tenant == tenant); tenant != "" && grows && n > policy.MaxTenantVariants {
+		return fmt.Errorf("body: %w: tenant %s has %d, at most %d per tenant; use one of them (equal variants count once) or leave body out",
+			ErrVariantLimit, tenant, n-1, policy.MaxTenantVariants)
+	}
+	if n, grows := after(all, cur != nil); grows && n > policy.MaxVariants {
+		return fmt.Errorf("body: %w: %d in use, at most %d in all; use one in use (equal variants count once) or leave body out",
+			ErrVariantLimit, n-1, policy.MaxVariants)
+	}
+	return nil
+}
+
 // apiLane returns the lane of id if p may see it and the API manages it.
 func (s *Server) apiLane(p principal, id string) (*lane, *Subscription, error) {
 	l := s.d.lane(id)
@@ -382,6 +454,9 @@ func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (Subsc
 		if err := s.checkTenantRoom(sub.Tenant, id); err != nil {
 			return SubscriptionInfo{}, err
 		}
+	}
+	if err := s.checkVariantRoom(sub, cur); err != nil {
+		return SubscriptionInfo{}, err
 	}
 	if err := d.join([]*Subscription{sub}, nil, false); err != nil {
 		return SubscriptionInfo{}, err

@@ -25,8 +25,12 @@ import (
 // fell behind reads its own copy of the event from the log, a page at a
 // time, and renders its own: it already reads and copies the body per
 // lane, and rendering is of the same order. Renderings die with their
-// event; the ring's byte bound counts the stored body only, so with n
-// distinct variants the ring can hold up to about n+1 times its bound.
+// event, and the ring charges them to its byte bound (ring.charge): a ring
+// of rendered events evicts sooner, rather than holding n+1 times its
+// bound for n distinct variants. How many distinct variants there may be
+// is bounded too, per tenant and in all (policy.MaxTenantVariants,
+// policy.MaxVariants; the registry refuses one more), which bounds the
+// renderings, and the CPU, each event costs.
 //
 // When: the lane renders before the gates (slot, rate, breaker, budget)
 // of a first attempt or a retry, so that a body the variant cannot render
@@ -75,9 +79,17 @@ func (e *engine) render(sub *Subscription, ev *queue.Event) ([]byte, error) {
 				m.variants.ok.Inc()
 			}
 		}
+		if e.feed != nil {
+			e.feed.ring.charge(ev, cap(b)+renderingOverhead)
+		}
 		return b, err
 	})
 }
+
+// renderingOverhead is what a cached rendering holds besides its bytes
+// (the queue.Rendering, its slot in the event's list, a failure's error),
+// rounded up, so that even failed renderings of empty bodies are not free.
+const renderingOverhead = 128
 
 // payload returns the body j sends and its Content-Type: the stored ones,
 // or the variant's rendering (found cached: the lane rendered it before

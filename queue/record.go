@@ -37,7 +37,9 @@ type Event struct {
 	doc atomic.Pointer[Decoded]
 	// renderings caches Body rendered per body variant (Rendering, in
 	// render.go; issue 13). Like doc, it lives as long as the event and
-	// is not counted by Size.
+	// is not counted by Size: renderings come after the event is sized,
+	// so whoever caches one charges its budget then (the delivery
+	// engine's ring does).
 	renderings atomic.Pointer[[]*Rendering]
 }
 
