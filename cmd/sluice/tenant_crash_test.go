@@ -231,3 +231,78 @@ func TestTenantEventsSurviveSIGKILL(t *testing.T) {
 	t.Logf("%d events accepted (%d posted), all delivered where entitled %v after the last one; %d duplicates; %v in all",
 		len(evs), next.Load(), settled.Sub(evs[len(evs)-1].accepted).Round(time.Millisecond), dups, time.Since(began).Round(time.Millisecond))
 }
+
+// tenantFleetSubs are tenantTestSubs on the fleet harness.
+func tenantFleetSubs(slots int) []fleetSub {
+	retry := "retry: {base: 10ms, cap: 100ms, max_attempts: 100, max_age: 1h}"
+	return []fleetSub{
+		{ID: "ops-all", Extra: retry},
+		{ID: "acme-all", Extra: fmt.Sprintf("tenant: acme\nconcurrency: {max: %d}\n%s", slots, retry)},
+		{ID: "globex-all", Extra: "tenant: globex\n" + retry},
+	}
+}
+
+// TestFleetTenantEventsAcrossTakeover: the same tenants and subscriptions
+// on three `sluice serve` nodes sharing a 3-node JetStream cluster.
+// Producers spread over the nodes post acme's, globex's and platform
+// events; acme's endpoint is slow, and its lane's owner is SIGKILLed
+// while it has acme's requests in flight and events owed, so another node
+// takes the lane over (within lease_ttl + 2 s, as killSluice checks) and
+// delivers what the dead node left. At the end every event answered 202
+// by any node reached every endpoint entitled to it, and no endpoint got
+// one request of an event it is not entitled to, from any node.
+func TestFleetTenantEventsAcrossTakeover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet: real sidecars and a JetStream cluster")
+	}
+	began := time.Now()
+	const (
+		hold     = 20 * time.Millisecond // acme's endpoint's latency
+		slots    = 2
+		perPhase = 200 // events accepted before the kill, and after it
+	)
+	w := newFleetWorld(t, tenantFleetSubs(slots), map[string]time.Duration{"acme-all": hold})
+	w.cfg.Top = tenantTestTenants
+	ids := []string{"node-a", "node-b", "node-c"}
+	for _, id := range ids {
+		w.addNode(id, w.cfg)
+	}
+	w.startAll()
+	w.awaitOwned("every lane owned at start", w.nodes[0], ids, 30*time.Second)
+	t.Logf("fleet up in %v", time.Since(began).Round(time.Millisecond))
+
+	// 4 producers, one event per 10 ms each: acme is owed half of them,
+	// 200/s, more than its endpoint takes (slots per hold, 100/s).
+	w.load = newFleetLoad(t, w.current)
+	w.load.key = tenantKey
+	w.load.run(4, 10*time.Millisecond)
+	w.awaitAccepted("load before the kill", perPhase)
+	owners := w.awaitOwned("owners before the kill", w.nodes[0], ids, 30*time.Second)
+	victim := slices.Index(ids, owners["acme-all"])
+	fleetAwait(t, "acme's deliveries in flight on its owner and owed", 10*time.Second, func() (bool, string) {
+		owed, state := w.recv.missing(w.load.list(), tenantEntitled, []string{"acme-all"})
+		in := w.recv.nodeInFlight(ids[victim])
+		return owed > 0 && in > 0, fmt.Sprintf("%s; %d in flight from %s", state, in, ids[victim])
+	})
+	owed, state := w.recv.missing(w.load.list(), tenantEntitled, tenantTestSubs)
+	t.Logf("owners %v; killing %s with %d deliveries owed (%s)", owners, ids[victim], owed, state)
+	w.killSluice(victim, owners)
+	w.awaitAccepted("load after the takeover", w.load.accepted()+perPhase)
+	w.load.halt()
+	w.load.checkProblems(t)
+	loadDone := time.Now()
+
+	// The lane has moved already (killSluice); at worst every event waits
+	// its turn at acme's endpoint, slots at a time, one hold each; the
+	// rest is slack for a busy machine.
+	evs := w.load.list()
+	drain := time.Duration(len(evs)) * hold / slots
+	settled := fleetAwait(t, "every accepted event at every entitled endpoint", fleetMoveBound+drain+30*time.Second, func() (bool, string) {
+		n, state := w.recv.missing(evs, tenantEntitled, tenantTestSubs)
+		return n == 0, state
+	})
+	w.recv.checkProblems(t)
+	checkTenantEntitlement(t, w.recv)
+	t.Logf("%d events accepted (%d re-posts answered duplicate, refusals %v), all delivered where entitled %v after the producers stopped; %v in all",
+		len(evs), w.load.reposts, w.load.refused, settled.Sub(loadDone).Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+}
