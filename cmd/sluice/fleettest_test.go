@@ -484,7 +484,8 @@ func (n *fleetNode) post(typ, key string) (int, fleetIngestAnswer, http.Header, 
 	return n.postVia(n.ingest, typ, key)
 }
 
-// postVia is post through c, a client of the node's ingest socket.
+// postVia is post through c, a client of the node's ingest socket. A
+// tenant test's key (tk-<n>) goes with its tenant's Sluice-Tenant.
 func (n *fleetNode) postVia(c *http.Client, typ, key string) (int, fleetIngestAnswer, http.Header, error) {
 	var ans fleetIngestAnswer
 	req, _ := http.NewRequest(http.MethodPost, "http://sluice/v1/events/"+typ, strings.NewReader(fleetBody(key, typ)))
