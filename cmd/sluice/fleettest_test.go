@@ -484,12 +484,16 @@ func (n *fleetNode) post(typ, key string) (int, fleetIngestAnswer, http.Header, 
 	return n.postVia(n.ingest, typ, key)
 }
 
-// postVia is post through c, a client of the node's ingest socket.
+// postVia is post through c, a client of the node's ingest socket. A
+// tenant test's key (tk-<n>) goes with its tenant's Sluice-Tenant.
 func (n *fleetNode) postVia(c *http.Client, typ, key string) (int, fleetIngestAnswer, http.Header, error) {
 	var ans fleetIngestAnswer
 	req, _ := http.NewRequest(http.MethodPost, "http://sluice/v1/events/"+typ, strings.NewReader(fleetBody(key, typ)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	if tenant := tenantKeyKind(key).tenant; tenant != "" {
+		req.Header.Set(proxy.HeaderTenant, tenant)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, ans, nil, err
@@ -507,12 +511,16 @@ func (n *fleetNode) postVia(c *http.Client, typ, key string) (int, fleetIngestAn
 	return resp.StatusCode, ans, resp.Header, nil
 }
 
-// Events: key k-<n> has type fleetTypes[n%3] and this body.
+// Events: key k-<n> has type fleetTypes[n%3] and this body; key tk-<n>,
+// the tenant tests' (tenantKey), has the type of its tenantKeyKind.
 var fleetTypes = [...]string{"t.a", "t.b", "t.c"}
 
 func fleetKey(n int) string { return "k-" + strconv.Itoa(n) }
 
 func fleetType(key string) (string, bool) {
+	if k := tenantKeyKind(key); k.typ != "" {
+		return k.typ, true
+	}
 	s, ok := strings.CutPrefix(key, "k-")
 	if !ok {
 		return "", false
@@ -788,6 +796,9 @@ type fleetEvent struct {
 type fleetLoad struct {
 	t     *testing.T
 	nodes func() []*fleetNode // the current node of each slot
+	// key names the producers' n-th event; fleetKey when nil. Set it
+	// before run.
+	key func(n int) string
 
 	next atomic.Int64
 	stop chan struct{} // closed by halt; nil while halted
@@ -853,13 +864,17 @@ func (l *fleetLoad) list() []*fleetEvent {
 func (l *fleetLoad) producer(i int, every time.Duration, stop chan struct{}) {
 	tick := time.NewTicker(every) // the workload's pace
 	defer tick.Stop()
+	keyOf := fleetKey
+	if l.key != nil {
+		keyOf = l.key
+	}
 	for {
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
 		}
-		key := fleetKey(int(l.next.Add(1) - 1))
+		key := keyOf(int(l.next.Add(1) - 1))
 		if !l.publish(i, key, stop) {
 			return
 		}

@@ -187,11 +187,20 @@ func (sc *sidecar) kill() {
 	sc.client.Transport.(*http.Transport).CloseIdleConnections()
 }
 
-// post publishes one event; ok means the sidecar answered 2xx.
+// post publishes one platform event; ok means the sidecar answered 2xx.
 func (sc *sidecar) post(typ, key string) (int, error) {
-	req, _ := http.NewRequest(http.MethodPost, "http://sluice/v1/events/"+typ, strings.NewReader(fmt.Sprintf(`{"key":%q}`, key)))
+	return sc.postAs("", typ, key, fmt.Sprintf(`{"key":%q}`, key))
+}
+
+// postAs publishes one event of tenant ("" for a platform event) with
+// body.
+func (sc *sidecar) postAs(tenant, typ, key, body string) (int, error) {
+	req, _ := http.NewRequest(http.MethodPost, "http://sluice/v1/events/"+typ, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	if tenant != "" {
+		req.Header.Set(proxy.HeaderTenant, tenant)
+	}
 	resp, err := sc.client.Do(req)
 	if err != nil {
 		return 0, err
