@@ -117,13 +117,13 @@ func TestReloadReplacesTenantTokens(t *testing.T) {
 	path := filepath.Join(dir, "sluice.yaml")
 	write := func(tenantToken string) {
 		t.Helper()
-		yaml := "listen: 127.0.0.1:0\ndata_dir: " + filepath.Join(dir, "data") + "\nadmin:\n  listen: 127.0.0.1:0\n  token: operator-token-1\n" +
+		yaml := "listen: 127.0.0.1:0\ndata_dir: " + filepath.Join(dir, "data") + "\nadmin:\n  listen: 127.0.0.1:0\n  token: operator-token-0123456789\n" +
 			"  tokens: [{token: " + tenantToken + ", tenant: acme}]\n"
 		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("acme-token-one")
+	write("acme-token-one-0123456789")
 	load := func() (*config.Config, error) { return config.Load(path, nil, nil) }
 	cfg, err := load()
 	if err != nil {
@@ -146,15 +146,15 @@ func TestReloadReplacesTenantTokens(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if code := whoami("acme-token-one"); code != 200 {
+	if code := whoami("acme-token-one-0123456789"); code != 200 {
 		t.Fatalf("the configured token: %d", code)
 	}
-	write("acme-token-two")
+	write("acme-token-two-0123456789")
 	reload(srv, cfg, load, log)
-	if code := whoami("acme-token-one"); code != 401 {
+	if code := whoami("acme-token-one-0123456789"); code != 401 {
 		t.Errorf("a token dropped from admin.tokens, after the reload: %d, want 401", code)
 	}
-	if code := whoami("acme-token-two"); code != 200 {
+	if code := whoami("acme-token-two-0123456789"); code != 200 {
 		t.Errorf("a token added to admin.tokens, after the reload: %d, want 200", code)
 	}
 }

@@ -53,9 +53,11 @@ const DefaultNodes = 3
 
 // DefaultStartTimeout bounds Start and Restart when Options.StartTimeout is
 // 0. A fresh JetStream meta group elects its leader within a few seconds on
-// loopback (the Raft election timeout is randomised in seconds); 20 s leaves
-// room for a slow, loaded CI machine.
-const DefaultStartTimeout = 20 * time.Second
+// loopback (the Raft election timeout is randomised in seconds), but nodes
+// restarted on their stores while the whole test suite loads both cores
+// took over 20 s to elect one (TestFleetNATSDownAtStart). It is a bound on
+// an awaited condition, so a larger one costs nothing when all is well.
+const DefaultStartTimeout = 60 * time.Second
 
 // DefaultName is the cluster name when Options.Name is empty.
 const DefaultName = "sluice"
