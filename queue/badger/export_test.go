@@ -1,0 +1,21 @@
+package badger
+
+import (
+	"testing"
+	"time"
+)
+
+// AwaitIndexed waits until l's indexer has written the dedup entries of
+// every event up to the head (dedup.go): after that, an idle log writes
+// nothing more of its own, so a test may compare the data dir's files
+// before and after something that must not touch them.
+func AwaitIndexed(tb testing.TB, l *Log) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for l.indexed.Load() < l.head.Load() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("the indexer is at %d of head %d after 30 s", l.indexed.Load(), l.head.Load())
+		}
+		time.Sleep(time.Millisecond) // polling an atomic: nothing signals it
+	}
+}
