@@ -384,6 +384,12 @@ type TenantConfig struct {
 	// (1,000,000 events, 72h), so no tenant's subscription goes unbounded
 	// and a stalled endpoint cannot fill the disk for everyone.
 	Backlog BacklogConfig `koanf:"backlog"`
+	// MaxDeadLetters bounds the dead letters kept for each of the
+	// tenant's subscriptions: past it the oldest are deleted (a letter a
+	// replay in flight needs is kept). 0 takes the default, 100,000; at
+	// most 1,000,000,000. Enforced by the Badger log, not yet in fleet
+	// mode.
+	MaxDeadLetters int `koanf:"max_dead_letters"`
 
 	// maxSubscriptionsSet and maxSubscriptionConcurrencySet record that
 	// the source spelled the key out (markTenants): a 0 left out takes

@@ -286,6 +286,9 @@ func (c *Config) validateTenants() error {
 		if err := validateBacklog(p, t.Backlog); err != nil {
 			return err
 		}
+		if t.MaxDeadLetters < 0 || t.MaxDeadLetters > maxBacklogEvents {
+			return fieldErr(p+".max_dead_letters", t.MaxDeadLetters, invalidf("must be between 0 (the default, 100000) and %d", maxBacklogEvents))
+		}
 	}
 	return nil
 }

@@ -396,6 +396,7 @@ func (d *dispatcher) maintain() {
 		}
 		if quotas {
 			l.enforceQuota(now)
+			l.trimLetters() // a tenant's lanes have quotas (tenantBound)
 		}
 		// A filtered lane that sees none of its types sleeps with a stale
 		// cursor; move it to the head now and then so it does not pin

@@ -19,22 +19,25 @@ import (
 // nothing else of the dispatcher: the lane set, reconciliation with the
 // config, the cursor flusher and maintenance are the dispatcher's alone.
 type engine struct {
-	store  queue.Store
-	fleet  queue.Fleet // store as a Fleet; nil: this node owns every lane
-	feed   *feed
-	slots  *slots
-	timers *timerHeap
-	dirty  *dirtySet
-	budget *policy.Budget
-	m      *metrics
-	log    *slog.Logger
-	now    func() time.Time
-	client *fasthttp.Client
-	gates  hostGates     // deliver.go: the wait for client's per-host cap
-	egress *egress       // routes and tokens of the subscriptions that need more than client (egress.go)
-	quit   chan struct{} // closed at stop
-	ops    *operational  // the operational webhook; nil when not configured
-	trace  tracer        // tracing.go: trace headers and spans of attempts
+	store queue.Store
+	fleet queue.Fleet // store as a Fleet; nil: this node owns every lane
+	// trimmer is store as a DeadLetterTrimmer; nil when it cannot trim
+	// (fleet mode today), and tenants' dead letters are then not bounded.
+	trimmer queue.DeadLetterTrimmer
+	feed    *feed
+	slots   *slots
+	timers  *timerHeap
+	dirty   *dirtySet
+	budget  *policy.Budget
+	m       *metrics
+	log     *slog.Logger
+	now     func() time.Time
+	client  *fasthttp.Client
+	gates   hostGates     // deliver.go: the wait for client's per-host cap
+	egress  *egress       // routes and tokens of the subscriptions that need more than client (egress.go)
+	quit    chan struct{} // closed at stop
+	ops     *operational  // the operational webhook; nil when not configured
+	trace   tracer        // tracing.go: trace headers and spans of attempts
 	// bulkheads are the tenants' concurrency caps, by tenant (nil: none):
 	// the listed tenants' made before any lane, an unlisted tenant's with
 	// defaultBulkhead when its first lane asks (bulkheadOf).
@@ -44,6 +47,10 @@ type engine struct {
 	// tenantBacklog holds the tenants' own backlog bounds
 	// (Tenant.Backlog); a tenant absent takes DefaultTenantBacklog.
 	tenantBacklog map[string]BacklogQuota
+	// tenantLetters holds the tenants' own dead-letter bounds
+	// (Tenant.MaxDeadLetters); a tenant absent takes
+	// DefaultTenantMaxDeadLetters.
+	tenantLetters map[string]int
 	// rotating is set when a lane takes a subscription whose old secrets
 	// expire (a rotation's grace): the maintenance pass looks for expired
 	// ones only then, not over 50,000 lanes every second.
@@ -69,8 +76,10 @@ func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now
 		quit:          make(chan struct{}),
 		bulkheads:     map[string]*bulkhead{},
 		tenantBacklog: map[string]BacklogQuota{},
+		tenantLetters: map[string]int{},
 	}
 	e.fleet, _ = store.(queue.Fleet)
+	e.trimmer, _ = store.(queue.DeadLetterTrimmer)
 	e.slots = newSlots(maxInFlight, e.feed, e.quit, func(j *job, w *workerState) {
 		res := e.deliver(j, w)
 		j.lane.finish(j, res)

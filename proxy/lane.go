@@ -705,6 +705,10 @@ type laneMemo struct {
 	// ord is the per-key ordering state of an ordered lane (ordering.go);
 	// here, not in lane, which is at its 384-byte size class.
 	ord *ordering
+	// trimmed says trimLetters ran once; lettersAtTrim is the lane's
+	// dead-letter count then (tenant.go).
+	trimmed       bool
+	lettersAtTrim uint64
 }
 
 // memoized returns l.memo, made on first use. l.mu is held.

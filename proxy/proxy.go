@@ -210,7 +210,20 @@ type Tenant struct {
 	// stalled, paused or throttled endpoint of one tenant cannot pin the
 	// log until the disk guard refuses every producer (invariant 8).
 	Backlog BacklogQuota
+	// MaxDeadLetters bounds the dead letters kept for each of the
+	// tenant's subscriptions: past it the oldest are deleted (those a
+	// replay in flight needs excepted), as the backlog bound turns a
+	// stalled endpoint's events into dead letters, each with its body.
+	// 0 takes DefaultTenantMaxDeadLetters. Enforced where the log can
+	// trim (the Badger log; not yet in fleet mode).
+	MaxDeadLetters int
 }
+
+// DefaultTenantMaxDeadLetters is the dead-letter bound of each tenant's
+// subscription where the operator set none (Tenant.MaxDeadLetters): a
+// tenth of DefaultTenantBacklog, room for a day's failures of a busy
+// endpoint while replay stays useful.
+const DefaultTenantMaxDeadLetters = 100_000
 
 // DefaultTenantBacklog is the backlog bound of every tenant's
 // subscriptions where the operator set none (Tenant.Backlog): the size
@@ -412,8 +425,9 @@ func (s *Server) Open() (err error) {
 		if t.MaxConcurrency > 0 {
 			b = newBulkhead(t.ID, t.MaxConcurrency)
 		}
-		d.bulkheads[t.ID] = b             // before any lane exists
-		d.tenantBacklog[t.ID] = t.Backlog // before any lane exists
+		d.bulkheads[t.ID] = b                    // before any lane exists
+		d.tenantBacklog[t.ID] = t.Backlog        // before any lane exists
+		d.tenantLetters[t.ID] = t.MaxDeadLetters // before any lane exists
 		if len(t.SharedTypes) > 0 {
 			m := policy.MatchTypes(t.SharedTypes) // nil for "*": every type
 			if m == nil {

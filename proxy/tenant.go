@@ -89,6 +89,54 @@ func (e *engine) tenantBound(tenant string) BacklogQuota {
 	return b
 }
 
+// letterBound is how many dead letters each of tenant's subscriptions
+// keeps: the operator's, or DefaultTenantMaxDeadLetters; 0 (no bound) for
+// the operator's own subscriptions.
+func (e *engine) letterBound(tenant string) int {
+	if tenant == "" {
+		return 0
+	}
+	if n := e.tenantLetters[tenant]; n > 0 {
+		return n
+	}
+	return DefaultTenantMaxDeadLetters
+}
+
+// trimLetters bounds a tenant's subscription's dead letters: once it has
+// written a tenth of its bound since the last trim (and once after start,
+// for the letters an earlier run left), the oldest past the bound are
+// deleted. The store does it outside the lane's lock: a trim is a scan of
+// the subscription's letters, and the lane's deliveries must not wait for
+// it. Runs on the maintenance goroutine.
+func (l *lane) trimLetters() {
+	t := l.e.trimmer
+	if t == nil {
+		return
+	}
+	l.mu.Lock()
+	bound := l.e.letterBound(l.sub.Tenant)
+	if bound == 0 || l.foreign {
+		l.mu.Unlock()
+		return
+	}
+	m := l.memoized()
+	written := l.deadLettered.Load()
+	if m.trimmed && written-m.lettersAtTrim < uint64(max(bound/10, 1)) {
+		l.mu.Unlock()
+		return
+	}
+	m.trimmed, m.lettersAtTrim = true, written
+	l.mu.Unlock()
+	n, err := t.TrimDeadLetters(l.id, bound)
+	if err != nil {
+		l.e.log.Error("trim dead letters", "subscription", l.id, "err", err)
+		return
+	}
+	if n > 0 {
+		l.e.log.Info("oldest dead letters deleted: over the tenant's bound", "subscription", l.id, "deleted", n, "bound", bound)
+	}
+}
+
 // bounded returns q tightened to bound: a field of bound that is set
 // replaces q's when q's is unset or larger. A tenant may ask for less
 // than the operator allows, never more.

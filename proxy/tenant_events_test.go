@@ -101,3 +101,38 @@ func TestTenantBoundTightensOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantDeadLettersBounded: a tenant's subscription at a failing
+// endpoint keeps at most its tenant's max_dead_letters, the newest; the
+// operator's subscription at the same endpoint keeps every one. So the
+// backlog bound, which turns a stalled endpoint's events into dead
+// letters, does not just move them where they fill the disk as surely.
+func TestTenantDeadLettersBounded(t *testing.T) {
+	tb := startTestbed(t, testbed.ModeFail)
+	mine := sub("acme-hook", tb.URL()+"/acme", "*")
+	mine.Tenant, mine.Retry = "acme", fastRetry(1)
+	ops := sub("ops-hook", tb.URL()+"/ops", "*")
+	ops.Retry = fastRetry(1)
+	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{mine, ops},
+		Tenants: []proxy.Tenant{{ID: "acme", MaxDeadLetters: 5}}})
+	publishAs(t, s, "acme", "order.created", "acme", 20)
+	eventually(t, "every event dead-lettered", func() bool {
+		return lane(s, "acme-hook").DeadLettered == 20 && lane(s, "ops-hook").DeadLettered == 20
+	})
+	eventually(t, "acme's letters trimmed to its bound", func() bool {
+		dls, err := s.DeadLetters("acme-hook", 100)
+		return err == nil && len(dls) == 5
+	})
+	dls, err := s.DeadLetters("acme-hook", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range dls {
+		if want := fmt.Sprintf("acme-%d", 15+i); d.EventID != want {
+			t.Fatalf("letter %d is %s, want the newest five, %s first", i, d.EventID, "acme-15")
+		}
+	}
+	if all, err := s.DeadLetters("ops-hook", 100); err != nil || len(all) != 20 {
+		t.Fatalf("the operator's subscription keeps %d letters (%v), want all 20", len(all), err)
+	}
+}

@@ -20,6 +20,18 @@ type Store interface {
 	Close() error
 }
 
+// DeadLetterTrimmer is implemented by a backend that can bound a
+// subscription's dead letters (the Badger log; the engine trims a
+// tenant's subscriptions with it, so that one tenant's black hole cannot
+// fill the disk for everyone).
+type DeadLetterTrimmer interface {
+	// TrimDeadLetters deletes sub's oldest dead letters past the newest
+	// keep, except those with a retry scheduled for their seq (a replay
+	// in flight needs the letter's body), and returns how many it
+	// deleted.
+	TrimDeadLetters(sub string, keep int) (int, error)
+}
+
 // Match selects events by their tenant ("" for a platform event) and
 // type, which a backend reads without decoding the rest of an event, so a
 // lane can skip what it is not entitled to cheaply. It must not keep its

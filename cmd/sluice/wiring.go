@@ -139,7 +139,7 @@ func tenants(cfg *config.Config) []proxy.Tenant {
 	for _, t := range cfg.Tenants {
 		out = append(out, proxy.Tenant{ID: t.ID, MaxSubscriptions: t.SubscriptionsLimit(), MaxConcurrency: t.Concurrency.Max,
 			MaxSubscriptionConcurrency: t.MaxSubscriptionConcurrency, SharedTypes: t.SharedTypes,
-			Backlog: proxy.BacklogQuota{MaxEvents: t.Backlog.MaxEvents, MaxAge: t.Backlog.MaxAge}})
+			Backlog: proxy.BacklogQuota{MaxEvents: t.Backlog.MaxEvents, MaxAge: t.Backlog.MaxAge}, MaxDeadLetters: t.MaxDeadLetters})
 	}
 	return out
 }

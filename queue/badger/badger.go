@@ -234,7 +234,10 @@ type Log struct {
 	corrupt   map[uint64]struct{} // last seqs of the unreadable records reported (reportCorrupt)
 }
 
-var _ queue.Store = (*Log)(nil)
+var (
+	_ queue.Store             = (*Log)(nil)
+	_ queue.DeadLetterTrimmer = (*Log)(nil)
+)
 
 // Open opens (or creates) the log in opts.Dir, recovers the head, the
 // compaction boundary and the retry references, and starts the committer.

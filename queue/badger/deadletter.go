@@ -1,6 +1,7 @@
 package badger
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -140,4 +141,62 @@ func (l *Log) DeadLetter(sub string, seq uint64) (*queue.DeadLetter, error) {
 		return nil, fmt.Errorf("dead letter %s/%d: %w", sub, seq, err)
 	}
 	return d, nil
+}
+
+// trimBatch bounds the deletes of one transaction of TrimDeadLetters.
+const trimBatch = 1000
+
+// TrimDeadLetters implements queue.DeadLetterTrimmer: one key-only scan of
+// sub's letters (their keys sort by seq, oldest first), then the oldest
+// past keep deleted in transactions of trimBatch, each skipping a letter
+// whose seq has a retry scheduled. Under stateMu, as Replay: a replay of
+// a letter cannot slip in between the check and the delete.
+func (l *Log) TrimDeadLetters(sub string, keep int) (int, error) {
+	keep = max(keep, 0)
+	l.stateMu.Lock()
+	defer l.stateMu.Unlock()
+	prefix := deadLetterPrefix(sub)
+	var seqs []uint64
+	err := l.db.View(func(txn *badgerdb.Txn) error {
+		it := txn.NewIterator(badgerdb.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()
+			if len(k) != len(prefix)+8 {
+				return fmt.Errorf("dead letter key of %d bytes: %w", len(k), queue.ErrCorrupt)
+			}
+			seqs = append(seqs, binary.BigEndian.Uint64(k[len(prefix):]))
+		}
+		return nil
+	})
+	if err != nil || len(seqs) <= keep {
+		return 0, err
+	}
+	old := seqs[:len(seqs)-keep]
+	deleted := 0
+	for len(old) > 0 {
+		batch := old[:min(len(old), trimBatch)]
+		old = old[len(batch):]
+		n := 0
+		err := l.update(func(txn *badgerdb.Txn) error {
+			n = 0
+			for _, seq := range batch {
+				if _, replaying, err := retryDue(txn, sub, seq); err != nil {
+					return err
+				} else if replaying {
+					continue
+				}
+				if err := txn.Delete(deadLetterKey(sub, seq)); err != nil {
+					return err
+				}
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			return deleted, fmt.Errorf("trim dead letters of %s: %w", sub, err)
+		}
+		deleted += n
+	}
+	return deleted, nil
 }
