@@ -387,8 +387,8 @@ type TenantConfig struct {
 	// MaxDeadLetters bounds the dead letters kept for each of the
 	// tenant's subscriptions: past it the oldest are deleted (a letter a
 	// replay in flight needs is kept). 0 takes the default, 100,000; at
-	// most 1,000,000,000. Enforced by the Badger log, not yet in fleet
-	// mode.
+	// most 1,000,000,000. Enforced by each subscription's owner, in both
+	// backends.
 	MaxDeadLetters int `koanf:"max_dead_letters"`
 
 	// maxSubscriptionsSet and maxSubscriptionConcurrencySet record that

@@ -22,7 +22,7 @@ type engine struct {
 	store queue.Store
 	fleet queue.Fleet // store as a Fleet; nil: this node owns every lane
 	// trimmer is store as a DeadLetterTrimmer; nil when it cannot trim
-	// (fleet mode today), and tenants' dead letters are then not bounded.
+	// (a test's store), and tenants' dead letters are then not bounded.
 	trimmer queue.DeadLetterTrimmer
 	feed    *feed
 	slots   *slots

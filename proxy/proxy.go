@@ -214,8 +214,8 @@ type Tenant struct {
 	// tenant's subscriptions: past it the oldest are deleted (those a
 	// replay in flight needs excepted), as the backlog bound turns a
 	// stalled endpoint's events into dead letters, each with its body.
-	// 0 takes DefaultTenantMaxDeadLetters. Enforced where the log can
-	// trim (the Badger log; not yet in fleet mode).
+	// 0 takes DefaultTenantMaxDeadLetters. The lane's owner trims
+	// (queue.DeadLetterTrimmer), in either backend.
 	MaxDeadLetters int
 }
 

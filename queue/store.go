@@ -20,10 +20,11 @@ type Store interface {
 	Close() error
 }
 
-// DeadLetterTrimmer is implemented by a backend that can bound a
-// subscription's dead letters (the Badger log; the engine trims a
-// tenant's subscriptions with it, so that one tenant's black hole cannot
-// fill the disk for everyone).
+// DeadLetterTrimmer bounds a subscription's dead letters; both backends
+// implement it (queuetest's TrimDeadLetters holds them to it), and the
+// engine trims a tenant's subscriptions with it, so that one tenant's
+// black hole cannot fill the disk for everyone. It is a separate
+// interface so that a store of a test may leave it out.
 type DeadLetterTrimmer interface {
 	// TrimDeadLetters deletes sub's oldest dead letters past the newest
 	// keep, except those with a retry scheduled for their seq (a replay

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -231,4 +232,78 @@ func (s *Store) Replay(sub string, seq uint64, due time.Time, force bool) (*queu
 	}
 	s.notifyChanged(sub)
 	return d, nil
+}
+
+// trimBatch bounds the purges of one atomic batch of TrimDeadLetters.
+const trimBatch = 64
+
+// TrimDeadLetters implements queue.DeadLetterTrimmer: the keys of sub's
+// letters from one metadata-only scan, then the oldest past keep purged in
+// batches, each fenced by this node's lease on sub (writeLane), as every
+// write of the lane's state is. A letter whose seq has a retry scheduled
+// (a replay in flight needs its body) is kept; the check is made under
+// sub's wmu, which Replay holds too.
+func (s *Store) TrimDeadLetters(sub string, keep int) (int, error) {
+	if err := s.checkOpen(); err != nil {
+		return 0, err
+	}
+	if err := checkSub(sub); err != nil {
+		return 0, fmt.Errorf("trim dead letters: %w", err)
+	}
+	keep = max(keep, 0)
+	live := map[uint64]struct{}{}
+	err := s.scanKeys([]string{keyDead + sub + ".*"}, true, func(key string, _ uint64, _ []byte, deleted bool) error {
+		_, seq, ok := splitSeqKey(keyDead, key)
+		if !ok {
+			return fmt.Errorf("dead letter key %q: %w", key, queue.ErrCorrupt)
+		}
+		if deleted {
+			delete(live, seq)
+		} else {
+			live[seq] = struct{}{}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("trim dead letters of %s: %w", sub, s.stateErr(err))
+	}
+	if len(live) <= keep {
+		return 0, nil
+	}
+	seqs := make([]uint64, 0, len(live))
+	for seq := range live {
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs)
+	old := seqs[:len(seqs)-keep]
+	l := s.st.lane(sub)
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	deleted := 0
+	for len(old) > 0 {
+		batch := old[:min(len(old), trimBatch)]
+		old = old[len(batch):]
+		n := 0
+		err := s.writeLane(sub, func(ctx context.Context) ([]write, error) {
+			n = 0
+			var ws []write
+			for _, seq := range batch {
+				re, err := s.get(ctx, retryKey(sub, seq))
+				if err != nil {
+					return nil, err
+				}
+				if re.exists() {
+					continue
+				}
+				ws = append(ws, write{m: s.newPurge(deadKey(sub, seq))})
+				n++
+			}
+			return ws, nil
+		})
+		if err != nil {
+			return deleted, fmt.Errorf("trim dead letters of %s: %w", sub, s.stateErr(err))
+		}
+		deleted += n
+	}
+	return deleted, nil
 }

@@ -28,7 +28,10 @@ import (
 
 const keyRecord = "record."
 
-var _ queue.Records = (*Store)(nil)
+var (
+	_ queue.Records           = (*Store)(nil)
+	_ queue.DeadLetterTrimmer = (*Store)(nil)
+)
 
 func recordKey(key string) string { return keyRecord + key }
 

@@ -21,6 +21,7 @@ func Run(t *testing.T, b Backend) {
 		{"EventsFilterAndBounds", testEventsFilterAndBounds},
 		{"OrderingKeyAndTraceContext", testEventContext},
 		{"LookupKeepsTenant", testLookupTenant},
+		{"TrimDeadLetters", testTrimDeadLetters},
 		{"DedupWithinWindow", testDedupWithinWindow},
 		{"DedupAfterWindow", testDedupAfterWindow},
 		{"OnCommitBeforeAppendReturns", testOnCommit},

@@ -586,3 +586,54 @@ func testRecovery(t *testing.T, e *env) {
 		t.Fatalf("a new member after reopen starts at %d, want 8", m.From)
 	}
 }
+
+// testTrimDeadLetters: a backend that trims (queue.DeadLetterTrimmer)
+// deletes a subscription's oldest dead letters past keep, keeps the
+// newest, keeps a letter with a replay in flight whatever its age, and
+// leaves another subscription's letters (one whose id extends this one's)
+// alone.
+func testTrimDeadLetters(t *testing.T, e *env) {
+	s := e.open(t, Options{Sync: true})
+	tr, ok := s.(queue.DeadLetterTrimmer)
+	if !ok {
+		t.Skip("this backend keeps every dead letter")
+	}
+	join(t, s, "s", nil)
+	join(t, s, "s-2", nil)
+	for i := range 10 {
+		seq, _ := MustAppend(t, s, Event(fmt.Sprint("e-", i), "t", "{}"))
+		for _, sub := range []string{"s", "s-2"} {
+			record(t, s, queue.Outcome{Kind: queue.DeadLettered, Subscription: sub, Seq: seq, At: t0, DeadLetter: &queue.DeadLetter{
+				Subscription: sub, Seq: seq, EventID: fmt.Sprint("e-", i), Type: "t", Reason: "rejected", Attempts: 1, DeadAt: t0, Body: []byte("{}")}})
+		}
+	}
+	// The second oldest is being replayed: it keeps its letter.
+	if _, err := s.Replay("s", 2, t0, false); err != nil {
+		t.Fatal(err)
+	}
+	n, err := tr.TrimDeadLetters("s", 3)
+	if err != nil || n != 6 {
+		t.Fatalf("trim: %d, %v; want the 7 oldest but the replayed one, 6", n, err)
+	}
+	left, err := s.DeadLetters("s", "", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, d := range left {
+		seqs = append(seqs, d.Seq)
+	}
+	if fmt.Sprint(seqs) != "[2 8 9 10]" {
+		t.Fatalf("letters left: %v, want [2 8 9 10]", seqs)
+	}
+	if other, err := s.DeadLetters("s-2", "", 0, 100); err != nil || len(other) != 10 {
+		t.Fatalf("s-2 has %d letters after trimming s (%v), want 10", len(other), err)
+	}
+	if n, err := tr.TrimDeadLetters("s", 3); err != nil || n != 0 {
+		t.Fatalf("trim again: %d, %v; want 0 (the replayed one stays)", n, err)
+	}
+	s = e.reopen(t, s, Options{})
+	if left, err := s.DeadLetters("s", "", 0, 100); err != nil || len(left) != 4 {
+		t.Fatalf("after reopen: %d letters of s (%v), want 4", len(left), err)
+	}
+}
