@@ -211,12 +211,12 @@ func TestLoadConfigDefaults(t *testing.T) {
 		assertConfig(t, cfg, Default())
 	}
 
-	// The documented defaults (DESIGN.md §4).
+	// The documented defaults (README, "Configuration reference").
 	d := Default()
 	if d.Listen != "127.0.0.1:8700" || d.Admin.Listen != "127.0.0.1:8701" || d.DataDir != "./sluice-data" ||
 		d.Durability != "fsync" || d.MaxBodyBytes != 1<<20 ||
 		d.RetryBudget != (RetryBudgetConfig{Ratio: 0.1, MinPerSecond: 10, Window: 10 * time.Second}) {
-		t.Errorf("Default() = %+v, differs from DESIGN.md §4", d)
+		t.Errorf("Default() = %+v, differs from the README's configuration reference", d)
 	}
 	if err := Default().Validate(); err != nil {
 		t.Errorf("Default().Validate() = %v", err)

@@ -191,7 +191,7 @@ func (f *feed) matcherFor(sub *Subscription) queue.Match {
 	return m
 }
 
-// entitlement is DESIGN.md invariant 8 as a queue.Match: an operator's
+// entitlement is the tenant rule (docs/security.md) as a queue.Match: an operator's
 // subscription (tenant "") takes every event of its types; a tenant's
 // takes only the events of that tenant, plus the platform events (no
 // tenant) of the types the operator shares with it, whatever its own types

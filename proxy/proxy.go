@@ -226,9 +226,9 @@ type Tenant struct {
 const DefaultTenantMaxDeadLetters = 100_000
 
 // DefaultTenantBacklog is the backlog bound of every tenant's
-// subscriptions where the operator set none (Tenant.Backlog): the size
-// DESIGN.md's sample subscription gives itself, and three days, which
-// outlasts a weekend's outage of an endpoint.
+// subscriptions where the operator set none (Tenant.Backlog): a million
+// events (about 1 GiB of 1 KiB bodies per subscription) and three days,
+// which outlasts a weekend's outage of an endpoint.
 var DefaultTenantBacklog = BacklogQuota{MaxEvents: 1_000_000, MaxAge: 72 * time.Hour}
 
 // TenantToken is an admin token scoped to Tenant.

@@ -16,9 +16,9 @@ import (
 // variants, variant.go; charge), not only the stored bodies: a
 // subscription's variant is a tenant's choice, and with the bodies alone
 // counted, n distinct variants let the ring hold n+1 times its bound
-// (DESIGN.md invariant 8: nothing a tenant sets may outgrow the operator's
+// (the tenant rule, docs/security.md: nothing a tenant sets may outgrow the operator's
 // limits). Charging the ring, rather than not caching renderings past a
-// budget, keeps "render once per event and variant" (DESIGN.md §1): a ring
+// budget, keeps "render once per event and variant": a ring
 // full of rendered events holds fewer of them, which costs a lane that
 // falls behind one more page read from the log, where an uncached
 // rendering would cost every lane sending that variant its own rendering

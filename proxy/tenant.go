@@ -12,7 +12,7 @@ import (
 )
 
 // HeaderTenant is the ingest request header that says which tenant an
-// event belongs to (DESIGN.md invariant 8). An event posted without it is
+// event belongs to (the tenant rule, docs/security.md). An event posted without it is
 // a platform event: the operator's subscriptions receive it, a tenant's
 // only when the operator shares its type with the tenant
 // (Tenant.SharedTypes). The value is a tenant id, as validTenant checks.

@@ -28,8 +28,8 @@ type Event struct {
 	TraceState  string
 	// Tenant is the tenant the event belongs to (the producer's
 	// Sluice-Tenant header), "" for a platform event. Only that tenant's
-	// subscriptions, and the operator's, may receive it (DESIGN.md
-	// invariant 8); events written before tenants existed decode with "".
+	// subscriptions, and the operator's, may receive it (the tenant
+	// rule, docs/security.md); events written before tenants existed decode with "".
 	Tenant string
 
 	// doc caches Body decoded for the delivery engine's body filters

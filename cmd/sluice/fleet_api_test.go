@@ -111,7 +111,7 @@ func TestFleetAPISubscriptions(t *testing.T) {
 	// one request in flight (each owner's: a tenant's lanes may have
 	// several owners).
 	// The producers post platform events, which the operator shares with
-	// acme (DESIGN.md invariant 8).
+	// acme (the tenant rule, docs/security.md).
 	w.cfg.Top = `tenants: [{id: acme, concurrency: {max: 1}, shared_types: ["*"]}]`
 	w.recv.tb.SetMode("/acme-1", testbed.ModeBlackhole)
 	w.recv.tb.SetMode("/acme-2", testbed.ModeBlackhole)

@@ -64,7 +64,7 @@ func TestTenantCapHoldsAgainstABlackHole(t *testing.T) {
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken,
 		TenantTokens: []proxy.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}},
 		// The events are platform events both tenants receive: the operator
-		// shares every type with them (DESIGN.md invariant 8).
+		// shares every type with them (the tenant rule, docs/security.md).
 		Tenants: []proxy.Tenant{{ID: "acme", MaxConcurrency: tenantCap, SharedTypes: []string{"*"}}, {ID: "other", SharedTypes: []string{"*"}}},
 		// Retries are not what this test is about: let them all through.
 		RetryBudget: policy.BudgetConfig{Ratio: 1, MinPerSecond: 10_000},

@@ -1,6 +1,6 @@
 package main
 
-// Tenant isolation (DESIGN.md invariant 8) end to end across crashes: a
+// Tenant isolation (the tenant rule, docs/security.md) end to end across crashes: a
 // producer posts events of acme, of globex and of the platform to real
 // `sluice serve` processes, on the Badger log across a SIGKILL and on
 // JetStream across a fleet takeover; every event acknowledged 202 reaches

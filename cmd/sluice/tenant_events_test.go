@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/testbed"
 )
 
-// Events belong to tenants (DESIGN.md invariant 8): a producer posts
+// Events belong to tenants (the tenant rule, docs/security.md): a producer posts
 // events of acme, of globex and of the platform; each tenant's
 // subscriptions, whatever their types say ("*"), receive exactly their
 // tenant's events plus the platform types the operator shares with them;

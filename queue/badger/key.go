@@ -59,7 +59,7 @@ const formatVersion = 7
 //	   without the events below it, and copies the events retries hold out
 //	   into records of their own. Older records are read as they are.
 //	7  an e/<seq> record may be of version 4 (eventVersionTenant), carrying
-//	   the tenant the event belongs to (DESIGN.md invariant 8). Platform
+//	   the tenant the event belongs to (the tenant rule, docs/security.md). Platform
 //	   events are written as before, so an older dir needs no rewrite; an
 //	   older sluice must refuse the dir, as it would read a version-4
 //	   record as damage and, worse, deliver a tenant's event to everyone.

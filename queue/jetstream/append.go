@@ -36,7 +36,7 @@ const (
 	hdrOrderingKey = "Sluice-Ordering-Key"
 	hdrTraceParent = "traceparent"
 	hdrTraceState  = "tracestate"
-	// The tenant the event belongs to (DESIGN.md invariant 8), only when
+	// The tenant the event belongs to (the tenant rule, docs/security.md), only when
 	// it has one; a message written before tenants existed reads as a
 	// platform event.
 	hdrTenant = "Sluice-Tenant"
