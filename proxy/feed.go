@@ -44,7 +44,8 @@ type feed struct {
 	typeSeq  map[string]*atomic.Uint64 // last committed seq of each filtered-on type
 	matchers map[string]queue.Match    // one filter per distinct type list and tenant, shared by lanes
 	// shared holds, per tenant, the platform event types the operator
-	// shares with it (Tenant.SharedTypes); set before any lane exists.
+	// shares with it (Tenant.SharedTypes); set before any lane exists and
+	// never changed, so read without a lock.
 	shared map[string]func(typ []byte) bool
 }
 
@@ -206,24 +207,24 @@ func entitlement(tenant string, shared, types func(typ []byte) bool) queue.Match
 		return func(_, typ []byte) bool { return types(typ) }
 	}
 	return func(owner, typ []byte) bool {
-		if string(owner) != tenant && (len(owner) != 0 || shared == nil || !shared(typ)) {
-			return false
-		}
-		return types == nil || types(typ)
+		return tenantRule(tenant, shared, owner, typ) && (types == nil || types(typ))
 	}
 }
 
-// entitled reports whether a subscription of tenant may receive an event
-// of evTenant and type typ, by the tenant rule alone (entitlement), its
-// types aside.
+// tenantRule is the tenant rule alone, types aside: a subscription of
+// tenant ("" for the operator) may receive an event of owner ("" for a
+// platform event) and type typ. One definition for the lanes' matchers
+// and for entitled.
+func tenantRule(tenant string, shared func(typ []byte) bool, owner, typ []byte) bool {
+	return tenant == "" || string(owner) == tenant || len(owner) == 0 && shared != nil && shared(typ)
+}
+
+// entitled is tenantRule for strings, allocating nothing: the lanes call
+// it for every event they take from their buffer and for every retry.
+// shared is read without a lock: it is set before any lane exists and
+// never changes.
 func (f *feed) entitled(tenant, evTenant, typ string) bool {
-	if tenant == "" {
-		return true // the operator's: every event
-	}
-	f.typeMu.RLock()
-	shared := f.shared[tenant]
-	f.typeMu.RUnlock()
-	return entitlement(tenant, shared, nil)(unsafe.Slice(unsafe.StringData(evTenant), len(evTenant)), unsafe.Slice(unsafe.StringData(typ), len(typ)))
+	return tenantRule(tenant, f.shared[tenant], unsafe.Slice(unsafe.StringData(evTenant), len(evTenant)), unsafe.Slice(unsafe.StringData(typ), len(typ)))
 }
 
 // seenSince reports whether an event of one of types may have been
