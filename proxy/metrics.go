@@ -44,6 +44,7 @@ type metrics struct {
 	latency     *prometheus.HistogramVec // subscription: accepted → ACK
 	rejections  *prometheus.CounterVec   // subscription, reason
 	deadLetters *prometheus.CounterVec   // subscription, reason
+	trimmed     *prometheus.CounterVec   // subscription: dead letters deleted past a tenant's bound
 	variants    *variantMetrics          // body renderings (variant.go)
 }
 
@@ -75,10 +76,13 @@ func newMetrics(reg prometheus.Registerer, d *dispatcher) *metrics {
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_dead_letters_total", Help: "Dead letters admitted, by reason.",
 		}, []string{"subscription", "reason"}),
+		trimmed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_dead_letters_trimmed_total", Help: "Dead letters deleted, oldest first, past the bound of their tenant's subscription (tenants[].max_dead_letters): a tenant's retention, never silent.",
+		}, []string{"subscription"}),
 		variants: newVariantMetrics(reg),
 	}
 	if reg != nil {
-		reg.MustRegister(m.attempts, m.exchange, m.latency, m.rejections, m.deadLetters,
+		reg.MustRegister(m.attempts, m.exchange, m.latency, m.rejections, m.deadLetters, m.trimmed,
 			&laneCollector{d: d},
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "sluice_retry_budget_available_ratio",

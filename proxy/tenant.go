@@ -133,6 +133,7 @@ func (l *lane) trimLetters() {
 		return
 	}
 	if n > 0 {
+		l.e.m.trimmed.WithLabelValues(l.id).Add(float64(n))
 		l.e.log.Info("oldest dead letters deleted: over the tenant's bound", "subscription", l.id, "deleted", n, "bound", bound)
 	}
 }

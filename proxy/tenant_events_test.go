@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/testbed"
@@ -113,7 +115,8 @@ func TestTenantDeadLettersBounded(t *testing.T) {
 	mine.Tenant, mine.Retry = "acme", fastRetry(1)
 	ops := sub("ops-hook", tb.URL()+"/ops", "*")
 	ops.Retry = fastRetry(1)
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{mine, ops},
+	reg := prometheus.NewRegistry()
+	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{mine, ops}, Registry: reg,
 		Tenants: []proxy.Tenant{{ID: "acme", MaxDeadLetters: 5}}})
 	publishAs(t, s, "acme", "order.created", "acme", 20)
 	eventually(t, "every event dead-lettered", func() bool {
@@ -131,6 +134,10 @@ func TestTenantDeadLettersBounded(t *testing.T) {
 		if want := fmt.Sprintf("acme-%d", 15+i); d.EventID != want {
 			t.Fatalf("letter %d is %s, want the newest five, %s first", i, d.EventID, "acme-15")
 		}
+	}
+	// The deletions are counted, never silent.
+	if got := counter(t, reg, "sluice_dead_letters_trimmed_total", "subscription", "acme-hook"); got != 15 {
+		t.Fatalf("sluice_dead_letters_trimmed_total{subscription=acme-hook} = %v, want 15", got)
 	}
 	if all, err := s.DeadLetters("ops-hook", 100); err != nil || len(all) != 20 {
 		t.Fatalf("the operator's subscription keeps %d letters (%v), want all 20", len(all), err)

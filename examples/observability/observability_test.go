@@ -28,6 +28,7 @@ var metricNames = []string{
 	"sluice_lane_oldest_age_seconds",
 	"sluice_lane_rejections_total",
 	"sluice_dead_letters_total",
+	"sluice_dead_letters_trimmed_total",
 	"sluice_breaker_state",
 	"sluice_retry_budget_available_ratio",
 	"sluice_log_disk_used_bytes",
