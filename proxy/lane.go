@@ -705,9 +705,8 @@ type laneMemo struct {
 	// ord is the per-key ordering state of an ordered lane (ordering.go);
 	// here, not in lane, which is at its 384-byte size class.
 	ord *ordering
-	// trimmed says trimLetters ran once; lettersAtTrim is the lane's
-	// dead-letter count then (tenant.go).
-	trimmed       bool
+	// lettersAtTrim is the lane's dead-letter count at its last trim
+	// (trimLetters, tenant.go).
 	lettersAtTrim uint64
 }
 

@@ -103,9 +103,11 @@ func (e *engine) letterBound(tenant string) int {
 }
 
 // trimLetters bounds a tenant's subscription's dead letters: once it has
-// written a tenth of its bound since the last trim (and once after start,
-// for the letters an earlier run left), the oldest past the bound are
-// deleted. The store does it outside the lane's lock: a trim is a scan of
+// written a tenth of its bound since the last trim (or since start), the
+// oldest past the bound are deleted. Not at start as well: a trim scans
+// the subscription's letters (in fleet mode a watch of the state bucket),
+// and 50,000 of those would be start-up's; letters an earlier run left
+// over the bound go with the next trim. The store does it outside the lane's lock: a trim is a scan of
 // the subscription's letters, and the lane's deliveries must not wait for
 // it. Runs on the maintenance goroutine.
 func (l *lane) trimLetters() {
@@ -119,13 +121,15 @@ func (l *lane) trimLetters() {
 		l.mu.Unlock()
 		return
 	}
-	m := l.memoized()
-	written := l.deadLettered.Load()
-	if m.trimmed && written-m.lettersAtTrim < uint64(max(bound/10, 1)) {
-		l.mu.Unlock()
-		return
+	written, at := l.deadLettered.Load(), uint64(0)
+	if l.memo != nil {
+		at = l.memo.lettersAtTrim
 	}
-	m.trimmed, m.lettersAtTrim = true, written
+	if written-at < uint64(max(bound/10, 1)) {
+		l.mu.Unlock()
+		return // and an idle lane gets no memo for it
+	}
+	l.memoized().lettersAtTrim = written
 	l.mu.Unlock()
 	n, err := t.TrimDeadLetters(l.id, bound)
 	if err != nil {
