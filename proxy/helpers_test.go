@@ -121,10 +121,19 @@ var httpClient = &http.Client{Timeout: 10 * time.Second}
 
 func post(t *testing.T, s *proxy.Server, typ, key, body string) (int, ingestAnswer) {
 	t.Helper()
+	return postWith(t, s, typ, key, body, nil)
+}
+
+// postWith is post with more headers (a tenant's, say).
+func postWith(t *testing.T, s *proxy.Server, typ, key, body string, hdr map[string]string) (int, ingestAnswer) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/events/"+typ, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
 	}
 	return do(t, req)
 }

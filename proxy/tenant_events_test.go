@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,14 +16,12 @@ import (
 // publishAs posts n events of tenant ("" for platform events).
 func publishAs(t *testing.T, s *proxy.Server, tenant, typ, prefix string, n int) {
 	t.Helper()
+	var hdr map[string]string
+	if tenant != "" {
+		hdr = map[string]string{proxy.HeaderTenant: tenant}
+	}
 	for i := range n {
-		req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/events/"+typ, strings.NewReader(fmt.Sprintf(`{"n":%d}`, i)))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", prefix, i))
-		if tenant != "" {
-			req.Header.Set(proxy.HeaderTenant, tenant)
-		}
-		if code, a := do(t, req); code != http.StatusAccepted {
+		if code, a := postWith(t, s, typ, fmt.Sprintf("%s-%d", prefix, i), fmt.Sprintf(`{"n":%d}`, i), hdr); code != http.StatusAccepted {
 			t.Fatalf("publish %s-%d: %d %+v", prefix, i, code, a)
 		}
 	}
