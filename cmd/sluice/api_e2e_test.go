@@ -296,11 +296,16 @@ func TestAPIRotateSecret(t *testing.T) {
 	}
 
 	const grace = 2 * time.Second
+	// Taken before the request: the sidecar starts the grace somewhere
+	// between this and the answer, so time since rotatedAt is never less
+	// than the grace the sidecar has counted. Taken after the answer (a
+	// slow answer on a loaded machine), it was, and an old secret retired
+	// on time looked retired early.
+	rotatedAt := time.Now()
 	code, body = a.call(t, "POST", "/v1/subscriptions/rot/rotate-secret", fmt.Sprintf(`{"grace": %q}`, grace))
 	if code != 200 {
 		t.Fatalf("rotate: %d %s", code, body)
 	}
-	rotatedAt := time.Now()
 	var rot struct {
 		Secret string `json:"secret"`
 	}
