@@ -361,7 +361,7 @@ func unknownKey(path string, v any, t reflect.Type) string {
 			}
 		}
 		if len(keys) > 0 {
-			return joinPath(path, keyText(slices.Min(keys)))
+			return joinPath(path, secretText(slices.Min(keys)))
 		}
 	}
 	switch t.Kind() {
@@ -373,7 +373,7 @@ func unknownKey(path string, v any, t reflect.Type) string {
 		for _, key := range slices.Sorted(maps.Keys(m)) {
 			f, ok := fieldByKey(t, key)
 			if !ok {
-				return joinPath(path, keyText(key))
+				return joinPath(path, secretText(key))
 			}
 			if bad := unknownKey(joinPath(path, key), m[key], f.Type); bad != "" {
 				return bad
@@ -401,16 +401,6 @@ func unknownKey(path string, v any, t reflect.Type) string {
 		}
 	}
 	return ""
-}
-
-// keyText is a key as an error may show it: a secret written where a key
-// goes (a misplaced line, "- whsec_...:") is redacted, since the error is
-// logged (found by FuzzLoadConfig).
-func keyText(key string) string {
-	if i := strings.Index(key, "whsec_"); i >= 0 {
-		return key[:i] + "whsec_" + redactedText
-	}
-	return key
 }
 
 func fieldByKey(t reflect.Type, key string) (reflect.StructField, bool) {

@@ -66,7 +66,7 @@ func formatValue(field string, v any) string {
 		if x == redactedText {
 			return x
 		}
-		s = strconv.Quote(x)
+		s = strconv.Quote(secretText(x))
 	case time.Duration:
 		s = x.String()
 	case float64:
@@ -81,6 +81,16 @@ func formatValue(field string, v any) string {
 	}
 	if len(s) > 200 {
 		s = s[:200] + "…"
+	}
+	return s
+}
+
+// secretText is s with anything from a "whsec_" on redacted: a secret
+// pasted where another value goes (a url, a key, an id) is still a secret,
+// and an error that names the value is logged (found by the config fuzzers).
+func secretText(s string) string {
+	if i := strings.Index(s, "whsec_"); i >= 0 {
+		return s[:i] + "whsec_" + redactedText
 	}
 	return s
 }
