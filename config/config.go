@@ -122,7 +122,7 @@ type Config struct {
 	MaxDiskBytes int64 `koanf:"max_disk_bytes"`
 	// MinFreeDiskBytes is the free space ingest leaves on data_dir's file
 	// system (507 below it). Default queue.DefaultMinFreeBytes; 0 disables
-	// the floor, which risks a crash on a full disk (see RELIABILITY.md).
+	// the floor, which risks a crash on a full disk (see docs/reliability.md).
 	MinFreeDiskBytes int64 `koanf:"min_free_disk_bytes"`
 	// AllowPrivateTargets lets subscriptions deliver to loopback, private,
 	// link-local (cloud metadata) and other non-public addresses. Off by

@@ -95,7 +95,7 @@ func Defaults() Options {
 		// set is bounded but large, up to ~550 MiB measured: ingest
 		// admission and the ring of recent events (64 MiB each) and
 		// mostly Badger's table builders, whose buffers its allocator
-		// pool keeps (RELIABILITY.md). sluice sets GOMEMLIMIT to 85% of
+		// pool keeps (docs/reliability.md). sluice sets GOMEMLIMIT to 85% of
 		// the limit, which must leave that room. No CPU limit: throttling
 		// a delivery sidecar only turns into latency.
 		CPURequest:    "50m",

@@ -295,7 +295,7 @@ type window struct {
 // newWindow returns an empty window of n buckets covering length from
 // origin on. Buckets are at least 1ns wide. They are allocated on first
 // use: every lane has a breaker, and most of 50,000 idle lanes never
-// record an outcome (BENCHMARKS.md, lanes-50k: heap per idle lane).
+// record an outcome (docs/benchmarks.md, lanes-50k: heap per idle lane).
 func newWindow(origin time.Time, length time.Duration, n int) window {
 	return window{
 		origin: origin,

@@ -25,7 +25,7 @@ func fakeAttempt(l *lane, seq uint64, attempt int, took time.Duration, res resul
 func ack() result { return result{Exchange: policy.Exchange{Outcome: policy.Ack, Status: 200}} }
 
 // TestAttemptLaneStaysInItsSizeClass: the attempt log adds one pointer to
-// the lane and no more; 50,000 idle lanes must fit (BENCHMARKS.md,
+// the lane and no more; 50,000 idle lanes must fit (docs/benchmarks.md,
 // lanes-50k: the struct is kept in the 384-byte size class).
 func TestAttemptLaneStaysInItsSizeClass(t *testing.T) {
 	if n := unsafe.Sizeof(lane{}); n > 384 {

@@ -21,7 +21,7 @@ import (
 
 // Benchmarks of the hot path, in-process over real loopback. The machine
 // is shared and noisy: compare figures from the same run (see
-// BENCHMARKS.md), never against fixed numbers.
+// docs/benchmarks.md), never against fixed numbers.
 
 // BenchmarkIngest measures durable appends through the HTTP ingest path
 // with 64 concurrent keep-alive producers and no subscriptions. The

@@ -63,7 +63,7 @@ type lane struct {
 	pausedBy string // why deliveries are paused at run time (410 Gone, an operator)
 	// The flags sit together so that they pack into one word with leaving:
 	// apart, their padding cost 24 bytes, and with 50,000 lanes the struct
-	// must stay in the 384-byte size class (BENCHMARKS.md, lanes-50k).
+	// must stay in the 384-byte size class (docs/benchmarks.md, lanes-50k).
 	left    bool        // removed from the config: drains up to until, then retires
 	dirty   bool        // in the dirty set: the cursor moved since the last flush
 	hungry  bool        // parked in the feed until a commit wakes it
@@ -259,7 +259,7 @@ func (l *lane) limit() int {
 
 // brk returns the lane's breaker, made on first use: a lane that never
 // dispatches (most of 50,000 idle ones) carries none, which is 240 of the
-// bytes an idle lane would cost (BENCHMARKS.md, lanes-50k). l.mu is held.
+// bytes an idle lane would cost (docs/benchmarks.md, lanes-50k). l.mu is held.
 func (l *lane) brk() *policy.Breaker {
 	if l.breaker == nil {
 		l.breaker = policy.NewBreaker(l.sub.Breaker, l.e.now)

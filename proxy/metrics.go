@@ -102,7 +102,7 @@ type laneMetrics struct {
 // laneMetrics returns the lane's series handles, made on its first
 // delivery attempt. The lane holds only a pointer until then: most of
 // 50,000 lanes may never deliver, and the handles would be 120 of the
-// bytes each idle lane costs (BENCHMARKS.md, lanes-50k). Two first
+// bytes each idle lane costs (docs/benchmarks.md, lanes-50k). Two first
 // attempts racing make the same series (WithLabelValues returns the
 // existing child); one set of handles wins.
 func (l *lane) laneMetrics(m *metrics) *laneMetrics {

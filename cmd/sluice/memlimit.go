@@ -12,7 +12,7 @@ import (
 // admission, the ring, Badger's memtables), but with the default GOGC the
 // heap may grow to twice the live set before a collection: measured, a
 // 500-connection burst of 16 KiB events peaked at 880 MiB RSS with no limit
-// and 420 MiB with GOMEMLIMIT=200MiB (RELIABILITY.md). Without this, a
+// and 420 MiB with GOMEMLIMIT=200MiB (docs/reliability.md). Without this, a
 // sidecar with a Kubernetes memory limit is OOM-killed where a collection
 // would have done. The rest is for goroutine stacks, mmapped files and the
 // runtime's own overhead.

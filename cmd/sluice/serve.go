@@ -48,7 +48,7 @@ func serve(args []string, stderr io.Writer) error {
 	// A flag and no config key: accepting a loss is a decision about one
 	// damaged dir, and a key left in a config file would accept the next
 	// damage too, unseen.
-	acceptLoss := fs.Bool("accept-data-loss", false, "open a data dir whose logs are damaged, dropping the records after the damage (sluice refuses it otherwise; see RELIABILITY.md)")
+	acceptLoss := fs.Bool("accept-data-loss", false, "open a data dir whose logs are damaged, dropping the records after the damage (sluice refuses it otherwise; see docs/reliability.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -473,7 +473,7 @@ func (s *Store) failAll(err error) {
 // subscription's one goroutine. A PubAck of a new event hands the event to
 // OnCommit there, before the Append wakes: when the Appends handed their
 // events over themselves, one woken before the Append of the seq below it
-// found a gap and waited for it (BENCHMARKS.md, Fleet mode); in order,
+// found a gap and waited for it (docs/benchmarks.md, Fleet mode); in order,
 // only another node's event leaves a gap.
 func (s *Store) onReply(m *nats.Msg) {
 	tok, err := strconv.ParseUint(strings.TrimPrefix(m.Subject, s.lg.replyPfx), 10, 64)
