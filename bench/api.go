@@ -1,6 +1,6 @@
 package main
 
-// The api scenario (issue 12, "Speed"): subscriptions created through the
+// The api scenario ("Speed"): subscriptions created through the
 // admin API (POST /v1/subscriptions) instead of the config file.
 //
 //   - Creates: a sidecar (fsync) with no subscriptions; 10,000 creates

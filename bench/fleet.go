@@ -1,6 +1,6 @@
 package main
 
-// The fleet scenarios (issue 11; targets in issue 14): sluice nodes in
+// The fleet scenarios (targets in bench/README.md): sluice nodes in
 // fleet mode (log.backend: jetstream) on an embedded 3-node JetStream
 // cluster that runs in a child process of its own (_nats), against a bare
 // JetStream publisher on the same cluster and against one Badger node on
@@ -535,8 +535,8 @@ func (h *harness) scenarioFleetIngest(ctx context.Context, name string) error {
 
 // scenarioFleetFanout: fan-out 10 on one Badger node, then on fleets of
 // each size in counts (producers spread over the nodes), in the same run.
-// With target, the per-node row of the first count carries issue 14's
-// target (fleet-fanout-10); fleet-scale compares each size with the first.
+// With target, the per-node row of the first count carries the per-node
+// target (fleet-fanout-10, ≥ 0.5× the Badger node); fleet-scale compares each size with the first.
 func (h *harness) scenarioFleetFanout(ctx context.Context, name string, counts []int, target bool) error {
 	const fan = 10
 	subs := []subGroup{{fan, benchType}}

@@ -1,6 +1,6 @@
 package main
 
-// The isolation scenarios of issue 4: a black-hole endpoint among healthy
+// The isolation scenarios: a black-hole endpoint among healthy
 // ones (shared pool against lanes), and a full outage (sluice's retry
 // budget against a naive deliverer that retries three times at once).
 

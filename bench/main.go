@@ -1,5 +1,5 @@
 // Command bench measures the sluice sidecar against the ceilings of the
-// machine it runs on, in the same run (issue 3). It starts the sidecar as a
+// machine it runs on, in the same run. It starts the sidecar as a
 // real child process on a real data directory, an in-process fasthttp
 // receiver, closed- and open-loop producers, and four baselines (a no-op
 // fasthttp server, a bare Badger group-commit appender, a bare fasthttp

@@ -1,9 +1,9 @@
 package main
 
-// The model of issue 14: what a platform past this machine takes with
+// The model: what a platform past this machine takes with
 // sluice, worked out at the end of every run from the per-core figures the
 // run measured, so that it is re-derived whenever the code or the machine
-// changes. Seed 000's platform: 25,000 triggers/s with a mean fan-out of
+// changes. The platform sluice is sized for: 25,000 triggers/s with a mean fan-out of
 // 40, i.e. 1,000,000 deliveries/s, to endpoints it does not own.
 //
 // The model is linear in the deliveries except for one term: in fleet mode

@@ -1,6 +1,6 @@
 package main
 
-// The outage scenario of issue 4: every endpoint fails for a while;
+// The outage scenario: every endpoint fails for a while;
 // sluice's shared retry budget against a naive deliverer that retries
 // three times at once.
 

@@ -41,7 +41,7 @@ func procCPU(pid int) (time.Duration, error) {
 }
 
 // cpuTimes splits a process's CPU time: at low load the sidecar's cost was
-// about half system time (issue 14), which utime+stime alone hides.
+// about half system time, which utime+stime alone hides.
 type cpuTimes struct {
 	User, Sys time.Duration
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Producer settings shared by the scenarios (issue 3).
+// Producer settings shared by the scenarios.
 const (
 	ingestProducers = 64  // ingest scenarios, noop-ingest, latency capacity
 	fanoutProducers = 32  // fan-out and closed-loop payload scenarios
@@ -118,7 +118,7 @@ func (h *harness) scenarioFanout(ctx context.Context, name string, n int) error 
 	r := h.rep
 	cs, naive := h.base[baseClientServer], h.base[naiveName(n)]
 	row := r.add(name, "deliveries/s vs client→server loop", w.DeliveriesPerSec, "/s").vs(cs, func(b *baselineResult) float64 { return b.PerSec })
-	if n == 10 || n == 1 { // issue 3's target for fan-out 10, issue 14's for fan-out 1
+	if n == 10 || n == 1 { // the delivery targets of fan-out 10 and fan-out 1
 		row.want(onRatio, ">=", 0.5)
 	}
 	r.add(name, "deliveries/s vs naive sync fan-out", w.DeliveriesPerSec, "/s").vs(naive, func(b *baselineResult) float64 { return b.PerSec })
@@ -148,8 +148,8 @@ func (h *harness) scenarioFanout(ctx context.Context, name string, n int) error 
 	if ctx.Err() != nil {
 		return nil
 	}
-	// The same with durability async: the issue measured 0.74 ms per paced
-	// delivery there too, so the sync is not what the fixed costs are.
+	// The same with durability async: an earlier measurement found 0.74 ms
+	// per paced delivery there too, so the sync is not what the fixed costs are.
 	asc, err := h.start(ctx, sidecarSpec{Name: name + ".async", Durability: "async", Subs: []subGroup{{n, benchType}}})
 	if err != nil {
 		return err
@@ -182,7 +182,7 @@ func (h *harness) pacedWindow(ctx context.Context, sc *sidecar, name string) *wi
 }
 
 // pacedRows reports a paced window against the saturated window of the
-// same sidecar (issue 14's target: ≤ 1.5×). A paced delivery that costs
+// same sidecar (target: ≤ 1.5×). A paced delivery that costs
 // more than a saturated one is fixed cost (timers, tickers, wake-ups) that
 // no batch amortises; the context switches and syscalls per delivery show
 // which.
@@ -263,7 +263,7 @@ func (h *harness) scenarioLatency(ctx context.Context, name string) error {
 				r.add(name, "publish→receipt P99"+at+", timed from the actual send", n.P99, "ms").vsValue("from the due time", rc.P99).
 					note(fmt.Sprintf("P50 %.2f ms, max %.1f ms: without the harness's own lateness%s", n.P50, n.Max, slipNote(w)))
 			}
-			// Issue 14's alternative bound: what the disk allows. A bare
+			// The alternative latency bound: what the disk allows. A bare
 			// Badger group commit (fsync) in an open loop at the same rate,
 			// timed from each append's due time as these rows are, is
 			// this disk's tail for one durable append at this load,

@@ -61,7 +61,7 @@ type sidecarSpec struct {
 	DataDir string
 }
 
-// fleetNode is what a fleet node's config adds (issue 11).
+// fleetNode is what a fleet node's config adds.
 type fleetNode struct {
 	NodeID   string
 	URLs     []string

@@ -1,4 +1,4 @@
-// Package client is the typed client of sluice's admin API (DESIGN.md §4).
+// Package client is the typed client of sluice's admin API.
 // Each method calls one path and answers the wire type package proxy
 // encodes there (proxy.SubscriptionList, proxy.DeadLetterPage,
 // proxy.EventStatus...), so the CLI, the tests and the bench decode exactly

@@ -1,6 +1,6 @@
 package client
 
-// The subscription API (issue 12): creating, reading, changing, deleting
+// The subscription API: creating, reading, changing, deleting
 // subscriptions at run time, their secrets, recovery of what they missed,
 // and tenant tokens.
 //

@@ -1,8 +1,9 @@
 // Package config turns sluice's configuration sources into one validated
-// Config. It is the only package of sluice that imports koanf (STYLE.md §4);
+// Config. It is the only package of sluice that imports koanf, so that the
+// libraries take plain fields and never a configuration library's types;
 // cmd/sluice copies the result onto the components as plain fields.
 //
-// Sources, later ones winning (DESIGN.md §4):
+// Sources, later ones winning:
 //
 //  1. the embedded defaults (Default);
 //  2. a YAML file, or JSON when its name ends in .json;
@@ -33,7 +34,9 @@
 //     the filter by policy.ParseFilter, SubscriptionConfig.ParsedVariant,
 //     the variant by policy.ParseVariant), so callers never read files or
 //     the environment again.
-//   - Fleet mode (log.backend: jetstream, DESIGN.md §6) is all or nothing:
+//   - Fleet mode (log.backend: jetstream: the log, the delivery state and
+//     the subscriptions in NATS JetStream, shared by every sidecar) is all
+//     or nothing:
 //     its jetstream.* keys are refused with the default badger backend, and
 //     with jetstream the servers are required and the credentials and TLS
 //     files are read and parsed once here (RestartRequired lists what a
@@ -73,7 +76,7 @@ const (
 // Default and Load take them from there.
 const (
 	// defaultDataDir holds the Badger log, relative to the working
-	// directory (DESIGN.md §4).
+	// directory, the documented default.
 	defaultDataDir = "./sluice-data"
 	// defaultLogLevel and defaultLogFormat are log/slog's usual defaults.
 	defaultLogLevel  = "info"
@@ -83,7 +86,7 @@ const (
 	defaultSocketMode = "0660"
 )
 
-// Config is the whole configuration of the sidecar (DESIGN.md §4). The koanf
+// Config is the whole configuration of the sidecar. The koanf
 // tags are the YAML keys; environment variables use the same names with the
 // SLUICE_ prefix and "__" for nesting. Build one with Load; a Config
 // built by hand must start from Default and pass Validate.
@@ -129,7 +132,7 @@ type Config struct {
 	// default: the check runs when each connection is made, so DNS cannot
 	// route around it. Turn it on for receivers on the same host or network.
 	AllowPrivateTargets bool `koanf:"allow_private_targets"`
-	// Egress routes deliveries through a forward proxy (issue 13); the
+	// Egress routes deliveries through a forward proxy; the
 	// zero EgressConfig delivers directly. A subscription may set its own.
 	Egress EgressConfig `koanf:"egress"`
 	// LogLevel is debug, info (default), warn or error.
@@ -143,7 +146,8 @@ type Config struct {
 	RetryBudget RetryBudgetConfig `koanf:"retry_budget"`
 	// Log chooses where the event log and the delivery state live.
 	Log LogConfig `koanf:"log"`
-	// JetStream configures fleet mode's shared log (DESIGN.md §6). Its
+	// JetStream configures fleet mode's shared log: the NATS servers, the
+	// stream and its replicas, and the lane leases. Its
 	// keys may only be set with Log.Backend BackendJetStream.
 	JetStream JetStreamConfig `koanf:"jetstream"`
 	// NodeID names this sidecar in the fleet: lane ownership, leases and
@@ -191,7 +195,7 @@ const (
 	// BackendJetStream is fleet mode: the log, the delivery state and the
 	// registry of subscriptions live in NATS JetStream, shared by every
 	// sidecar of the fleet, and each lane is delivered by one sidecar at a
-	// time (DESIGN.md §6).
+	// time, so its cap, rate and breaker hold fleet-wide.
 	BackendJetStream = "jetstream"
 )
 
@@ -245,7 +249,8 @@ type JetStreamTLSConfig struct {
 }
 
 // RetryBudgetConfig is the retry budget shared by every subscription
-// (DESIGN.md §1): retries within the last Window may reach Ratio times the
+// (sized so that a fleet-wide outage adds about a tenth to the offered
+// load, where "retry 3 times" would quadruple it): retries within the last Window may reach Ratio times the
 // successes within it (a 4xx counts: the endpoint answered), plus
 // MinPerSecond per second. A retry over budget is deferred, not dropped.
 type RetryBudgetConfig struct {
@@ -475,7 +480,7 @@ type SubscriptionConfig struct {
 	// means every event of Types.
 	Filter map[string]any `koanf:"filter"`
 	// Body asks for a variant of the stored body instead of its exact
-	// bytes (policy.ParseVariant, issue 13). Omitted: the stored bytes.
+	// bytes (policy.ParseVariant). Omitted: the stored bytes.
 	Body BodyConfig `koanf:"body"`
 	// Tenant, when set, scopes the subscription to one tenant: that
 	// tenant's tokens see and manage it, and its limits (Config.Tenants)
@@ -508,8 +513,8 @@ type SubscriptionConfig struct {
 	Paused bool `koanf:"paused"`
 	// Egress, when set, replaces the top-level egress for this
 	// subscription whole; TLS sets the client certificate, CAs and name
-	// of its https connections; Auth adds OAuth2 bearer tokens (issue 13,
-	// egress.go). The files they name are read and checked by Validate.
+	// of its https connections; Auth adds OAuth2 bearer tokens
+	// (egress.go). The files they name are read and checked by Validate.
 	Egress EgressConfig      `koanf:"egress"`
 	TLS    EndpointTLSConfig `koanf:"tls"`
 	Auth   AuthConfig        `koanf:"auth"`
@@ -542,7 +547,7 @@ type SubscriptionConfig struct {
 	spec []byte
 }
 
-// BodyConfig is a subscription's body variant (issue 13): what it is sent
+// BodyConfig is a subscription's body variant: what it is sent
 // instead of the stored bytes. Fields apply first, then the envelope, and
 // the paths name the stored body (as a filter's do), never the envelope.
 // Each variant is rendered once per event, however many subscriptions ask
@@ -598,7 +603,8 @@ type BacklogConfig struct {
 }
 
 // BreakerConfig is a subscription's circuit breaker: closed → open on a
-// failure threshold → half-open single probe → closed (DESIGN.md §3).
+// failure threshold → half-open single probe → closed. While open, the
+// lane holds no slots and its backlog waits on disk.
 type BreakerConfig struct {
 	// FailureRatio opens the breaker when this share of the requests in
 	// Window failed, greater than 0 and at most 1. Default
@@ -643,7 +649,7 @@ type RetryConfig struct {
 // environment variable or flag says otherwise. It has no subscriptions.
 // Each default is the owning package's: the listeners, limits and grace
 // are proxy's, the dedup window and the free-space floor queue's, the
-// retry budget policy's (DESIGN.md §4 lists them), fleet mode's stream,
+// retry budget policy's, fleet mode's stream,
 // replicas and lease jetstream's.
 func Default() *Config {
 	budget := policy.BudgetConfig{}.WithDefaults()
@@ -651,7 +657,7 @@ func Default() *Config {
 		Listen:       proxy.DefaultListen,
 		Admin:        AdminConfig{Listen: proxy.DefaultAdminListen},
 		DataDir:      defaultDataDir,
-		Durability:   DurabilityFsync, // 202 only once the append is synced (DESIGN.md §3, "Group commit")
+		Durability:   DurabilityFsync, // 202 only once the append is synced (one sync per group commit)
 		MaxBodyBytes: proxy.DefaultMaxBodyBytes,
 		Ingest: IngestConfig{
 			HeaderTimeout:  proxy.DefaultIngestHeaderTimeout,

@@ -232,7 +232,7 @@ func TestLoadConfigBad(t *testing.T) {
 		notWant []string // besides the secrets found in the file
 		is      error    // errors.Is target, if any
 		// policy: the case needs policy's real filter parser or type
-		// patterns, and is skipped while they are stubs (issue 12).
+		// patterns, and is skipped while they are stubs.
 		policy bool
 	}{
 		// Unknown keys.
@@ -359,7 +359,7 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "token_and_token_file", want: []string{`admin: token and token_file are both set; use one`}, is: ErrConflict},
 		{file: "token_with_space", want: []string{`admin.token: [redacted]: token must be printable ASCII`}, notWant: []string{"has space"}},
 
-		// Tenants (issue 12).
+		// Tenants.
 		{file: "tenant_bad_id", want: []string{`subscriptions[0].tenant: "Acme Corp": must match`}, is: ErrInvalidValue},
 		{file: "tenants_duplicate_id", want: []string{`tenants[2].id: "acme": duplicate id: tenants[0] and tenants[2] both use it`}, is: ErrDuplicate},
 		{file: "tenants_bad_id", want: []string{`tenants[0].id: "ACME": must match`}, is: ErrInvalidValue},
@@ -376,15 +376,15 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "tenant_defaults_subscription_concurrency_too_big", want: []string{`tenant_defaults.max_subscription_concurrency: 10001: must be between 1 and 10000`}, is: ErrInvalidValue},
 		{file: "tenant_defaults_too_many_subscriptions", want: []string{`tenant_defaults.max_subscriptions: 1: tenant "initech" (not listed in tenants) has 2 subscriptions in the file, more than it allows`}, is: ErrInvalidValue},
 
-		// Filters and type patterns (issue 12).
+		// Filters and type patterns.
 		{file: "filter_bad_operator", want: []string{`subscriptions[0].filter: `, `$regex`}, is: ErrInvalidValue, policy: true},
 		{file: "filter_not_a_mapping", want: []string{`subscriptions[0].filter: expected a mapping`}, is: ErrInvalidValue},
 
-		// Per-key ordering (issue 13).
+		// Per-key ordering.
 		{file: "ordering_bad", want: []string{`subscriptions[0].ordering: "per-key": must be none, key or fifo`}, is: ErrInvalidValue},
 		{file: "type_pattern_bad", want: []string{`subscriptions[0].types[0]: "geo fence.*": `}, is: ErrInvalidValue},
 
-		// Body variants (issue 13).
+		// Body variants.
 		{file: "body_unknown_envelope", want: []string{`config: subscriptions[0].body.envelope: "svix": unknown envelope (want "standard-webhooks") (in file "testdata/body_unknown_envelope.bad.yaml")`}, is: ErrInvalidValue},
 		{file: "body_empty_envelope", want: []string{`subscriptions[0].body.envelope: "": must be "standard-webhooks"; leave envelope out for none`}, is: ErrInvalidValue},
 		{file: "body_empty_fields", want: []string{`subscriptions[0].body.fields: []: must list at least one path; leave fields out to keep the whole payload`}, is: policy.ErrInvalidConfig},
@@ -395,7 +395,7 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "body_unknown_key", want: []string{`unknown key "subscriptions[0].body.shape"`}, is: ErrUnknownKey},
 		{file: "body_not_a_mapping", want: []string{`subscriptions[0].body: `, `expected a mapping`}, is: ErrInvalidValue},
 
-		// Tenant tokens (issue 12).
+		// Tenant tokens.
 		{file: "admin_tokens_without_operator", want: []string{`admin.tokens: tenant tokens need an operator token (admin.token or admin.token_file)`}, is: ErrMissingValue},
 		{file: "admin_tokens_both", want: []string{`admin.tokens[0]: token and token_file are both set; use one`}, is: ErrConflict},
 		{file: "admin_tokens_none", want: []string{`admin.tokens[0].token: no token: set token or token_file`}, is: ErrMissingValue},
@@ -412,7 +412,7 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "admin_tokens_with_space", want: []string{`admin.tokens[0].token: [redacted]: token must be printable ASCII`}, notWant: []string{"acme token"}},
 		{file: "admin_tokens_unknown_key", want: []string{`unknown key "admin.tokens[0].scope"`}, is: ErrUnknownKey},
 
-		// The operational webhook (issue 12).
+		// The operational webhook.
 		{file: "operational_webhook_no_secret", want: []string{`admin.operational_webhook.secret: no secret: set one of secret, secrets, secret_file or secret_env`}, is: ErrMissingValue},
 		{file: "operational_webhook_no_url", want: []string{`admin.operational_webhook.url: required`}, is: ErrMissingValue},
 		{file: "operational_webhook_bad_url", want: []string{`admin.operational_webhook.url: "ftp://ops.example.com/sluice": must be http or https`}, is: ErrInvalidValue},
@@ -706,7 +706,8 @@ func TestLoadConfigOverrides(t *testing.T) {
 	}
 }
 
-// TestLoadConfigFlowControl covers the keys of issue 4 beyond the bad files:
+// TestLoadConfigFlowControl covers the flow-control keys (caps, rate limits,
+// breakers, retry budget) beyond the bad files:
 // which defaults a key left out gets, and where an explicit zero differs.
 func TestLoadConfigFlowControl(t *testing.T) {
 	const sub = "subscriptions:\n  - id: s\n    url: https://s.example\n    secret: " + secretA + "\n"
@@ -951,7 +952,7 @@ func TestLoadConfigManySubscriptions(t *testing.T) {
 	}
 }
 
-// TestLoadConfigStringRoundTrip: String prints the issue 4 keys in a shape
+// TestLoadConfigStringRoundTrip: String prints the flow-control keys in a shape
 // that loads back to the same values.
 func TestLoadConfigStringRoundTrip(t *testing.T) {
 	cfg, err := Load("testdata/full.good.yaml", goodEnviron, nil)
@@ -1033,7 +1034,7 @@ func TestSecretFile(t *testing.T) {
 
 // TestSecretsEd25519 loads a subscription that signs with an Ed25519
 // (whsk_) key beside an HMAC one, from each source, as during a move from
-// one scheme to the other (issue 13).
+// one scheme to the other.
 func TestSecretsEd25519(t *testing.T) {
 	const edSeed = "whsk_TM0Imyj/ltqdtsNG7BFOD1uKMZ81q6Yk2oz27U+4pvs="
 	const edFull = "whsk_TM0Imyj/ltqdtsNG7BFOD1uKMZ81q6Yk2oz27U+4pvs9QBfD6EOJWpK3CqdNG368nJgszy7ElozAzVXxKvRmDA=="
@@ -1344,15 +1345,15 @@ func TestPolicyOwnsTheBounds(t *testing.T) {
 }
 
 // skipPolicyStub skips a test that needs policy's body filter and type
-// patterns while they are the stubs of issue 12, which accept everything:
+// patterns while they are stubs that accept everything:
 // the case runs once the real ones are merged.
 func skipPolicyStub(t *testing.T) {
 	t.Helper()
 	if _, err := policy.ParseFilter(map[string]any{"a": map[string]any{"$nosuchop": 1}}); err == nil {
-		t.Skip("policy.ParseFilter is the issue 12 stub (accepts an unknown operator)")
+		t.Skip("policy.ParseFilter is a stub (accepts an unknown operator)")
 	}
 	if !policy.IsTypePattern("a.*") {
-		t.Skip(`policy.IsTypePattern is the issue 12 stub ("a.*" is no pattern)`)
+		t.Skip(`policy.IsTypePattern is a stub ("a.*" is no pattern)`)
 	}
 }
 

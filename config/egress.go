@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 )
 
-// Egress and endpoint authentication (issue 13): the forward proxy
+// Egress and endpoint authentication: the forward proxy
 // deliveries leave through, a subscription's client certificate and CAs,
 // and its OAuth2 client credentials. The files named are read and checked
 // here with the proxy's own loaders (proxy.CheckEgress, CheckClientTLS,

@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 )
 
-// Egress, tls and auth (issue 13): each bad value is refused with its key
+// Egress, tls and auth: each bad value is refused with its key
 // named, files included, and a good config gives the proxy its settings.
 
 // egressFiles writes the files the egress configs name and returns their

@@ -175,7 +175,8 @@ func equalJetStream(a, b JetStreamConfig) bool {
 // TestLoadConfigFleetDefaults: what fleet mode takes when only the backend
 // and the servers are given, and where node_id's default comes from.
 func TestLoadConfigFleetDefaults(t *testing.T) {
-	// The contract of issue 11 and DESIGN.md §6.
+	// Fleet mode's defaults: the badger backend, stream SLUICE_EVENTS, R3,
+	// a 10 s lease, no servers and no node id until one is given.
 	d := Default()
 	if d.Log.Backend != "badger" || d.JetStream.Stream != "SLUICE_EVENTS" || d.JetStream.Replicas != 3 ||
 		d.JetStream.LeaseTTL != 10*time.Second || d.JetStream.URLs != nil || d.NodeID != "" {

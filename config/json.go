@@ -16,7 +16,7 @@ import (
 // thousands of generated subscriptions are usually written by a program,
 // and yaml.v3 read them about four times slower than encoding/json (7 MiB,
 // 50,000 subscriptions: about 0.8 s against 0.2 s), which was most of
-// start-up at that size. See docs/benchmarks.md, lanes-50k. (Since issue 14
+// start-up at that size. See docs/benchmarks.md, lanes-50k. (Since then
 // such YAML is split and scanned too, yamlsplit.go and yamlflow.go, and
 // this JSON goes through a scanner first, jsonfast.go.)
 //

@@ -1,6 +1,6 @@
 package config
 
-// OpenTelemetry tracing (issue 13): the otel.* keys and the standard
+// OpenTelemetry tracing: the otel.* keys and the standard
 // OTEL_* environment variables that turn it on. The variables are read
 // from Load's environ (Config.lookupEnv), not through the SLUICE_ layer:
 // they are the OpenTelemetry SDKs' common names, which a platform sets

@@ -10,7 +10,7 @@ import (
 // specJSON encodes a redacted subscription document (redactDoc's result)
 // as json.Marshal does, byte for byte. json.Marshal reflects over every
 // map and sorts its keys through reflect.Value, which for 50,000
-// subscriptions was a tenth of start-up's CPU (issue 14); the documents
+// subscriptions was a tenth of start-up's CPU; the documents
 // are small trees of maps, lists, strings, whole numbers and booleans,
 // which this writes directly. Anything else (floats, whose formatting is
 // json's own, other types) and every string that needs escaping are left

@@ -8,7 +8,7 @@ import (
 // The subscriptions of a file are decoded by hand rather than by
 // mapstructure: with 50,000 of them, mapstructure's reflection (a struct
 // tag split for every field of every subscription) was 40% of the CPU of
-// start-up (issue 14). The hand-written path is a fast path only, never a
+// start-up. The hand-written path is a fast path only, never a
 // second set of rules: it takes a subscription only when every key and
 // every value is of a shape that mapstructure decodes to the same value
 // without help (a string into a string field, an int into an int field,

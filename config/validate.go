@@ -198,7 +198,7 @@ func (c *Config) Validate() error {
 // checkEachSubscription runs the checks of each subscription alone, its
 // own (validate) and, without allow_private_targets, its target's, and
 // returns their errors by index. A long list is checked on every core (a
-// 50,000-subscription file spent 70 ms here on one, issue 14). Validate
+// 50,000-subscription file spent 70 ms here on one). Validate
 // reports the first error in list order, with the duplicate-id check
 // between the two, so each worker stops at its first error: Validate
 // never looks past it. lookup is called from every worker at once, so it
@@ -773,7 +773,8 @@ func validHeaderValue(v string) bool {
 }
 
 // reservedHeader reports the headers sluice sets on every delivery
-// (DESIGN.md §4, "Outbound") and the hop-by-hop headers that would break the
+// (the webhook-* signature headers, the event's own headers, the trace
+// context and the ordering and replay headers below) and the hop-by-hop headers that would break the
 // HTTP exchange itself.
 func reservedHeader(name string) bool {
 	n := strings.ToLower(name)
@@ -782,8 +783,8 @@ func reservedHeader(name string) bool {
 	}
 	switch n {
 	case "idempotency-key", "x-event-type", "x-attempt", "content-type", "content-length", "host",
-		"traceparent", "tracestate", // the event's trace context (issue 13): a fixed one would be every attempt's parent
-		"ordering-key", "x-sluice-replay", // set on ordered subscriptions' and replays' deliveries (issue 13)
+		"traceparent", "tracestate", // the event's trace context: a fixed one would be every attempt's parent
+		"ordering-key", "x-sluice-replay", // set on ordered subscriptions' and replays' deliveries
 		"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade":
 		return true
 	}

@@ -23,7 +23,7 @@ const DefaultWatchInterval = time.Second
 const hashEvery = 30
 
 // Watcher notices when a config file changes on disk, so that it is
-// re-read without a SIGHUP (issue 12).
+// re-read without a SIGHUP.
 //
 // It polls rather than using inotify (koanf's file.Watch, through
 // fsnotify): that watch ends for good on the first error or when the

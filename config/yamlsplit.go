@@ -12,7 +12,7 @@ import (
 
 // yaml.v3 parses about 15 MB/s here: the 7 MiB of lanes-50k's 50,000
 // subscriptions took 0.5 s of CPU, one core, the largest serial part of
-// start-up once decoding was fast (issue 14). A long block list under a
+// start-up once decoding was fast. A long block list under a
 // top-level "subscriptions:" key is therefore parsed in pieces, one per
 // core, each piece by yaml.v3 itself, so every value is what yaml.v3 makes
 // of it; this file only decides where the pieces begin, and it splits only

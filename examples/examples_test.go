@@ -454,7 +454,7 @@ func TestReceivers(t *testing.T) {
 	}
 }
 
-// testEd25519Receiver (issue 13) gives a receiver only whpk_ public keys
+// testEd25519Receiver gives a receiver only whpk_ public keys
 // (an unrelated one first, as during a rotation) and a sidecar that signs
 // with a whsk_ key beside the HMAC secret, as while receivers migrate: the
 // receiver must verify the v1a entry with its language's own Ed25519, and

@@ -76,8 +76,7 @@ type Options struct {
 	// empty leaves that request or limit unset.
 	CPURequest, MemoryRequest string
 	CPULimit, MemoryLimit     string
-	// JetStreamURLs, when set, put the sidecar in fleet mode (DESIGN.md
-	// §6): the log is in JetStream at these servers, and each pod's node
+	// JetStreamURLs, when set, put the sidecar in fleet mode: the log is in JetStream at these servers, and each pod's node
 	// id is its name.
 	JetStreamURLs []string
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // Defaults for AutoCapConfig, matching `concurrency: {auto: true}` in
-// DESIGN.md §4. Headroom 4 absorbs the jitter of a lane that exactly
+// a subscription's configuration. Headroom 4 absorbs the jitter of a lane that exactly
 // matches its demand; a one-second interval re-derives the cap often enough
 // to follow traffic and rarely enough to average a few hundred completions
 // at the rates where a cap matters.
@@ -43,7 +43,7 @@ type AutoCapConfig struct {
 }
 
 // Validate reports the first field out of its bounds as a *FieldError
-// whose key is in the "concurrency." block (DESIGN.md §4), such as
+// whose key is in a subscription's "concurrency." block, such as
 // "concurrency.min" ("interval" for Interval, which has no key). It checks
 // the values as they will be used, so a zero field is an error: call
 // c.WithDefaults().Validate() when zero is meant as "the default".
@@ -89,7 +89,9 @@ func (c AutoCapConfig) WithDefaults() AutoCapConfig {
 }
 
 // AutoCap derives a lane's concurrency limit from Little's law
-// (`concurrency: auto`, DESIGN.md §5 step 5): a lane that dispatches λ
+// (`concurrency: auto`), so that a tenant whose traffic grew is not
+// stuck at a cap sized for the old traffic, looking like a failing
+// endpoint: a lane that dispatches λ
 // requests per second which take L each holds λ·L of them in flight, so
 //
 //	C = ceil(λ · P99) + Headroom, clamped to [Min, Max]

@@ -9,7 +9,8 @@ import (
 // Defaults for BreakerConfig. The window, volume, ratio and first
 // cool-down are Hystrix's defaults (a 10s rolling window in 10 buckets, 20
 // requests, 50% errors, a 5s sleep window). The consecutive-timeout trip is
-// for the black hole of DESIGN.md §1 and §5, whose requests all end at the
+// for the black hole (an endpoint that accepts the connection and never
+// answers, the failure that holds a lane's slots longest), whose requests all end at the
 // timeout: five in a row are evidence enough, and waiting for twenty would
 // first hold twenty slots for a full timeout. The cool-down doubles per
 // failed probe up to five minutes, so a dead endpoint costs one request
@@ -92,7 +93,7 @@ type BreakerConfig struct {
 }
 
 // Validate reports the first field out of its bounds as a *FieldError
-// whose key is in the "breaker." block (DESIGN.md §4), such as
+// whose key is in a subscription's "breaker." block, such as
 // "breaker.window". It checks the values as they will be used, so a zero
 // field is an error: call c.WithDefaults().Validate() when zero is meant as
 // "the default". The comparisons are written so that NaN fails them.
@@ -146,7 +147,7 @@ func (c BreakerConfig) WithDefaults() BreakerConfig {
 	return c
 }
 
-// Breaker is a per-subscription circuit breaker (DESIGN.md §3). While it is
+// Breaker is a per-subscription circuit breaker. While it is
 // open the lane dispatches nothing and holds no slots; its backlog waits on
 // disk.
 //
@@ -240,7 +241,8 @@ func (b *Breaker) Allow() (ok, probe bool) {
 // failure that is not a timeout leaves it as it is, since a mix of errors
 // and timeouts is no sign of health. Outcomes the caller does not hold
 // against the endpoint (a 4xx other than 408 and 429) are successes here.
-// A cancelled request is neither (STYLE.md §3): leave it unrecorded,
+// A cancelled request is neither (sluice stopped waiting; the endpoint
+// did nothing): leave it unrecorded,
 // unless it was a probe, which must be Recorded as a failure so that the
 // breaker re-opens and probes again after its cool-down.
 //

@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// Defaults for BudgetConfig: the retry_budget block of DESIGN.md §4
+// Defaults for BudgetConfig: the retry_budget block of the configuration
 // ({ratio: 0.1, min_per_second: 10, window: 10s}). The floor and the window
 // are Finagle's RetryBudget defaults (minRetriesPerSec 10, ttl 10s), which
-// Linkerd kept; the ratio is half of their 20% because DESIGN.md §1 sizes
+// Linkerd kept; the ratio is half of their 20% because sluice sizes
 // the budget so that a fleet-wide outage adds about 10% to the offered
 // load.
 const (
@@ -94,14 +94,15 @@ func (c BudgetConfig) WithDefaults() BudgetConfig {
 //	Ratio × successes + MinPerSecond × Window seconds
 //
 // so that retries add a bounded fraction to the load the endpoints already
-// take, instead of multiplying it exactly when they are down (DESIGN.md
-// §1). The floor lets a system with no successes at all (cold start, every
+// take, instead of multiplying it exactly when they are down ("retry 3 times"
+// would offer four times the load to an endpoint that is down). The floor lets a system with no successes at all (cold start, every
 // endpoint failing) still retry a little.
 //
 // Only retries spend the budget: a first attempt is never refused. When
 // TryRetry says no, the caller defers the retry (reschedules it) and never
 // drops it; the delivery's own RetryPolicy still decides when it dies. An
-// empty budget is the system working (DESIGN.md §5): Available is the
+// empty budget is the system working (it is why retries stopped in an
+// incident, not a fault to work around): Available is the
 // gauge sluice_retry_budget_available_ratio.
 //
 // A Budget is safe for concurrent use. Success and TryRetry take a mutex
@@ -155,7 +156,7 @@ func NewBudget(cfg BudgetConfig, now func() time.Time) *Budget {
 
 // Success records an attempt that got an answer that is not a reason to
 // retry: a 2xx, and also a 4xx other than 408 and 429, because the
-// endpoint answered (DESIGN.md §4). Each success earns Ratio retries for
+// endpoint answered. Each success earns Ratio retries for
 // the length of the window.
 func (b *Budget) Success() {
 	now := b.now()

@@ -57,7 +57,7 @@ func ParseOutcome(s string) (Outcome, error) {
 // Classify maps one HTTP exchange with an endpoint to an Outcome. status is
 // the response status code and err the transport error, if any.
 //
-// Defaults (DESIGN.md §4, "Response classification"):
+// Defaults (the response classification sluice documents):
 //
 //   - err != nil → Retry. Connection refused, reset, TLS failure or timeout:
 //     there is no usable status, and a timeout is "unknown" (the endpoint
@@ -84,8 +84,8 @@ func ParseOutcome(s string) (Outcome, error) {
 // ParseClassify. Invalid Outcome values in overrides are ignored.
 //
 // Classify does not know about context cancellation: callers must check
-// their ctx first, because a cancelled attempt is not a failure (STYLE.md
-// §3). Left to Classify, it would be a Retry, which is still safe.
+// their ctx first, because a cancelled attempt is not a failure: the
+// endpoint did nothing wrong, sluice stopped waiting. Left to Classify, it would be a Retry, which is still safe.
 //
 // Classify does not allocate.
 func Classify(status int, err error, overrides map[int]Outcome) Outcome {

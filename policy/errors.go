@@ -35,12 +35,13 @@ var (
 // FieldError is what the Validate methods return: one field out of its
 // bounds. It wraps ErrInvalidConfig.
 //
-// Field names the field by its key in sluice's configuration (DESIGN.md
-// §4): "retry_budget.window" for BudgetConfig, and for the per-subscription
+// Field names the field by its key in sluice's configuration:
+// "retry_budget.window" for BudgetConfig, and for the per-subscription
 // settings the key inside a subscription, such as "breaker.cool_down",
 // "retry.base" or "concurrency.min". The configuration loader puts the
 // subscription's path in front and where the value came from after, so
-// that policy holds the bounds and their wording once (STYLE.md §4).
+// that policy holds the bounds and their wording once: the package that
+// owns a setting owns its defaults and bounds, and config only names the key.
 type FieldError struct {
 	// Field is the configuration key, as above.
 	Field string

@@ -13,7 +13,7 @@ import (
 // Bounds of a filter, checked by ParseFilter. A filter runs for every event
 // of its subscription's types, and subscriptions can come from the API, so
 // its cost per event must be bounded by sluice rather than by whoever
-// writes the filter (issue 12).
+// writes the filter.
 const (
 	// MaxFilterDepth bounds nesting: the filter object itself is level 1,
 	// each $and, $or and $not goes one level deeper, and a list or object
@@ -31,7 +31,7 @@ const (
 )
 
 // Filter is a parsed body filter of a subscription: a predicate over the
-// event's JSON body (issue 12). It is immutable and safe for concurrent
+// event's JSON body. It is immutable and safe for concurrent
 // use.
 //
 // A filter is a JSON object whose keys are dotted paths or logical

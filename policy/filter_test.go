@@ -51,7 +51,7 @@ func mustDoc(tb testing.TB, body string) any {
 	return doc
 }
 
-// The issue's example.
+// The documented example: depot A or B, and a speed over 80 or an alarm.
 const issueFilter = `{"data.depot": {"$in": ["A", "B"]}, "$or": [{"data.speed": {"$gt": 80}}, {"data.kind": {"$startsWith": "alarm"}}]}`
 
 func TestFilterMatch(t *testing.T) {
@@ -216,7 +216,7 @@ func TestFilterMatch(t *testing.T) {
 		{"path beside $or", `{"a": 1, "$or": [{"b": 1}, {"c": 1}]}`, `{"a": 1, "c": 1}`, true},
 		{"path beside $or fails", `{"a": 1, "$or": [{"b": 1}, {"c": 1}]}`, `{"a": 2, "c": 1}`, false},
 
-		// The issue's example.
+		// The documented example (issueFilter).
 		{"issue: speed", issueFilter, `{"data": {"depot": "A", "speed": 81, "kind": "move"}}`, true},
 		{"issue: kind", issueFilter, `{"data": {"depot": "B", "speed": 10, "kind": "alarm.smoke"}}`, true},
 		{"issue: neither", issueFilter, `{"data": {"depot": "B", "speed": 80, "kind": "move"}}`, false},
@@ -527,7 +527,7 @@ func TestFilterMatchPlainJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !mustFilter(t, issueFilter).Match(doc) {
-		t.Error("the issue's filter does not match a document of float64 numbers")
+		t.Error("the example filter does not match a document of float64 numbers")
 	}
 }
 
@@ -594,7 +594,7 @@ func TestFilterMatchAllocs(t *testing.T) {
 	}
 }
 
-// benchBody is a 512-byte event body of the kind the issue's filter reads.
+// benchBody is a 512-byte event body of the kind the example filter reads.
 var benchBody = func() string {
 	s := `{"type":"vehicle.position","id":"evt_01HZY3C2B7Q8KJ0M3T4V5W6X7Y","data":{"depot":"B","speed":83.5,` +
 		`"kind":"position","vehicle":{"id":"veh_4821","plate":"AB-123-CD","fleet":"north"},` +
@@ -656,7 +656,7 @@ func TestBenchBody(t *testing.T) {
 		t.Fatalf("benchBody: %d bytes, valid %v", len(benchBody), json.Valid([]byte(benchBody)))
 	}
 	if !mustFilter(t, issueFilter).Match(mustDoc(t, benchBody)) {
-		t.Error("the issue's filter does not match the benchmark body")
+		t.Error("the example filter does not match the benchmark body")
 	}
 }
 

@@ -3,7 +3,7 @@ package policy
 // Owner picks the node that should deliver key's lane among nodes, by
 // rendezvous (highest-random-weight) hashing: every node scores
 // weight(key, node) and the highest score wins, ties going to the smaller
-// node id. Fleet mode (DESIGN.md §6) calls it with a subscription id and the
+// node id. Fleet mode (one owner per lane across the fleet) calls it with a subscription id and the
 // live set of node ids.
 //
 // Why rendezvous: when a node joins, it takes over only the keys it now

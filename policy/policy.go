@@ -9,7 +9,7 @@
 // (exact types and whole-segment wildcards) and ParseFilter its body
 // filter, each once per subscription, into predicates that allocate
 // nothing per event. So is what bytes it is sent: ParseVariant compiles
-// its body variant (issue 13), whose Render is a pure function of the
+// its body variant, whose Render is a pure function of the
 // event's type, accepted-at time and stored body, so that the engine can
 // render it once per event for every lane and a replay sends the same
 // bytes again.
@@ -53,7 +53,8 @@ const (
 	ReasonRejected = "rejected"
 
 	// ReasonBacklogQuota means the subscription's backlog quota was exceeded and
-	// the oldest entries were moved to the dead-letter store (DESIGN.md §3).
+	// the oldest entries were moved to the dead-letter store, where they can be
+	// replayed: the quota never drops an event silently.
 	ReasonBacklogQuota = "backlog_quota"
 
 	// ReasonGone means the endpoint answered 410 Gone: the delivery is
@@ -63,7 +64,7 @@ const (
 	// ReasonVariantFailed means the subscription's body variant could not
 	// be rendered from the event's body (it is not JSON): the event was
 	// dead-lettered without an HTTP attempt, the error naming where the
-	// body stops being JSON (Variant.Render, issue 13).
+	// body stops being JSON (Variant.Render).
 	ReasonVariantFailed = "variant_failed"
 
 	// ReasonCorrupt means the log could not read the event back (its copy
@@ -76,6 +77,7 @@ const (
 	// subscription may no longer receive (the operator moved the
 	// subscription to another tenant since the first attempt): it was
 	// dead-lettered without an HTTP attempt, readable by the operator
-	// only, never sent to the new tenant's endpoint (invariant 8).
+	// only, never sent to the new tenant's endpoint: a tenant's subscription
+	// receives only that tenant's events.
 	ReasonNotEntitled = "not_entitled"
 )

@@ -36,7 +36,7 @@ const (
 	// FailTransport: any other transport error.
 	FailTransport
 
-	// The certificate failures below are FailTLS made precise (issue 13):
+	// The certificate failures below are FailTLS made precise:
 	// each is a configuration problem on one side or the other, retried
 	// like a connect error so that a fixed certificate heals the lane.
 

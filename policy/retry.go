@@ -6,7 +6,7 @@ import (
 )
 
 // Defaults for RetryPolicy and Backoff. They are the values of the
-// subscription retry block in DESIGN.md §4 (max_attempts: 8, max_age: 24h,
+// subscription's retry block (max_attempts: 8, max_age: 24h,
 // base: 1s, cap: 1h). With full jitter the wait after failure n is at most
 // min(1h, 2^(n-1) s), so the seven retries of the defaults wait about a
 // minute in total in expectation and at most 127 s; MaxAge only binds when
@@ -123,7 +123,7 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 }
 
 // Validate reports the first field out of its bounds as a *FieldError
-// whose key is in the "retry." block (DESIGN.md §4): "retry.max_attempts"
+// whose key is in a subscription's "retry." block: "retry.max_attempts"
 // (1 to 100), "retry.max_age" (1s to 720h), "retry.base" and "retry.cap"
 // (1ms to 24h, Base <= Cap). It checks the values as they will be used, so a zero field
 // is an error: call p.WithDefaults().Validate() when zero is meant as "the

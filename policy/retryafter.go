@@ -28,7 +28,7 @@ var httpDateLayouts = [...]string{
 // large for a time.Duration saturates at the largest Duration; callers cap
 // it anyway (RetryPolicy.Next).
 //
-// Which responses to read it from is the caller's choice; DESIGN.md honours
+// Which responses to read it from is the caller's choice; sluice honours
 // it on 429 and 503.
 func ParseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 	v = strings.Trim(v, " \t")

@@ -9,7 +9,7 @@ import (
 // MaxTypeLen bounds an event type, and a type pattern, in bytes.
 const MaxTypeLen = 128
 
-// ValidTypePattern checks one entry of a subscription's types (issue 12):
+// ValidTypePattern checks one entry of a subscription's types:
 //
 //   - "*" alone, every type;
 //   - an exact event type: a letter or a digit, then up to 127 letters,

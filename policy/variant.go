@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 )
 
-// Body variants (issue 13): a subscription may ask for a rendering of the
+// Body variants: a subscription may ask for a rendering of the
 // stored body instead of its exact bytes. Rendering is pure (the bytes
 // depend on the event's type, its accepted-at time and its stored body
 // only), so the delivery engine renders each distinct variant once per

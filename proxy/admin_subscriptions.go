@@ -13,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// subscriptionRoutes registers the subscription API of issue 12 (the
+// subscriptionRoutes registers the subscription API (the
 // endpoint API, recovery and the undelivered list; tenant tokens are
 // tokenRoutes').
 func (s *Server) subscriptionRoutes(mux *http.ServeMux) {

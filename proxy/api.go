@@ -136,7 +136,7 @@ type SubscriptionInfo struct {
 	Secret string         `json:"secret,omitempty"`
 	// PublicKeys are the whpk_ public keys of the subscription's Ed25519
 	// (whsk_) secrets that sign now, in signing order: what its receiver
-	// verifies v1a signatures with (issue 13). Not secret.
+	// verifies v1a signatures with. Not secret.
 	PublicKeys []string `json:"public_keys,omitempty"`
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// The attempt log (issue 12): every node shows what its lanes' last
+// The attempt log: every node shows what its lanes' last
 // attempts came to, for an operator or a tenant asking "what did my
 // endpoint answer?" without reading logs. In memory only; a restart
 // forgets it.

@@ -94,7 +94,7 @@ func BenchmarkDelivery(b *testing.B) {
 // BenchmarkDeliveryFiltered is fan-out 10 of a 512-byte JSON body with and
 // without a body filter on one of the ten subscriptions (one that passes
 // every event, so both deliver the same): what a filter costs the lanes
-// that have none, since bodies are then decoded at commit (issue 12).
+// that have none, since bodies are then decoded at commit.
 func BenchmarkDeliveryFiltered(b *testing.B) {
 	body := []byte(`{"type":"geofence.enter","data":{"depot":"A","speed":42,"kind":"alarm.high","pad":"` + strings.Repeat("x", 420) + `"}}`)
 	for _, filtered := range []bool{false, true} {
@@ -116,7 +116,8 @@ func BenchmarkDeliveryFiltered(b *testing.B) {
 // BenchmarkDeliveryTenant is fan-out 10 of a 512-byte body to the
 // operator's subscriptions (platform events, no tenant check on any
 // path) against ten subscriptions of one tenant receiving that tenant's
-// events: what the tenant rule (invariant 8) costs a delivery, the
+// events: what the tenant rule (a tenant's subscription
+// receives only its tenant's events) costs a delivery, the
 // Sluice-Tenant header on ingest and the entitlement every lane checks
 // included.
 func BenchmarkDeliveryTenant(b *testing.B) {
@@ -141,7 +142,7 @@ func BenchmarkDeliveryTenant(b *testing.B) {
 // BenchmarkDeliveryOrdered is fan-out 1 of a 512-byte body, every event
 // with an Ordering-Key drawn round-robin from keys distinct keys, to one
 // subscription with a cap of 32, with ordering: key against the same run
-// with ordering: none (issue 13), at a receiver that answers at once and
+// with ordering: none, at a receiver that answers at once and
 // at one that takes 1 ms. One key is one delivery at a time; with 100 or
 // 10,000 keys up to the cap run at once and the cost is the gate's
 // bookkeeping and the events parked behind a busy key. Give the 1 ms runs

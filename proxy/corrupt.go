@@ -12,7 +12,8 @@ import (
 // goes on past them. Before, the read failed on every try and the lane
 // stalled for good, holding every intact event behind it. An unreadable
 // event's type and tenant are unknown, so every lane whose range holds it
-// dead-letters it (invariant 1 over a type filter); the letter carries no
+// dead-letters it (an accepted event ends delivered or dead-lettered,
+// never lost, even where a type filter cannot be judged); the letter carries no
 // body, id or type, nothing of another tenant's event. It reports whether
 // it settled err; the store has logged and counted the event once.
 // l.mu is held.

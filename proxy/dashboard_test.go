@@ -403,7 +403,7 @@ func TestDashboardTenantPortalInChromium(t *testing.T) {
 	const opToken, acmeToken = "op-s3cret", "acme-s3cret"
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(),
 		AdminToken: opToken, TenantTokens: []proxy.TenantToken{{Token: acmeToken, Tenant: "acme"}},
-		// Platform events both tenants receive (invariant 8).
+		// Platform events both tenants receive: type t is shared with each.
 		Tenants: []proxy.Tenant{{ID: "acme", SharedTypes: []string{"t"}}, {ID: "other", SharedTypes: []string{"t"}}},
 		Logger:  quietLogger(), CursorInterval: 10 * time.Millisecond, Subscriptions: []*proxy.Subscription{a, b, x}})
 	if err := s.Open(); err != nil {

@@ -1,7 +1,8 @@
 package proxy_test
 
-// Regression tests for the defects issue 10 lists; each failed before its
-// fix.
+// Regression tests for defects found in a review of the engine (a Close
+// after a failed Open, replays racing, replay history); each failed before
+// its fix.
 
 import (
 	"context"

@@ -81,7 +81,7 @@ func (e *engine) deliver(j *job, w *workerState) result {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 
-	// Body variants (issue 13, variant.go): body is the stored slice, or
+	// Body variants (variant.go): body is the stored slice, or
 	// the subscription's variant rendered once for every lane sending it;
 	// either way shared, never copied, and what the signature covers.
 	body, contentType, verr := e.payload(j)

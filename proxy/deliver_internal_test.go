@@ -13,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// TestDeliverWritesOnce: a delivery of a typical body (DESIGN.md: 900 B)
+// TestDeliverWritesOnce: a delivery of a typical body (900 B)
 // or of a 16 KiB one writes its request line, headers and body in one
 // write on the connection, and deliveries after the first reuse that
 // connection.

@@ -106,7 +106,8 @@ func (d *dispatcher) start(subs []*Subscription) error {
 	// process stopped) is in neither set: pump it too, or it waits for a
 	// wake-up nothing sends (no commit concerns it, no timer is set, and
 	// maintain only pumps lanes compactSlack behind the head), and what it
-	// owes stays undelivered (invariant 7).
+	// owes stays undelivered, though a leaving subscription must still
+	// receive what it was entitled to.
 	// The API's lanes are not the file's either: pump them as well.
 	for _, l := range d.laneList() {
 		l.mu.Lock()
@@ -134,7 +135,8 @@ func (d *dispatcher) start(subs []*Subscription) error {
 
 // apply reconciles lanes with the config file's subscriptions: new ones
 // join at the head, changed ones take their new settings, removed ones
-// leave and drain what they were entitled to (invariant 7). Lanes the API
+// leave and drain what they were entitled to (the membership cut-off:
+// what was accepted while they were members). Lanes the API
 // manages are not the file's: apply never changes or removes them, and a
 // file that names one of them is refused whole.
 // known holds memberships just read from the log (at start-up), or nil.

@@ -14,7 +14,7 @@ import (
 )
 
 // TestEd25519Delivery signs a subscription's deliveries with an Ed25519
-// (whsk_) secret beside an HMAC one (issue 13): each delivery carries a v1
+// (whsk_) secret beside an HMAC one: each delivery carries a v1
 // and a v1a entry, a receiver holding only the whpk_ key or only the HMAC
 // secret accepts it, and GET /v1/subscriptions/{id} shows the whpk_ key,
 // never the whsk_ one.

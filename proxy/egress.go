@@ -23,7 +23,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// Egress is how a subscription's requests leave the host (issue 13):
+// Egress is how a subscription's requests leave the host:
 // directly, or through a forward proxy — the usual way to give webhooks a
 // fixed source address (the proxy's, or a NAT's behind it) that receivers
 // can allow.

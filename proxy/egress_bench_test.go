@@ -15,8 +15,8 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 )
 
-// BenchmarkEgress is the cost of a proxy hop and of TLS, in one run
-// (issue 13): events delivered end to end to one subscription (cap 32,
+// BenchmarkEgress is the cost of a proxy hop and of TLS, in one run:
+// events delivered end to end to one subscription (cap 32,
 // 32 producers, 512-byte bodies) over plain HTTP, over HTTPS with
 // keep-alive (one handshake per connection), over HTTPS whose endpoint
 // closes every connection (one handshake per delivery), and both schemes

@@ -29,7 +29,7 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 )
 
-// Helpers of the egress, mTLS, OAuth2 and HTTPS tests (issue 13): a
+// Helpers of the egress, mTLS, OAuth2 and HTTPS tests: a
 // certificate authority made in the test, a forward proxy that counts
 // what it carries, and endpoints on a second loopback address.
 

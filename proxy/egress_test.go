@@ -9,7 +9,7 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 )
 
-// Egress through a forward proxy (issue 13), against a forward proxy the
+// Egress through a forward proxy, against a forward proxy the
 // test starts on 127.0.0.1, with the SSRF guard on: the endpoints listen
 // on guardedAddr, which the tests let the egress proxy's guard allow, so
 // that the proxy's own address and every other loopback target stay

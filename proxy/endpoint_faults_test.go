@@ -27,7 +27,8 @@ import (
 
 // Endpoint fault tests: each endpoint misbehaves in one way, over a real
 // loopback socket, and the sidecar must bound the damage, classify it as
-// DESIGN.md §4 says, and lose nothing.
+// documented (policy.Classify: transport errors, timeouts, 408, 429 and 5xx
+// retried, other 4xx dead-lettered), and lose nothing.
 
 // noBreaker never opens, and ampleBudget never defers a retry: these tests
 // count attempts, which isolation by the breaker and the budget (tested in
@@ -457,7 +458,7 @@ func (c *firstByteConn) Read(p []byte) (int, error) {
 // the client does not trust gets no request: every connection opens with a
 // TLS handshake record, never plaintext, and the handler never runs. The
 // failure is retryable (an operator may fix the certificate) and the dead
-// letter says "tls_unknown_authority" (issue 13), in the admin API too.
+// letter says "tls_unknown_authority", in the admin API too.
 func TestEndpointUntrustedTLSCertificate(t *testing.T) {
 	var handled atomic.Int64
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -58,7 +58,7 @@ type engine struct {
 	// quotas is set once any lane takes a subscription with a backlog
 	// quota, and never cleared: until then the maintenance pass does not
 	// lock each of 50,000 lanes every second to find none (that was most
-	// of an idle sidecar's CPU with 50,000 lanes, issue 14).
+	// of an idle sidecar's CPU with 50,000 lanes).
 	quotas atomic.Bool
 
 	stopping atomic.Bool  // no new deliveries
@@ -112,7 +112,7 @@ type dirtySet struct {
 	m  map[*lane]struct{}
 	// armed is signalled when the set stops being empty: the flush loop
 	// sleeps until then instead of ticking every cursor interval, which
-	// woke a quiet sidecar 50 times a second for nothing (issue 14).
+	// woke a quiet sidecar 50 times a second for nothing.
 	armed chan struct{}
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// Fleet mode (DESIGN.md §6): when the store is a queue.Fleet, every node
+// Fleet mode: when the store is a queue.Fleet, every node
 // keeps a lane for every subscription, but a lane delivers only while this
 // node holds its lease. A lane this node does not own is foreign: it sends
 // nothing, counts nothing against quotas and pins no compaction; its

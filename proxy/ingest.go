@@ -37,7 +37,7 @@ var (
 const (
 	maxTypeLen = 128
 	maxIDLen   = 200
-	// maxOrderingKeyLen bounds the Ordering-Key header (issue 13): a key is
+	// maxOrderingKeyLen bounds the Ordering-Key header: a key is
 	// an entity id (a vehicle, an account), and lanes keep one per active
 	// key in memory.
 	maxOrderingKeyLen = 256
@@ -322,7 +322,7 @@ func (g *ingestGate) leave(n int) {
 	g.events.Add(-1)
 }
 
-// handleIngest implements POST /v1/events/{type} (DESIGN.md §4).
+// handleIngest implements POST /v1/events/{type}.
 func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, in *ingestState) {
 	start := time.Now()
 	span := s.trace.startIngest(&ctx.Request.Header) // tracing.go; nil with tracing off
@@ -392,7 +392,7 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		jsonError(ctx, fasthttp.StatusBadRequest, "invalid Ordering-Key "+strconv.QuoteToASCII(string(key[:min(len(key), 64)]))+": "+msg)
 		return
 	}
-	// The tenant the event belongs to (invariant 8): only its
+	// The tenant the event belongs to (tenant isolation): only its
 	// subscriptions and the operator's may receive it. Absent: a platform
 	// event. Present but empty is a mistake worth a 400, not a platform
 	// event, since a producer meant to scope it.

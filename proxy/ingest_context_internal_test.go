@@ -1,6 +1,6 @@
 package proxy
 
-// The event's ordering key and trace context at ingest (issue 13): what
+// The event's ordering key and trace context at ingest: what
 // reaches the stored event, what is refused, what is ignored. The ledger
 // does not show them and deliveries do not send them yet, so the tests
 // read the event back from the store.

@@ -152,7 +152,8 @@ func (l *lane) setPolicies(sub *Subscription) {
 	}
 	if old != nil && old.Tenant != sub.Tenant {
 		// The attempt log names the events of the tenant it was kept
-		// for; the new tenant starts with none (invariant 8).
+		// for; the new tenant starts with none, so it sees nothing of the
+		// old tenant's events.
 		l.activity = nil
 	}
 	// A tenant's subscription waits no longer and no deeper than its
@@ -424,7 +425,7 @@ func (l *lane) pumpLocked() {
 			}
 			break
 		}
-		// Body variants (issue 13, variant.go): a body the variant cannot
+		// Body variants (variant.go): a body the variant cannot
 		// render is dead-lettered here, before any gate.
 		if skip, err := l.unrenderable(ev, nil, now); skip {
 			if err != nil {
@@ -523,12 +524,12 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 		}
 		// The tenant rule holds for retries too: a subscription the
 		// operator moved to another tenant since the first attempt must
-		// not send the old tenant's event to the new one (invariant 8).
+		// not send the old tenant's event to the new one.
 		if !e.feed.entitled(l.sub.Tenant, ev.Tenant, ev.Type) {
 			l.notEntitled(r, ev, now)
 			continue
 		}
-		// Body variants (issue 13, variant.go): dead-lettered before any
+		// Body variants (variant.go): dead-lettered before any
 		// gate, or, not written, still due.
 		if skip, _ := l.unrenderable(ev, r, now); skip {
 			continue
@@ -603,7 +604,8 @@ func (l *lane) limitSeq() uint64 {
 
 // nextFresh returns the next entitled event not yet dispatched. An event
 // whose first attempt already failed before a restart is passed over: its
-// retry record delivers it (invariant 3: in flight in one place), and the
+// retry record delivers it (a delivery is in flight in one place at a
+// time), and the
 // cursor may move past it, since it is resolved.
 func (l *lane) nextFresh() *queue.Event {
 	for {
@@ -631,7 +633,8 @@ func (l *lane) nextInLog() *queue.Event {
 			l.buf = l.buf[1:]
 			if l.sub.Tenant != "" && !l.e.feed.entitled(l.sub.Tenant, ev.Tenant, ev.Type) {
 				// Read before the subscription moved to this tenant: the
-				// cursor passes it, as a filtered event (invariant 8).
+				// cursor passes it, as a filtered event: a tenant's
+				// subscription receives only its tenant's events.
 				continue
 			}
 			return ev

@@ -144,7 +144,7 @@ func (s *Server) resolvedState(sub string, seq uint64, d *Delivery) error {
 // platform event: the dedup index keeps it, so it is known after
 // compaction too) and type typ ("" when unknown: an event compacted away
 // whose dedup entry predates format 2) and, when it knows from memory, the
-// state. A lane's entitlement follows the tenant rule (invariant 8), so a
+// state. A lane's entitlement follows the tenant rule, so a
 // tenant's ledger tells it nothing of another tenant's events.
 //
 // A foreign lane (fleet mode) knows nothing in memory: its owner's
@@ -208,7 +208,7 @@ func (s *Server) Replay(sub string, seq uint64, force bool) (ReplayResult, error
 		return res, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
 	}
 	// A letter goes back only to the tenant it was written for, and only
-	// to a lane entitled to its event (invariant 8): were a subscription
+	// to a lane entitled to its event (tenant isolation): were a subscription
 	// id ever held by another tenant than the letter's, the letter must
 	// not reach that tenant's URL. Letters written before owners were
 	// recorded (not Scoped) carry no such record and replay as before.

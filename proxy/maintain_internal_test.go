@@ -24,8 +24,8 @@ func (c *compactLog) Compact(below uint64) (int, error) {
 // TestMaintainSkipKeepsTheCompactionFloor: a maintenance pass that finds
 // nothing changed is skipped and compacts below the last floor, but a
 // cursor write or a lane that joins with a lower cursor is seen, so the
-// log is never compacted past a durable cursor (DESIGN.md §3:
-// compaction deletes below the smallest cursor of the lanes).
+// log is never compacted past a durable cursor (compaction deletes below
+// the smallest cursor of the lanes).
 func TestMaintainSkipKeepsTheCompactionFloor(t *testing.T) {
 	c := &compactLog{Store: queuetest.MustOpen(t, "", badger.Options{})}
 	d := newDispatcher(c, nil, discardLogger(), time.Now, 4, time.Second, policy.BudgetConfig{})

@@ -33,7 +33,7 @@ func newIngestMetrics(reg prometheus.Registerer) *ingestMetrics {
 	return m
 }
 
-// metrics are the delivery engine's Prometheus series (DESIGN.md §4). The
+// metrics are the delivery engine's Prometheus series. The
 // label "subscription" is the configured id, never a URL. Per-lane gauges
 // are read from the lanes at scrape time, so an idle lane costs no series
 // objects between scrapes; per-lane counters and histograms are created on

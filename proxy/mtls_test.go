@@ -13,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 )
 
-// Client certificates (mTLS) and HTTPS delivery in general (issue 13),
+// Client certificates (mTLS) and HTTPS delivery in general,
 // against real TLS endpoints with certificates made in the test.
 
 // mtlsFixture is an https endpoint that requires a client certificate

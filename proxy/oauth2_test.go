@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 )
 
-// OAuth2 client credentials (issue 13), against a real token endpoint and
+// OAuth2 client credentials, against a real token endpoint and
 // an endpoint that checks the bearer token, both started in the test.
 
 const (

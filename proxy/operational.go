@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// operational is the operational webhook (issue 12): sluice's own events
+// operational is the operational webhook: sluice's own events
 // about its subscriptions, sent to Options.OperationalWebhook.
 //
 // They ride sluice's own machinery. Each is appended to the log like a

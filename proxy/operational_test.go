@@ -2,7 +2,7 @@ package proxy_test
 
 // The operational webhook end to end: real lanes over a real Badger log,
 // real testbed receivers that verify signatures, and the events sluice
-// sends about its subscriptions (issue 12).
+// sends about its subscriptions.
 
 import (
 	"encoding/json"

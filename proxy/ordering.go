@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// Per-key ordering (issue 13).
+// Per-key ordering.
 //
 // A subscription with `ordering: key` receives the events that share an
 // ordering key (the producer's Ordering-Key header, queue.Event.OrderingKey)
@@ -61,7 +61,8 @@ import (
 // event belongs to a held key and maxParked events are parked already, or
 // belongs to a new key while maxOrderKeys keys are held, the lane stops
 // reading the log until a key resolves; until then events of free keys
-// wait behind it. The events past that point wait on disk (invariant 6):
+// wait behind it. The events past that point wait on disk, never in
+// memory queues:
 // the lane holds at most one page of them in memory.
 //
 // Interactions:

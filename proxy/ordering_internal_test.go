@@ -1,6 +1,6 @@
 package proxy
 
-// Per-key ordering (issue 13), over real Badger and real loopback
+// Per-key ordering, over real Badger and real loopback
 // endpoints. The receiver (orderRecv) checks every request as it arrives:
 // no two requests of one key in flight at once, and never event i+1 of a
 // key before event i was acknowledged (or refused for good).

@@ -2,7 +2,7 @@
 // the lanes that deliver each event to every entitled subscription, the
 // shared outbound HTTP client, and the admin API.
 //
-// Guarantees (DESIGN.md §2):
+// Guarantees:
 //
 //   - Ingest answers 202 only after the event is in the log (fsynced with
 //     durability fsync), and a repeated Idempotency-Key within the dedup
@@ -53,7 +53,8 @@ import (
 	"github.com/sluicehq/sluice/queue/badger"
 )
 
-// Defaults (DESIGN.md §4).
+// Defaults of the sidecar's options; config documents each as its key's
+// default.
 const (
 	DefaultListen         = "127.0.0.1:8700"
 	DefaultAdminListen    = "127.0.0.1:8701"
@@ -208,7 +209,8 @@ type Tenant struct {
 	// tighter; its MaxAge also bounds their retries' max age. A zero field
 	// takes DefaultTenantBacklog's: a tenant never goes unbounded, so a
 	// stalled, paused or throttled endpoint of one tenant cannot pin the
-	// log until the disk guard refuses every producer (invariant 8).
+	// log until the disk guard refuses every producer: nothing a tenant
+	// sets can stall ingest or the other tenants.
 	Backlog BacklogQuota
 	// MaxDeadLetters bounds the dead letters kept for each of the
 	// tenant's subscriptions: past it the oldest are deleted (those a

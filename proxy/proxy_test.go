@@ -94,7 +94,8 @@ func TestIngestContract(t *testing.T) {
 }
 
 // TestOutboundHeadersAndSignature checks the exact outbound contract
-// (DESIGN.md §4) on a raw net/http receiver.
+// (the Standard Webhooks headers, sluice's own and the subscription's) on a
+// raw net/http receiver.
 func TestOutboundHeadersAndSignature(t *testing.T) {
 	type got struct {
 		h    http.Header
@@ -160,7 +161,8 @@ func TestFanOutDeliversEachEventToEachEntitledSubscription(t *testing.T) {
 	enter := publish(t, s, "geofence.enter", "in", 40)
 	exit := publish(t, s, "geofence.exit", "out", 30)
 	other := publish(t, s, "fleet.ping", "ping", 10)
-	// Repeats are no new deliveries (invariant 2).
+	// Repeats are no new deliveries: one event id, at most one delivery
+	// per subscription.
 	for _, id := range enter[:10] {
 		if code, a := post(t, s, "geofence.enter", id, "{}"); code != http.StatusOK || !a.Duplicate {
 			t.Fatalf("repeat of %s: %d %+v", id, code, a)
@@ -295,7 +297,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 
 // TestTimeoutRetriesWithSameWebhookID: the receiver kept the event but
 // answered too late; the retry carries the same webhook-id, so the receiver
-// can deduplicate (invariant 3: at-least-once).
+// can deduplicate (delivery is at-least-once).
 func TestTimeoutRetriesWithSameWebhookID(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)

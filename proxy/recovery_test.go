@@ -16,7 +16,8 @@ import (
 // cursor moved past it only in memory (cursors are written every 20 ms):
 // the event sits above the durable cursor and has a retry record. After
 // the restart the lane must not send it again as a first attempt while the
-// retry sends it too (invariant 3: in flight in one place); it arrives
+// retry sends it too (a delivery is in flight in one place at a time); it
+// arrives
 // once, as the retry, and its neighbours once each.
 func TestRetryAboveDurableCursorIsSentOnce(t *testing.T) {
 	dir := t.TempDir()

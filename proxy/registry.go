@@ -18,13 +18,13 @@ import (
 )
 
 // The registry: subscriptions created, changed and deleted through the
-// admin API while the sidecar runs (issue 12). An API subscription is
+// admin API while the sidecar runs. An API subscription is
 // persisted as its membership's snapshot (queue.Membership.Snapshot), the
 // record that already keeps a removed subscription draining: the snapshot
 // carries the document it was made from, so it survives a restart and a
 // SIGKILL with nothing else to write, and in fleet mode the membership is
 // in the shared KV, so every node serves it. The membership is written
-// (create-only, with its cut-off, invariant 7) before the API answers: an
+// (create-only, with its cut-off) before the API answers: an
 // event accepted after the 201 is owed to the subscription.
 
 // Errors of the registry; the admin API maps each to a status.
@@ -228,7 +228,7 @@ func (s *Server) checkFree(id string) error {
 // for good: a record "owner.<id>" names the tenant ("" for the operator),
 // written before the subscription is made and never deleted. Dead letters
 // outlive their subscription, and whoever took a retired id would
-// otherwise read and replay them (invariant 8). Ids used before the
+// otherwise read and replay another tenant's events. Ids used before the
 // record existed are guarded by their dead letters (checkReserved).
 // The id is hex-encoded: a record key's segments may not hold the dots an
 // id may ("a..b").
@@ -479,7 +479,8 @@ func replacedSecretKey(patch map[string]any) (string, bool) {
 }
 
 // DeleteSubscription ends an API subscription's entitlement at the head:
-// it takes no new events, drains what it is owed (invariant 7), then
+// it takes no new events, drains what it is owed (what was accepted
+// while it was a member), then
 // retires.
 func (s *Server) DeleteSubscription(p principal, id string) (SubscriptionInfo, error) {
 	d := s.d

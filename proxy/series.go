@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The dashboard's charts (issue 12): per lane, deliveries/s, failures/s
+// The dashboard's charts: per lane, deliveries/s, failures/s
 // and the P99 of one exchange over the last seriesWindow, in memory only.
 //
 // Why 90 buckets of 10 s: 10 s shows when an incident started to within

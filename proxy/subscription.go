@@ -12,7 +12,8 @@ import (
 	"github.com/sluicehq/sluice/signing"
 )
 
-// Defaults for a subscription's delivery settings (DESIGN.md §4).
+// Defaults for a subscription's delivery settings, documented as the
+// defaults of its configuration keys.
 const (
 	DefaultTimeout        = 10 * time.Second
 	DefaultMaxConcurrency = 16
@@ -50,7 +51,7 @@ type Subscription struct {
 	// the others count as resolved for this subscription.
 	Filter *policy.Filter
 	// Variant, when set, is the body variant the subscription is sent
-	// instead of the stored bytes (issue 13, variant.go): rendered once
+	// instead of the stored bytes (variant.go): rendered once
 	// per event for every subscription with an equal variant, signed as
 	// sent, Content-Type application/json. Nil sends the stored bytes.
 	Variant *policy.Variant
@@ -75,7 +76,7 @@ type Subscription struct {
 	// Egress, when set, replaces Options.Egress for this subscription
 	// whole (a Proxy of "" goes direct); TLS sets the client certificate,
 	// CAs and name of its https connections; Auth adds an OAuth2 bearer
-	// token to its requests. Nil: the defaults. Issue 13; egress.go,
+	// token to its requests. Nil: the defaults. See egress.go,
 	// tlsconfig.go, endpointauth.go.
 	Egress *Egress
 	TLS    *ClientTLS
@@ -194,7 +195,7 @@ type snapshot struct {
 	Auto        *policy.AutoCapConfig `json:"auto,omitempty"`
 	Backlog     BacklogQuota          `json:"backlog"`
 	Breaker     policy.BreakerConfig  `json:"breaker"`
-	// Added with the subscription API (issue 12); absent in older
+	// Added with the subscription API; absent in older
 	// snapshots, which are all file subscriptions.
 	Tenant  string          `json:"tenant,omitempty"`
 	Filter  json.RawMessage `json:"filter,omitempty"` // the filter as written
@@ -208,13 +209,13 @@ type snapshot struct {
 	// 13): a subscription removed from the config drains with its
 	// variant, and an API subscription keeps it across restarts.
 	Body json.RawMessage `json:"body,omitempty"`
-	// Added with egress and endpoint authentication (issue 13): file
+	// Added with egress and endpoint authentication: file
 	// names and settings, no secret.
 	Egress *Egress    `json:"egress,omitempty"`
 	TLS    *ClientTLS `json:"tls,omitempty"`
 	Auth   *OAuth2    `json:"auth,omitempty"`
 
-	// Ordering is the ordering mode (issue 13); absent for none.
+	// Ordering is the ordering mode; absent for none.
 	Ordering string `json:"ordering,omitempty"`
 }
 

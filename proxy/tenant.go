@@ -60,7 +60,7 @@ func (s *Server) canSee(p principal, sub string) bool {
 
 // canRead reports whether p may read dead letter d: judged by the owner
 // recorded on the letter, never by whoever holds its subscription id now
-// (invariant 8). A letter written before owners were recorded (not
+// (tenant isolation judges by owner). A letter written before owners were recorded (not
 // Scoped) is judged by its subscription, as before.
 func (s *Server) canRead(p principal, d *queue.DeadLetter) bool {
 	switch {
@@ -243,7 +243,7 @@ func (s *Server) checkConcurrency(p principal, sub *Subscription) error {
 // endpoints at a black hole holds at most its cap of the process's slots,
 // not a hundred caps. It works like the process-wide slots: a lane that
 // finds it full is remembered and pumped when a request of the tenant
-// ends, so work past the cap waits in the log (invariant 6), not in
+// ends, so work past the cap waits in the log, not in
 // memory.
 type bulkhead struct {
 	tenant   string

@@ -18,7 +18,7 @@ import (
 )
 
 // ClientTLS is how a subscription's connections to its https endpoint
-// authenticate both sides (issue 13): a client certificate for endpoints
+// authenticate both sides: a client certificate for endpoints
 // that require one (mTLS), the CAs that verify the endpoint instead of the
 // system's, and the name its certificate must carry. The zero value is
 // the default: no client certificate, the system's roots, the URL's host.

@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// Tracing (issue 13): the producer's W3C trace context goes out with every
+// Tracing: the producer's W3C trace context goes out with every
 // delivery attempt, and with a TracerProvider (Options.TracerProvider)
 // ingest and each attempt make OpenTelemetry spans.
 //

@@ -20,7 +20,7 @@ import (
 )
 
 // BenchmarkDeliveryTracing is BenchmarkDelivery's fan-out 10 × 512 B with
-// tracing off and on, in the same run (issue 13; docs/benchmarks.md "Tracing"):
+// tracing off and on, in the same run (docs/benchmarks.md "Tracing"):
 //
 //   - off: no TracerProvider, events without a trace context (today's
 //     case);

@@ -220,7 +220,7 @@ func TestTracingShutdownBounded(t *testing.T) {
 // exchange with a loopback endpoint, the endpoint itself) with tracing off
 // allocates nothing, for an event with the producer's trace context as for
 // one without, and sends the context on. The same test on the tree before
-// tracing counts 0 too (docs/benchmarks.md, "Tracing (issue 13)"). Checked
+// tracing counts 0 too (docs/benchmarks.md, "Tracing"). Checked
 // without -race only.
 func TestTracingDeliverAllocs(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -9,9 +9,9 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// Body variants (issue 13): a subscription with a Variant is sent a
+// Body variants: a subscription with a Variant is sent a
 // rendering of the stored body (policy.Variant) instead of its exact
-// bytes. DESIGN.md §1 still holds per variant: each distinct variant is
+// bytes. Bodies are still serialised once, per variant: each distinct variant is
 // rendered once per event and the bytes are shared by every lane that
 // sends it, so 10,000 subscriptions over 3 variants render 3 bodies per
 // event, not 10,000.

@@ -11,7 +11,7 @@ import (
 
 // BenchmarkDeliveryVariants is fan-out 40 of a 512-byte JSON body, sent as
 // stored (variants=0) and with the 40 subscriptions spread over 3 body
-// variants (variants=3: an envelope, a projection, both; issue 13). Each
+// variants (variants=3: an envelope, a projection, both). Each
 // variant is rendered once per event, so the cost is 3 renderings per 40
 // deliveries, plus each rendering's bytes, shared by its lanes.
 func BenchmarkDeliveryVariants(b *testing.B) {

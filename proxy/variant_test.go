@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/testbed"
 )
 
-// Body variants (issue 13), end to end: every lane of a variant gets the
+// Body variants, end to end: every lane of a variant gets the
 // same bytes, rendered once per event, signed as received; a body that
 // does not render is dead-lettered without an attempt; a replay sends the
 // same bytes again; the snapshot keeps a removed subscription's variant.

@@ -10,7 +10,7 @@
 //     increase and are never reused, not even after compacting everything.
 //   - Append is idempotent on the event id within the dedup window.
 //   - A subscription is owed exactly the events appended while it was a
-//     member (invariant 7): From = head+1 at join, Until = head at leave.
+//     member (the membership cut-off): From = head+1 at join, Until = head at leave.
 //   - Record writes one delivery outcome at once or not at all; cursors,
 //     retry records and dead letters survive a crash once written.
 //   - Replay schedules a dead letter once, however many replays race.
@@ -21,7 +21,8 @@ package queue
 
 import "time"
 
-// DefaultDedupWindow is how long an event id is remembered (DESIGN.md §4).
+// DefaultDedupWindow is how long an event id is remembered by default: a
+// duplicate POST within it is answered with the original event's id.
 const DefaultDedupWindow = 24 * time.Hour
 
 // DefaultMinFreeBytes is the free space below which appends are refused

@@ -17,7 +17,7 @@ type Event struct {
 
 	// OrderingKey is the producer's Ordering-Key header, "" when none:
 	// events sharing a key reach an `ordering: key` subscription in
-	// acceptance order (issue 13). Ingest bounds it (1..256 printable
+	// acceptance order. Ingest bounds it (1..256 printable
 	// ASCII bytes).
 	OrderingKey string
 	// TraceParent and TraceState are the producer's W3C trace context
@@ -36,7 +36,7 @@ type Event struct {
 	// (Decoded, CacheDecoded); no backend reads or stores it.
 	doc atomic.Pointer[Decoded]
 	// renderings caches Body rendered per body variant (Rendering, in
-	// render.go; issue 13). Like doc, it lives as long as the event and
+	// render.go). Like doc, it lives as long as the event and
 	// is not counted by Size: renderings come after the event is sized,
 	// so whoever caches one charges its budget then (the delivery
 	// engine's ring does).
@@ -68,8 +68,8 @@ func (e *Event) Size() int {
 		len(e.OrderingKey) + len(e.TraceParent) + len(e.TraceState) + len(e.Tenant) + 64
 }
 
-// Membership records which events a subscription is entitled to
-// (invariant 7): those with From <= seq, and seq <= Until once it has Left.
+// Membership records which events a subscription is entitled to (the
+// membership cut-off: the events accepted while it is a member): those with From <= seq, and seq <= Until once it has Left.
 // Snapshot is the subscription's configuration as the proxy encoded it, so a
 // subscription removed from the config can still drain what it was owed.
 type Membership struct {

@@ -70,7 +70,7 @@ type Log interface {
 }
 
 // State is the delivery state of every subscription: memberships (who is
-// owed which events, invariant 7), cursors, the retry schedule and the
+// owed which events: those accepted while it was a member), cursors, the retry schedule and the
 // dead letters.
 type State interface {
 	// Memberships returns every subscription the store knows, with its
@@ -158,8 +158,8 @@ type Outcome struct {
 	Pause string
 }
 
-// Fleet is what a Store shared by several nodes adds (JetStream, DESIGN.md
-// §6): which lanes this node may deliver. The proxy asserts it on its
+// Fleet is what a Store shared by several nodes adds (JetStream, in fleet
+// mode): which lanes this node may deliver. The proxy asserts it on its
 // Store; a Store without it (Badger) owns every lane.
 //
 // Ownership: each subscription's lane is delivered by one node at a time,

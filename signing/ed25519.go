@@ -1,6 +1,6 @@
 package signing
 
-// Asymmetric signatures: the Standard Webhooks "v1a" scheme (issue 13).
+// Asymmetric signatures: the Standard Webhooks "v1a" scheme.
 //
 // The specification's table of schemes gives, for asymmetric signatures:
 // scheme "ed25519", signing secret "standard ed25519 key pair", serialized
@@ -48,7 +48,7 @@ const (
 // strictBase64 refuses the non-canonical encodings (stray bits in the last
 // character) that StdEncoding accepts, so that a v1a signature, a whsk_ and
 // a whpk_ key each have one spelling. (whsec_ secrets keep StdEncoding's
-// leniency, as before issue 13.)
+// leniency, as they had before whsk_ keys existed.)
 var strictBase64 = base64.StdEncoding.Strict()
 
 // decodeKey decodes a whsk_ or whpk_ key's base64 strictly, refusing also

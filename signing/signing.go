@@ -6,7 +6,7 @@
 // + "." + body:
 //   - symmetric, a whsec_ secret: HMAC-SHA256, base64 encoded and prefixed
 //     with "v1,";
-//   - asymmetric, a whsk_ secret (issue 13): Ed25519 (RFC 8032), base64
+//   - asymmetric, a whsk_ secret: Ed25519 (RFC 8032), base64
 //     encoded and prefixed with "v1a,". The receiver verifies with the
 //     whpk_ public key (Secret.PublicKey, ParsePublicKey) and cannot sign.
 //

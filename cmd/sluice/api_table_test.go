@@ -16,7 +16,7 @@ import (
 	"github.com/sluicehq/sluice/testbed"
 )
 
-// The subscription API of issue 12, row by row, against a real
+// The subscription API, route by route, against a real
 // proxy.Server with serve's own parser of documents (specParser), Badger
 // under t.TempDir() and testbed endpoints.
 
@@ -225,7 +225,8 @@ func (s *apiSidecar) laneOf(t *testing.T, id string) proxy.LaneStatus {
 	return l
 }
 
-// TestAPIEveryRow drives every row of issue 12's table with its errors:
+// TestAPIEveryRow drives every route of the subscription API with its
+// errors:
 // create (a generated secret shown once; each invalid document refused
 // with its key named), get and list by tenant, patch (new settings on the
 // next delivery; the file's subscriptions, the id and bad patches

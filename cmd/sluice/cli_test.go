@@ -405,7 +405,7 @@ func TestCLIVerify(t *testing.T) {
 		{"no secret", flags, body, 1, "--secret"},
 		{"bad secret", append([]string{"--secret", "whsec_nope"}, flags...), body, 1, "bad secret"},
 	}
-	// Ed25519 (issue 13): a subscription with a whsk_ key beside the HMAC
+	// Ed25519: a subscription with a whsk_ key beside the HMAC
 	// one; its receivers verify the v1a entry with the whpk_ public key.
 	ed, _ := signing.GenerateEd25519Secret()
 	pk, _ := ed.PublicKey()

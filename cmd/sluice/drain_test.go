@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// The drain contract of `sluice serve` (STYLE.md §5, DESIGN.md §4): on the
+// The drain contract of `sluice serve`: on the
 // first SIGTERM, ingest answers 503 with Retry-After, deliveries in flight
 // get shutdown_grace to finish and none starts, cursors are written, and
 // the process exits 0; whatever did not finish is delivered after a

@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/signing"
 )
 
-// TestAPIEd25519 (issue 13): an API subscription signs with a whsk_ key
+// TestAPIEd25519: an API subscription signs with a whsk_ key
 // beside a whsec_ one. Each delivery carries both entries: the official
 // Standard Webhooks library verifies it with the whsec_ secret (skipping
 // v1a), and the whpk_ key that GET /v1/subscriptions/{id} shows verifies

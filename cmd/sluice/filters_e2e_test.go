@@ -26,7 +26,8 @@ var filterEvents = []struct {
 	{"geofence.enter", `{"data": {"depot": "Z", "kind": "alarm"}}`, false, true},
 }
 
-// depotsFilter is issue 12's example.
+// depotsFilter is the documentation's example filter: depot A or B, and a
+// speed over 80 or an alarm.
 var depotsFilter = map[string]any{
 	"data.depot": map[string]any{"$in": []string{"A", "B"}},
 	"$or":        []any{map[string]any{"data.speed": map[string]any{"$gt": 80}}, map[string]any{"data.kind": map[string]any{"$startsWith": "alarm"}}},

@@ -1,7 +1,6 @@
 package main
 
-// End-to-end test of the subscription API (issue 12) in fleet mode
-// (DESIGN.md §6): subscriptions created, changed and deleted through one
+// End-to-end test of the subscription API in fleet mode: subscriptions created, changed and deleted through one
 // node's admin API are served by the whole fleet. Real `sluice serve`
 // processes on an embedded 3-node JetStream cluster; helpers in
 // fleettest_test.go and fleet_e2e_test.go.

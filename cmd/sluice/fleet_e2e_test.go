@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of fleet mode (DESIGN.md §6, issue 11): real `sluice
+// End-to-end tests of fleet mode: real `sluice
 // serve` processes sharing an embedded 3-node JetStream cluster
 // (internal/natscluster) on loopback, a real receiver (testbed) that
 // verifies every signature and records which node sent each delivery
@@ -56,7 +56,7 @@ import (
 const (
 	fleetLeaseTTL = 2 * time.Second
 	// fleetMoveBound is how soon a killed node's lanes must deliver again
-	// elsewhere (issue 11: lease_ttl + 2 s).
+	// elsewhere: lease_ttl + 2 s, the lease's expiry plus a claim.
 	fleetMoveBound = fleetLeaseTTL + 2*time.Second
 	fleetHoleCap   = 4
 	fleetRate      = 50

@@ -28,7 +28,7 @@ func TestLogsNeverShowSecretsOrURLs(t *testing.T) {
 		authValue = "Bearer hdr-cred-9Zk4-never-logged"
 		urlSecret = "path-cred-4Wm8"
 		querySecr = "query-cred-1Pn6"
-		// An Ed25519 key (issue 13), RFC 8032 TEST 2's seed.
+		// An Ed25519 key, RFC 8032 TEST 2's seed.
 		edSecret = "whsk_TM0Imyj/ltqdtsNG7BFOD1uKMZ81q6Yk2oz27U+4pvs="
 	)
 	fail := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))

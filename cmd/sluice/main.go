@@ -121,7 +121,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // lifecycle turns the process's signals into the contexts of a
-// long-running command, in litestream's manner (STYLE.md §5): the first
+// long-running command, in litestream's manner: the first
 // SIGTERM or SIGINT cancels drain (stop gracefully), the second cancels
 // abort (stop at once), and SIGHUP asks for a reload. The cause of either
 // context is a signalError naming the signal.

@@ -344,7 +344,7 @@ func TestInvariant1_CrashUnderLoadLosesNothing(t *testing.T) {
 }
 
 // TestSIGHUPReloadAddsSubscription: a subscription added by reload receives
-// events accepted after the reload only (invariant 7).
+// events accepted after the reload only: the membership cut-off.
 func TestSIGHUPReloadAddsSubscription(t *testing.T) {
 	dir := t.TempDir()
 	tb := startReceiver(t)

@@ -42,7 +42,7 @@ import (
 //     half the requests: retries, an opening breaker, max_attempts dead
 //     letters), "reject" (404 for events whose body asks for it: dead
 //     letters, reason rejected), "typed" (one event type only), "ordered"
-//     (`ordering: key`, issue 13; 503 on about a third of the requests:
+//     (`ordering: key`; 503 on about a third of the requests:
 //     retries that hold their key, max_attempts dead letters that free it)
 //     and "late-R", added by a SIGHUP reload R while the reload also
 //     removes late-(R-1), which then drains what it was entitled to and
@@ -1246,7 +1246,7 @@ func (w *soakWorld) checkOrder(when string) {
 
 // checkMemberships: a joining subscription is entitled from a seq after
 // everything accepted before its reload was sent and at or before anything
-// sent after the change showed (invariant 7); likewise for leaving. Saved
+// sent after the change showed (the membership cut-off); likewise for leaving. Saved
 // cursors never move back.
 func (w *soakWorld) checkMemberships() {
 	t := w.t

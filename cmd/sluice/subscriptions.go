@@ -1,6 +1,6 @@
 package main
 
-// sluice subscriptions: the subscription API (issue 12) in a terminal.
+// sluice subscriptions: the subscription API in a terminal.
 // Subscriptions made here are the API's (managed_by api): a reload of the
 // config file never touches them, and the file's own cannot be changed
 // here. A secret or token the sidecar generates is printed once, the only

@@ -45,7 +45,8 @@ var tenantKinds = [...]tenantKind{
 const tenantTestTenants = `tenants: [{id: acme, shared_types: ["status.*"]}, {id: globex}]`
 
 // tenantTestSubs: each tenant subscribes to everything (types ["*"], the
-// attack of issue 12's finding) and so does the operator.
+// way a tenant would try to read other tenants' events) and so does the
+// operator.
 var tenantTestSubs = []string{"ops-all", "acme-all", "globex-all"}
 
 func tenantKey(n int) string { return "tk-" + strconv.Itoa(n) }
@@ -63,7 +64,9 @@ func tenantKeyKind(key string) tenantKind {
 	return tenantKinds[n%len(tenantKinds)]
 }
 
-// tenantEntitled is invariant 8 for tenantTestTenants and tenantTestSubs,
+// tenantEntitled is the tenant rule (a tenant's subscription receives only
+// its tenant's events and the types shared with it; platform events reach
+// the operator's only) for tenantTestTenants and tenantTestSubs,
 // spelt out rather than computed by sluice's own matcher.
 func tenantEntitled(sub string, ev *fleetEvent) bool {
 	k := tenantKeyKind(ev.key)

@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/testbed"
 )
 
-// Tenant isolation (issue 12): with one tenant's token, every admin route
+// Tenant isolation: with one tenant's token, every admin route
 // tried with another tenant's ids answers exactly what it answers for ids
 // that do not exist, and nothing of the other tenant shows anywhere.
 

@@ -41,7 +41,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var secrets []signing.Secret
-	var keys []signing.PublicKey // whpk_: checks v1a entries (issue 13)
+	var keys []signing.PublicKey // whpk_: checks v1a entries
 	for _, a := range secretArgs {
 		for _, s := range strings.Fields(a) {
 			if strings.HasPrefix(s, "whpk_") {

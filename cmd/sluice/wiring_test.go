@@ -21,7 +21,8 @@ const (
 	opsSecret     = "whsec_5gboqfClPJIcOpFFyCKCMO7MQpWPxyDda+f/AePM6Xo="
 )
 
-// wiringDoc is one subscription with the keys of issues 12 and 13, in JSON: the
+// wiringDoc is one subscription with the tenant, filter, egress, TLS, auth,
+// ordering and body-variant keys, in JSON: the
 // API's document, and the same in a config file.
 const wiringDoc = `{"id": "billing", "url": "https://billing.example.com/hooks", "secret": "` + e2eSecret + `",
 	"types": ["geofence.enter"], "tenant": "acme", "filter": {"data.speed": {"$gt": 30}},

@@ -1,6 +1,6 @@
 // Package observability holds the Grafana dashboard and Prometheus alert
 // rules of examples/observability; this test keeps them in step with the
-// metrics sluice emits (proxy/metrics.go, DESIGN.md §4).
+// metrics sluice emits (proxy/metrics.go).
 package observability
 
 import (

@@ -1,6 +1,7 @@
 // Package natscluster runs a NATS JetStream cluster inside the current
 // process, on loopback, for tests and for `sluice demo --fleet`. It is never
-// used in production: there the cluster is the NATS Helm chart (DESIGN.md §6).
+// used in production: there the cluster is the NATS Helm chart with
+// JetStream enabled and 3 replicas.
 //
 // What it owns: N nats-server instances (github.com/nats-io/nats-server/v2),
 // each with JetStream enabled, its store under Options.Dir/node-<i>, a client
@@ -48,7 +49,7 @@ import (
 
 // DefaultNodes is the cluster size when Options.Nodes is 0: three, the
 // smallest cluster that keeps a quorum (and R3 streams) through the loss of
-// one node, the replication DESIGN.md §6 asks for.
+// one node, the replication fleet mode's streams are made with.
 const DefaultNodes = 3
 
 // DefaultStartTimeout bounds Start and Restart when Options.StartTimeout is

@@ -225,7 +225,7 @@ func (l *Log) writeIndex(batches []indexBatch, through uint64) error {
 // (those of a process that stopped before its indexer wrote them), on
 // Open, before any append. Their window counts from now: the write times
 // died with the process, and remembering an id a little longer than the
-// window only errs on the side of invariant 2.
+// window only errs on the side of at most one event per id.
 func (l *Log) indexTail(indexed, head uint64) error {
 	if indexed >= head {
 		return nil

@@ -42,7 +42,7 @@ const formatVersion = 7
 //	   RetryOf is a point lookup rather than a scan of the schedule. Open
 //	   builds the index of an older dir from its r/ keys.
 //	4  an e/<seq> record may be of version 2 (eventVersionExt), carrying
-//	   the event's ordering key and trace context (issue 13). Events
+//	   the event's ordering key and trace context. Events
 //	   without them are still written as version 1, so an older dir needs
 //	   no rewrite; an older sluice must refuse the dir, as it would read a
 //	   version-2 record as damage.
@@ -95,8 +95,8 @@ func memberKey(sub string) []byte { return append(append([]byte(nil), prefixMemb
 func cursorKey(sub string) []byte { return append(append([]byte(nil), prefixCursor...), sub...) }
 
 // retryPrefix is r/<sub>/ : subscription ids cannot contain '/', so one
-// lane's retries form a contiguous range ordered by due time. DESIGN.md
-// sketches r/<due>/<sub>/<seq> with one global scanner; keying by
+// lane's retries form a contiguous range ordered by due time. A global
+// r/<due>/<sub>/<seq> with one scanner was the other choice; keying by
 // subscription first lets each lane read only its own due retries when it
 // has free slots, so a black hole with a million scheduled retries never
 // slows the scan of a healthy lane.

@@ -89,7 +89,7 @@ func writeMembership(txn *badgerdb.Txn, m queue.Membership) error {
 }
 
 // Join makes sub a member: a new subscription is entitled to every event
-// appended from now on (From = head+1; invariant 7). For a known one it
+// appended from now on (From = head+1: the membership cut-off). For a known one it
 // updates the snapshot; one that was leaving (not yet retired) becomes
 // active again and is entitled to the events in between as well.
 func (l *Log) Join(sub string, snapshot []byte) (queue.Membership, error) {

@@ -23,8 +23,8 @@ import (
 // BenchmarkAppend compares Store.Append (64 producers, 512 B bodies, each
 // waiting for its PubAck and OnCommit) with a bare JetStream async-publish
 // loop to the same cluster (one publisher, a window of
-// DefaultPublishWindow), the ceiling issue 11 measures fleet ingest
-// against (>= 0.5x). The machine is shared and noisy, so the two run in
+// DefaultPublishWindow), the ceiling fleet ingest is measured
+// against (target >= 0.5x). The machine is shared and noisy, so the two run in
 // alternating rounds of b.N/rounds events and the benchmark reports both
 // rates and their ratio. producers=256 shows how the ratio grows with
 // the appends in flight: 64 producers each waiting for their own PubAck

@@ -1,4 +1,4 @@
-// Package jetstream is sluice's shared log for fleet mode (DESIGN.md §6): a
+// Package jetstream is sluice's shared log for fleet mode: a
 // queue.Store and queue.Fleet over NATS JetStream, so that many sidecars
 // share one replicated log, one delivery state and one registry of
 // subscriptions, and each lane is delivered by one node at a time. It

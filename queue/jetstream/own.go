@@ -1,8 +1,10 @@
 package jetstream
 
 // The fleet: this node's heartbeat, the live set, the subscriptions to own
-// and the decisions which lanes this node claims or gives up (DESIGN.md §6,
-// "One owner per lane"). The leases themselves, and fencing, are in
+// and the decisions which lanes this node claims or gives up. Each lane
+// has one owner at a time, so its cap, rate limit, breaker and quota hold
+// fleet-wide without a distributed token bucket; rendezvous hashing over
+// the live set moves only a joining or leaving node's share. The leases themselves, and fencing, are in
 // lease.go; lane snapshots in snapshot.go.
 //
 // The protocol, every step a JetStream write with compare-and-set:
@@ -837,7 +839,8 @@ func (s *Store) closeFleet() {
 	fl.m.unregister()
 }
 
-// fleetMetrics are the fleet's series (STYLE.md §7), registered on
+// fleetMetrics are the fleet's series, one struct per component as every
+// sluice metric set is (no global registry), registered on
 // Options.Registerer when it is set.
 type fleetMetrics struct {
 	reg        prometheus.Registerer

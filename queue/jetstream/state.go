@@ -1,6 +1,6 @@
 package jetstream
 
-// The delivery state (DESIGN.md §6): memberships, cursors, the retry
+// The delivery state of fleet mode: memberships, cursors, the retry
 // schedule and the dead letters, as keys of the KV bucket <S>_STATE.
 //
 // Keys (a subscription id matches ^[a-z0-9][a-z0-9._-]{0,63}$ and may hold

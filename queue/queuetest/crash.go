@@ -32,7 +32,8 @@ const crashRounds = 3
 
 func crashKillAfter(round int) int { return 300 + round*137 }
 
-// Crash is invariant 1 against a real process: it runs the test binary
+// Crash proves against a real process that an acknowledged append is never
+// lost: it runs the test binary
 // again as a child that appends to a store of b with Sync from 16
 // goroutines and prints every append acknowledged to it; it SIGKILLs the
 // child mid-stream, three times over one place, then opens the place and
@@ -190,7 +191,8 @@ func crashChild(t *testing.T, b Backend, prefix string, after func(s queue.Store
 	t.Fatal("crash child: not killed within a minute")
 }
 
-// CrashDedup is invariant 2 against a real process: like Crash, it
+// CrashDedup proves against a real process that an acknowledged event id
+// stays a duplicate (one id, at most one event) across crashes: like Crash, it
 // SIGKILLs a child appending with Sync from 16 goroutines, three times
 // over one place, but the child also compacts the log up to each eighth
 // event it is acknowledged, before it prints it. Then every acknowledged
