@@ -523,7 +523,7 @@ type SubscriptionConfig struct {
 	// endpoint in acceptance order, the next one not sent before the
 	// previous is acknowledged or dead-lettered; events without a key are
 	// not ordered) or "fifo" (one key for the whole subscription). See
-	// the README's "Per-key ordering".
+	// docs/configuration.md, "Per-key ordering".
 	Ordering string `koanf:"ordering"`
 
 	// Resolved holds the parsed secrets from whichever source is set, filled

@@ -211,12 +211,12 @@ func TestLoadConfigDefaults(t *testing.T) {
 		assertConfig(t, cfg, Default())
 	}
 
-	// The documented defaults (README, "Configuration reference").
+	// The documented defaults (docs/configuration.md, "Configuration reference").
 	d := Default()
 	if d.Listen != "127.0.0.1:8700" || d.Admin.Listen != "127.0.0.1:8701" || d.DataDir != "./sluice-data" ||
 		d.Durability != "fsync" || d.MaxBodyBytes != 1<<20 ||
 		d.RetryBudget != (RetryBudgetConfig{Ratio: 0.1, MinPerSecond: 10, Window: 10 * time.Second}) {
-		t.Errorf("Default() = %+v, differs from the README's configuration reference", d)
+		t.Errorf("Default() = %+v, differs from the configuration reference in docs/configuration.md", d)
 	}
 	if err := Default().Validate(); err != nil {
 		t.Errorf("Default().Validate() = %v", err)
@@ -825,7 +825,7 @@ func TestLoadConfigFlowControl(t *testing.T) {
 		{"too many types", sub + "    types: [" + strings.Repeat("a, ", 64) + "b]\n", `subscriptions[0].types: lists 65 types, more than 64`, ErrInvalidValue},
 		{"too many headers", sub + "    headers: {" + manyHeadersYAML(33) + "}\n", `subscriptions[0].headers: has 33 headers, more than 32`, ErrInvalidValue},
 		// A key that is set is checked as written, not replaced by its
-		// default (README, "Configuration reference").
+		// default (docs/configuration.md, "Configuration reference").
 		{"timeout zero", sub + "    timeout: 0s\n", `subscriptions[0].timeout: 0s: must be between 1ms and 5m0s`, ErrInvalidValue},
 		{"concurrency max zero", sub + "    concurrency: {max: 0}\n", `subscriptions[0].concurrency.max: 0: must be between 1 and 10000`, ErrInvalidValue},
 		{"auto max zero", sub + "    concurrency: {auto: true, max: 0}\n", `subscriptions[0].concurrency.max: 0: must be between 1 and 10000`, ErrInvalidValue},

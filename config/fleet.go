@@ -1,6 +1,6 @@
 package config
 
-// Fleet mode's keys (README, "Fleet mode"): log.backend, jetstream.* and node_id.
+// Fleet mode's keys (docs/fleet.md): log.backend, jetstream.* and node_id.
 // Their defaults are jetstream's (Default). jetstream.Open checks replicas
 // and node_id again, with looser rules; the bounds here are stricter where
 // NATS needs it (KV keys and bucket names) and add the lease's, so that a

@@ -98,7 +98,7 @@ func TestAnnotationOptionsKeepsDefaults(t *testing.T) {
 }
 
 // TestAnnotationsCoverFlags: every option has an annotation named like its
-// flag, so the table in the README has one name per row.
+// flag, so the annotations table in examples/kubernetes/injector/README.md has one name per row.
 func TestAnnotationsCoverFlags(t *testing.T) {
 	for _, key := range []string{"image", "config-map", "pvc", "secret", "grace", "ingest-port", "admin-port",
 		"cpu-request", "memory-request", "cpu-limit", "memory-limit", "jetstream-urls"} {

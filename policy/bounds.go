@@ -3,7 +3,7 @@ package policy
 import "time"
 
 // Bounds of the configuration values, shared by the Validate methods. They
-// are the bounds sluice's configuration documents (README.md,
+// are the bounds sluice's configuration documents (docs/configuration.md,
 // "Configuration reference"); the loader calls Validate rather than keeping
 // its own copy.
 const (

@@ -36,7 +36,7 @@ import (
 // resolved here and refused as it would be without the proxy, and a
 // tunnel is asked for the address judged, not the name, so DNS cannot
 // send the proxy elsewhere (an http endpoint's name is resolved again by
-// the proxy: see README, "Egress"). The proxy itself is the operator's and
+// the proxy: see docs/configuration.md, "Egress"). The proxy itself is the operator's and
 // is dialled wherever it is, private addresses included.
 type Egress struct {
 	// Proxy is the forward proxy, "http://host:port" or

@@ -154,7 +154,7 @@ type Options struct {
 	forbiddenTarget     func(netip.Addr) string
 	egressCheckInterval time.Duration
 	// TracerProvider, when set, makes OpenTelemetry spans: one per ingest
-	// request and one per delivery attempt (tracing.go, README
+	// request and one per delivery attempt (tracing.go, docs/ingest-and-delivery.md,
 	// "Tracing"). Nil (the default) makes none. The Server owns it from
 	// New: Close shuts it down (flushing its spans, for at most 5 s) when
 	// it has a Shutdown(context.Context) error method, as the SDK's has.

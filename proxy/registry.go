@@ -428,7 +428,7 @@ func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (Subsc
 	}
 	// secret and secrets are one setting written two ways: a patch that
 	// sets one replaces the other, or a subscription made with a
-	// generated secret could never be given a list (README, "Moving a
+	// generated secret could never be given a list (docs/ingest-and-delivery.md, "Moving a
 	// subscription from HMAC to Ed25519"). A patch naming both is judged
 	// as written.
 	if other, ok := replacedSecretKey(pd); ok {

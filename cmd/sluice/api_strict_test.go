@@ -69,7 +69,7 @@ func TestAPIDocumentsAreStrict(t *testing.T) {
 }
 
 // TestAPIPatchSecretsReplacesGeneratedSecret: a subscription made with a
-// generated secret takes a list of secrets by PATCH, as README's move
+// generated secret takes a list of secrets by PATCH, as the docs' move
 // from HMAC to Ed25519 says, and signs with the list from then on; a
 // patch of secret alone goes back to one.
 func TestAPIPatchSecretsReplacesGeneratedSecret(t *testing.T) {

@@ -77,7 +77,7 @@ func fleetAPISubID(a, b, c, d string) string {
 //  2. patched through b (a header added): the owner c, which hears of it
 //     through the shared KV only, shows it within a second of the 200 (in
 //     milliseconds; a dispatch in between may still have the old settings,
-//     README), and every delivery of an event posted after that carries
+//     docs/admin-api.md), and every delivery of an event posted after that carries
 //     it, from c and, later, from c's successor;
 //  3. c is SIGKILLed mid-load: the lane moves to a survivor, still filtered
 //     and patched; nothing owed is lost; both survivors still serve it;
@@ -208,7 +208,7 @@ func TestFleetAPISubscriptions(t *testing.T) {
 	patched := time.Now()
 	// The owner hears of it through the member watch, apart from the
 	// events (another stream): a dispatch in between still has the old
-	// settings, as one in flight at the patch has (README). Events posted
+	// settings, as one in flight at the patch has (docs/admin-api.md). Events posted
 	// once the owner shows it must carry it.
 	w.load.run(3, 30*time.Millisecond)
 	applied := fleetAwait(t, "the owner applies the patch", time.Second, func() (bool, string) {

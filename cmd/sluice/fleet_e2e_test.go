@@ -1141,7 +1141,7 @@ func TestFleetConcurrentFirstStart(t *testing.T) {
 // exceeded"; the set-up side of it is jetstream's
 // TestOpenOutlivesOutageDuringSetUp). While the cluster is away each
 // sidecar stays up and answers its producer only 503 with Retry-After
-// (README, fleet mode); once the servers are back the sidecars finish
+// (docs/fleet.md); once the servers are back the sidecars finish
 // starting, and every event answered 202 is delivered.
 func TestFleetNATSDownAtStart(t *testing.T) {
 	if testing.Short() {

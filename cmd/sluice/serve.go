@@ -166,7 +166,7 @@ wait:
 // nothing. Nor does a file that moves the log (log.backend, jetstream.*,
 // node_id): its subscriptions are meant for another log, and in fleet mode
 // applying them would register them in a shared registry this sidecar is
-// leaving. Other keys are read at start only (README, "Signals").
+// leaving. Other keys are read at start only (docs/operations.md, "Running it").
 func reload(srv *proxy.Server, running *config.Config, load func() (*config.Config, error), log *slog.Logger) {
 	cfg, err := load()
 	if err == nil {
