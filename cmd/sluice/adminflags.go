@@ -32,12 +32,13 @@ const (
 
 // adminClient finds the admin API the way serve finds its listener: from
 // the config file (configPath, else $SLUICE_CONFIG via the caller's flag
-// default) and the SLUICE_ environment. adminURL, when set, overrides the
+// default) and the SLUICE_ environment, then overrides (serve's flags, as
+// config.Load takes them). adminURL, when set, overrides the
 // address; the token still comes from the config. A wildcard listen
 // address is reached on 127.0.0.1, a unix:// socket through a dialer for
 // it. The returned client has no timeout; callers set their own.
-func adminClient(configPath, adminURL string) (base string, client *http.Client, token string, err error) {
-	cfg, err := config.Load(configPath, os.Environ(), nil)
+func adminClient(configPath string, overrides map[string]any, adminURL string) (base string, client *http.Client, token string, err error) {
+	cfg, err := config.Load(configPath, os.Environ(), overrides)
 	if err != nil {
 		return "", nil, "", err
 	}
@@ -76,7 +77,7 @@ func addAdminFlags(fs *flag.FlagSet) adminFlags {
 // open returns the admin API client the flags name. Each retry is told on
 // stderr, so that the person waiting knows why nothing happens yet.
 func (f adminFlags) open(stderr io.Writer) (*client.Client, error) {
-	base, hc, token, err := adminClient(*f.config, *f.admin)
+	base, hc, token, err := adminClient(*f.config, nil, *f.admin)
 	if err != nil {
 		return nil, err
 	}

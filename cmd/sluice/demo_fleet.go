@@ -1,3 +1,9 @@
+//go:build !nofleetdemo
+
+// The release build (.ci/build) sets the nofleetdemo tag: this file, and
+// with it the embedded NATS server, stays out of the binary that runs as a
+// sidecar (demo_nofleet.go says why).
+
 package main
 
 import (

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
@@ -461,6 +462,52 @@ func TestHealthcheckUsesConfigAndToken(t *testing.T) {
 	out.Reset()
 	if code := run([]string{"healthcheck", "--config", withoutToken}, &out, &out); code != 1 || !strings.Contains(out.String(), "401") {
 		t.Fatalf("healthcheck without the token: %d %s", code, out.String())
+	}
+}
+
+// TestHealthcheckFindsServeFlagsOfPID1: a container started as
+// `IMAGE serve --config F --admin-listen A` has a HEALTHCHECK that sees
+// neither; healthcheck reads them from PID 1 and passes, and without them a
+// 401 says where the token should come from.
+func TestHealthcheckFindsServeFlagsOfPID1(t *testing.T) {
+	dir := t.TempDir()
+	admin := freePort(t)
+	srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: "s3cret-token-81c4", DataDir: filepath.Join(dir, "data")})
+	if err := srv.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close(context.Background())
+	// The file's admin.listen is wrong on purpose: serve's --admin-listen
+	// wins over it, and healthcheck must follow serve.
+	cfg := filepath.Join(dir, "sluice.yaml")
+	os.WriteFile(cfg, []byte("admin:\n  listen: 127.0.0.1:1\n  token: s3cret-token-81c4\n"), 0o600)
+	t.Setenv(config.EnvFile, "")
+	old := pid1Cmdline
+	t.Cleanup(func() { pid1Cmdline = old })
+	pid1Cmdline = filepath.Join(dir, "cmdline")
+	writeCmdline := func(argv ...string) {
+		os.WriteFile(pid1Cmdline, []byte(strings.Join(argv, "\x00")+"\x00"), 0o600)
+	}
+
+	writeCmdline("/sluice", "serve", "--config", cfg, "--admin-listen", admin)
+	var out bytes.Buffer
+	if code := run([]string{"healthcheck"}, &out, &out); code != 0 {
+		t.Fatalf("healthcheck with serve's flags as PID 1: %d %s", code, out.String())
+	}
+
+	// An explicit --config is the caller's choice, PID 1 or not.
+	out.Reset()
+	if code := run([]string{"healthcheck", "--config", cfg}, &out, &out); code != 1 || !strings.Contains(out.String(), "127.0.0.1:1") {
+		t.Fatalf("healthcheck --config: %d %s, want the file's own admin.listen probed", code, out.String())
+	}
+
+	// PID 1 is no sluice serve (a pod's pause process): nothing is read
+	// from it, and the 401 names the fix.
+	writeCmdline("/pause")
+	t.Setenv("SLUICE_ADMIN__LISTEN", admin)
+	out.Reset()
+	if code := run([]string{"healthcheck"}, &out, &out); code != 1 || !strings.Contains(out.String(), "401") || !strings.Contains(out.String(), "SLUICE_CONFIG") {
+		t.Fatalf("healthcheck with no token anywhere: %d %s, want a 401 that names SLUICE_CONFIG", code, out.String())
 	}
 }
 

@@ -41,23 +41,11 @@ var errAborted = errors.New("second signal: stopped without finishing the drain;
 func serve(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", os.Getenv(config.EnvFile), "config file, YAML or (name ending in .json) JSON (default: $SLUICE_CONFIG, else built-in defaults)")
-	listen := fs.String("listen", "", "ingest address, overrides the config's listen")
-	adminListen := fs.String("admin-listen", "", "admin address, overrides admin.listen")
-	dataDir := fs.String("data-dir", "", "data directory, overrides data_dir")
-	// A flag and no config key: accepting a loss is a decision about one
-	// damaged dir, and a key left in a config file would accept the next
-	// damage too, unseen.
-	acceptLoss := fs.Bool("accept-data-loss", false, "open a data dir whose logs are damaged, dropping the records after the damage (sluice refuses it otherwise; see docs/reliability.md)")
+	f := newServeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	overrides := map[string]any{}
-	for k, v := range map[string]string{"listen": *listen, "admin.listen": *adminListen, "data_dir": *dataDir} {
-		if v != "" {
-			overrides[k] = v
-		}
-	}
+	configPath, acceptLoss, overrides := f.config, f.acceptLoss, f.overrides()
 	load := func() (*config.Config, error) { return config.Load(*configPath, os.Environ(), overrides) }
 	// The watcher's baseline is taken before the file is read, so a change
 	// made while sluice starts is reloaded once it is serving.
@@ -159,6 +147,37 @@ wait:
 		log.Warn("second signal: exiting now", "signal", signalName(life.abort))
 		return errAborted
 	}
+}
+
+// serveFlags are serve's flags. healthcheck parses them too, from the
+// arguments of a serve that is the container's main process.
+type serveFlags struct {
+	config, listen, adminListen, dataDir *string
+	acceptLoss                           *bool
+}
+
+func newServeFlags(fs *flag.FlagSet) serveFlags {
+	return serveFlags{
+		config:      fs.String("config", os.Getenv(config.EnvFile), "config file, YAML or (name ending in .json) JSON (default: $SLUICE_CONFIG, else built-in defaults)"),
+		listen:      fs.String("listen", "", "ingest address, overrides the config's listen"),
+		adminListen: fs.String("admin-listen", "", "admin address, overrides admin.listen"),
+		dataDir:     fs.String("data-dir", "", "data directory, overrides data_dir"),
+		// A flag and no config key: accepting a loss is a decision about
+		// one damaged dir, and a key left in a config file would accept the
+		// next damage too, unseen.
+		acceptLoss: fs.Bool("accept-data-loss", false, "open a data dir whose logs are damaged, dropping the records after the damage (sluice refuses it otherwise; see docs/reliability.md)"),
+	}
+}
+
+// overrides are the config keys the flags set, for config.Load.
+func (f serveFlags) overrides() map[string]any {
+	overrides := map[string]any{}
+	for k, v := range map[string]string{"listen": *f.listen, "admin.listen": *f.adminListen, "data_dir": *f.dataDir} {
+		if v != "" {
+			overrides[k] = v
+		}
+	}
+	return overrides
 }
 
 // reload applies the config file's subscriptions and tenant tokens
