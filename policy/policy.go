@@ -79,3 +79,10 @@ const (
 	// only, never sent to the new tenant's endpoint (invariant 8).
 	ReasonNotEntitled = "not_entitled"
 )
+
+// DeadLetterReasons is every dead-letter reason, for what lists or checks
+// them (the CLI's --reason); a test keeps it equal to the constants above.
+var DeadLetterReasons = []string{
+	ReasonMaxAttempts, ReasonMaxAge, ReasonRejected, ReasonBacklogQuota,
+	ReasonGone, ReasonVariantFailed, ReasonCorrupt, ReasonNotEntitled,
+}

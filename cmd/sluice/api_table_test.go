@@ -498,6 +498,11 @@ func TestAPIEveryRow(t *testing.T) {
 			}
 			return ans.Matched == 0
 		})
+		// Delivered letters are counted as such, so that a range of them
+		// does not answer like an empty one.
+		if ans := recoverFrom(mid); ans.Matched != 0 || ans.Delivered != 3 {
+			t.Fatalf("recover after b's replays were delivered: %+v, want the three counted delivered", ans)
+		}
 		if ans := recoverFrom(start); ans.Matched != 2 || ans.Replayed != 2 {
 			t.Fatalf("recover since the start: %+v, want a's two", ans)
 		}
