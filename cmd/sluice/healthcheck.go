@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,11 +15,21 @@ import (
 // same config as serve (file, SLUICE_ environment) to find the admin
 // listener and its token.
 func healthcheck(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	fs := newFlagSet("healthcheck", `Exits 0 and prints "ok" when the local sidecar's admin address answers
+--path with 200, else exits 1 naming what answered: a probe for images
+without curl (a Docker HEALTHCHECK, a Kubernetes exec probe). /readyz is
+200 once the sidecar serves and until it drains; /healthz while the process
+is alive. It finds the admin address and token as serve does: --config
+FILE, else $SLUICE_CONFIG, and the SLUICE_* environment; --admin URL
+overrides the address.`, stdout)
 	configPath := fs.String("config", os.Getenv(config.EnvFile), "the sidecar's config file, for admin.listen and the admin token (default: $SLUICE_CONFIG)")
 	admin := fs.String("admin", "", "admin API base URL (default: from the config)")
 	path := fs.String("path", "/readyz", "path to probe (/readyz or /healthz)")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs("healthcheck", pos); err != nil {
 		return err
 	}
 	base, client, token, err := adminClient(*configPath, *admin)
