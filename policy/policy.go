@@ -81,3 +81,10 @@ const (
 	// receives only that tenant's events.
 	ReasonNotEntitled = "not_entitled"
 )
+
+// DeadLetterReasons is every dead-letter reason, for what lists or checks
+// them (the CLI's --reason); a test keeps it equal to the constants above.
+var DeadLetterReasons = []string{
+	ReasonMaxAttempts, ReasonMaxAge, ReasonRejected, ReasonBacklogQuota,
+	ReasonGone, ReasonVariantFailed, ReasonCorrupt, ReasonNotEntitled,
+}

@@ -175,12 +175,16 @@ type RecoverRequest struct {
 
 // RecoverAnswer counts what recover did: Replayed letters scheduled
 // again, Skipped ones in the range that were not (already replayed, or a
-// retry scheduled), Matched = both.
+// retry scheduled), Matched = both. Delivered counts the letters in the
+// range that an earlier replay delivered, which are not replayed again:
+// without it, a range whose letters were all delivered would answer like
+// one with no letters at all.
 type RecoverAnswer struct {
 	Subscription string `json:"subscription"`
 	Matched      int    `json:"matched"`
 	Replayed     int    `json:"replayed"`
 	Skipped      int    `json:"skipped"`
+	Delivered    int    `json:"delivered"`
 }
 
 // UndeliveredEvent is one event owed to a subscription that is not

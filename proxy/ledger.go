@@ -196,6 +196,10 @@ type ReplayResult struct {
 	Skipped      string `json:"skipped,omitempty"` // why not
 }
 
+// ReplayForceHint ends the Skipped of a dead letter already replayed; the
+// CLI swaps it for its own flag's name.
+const ReplayForceHint = "set force to replay again"
+
 // Replay schedules one dead letter for delivery again. A dead letter
 // already replayed is skipped unless force: replaying twice must not
 // deliver twice by accident. The check and the replay are one atomic step
@@ -229,7 +233,7 @@ func (s *Server) Replay(sub string, seq uint64, force bool) (ReplayResult, error
 	}
 	switch {
 	case errors.Is(err, queue.ErrReplayed):
-		res.Skipped = "already replayed at " + dl.ReplayedAt.UTC().Format(time.RFC3339) + "; set force to replay again"
+		res.Skipped = "already replayed at " + dl.ReplayedAt.UTC().Format(time.RFC3339) + "; " + ReplayForceHint
 		return res, nil
 	case errors.Is(err, queue.ErrRetryScheduled):
 		res.Skipped = "a retry is already scheduled"

@@ -677,7 +677,11 @@ func (s *Server) Recover(p principal, sub string, since, until time.Time) (Recov
 		}
 		for _, dl := range page {
 			after = dl.Seq
-			if dl.AcceptedAt.Before(since) || !dl.AcceptedAt.Before(until) || !dl.DeliveredAt.IsZero() {
+			if dl.AcceptedAt.Before(since) || !dl.AcceptedAt.Before(until) {
+				continue
+			}
+			if !dl.DeliveredAt.IsZero() {
+				ans.Delivered++
 				continue
 			}
 			ans.Matched++

@@ -74,6 +74,10 @@ func addAdminFlags(fs *flag.FlagSet) adminFlags {
 	}
 }
 
+// adminAbout is an admin command's help paragraph, with what all of them
+// share.
+func adminAbout(about string) string { return about + "\n\n" + adminNote }
+
 // open returns the admin API client the flags name. Each retry is told on
 // stderr, so that the person waiting knows why nothing happens yet.
 func (f adminFlags) open(stderr io.Writer) (*client.Client, error) {
@@ -109,7 +113,10 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%s: %w (run 'sluice %s -h' for its flags)", fs.Name(), err, fs.Name())
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

@@ -23,11 +23,21 @@ import (
 // (healthy, flaky, failing, black hole), a producer, live progress and a
 // per-subscription summary.
 func demo(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs := newFlagSet("demo", `A self-contained tour, nothing to set up: a sidecar on a temporary data
+dir, local endpoints (healthy, one taking one event type, flaky, failing, a
+black hole that never answers), a producer publishing --events events, live
+progress and a summary per subscription; it stops when all is delivered or
+dead-lettered, or after --max. With --fleet: an embedded 3-server NATS
+JetStream cluster and three sluice nodes sharing its log, one of them killed
+mid-stream, and a count showing nothing was lost.`, stdout)
 	events := fs.Int("events", 300, "events to publish")
 	maxWait := fs.Duration("max", 15*time.Second, "stop after this long")
 	fleet := fs.Bool("fleet", false, "fleet mode: an embedded 3-node JetStream cluster and three sluice nodes, one killed mid-stream")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs("demo", pos); err != nil {
 		return err
 	}
 	if *fleet {

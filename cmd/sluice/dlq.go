@@ -2,14 +2,15 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 )
 
@@ -25,19 +26,24 @@ func dlqCmd(args []string, stdout, stderr io.Writer) error {
 		return dlqShow(args[1:], stdout, stderr)
 	case "replay":
 		return dlqReplay(args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprintln(stdout, "usage: sluice dlq list|show|replay ... (sluice dlq list -h for its flags)")
-		return flag.ErrHelp
+	}
+	if isHelp(args[0]) {
+		return groupHelp(stdout, "dlq", adminAbout(`The dead letters: deliveries sluice gave up on, kept with why (the
+reason), the last answer and the body, until replayed. list pages through
+them, show prints one with its body, replay schedules them again.`))
 	}
 	return fmt.Errorf("dlq: unknown subcommand %q: %s", args[0], sub)
 }
 
 func dlqList(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("dlq list", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dlq list", adminAbout(`Lists dead letters by subscription and sequence number, a page at a time (--limit, the API's
+100 by default; it prints the --cursor of the next page, and --all follows
+the pages to the end): subscription, sequence number, event, type, reason,
+attempts, the last status, when it died and whether a replay delivered it.
+The reasons: `+reasonList+`.`), stdout)
 	af := addAdminFlags(fs)
 	sub := fs.String("subscription", "", "only this subscription's dead letters")
-	reason := fs.String("reason", "", "only dead letters with this reason (max_attempts, max_age, permanent, backlog_quota, ...)")
+	reason := fs.String("reason", "", "only dead letters with this reason: "+reasonList)
 	limit := fs.Int("limit", 0, "dead letters per page, 1..1000 (default: the API's 100)")
 	cursor := fs.String("cursor", "", "start after this SUBSCRIPTION/SEQ (the 'next' of a previous page)")
 	all := fs.Bool("all", false, "follow the pages to the end")
@@ -46,6 +52,9 @@ func dlqList(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := wantArgs("dlq list", pos); err != nil {
+		return err
+	}
+	if err := checkReason("dlq list", *reason); err != nil {
 		return err
 	}
 	api, err := af.open(stderr)
@@ -102,6 +111,24 @@ func dlqList(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// reasonList is the dead-letter reasons, for help and errors.
+var reasonList = strings.Join(policy.DeadLetterReasons, ", ")
+
+// checkReason refuses a --reason that no dead letter can have: the API
+// would answer it with an empty list, which reads as "none of those".
+func checkReason(cmd, reason string) error {
+	if reason != "" && !slices.Contains(policy.DeadLetterReasons, reason) {
+		return fmt.Errorf("%s: --reason: no dead letter has reason %q; the reasons are %s", cmd, reason, reasonList)
+	}
+	return nil
+}
+
+// flagSpeak turns the API's word for its force field into the flag that
+// sets it, in a skip's explanation.
+func flagSpeak(skipped string) string {
+	return strings.Replace(skipped, proxy.ReplayForceHint, "add --force to replay it again", 1)
+}
+
 func parseSeq(cmd, s string) (uint64, error) {
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || n == 0 {
@@ -111,8 +138,10 @@ func parseSeq(cmd, s string) (uint64, error) {
 }
 
 func dlqShow(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("dlq show", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dlq show", adminAbout(`Prints one dead letter: its event, type, when it was accepted and died,
+the reason, the attempts, the last status, error and response, its replays
+and whether one was delivered, and the body (base64 when it is not UTF-8).
+SUBSCRIPTION and SEQ are the first two columns of 'sluice dlq list'.`), stdout)
 	af := addAdminFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -180,15 +209,20 @@ func dlqShow(args []string, stdout, stderr io.Writer) error {
 }
 
 func dlqReplay(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("dlq replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dlq replay", adminAbout(`Schedules dead letters for delivery again: the one SUBSCRIPTION SEQ
+names, or with --all every one matching --subscription and --reason (of
+every subscription without --subscription). A dead letter already replayed is skipped unless --force, so running a replay twice
+does not deliver twice; a dead letter that does not exist is an error.`), stdout)
 	af := addAdminFlags(fs)
 	sub := fs.String("subscription", "", "with --all: replay this subscription's dead letters")
-	reason := fs.String("reason", "", "with --all: replay only dead letters with this reason")
+	reason := fs.String("reason", "", "with --all: replay only dead letters with this reason: "+reasonList)
 	all := fs.Bool("all", false, "replay every dead letter matching --subscription and --reason (all subscriptions without --subscription)")
 	force := fs.Bool("force", false, "replay dead letters already replayed once")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := checkReason("dlq replay", *reason); err != nil {
 		return err
 	}
 	req := proxy.ReplayRequest{Force: *force}
@@ -233,7 +267,7 @@ func dlqReplay(args []string, stdout, stderr io.Writer) error {
 			if !r.Replayed {
 				what = "skipped"
 			}
-			fmt.Fprintf(tw, "%s\t%s/%d\t%s\t%s\n", what, r.Subscription, r.Seq, r.EventID, r.Skipped)
+			fmt.Fprintf(tw, "%s\t%s/%d\t%s\t%s\n", what, r.Subscription, r.Seq, r.EventID, flagSpeak(r.Skipped))
 		}
 		tw.Flush()
 		fmt.Fprintf(stdout, "replayed %d, skipped %d\n", res.Replayed, len(res.Results)-res.Replayed)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -13,15 +12,21 @@ import (
 )
 
 func eventsCmd(args []string, stdout, stderr io.Writer) error {
+	const about = `Prints what became of one event, by the id its producer gave it: its
+sequence number, type and when it was accepted, then a row per
+subscription entitled to it with its delivery state (delivered, retrying
+with the next attempt due, dead-lettered with the reason, ...), the attempt
+and the last status.`
+	if len(args) > 0 && isHelp(args[0]) {
+		return groupHelp(stdout, "events", adminAbout(about))
+	}
 	if len(args) == 0 || args[0] != "show" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(stdout, "usage: sluice events show ID [--json]")
-			return flag.ErrHelp
+		if len(args) > 0 {
+			return fmt.Errorf("events: unknown subcommand %q: want 'events show ID'", args[0])
 		}
 		return errors.New("events: want 'events show ID'")
 	}
-	fs := flag.NewFlagSet("events show", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("events show", adminAbout(about), stdout)
 	af := addAdminFlags(fs)
 	pos, err := parseArgs(fs, args[1:])
 	if err != nil {

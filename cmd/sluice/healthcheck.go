@@ -18,11 +18,23 @@ import (
 // same config as serve (file, SLUICE_ environment) to find the admin
 // listener and its token.
 func healthcheck(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	configPath := fs.String("config", os.Getenv(config.EnvFile), "the sidecar's config file, for admin.listen and the admin token (default: the --config of a sluice serve that is the container's main process, else $SLUICE_CONFIG)")
+	fs := newFlagSet("healthcheck", `Exits 0 and prints "ok" when the local sidecar's admin address answers
+--path with 200, else exits 1 naming what answered: a probe for images
+without curl (a Docker HEALTHCHECK, a Kubernetes exec probe). /readyz is
+200 once the sidecar serves and until it drains; /healthz while the process
+is alive. It finds the admin address and token as serve does: --config
+FILE, else $SLUICE_CONFIG, and the SLUICE_* environment. Without --config,
+when the container's PID 1 is sluice serve, its --config and --admin-listen
+are used, so an image's HEALTHCHECK follows the command the container runs.
+--admin URL overrides the address.`, stdout)
+	configPath := fs.String("config", os.Getenv(config.EnvFile), "the sidecar's config file, for admin.listen and the admin token (default: the --config of a sluice serve that is the container's PID 1, else $SLUICE_CONFIG)")
 	admin := fs.String("admin", "", "admin API base URL (default: from the config)")
 	path := fs.String("path", "/readyz", "path to probe (/readyz or /healthz)")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs("healthcheck", pos); err != nil {
 		return err
 	}
 	var overrides map[string]any

@@ -47,13 +47,14 @@ func injectFlags(fs *flag.FlagSet) func() (inject.Options, error) {
 	}
 }
 
+const injectAbout = `Reads Kubernetes YAML (FILE, or stdin for - or none) and writes it to stdout
+with the sluice sidecar added to every Deployment, StatefulSet, DaemonSet, Job
+and Pod. Other documents pass through. Running it again changes nothing.
+With --jetstream-url the sidecars run in fleet mode: one shared log in NATS
+JetStream, each pod's node id its name.`
+
 func injectCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice inject [FILE|-] [flags]\n\nReads Kubernetes YAML (FILE, or stdin for - or none) and writes it to stdout\nwith the sluice sidecar added to every Deployment, StatefulSet, DaemonSet, Job\nand Pod. Other documents pass through. Running it again changes nothing.\nWith --jetstream-url the sidecars run in fleet mode: one shared log in NATS\nJetStream, each pod's node id its name.\n\nFlags:")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("inject", injectAbout, stdout)
 	options := injectFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,12 +33,21 @@ const injectorShutdownGrace = 10 * time.Second
 // at once: the process exits 1.
 var errInjectorAborted = errors.New("injector: second signal: stopped without waiting for reviews in flight")
 
+const injectorAbout = `Serves the mutating admission webhook (POST /mutate, and
+/mutate/namespace-enabled for namespaces that opt in) over TLS: pods created
+with sluice.io/inject: "true", or in an opted-in namespace, get the sidecar
+'sluice inject' adds, the pod's sluice.io/ annotations overriding the flags
+below. The certificate pair is re-read when its files change (cert-manager's
+rotation). Metrics, /healthz and /readyz are on --admin-listen. SIGTERM or
+SIGINT stops it after --shutdown-delay; a second one stops it at once.
+Manifests: examples/kubernetes/injector/.`
+
 // injectorCmd runs the webhook until SIGTERM or SIGINT (a second one stops
 // it without waiting).
-func injectorCmd(args []string, stderr io.Writer) error {
+func injectorCmd(args []string, stdout, stderr io.Writer) error {
 	life := notifySignals()
 	defer life.stop()
-	return runInjector(life.drain, life.abort, args, stderr, nil)
+	return runInjector(life.drain, life.abort, args, stdout, stderr, nil)
 }
 
 // runInjector serves the webhook until drain is done, then stops: /readyz
@@ -50,13 +58,8 @@ func injectorCmd(args []string, stderr io.Writer) error {
 // reviews in flight get injectorShutdownGrace. abort cuts both waits
 // short. ready, if not nil, is called with the two listeners' addresses
 // once both serve.
-func runInjector(drain, abort context.Context, args []string, stderr io.Writer, ready func(webhook, admin string)) error {
-	fs := flag.NewFlagSet("injector", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice injector --tls-cert-file FILE --tls-key-file FILE [flags]\n\nServes the mutating admission webhook (POST /mutate, and /mutate/namespace-enabled\nfor namespaces that opt in) over TLS: pods created with sluice.io/inject: \"true\",\nor in an opted-in namespace, get the sidecar `sluice inject` adds, the pod's\nsluice.io/ annotations overriding the flags below. The pair is re-read when its\nfiles change (cert-manager's rotation). Metrics, /healthz and /readyz are on\n--admin-listen. Manifests: examples/kubernetes/injector/.\n\nFlags:")
-		fs.PrintDefaults()
-	}
+func runInjector(drain, abort context.Context, args []string, stdout, stderr io.Writer, ready func(webhook, admin string)) error {
+	fs := newFlagSet("injector", injectorAbout, stdout)
 	listen := fs.String("listen", "127.0.0.1:8443", "webhook address (TLS); in a cluster 0.0.0.0:8443, behind the Service")
 	certFile := fs.String("tls-cert-file", "", "serving certificate, PEM (cert-manager's tls.crt); required")
 	keyFile := fs.String("tls-key-file", "", "its private key, PEM (tls.key); required")
@@ -70,8 +73,8 @@ func runInjector(drain, abort context.Context, args []string, stderr io.Writer, 
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("injector: takes no arguments, got %q", pos[0])
+	if err := wantArgs("injector", pos); err != nil {
+		return err
 	}
 	o, err := options()
 	if err != nil {

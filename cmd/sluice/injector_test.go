@@ -38,7 +38,7 @@ func startInjector(t *testing.T, args ...string) *startedInjector {
 	ready := make(chan struct{})
 	args = append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)
 	go func() {
-		s.done <- runInjector(drain, abort, args, s.log, func(webhook, admin string) {
+		s.done <- runInjector(drain, abort, args, io.Discard, s.log, func(webhook, admin string) {
 			s.webhook, s.admin = webhook, admin
 			close(ready)
 		})
@@ -273,7 +273,7 @@ func TestInjectorStartupErrors(t *testing.T) {
 			webhook, admin := freePort(t), freePort(t)
 			args := append([]string{"--listen", webhook, "--admin-listen", admin}, c.args...)
 			var log bytes.Buffer
-			err := runInjector(context.Background(), context.Background(), args, &log, func(string, string) {
+			err := runInjector(context.Background(), context.Background(), args, io.Discard, &log, func(string, string) {
 				t.Error("it serves")
 			})
 			if err == nil {

@@ -5,7 +5,8 @@
 // One file per subcommand (serve.go, healthcheck.go, demo.go, inject.go,
 // testbed.go, version.go; status.go, dlq.go, events.go, pause.go,
 // subscriptions.go, tenants.go and tokens.go are the admin-API clients).
-// This file is the process's lifecycle: signals in, run, exit status out.
+// help.go holds the usage lines and the help every command prints. This
+// file is the process's lifecycle: signals in, run, exit status out.
 // main is the only caller of os.Exit.
 package main
 
@@ -17,48 +18,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 )
-
-const usage = `sluice — a webhook delivery sidecar
-
-Usage:
-  sluice serve [--config FILE] [--listen ADDR] [--admin-listen ADDR] [--data-dir DIR]
-  sluice demo
-  sluice testbed --listen ADDR --mode ok|fail|slow|blackhole|ratelimit|flaky [--secret whsec_...]
-  sluice healthcheck [--config FILE] [--admin URL]
-  sluice status [--json]
-  sluice dlq list [--subscription S] [--reason R] [--limit N] [--cursor C] [--all] [--json]
-  sluice dlq show SUBSCRIPTION SEQ [--json]
-  sluice dlq replay (SUBSCRIPTION SEQ | [--subscription S] [--reason R] --all) [--force] [--json]
-  sluice events show ID [--json]
-  sluice pause ID [--reason TEXT]
-  sluice resume ID
-  sluice subscriptions create (--file FILE | --id ID --url URL [--types a,b] [--tenant T] [--secret whsec_...])
-  sluice subscriptions list [--tenant T] [--json]
-  sluice subscriptions get ID [--json]
-  sluice subscriptions update ID (--file PATCH | --set KEY=VALUE ...)
-  sluice subscriptions delete ID
-  sluice subscriptions rotate-secret ID [--grace 24h]
-  sluice subscriptions recover ID --since TIME [--until TIME]
-  sluice tenants token TENANT
-  sluice tokens issue TENANT [--expires-in 720h]
-  sluice tokens list [TENANT]
-  sluice tokens revoke TENANT ID
-  sluice inject [FILE|-] [--image IMG] [--config-map NAME] [--pvc NAME] [--secret NAME] [--grace 10s] [--ingest-port 8700] [--admin-port 8701] [--cpu-request 50m] [--memory-request 64Mi] [--cpu-limit Q] [--memory-limit 1Gi] [--jetstream-url URL]...
-  sluice injector --tls-cert-file FILE --tls-key-file FILE [--listen 127.0.0.1:8443] [--admin-listen 127.0.0.1:8702] [inject flags]
-  sluice verify --secret whsec_...|whpk_... [--id ID --timestamp TS --signature SIG | --headers FILE] [--tolerance 5m] < BODY
-  sluice version
-
-status, dlq, events, pause, resume, subscriptions, tenants and tokens call the
-admin API found like healthcheck finds it (--config FILE, else
-$SLUICE_CONFIG; --admin URL), and retry for a few seconds while the sidecar
-restarts; each takes --json. A secret or token the sidecar generates is
-printed once: store it then.
-
-Run 'sluice COMMAND -h' for the flags of a command.
-`
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -69,13 +32,13 @@ func main() {
 // error.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
 	var err error
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "serve":
-		err = serve(rest, stderr)
+		err = serve(rest, stdout, stderr)
 	case "demo":
 		err = demo(rest, stdout)
 	case "testbed":
@@ -101,14 +64,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "inject":
 		err = injectCmd(rest, os.Stdin, stdout, stderr)
 	case "injector":
-		err = injectorCmd(rest, stderr)
-	case "version", "--version":
-		err = versionCmd(stdout)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		err = injectorCmd(rest, stdout, stderr)
+	case "version":
+		err = versionCmd(rest, stdout)
+	case "--version", "-version":
+		err = versionCmd(nil, stdout)
 	default:
-		fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", cmd, usage)
-		return 2
+		if !isHelp(cmd) {
+			fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", cmd, usage())
+			return 2
+		}
+		// `sluice help COMMAND` is `sluice COMMAND -h`.
+		if len(rest) > 0 && !isHelp(rest[0]) {
+			return run(append(slices.Clone(rest), "-h"), stdout, stderr)
+		}
+		fmt.Fprint(stdout, usage())
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

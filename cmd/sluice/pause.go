@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 
@@ -14,8 +13,14 @@ func pauseCmd(args []string, stdout, stderr io.Writer, pause bool) error {
 	if pause {
 		name = "pause"
 	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	about := `Pauses subscription ID: nothing is delivered to it, and its events are
+kept and wait, in order, until 'sluice resume ID'. status shows it paused,
+with --reason.`
+	if !pause {
+		about = `Resumes subscription ID, paused by 'sluice pause' (or by the sidecar, as
+on a 410 Gone): the events that waited are delivered, in order.`
+	}
+	fs := newFlagSet(name, adminAbout(about), stdout)
 	af := addAdminFlags(fs)
 	var reason *string
 	if pause {

@@ -31,6 +31,30 @@ import (
 // run again after the restart (at-least-once).
 var errAborted = errors.New("second signal: stopped without finishing the drain; deliveries in flight run again after restart")
 
+const serveAbout = `Runs the sidecar: producers POST events to the ingest address, sluice keeps
+each in its log before answering 202, and delivers it, signed, to every
+subscription that takes its type, retrying failures and dead-lettering
+what cannot be delivered; the admin API, /metrics, /healthz and /readyz are
+on the admin address.
+
+Configuration, later sources winning: built-in defaults, the --config file
+(else $SLUICE_CONFIG), SLUICE_* environment variables, then these flags. A
+variable is SLUICE_ and the key's path in capitals, each "." of the path
+written "__": SLUICE_LISTEN sets listen, SLUICE_DATA_DIR data_dir,
+SLUICE_ADMIN__TOKEN_FILE admin.token_file; a list key takes a
+comma-separated value (SLUICE_JETSTREAM__URLS=nats://a:4222,nats://b:4222).
+Subscriptions, tenants and admin.tokens are lists of mappings a variable
+cannot spell: they come from the file only. A SLUICE_ variable that names
+no key is ignored with a warning.
+
+Signals: SIGTERM or SIGINT drains (ingest answers 503, deliveries in
+flight get shutdown_grace, cursors are written, the log is closed, exit 0);
+a second one stops at once, exit 1, and what was in flight is delivered
+again after the restart. SIGHUP re-reads the config file and applies its
+subscriptions and admin.tokens, as a change of the file on disk does; every
+other key is read at start only, a file that moves the log (log.backend,
+jetstream.*, node_id) is refused, and a bad file changes nothing.`
+
 // serve runs the sidecar until SIGTERM or SIGINT; SIGHUP reloads the
 // subscriptions from the config file, and so does a change of the file on
 // disk (config.Watcher: a Kubernetes ConfigMap update swaps a symlink and
@@ -38,11 +62,14 @@ var errAborted = errors.New("second signal: stopped without finishing the drain;
 // deliveries in flight get shutdown_grace, cursors are written, the log is
 // closed) and serve returns Close's error; a second one makes serve return
 // errAborted at once, even if closing is stuck.
-func serve(args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func serve(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", serveAbout, stdout)
 	f := newServeFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs("serve", pos); err != nil {
 		return err
 	}
 	configPath, acceptLoss, overrides := f.config, f.acceptLoss, f.overrides()
@@ -87,7 +114,6 @@ func serve(args []string, stderr io.Writer) error {
 			"service_name", serviceName(cfg.OTel), "sample_ratio", cfg.OTel.SampleRatio)
 	}
 	srv := proxy.New(opts)
-	nsubs := len(subs)
 	cfg.Subscriptions, subs = nil, nil // the server owns its copies; reload re-reads the file
 	if err := srv.Open(); err != nil {
 		if errors.Is(err, queue.ErrClosed) && life.drain.Err() != nil {
@@ -101,15 +127,20 @@ func serve(args []string, stderr io.Writer) error {
 	// Parsing a large config leaves much garbage behind; hand it back now
 	// rather than carry it as resident memory.
 	debug.FreeOSMemory()
+	// The API's subscriptions are counted beside the file's: they are read
+	// back from the log, and a count of the file's alone would make a
+	// restart look as if they were lost.
+	fileSubs, apiSubs := countSubscriptions(srv.Lanes())
+	nsubs := fileSubs + apiSubs
 	if cfg.Log.Backend == config.BackendJetStream {
 		log.Info("sluice serving", "version", version, "ingest", srv.URL(), "admin", srv.AdminURL(),
 			"log", "jetstream", "jetstream_urls", strings.Join(cfg.JetStream.URLs, ","), "stream", cfg.JetStream.Stream,
-			"node_id", cfg.NodeID, "subscriptions", nsubs)
+			"node_id", cfg.NodeID, "subscriptions", nsubs, "file_subscriptions", fileSubs, "api_subscriptions", apiSubs)
 	} else {
 		log.Info("sluice serving", "version", version, "ingest", srv.URL(), "admin", srv.AdminURL(),
-			"data_dir", cfg.DataDir, "durability", cfg.Durability, "subscriptions", nsubs)
+			"data_dir", cfg.DataDir, "durability", cfg.Durability, "subscriptions", nsubs, "file_subscriptions", fileSubs, "api_subscriptions", apiSubs)
 	}
-	if nsubs == 0 && len(srv.Lanes()) == 0 {
+	if nsubs == 0 {
 		log.Warn("no subscriptions configured: events are accepted and kept, but go nowhere. " +
 			"Add one under 'subscriptions:' in a config file (id, url, secret: whsec_..., types) " +
 			"and start with --config FILE (it is re-read on SIGHUP and when it changes), " +
@@ -178,6 +209,22 @@ func (f serveFlags) overrides() map[string]any {
 		}
 	}
 	return overrides
+}
+
+// countSubscriptions counts the lanes of the file's subscriptions and of
+// the API's; the operational webhook's lane is the sidecar's own, no
+// subscription anyone configured.
+func countSubscriptions(lanes []proxy.LaneStatus) (file, api int) {
+	for _, l := range lanes {
+		switch {
+		case l.Subscription == proxy.OperationalID:
+		case l.ManagedBy == proxy.ManagedByAPI:
+			api++
+		default:
+			file++
+		}
+	}
+	return file, api
 }
 
 // reload applies the config file's subscriptions and tenant tokens

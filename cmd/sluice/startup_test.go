@@ -8,7 +8,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
@@ -89,4 +92,28 @@ func fieldBytes(s *proxy.Subscription, name string) []byte {
 		return nil
 	}
 	return f.Bytes()
+}
+
+// TestStartupLogCountsAPISubscriptions: the "sluice serving" line counts
+// the API's subscriptions, read back from the log, beside the file's; a
+// count of the file's alone made a restart look as if the API's were lost.
+func TestStartupLogCountsAPISubscriptions(t *testing.T) {
+	dir := t.TempDir()
+	tb := startReceiver(t)
+	sc := newDrainSidecar(t, dir, time.Second, subYAML("filed", tb.URL()+"/filed", `["*"]`))
+	sc.startServing(t)
+	if !strings.Contains(sc.log.String(), "subscriptions=1 file_subscriptions=1 api_subscriptions=0") {
+		t.Fatalf("first start's serving line does not count the file's one subscription:\n%s", sc.log.String())
+	}
+	for _, id := range []string{"api-a", "api-b"} {
+		mustRun(t, "subscriptions", "create", "--id", id, "--url", tb.URL()+"/"+id, "--config", sc.config)
+	}
+	sc.cmd.Process.Signal(syscall.SIGTERM)
+	if err := sc.cmd.Wait(); err != nil {
+		t.Fatalf("drain: %v\n%s", err, sc.log.String())
+	}
+	sc.startServing(t)
+	if !strings.Contains(sc.log.String(), "subscriptions=3 file_subscriptions=1 api_subscriptions=2") {
+		t.Fatalf("after a restart the serving line does not count the API's two subscriptions:\n%s", sc.log.String())
+	}
 }

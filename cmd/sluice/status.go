@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -20,8 +19,11 @@ type statusJSON struct {
 
 // statusCmd prints every lane and the shared retry budget.
 func statusCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("status", adminAbout(`Prints one row per subscription: its state, deliveries in flight against
+its cap (marked ! at 80% of it or more), backlog, retries scheduled, the
+breaker, and the delivered, retried and dead-lettered counts since start;
+then why any paused subscription is paused, and how full the shared retry
+budget is.`), stdout)
 	af := addAdminFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {

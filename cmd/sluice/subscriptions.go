@@ -28,16 +28,6 @@ import (
 	"github.com/sluicehq/sluice/proxy"
 )
 
-const subscriptionsUsage = `usage:
-  sluice subscriptions create (--file FILE | --id ID --url URL) [--types a,b] [--tenant T] [--secret whsec_...|whsk_...]
-  sluice subscriptions list [--tenant T]
-  sluice subscriptions get ID
-  sluice subscriptions update ID (--file PATCH | --set KEY=VALUE ...)
-  sluice subscriptions delete ID
-  sluice subscriptions rotate-secret ID [--grace 24h]
-  sluice subscriptions recover ID --since TIME [--until TIME]
-each takes --json and the admin flags (sluice subscriptions create -h)`
-
 // onceNote follows every secret and token the sidecar shows: it keeps
 // none of them in a form it could show again.
 const onceNote = "store it now; it is not shown again"
@@ -54,24 +44,27 @@ func subscriptionsCmd(args []string, stdout, stderr io.Writer) error {
 	if f, ok := cmds[args[0]]; ok {
 		return f(args[1:], stdout, stderr)
 	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		fmt.Fprintln(stdout, subscriptionsUsage)
-		return flag.ErrHelp
+	if isHelp(args[0]) {
+		return groupHelp(stdout, "subscriptions", adminAbout(`The subscription API in a terminal. Subscriptions made here are the API's
+(managed by api): they outlive restarts, a reload of the config file never
+touches them, and the file's own cannot be changed or deleted here.`))
 	}
 	return fmt.Errorf("subscriptions: unknown subcommand %q: %s", args[0], want)
 }
 
 // subFlags are an admin command's flag set with its admin flags.
-func subFlags(name string, stderr io.Writer) (*flag.FlagSet, adminFlags) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func subFlags(name, about string, stdout io.Writer) (*flag.FlagSet, adminFlags) {
+	fs := newFlagSet(name, adminAbout(about), stdout)
 	return fs, addAdminFlags(fs)
 }
 
 func subCreate(args []string, stdout, stderr io.Writer) error {
 	const name = "subscriptions create"
-	fs, af := subFlags(name, stderr)
+	fs, af := subFlags(name, `Creates a subscription through the admin API, from --id and --url (and
+--types, --tenant, --secret) or from one subscription in the config file's
+keys in --file, the flags overriding its keys. A bad key is refused with
+the sidecar's message naming it. Without --secret the sidecar generates a
+whsec_ secret and this prints it once: store it then.`, stdout)
 	file := fs.String("file", "", "the subscription as JSON or YAML, in the config file's keys (- for stdin); the flags below override its keys")
 	fs.String("id", "", "the subscription's id ([a-z0-9._-], unique)")
 	fs.String("url", "", "the endpoint, https://...")
@@ -131,7 +124,9 @@ func subCreate(args []string, stdout, stderr io.Writer) error {
 
 func subList(args []string, stdout, stderr io.Writer) error {
 	const name = "subscriptions list"
-	fs, af := subFlags(name, stderr)
+	fs, af := subFlags(name, `Lists the subscriptions, of the config file and of the API, with their
+state, tenant, who manages them (file or api), deliveries in flight against
+the cap, backlog, and the delivered and dead-lettered counts.`, stdout)
 	tenant := fs.String("tenant", "", "only the subscriptions of this tenant")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -168,7 +163,9 @@ func subList(args []string, stdout, stderr io.Writer) error {
 
 func subGet(args []string, stdout, stderr io.Writer) error {
 	const name = "subscriptions get"
-	fs, af := subFlags(name, stderr)
+	fs, af := subFlags(name, `Prints subscription ID: its state, tenant, who manages it, its counts and
+breaker, the public key of an Ed25519 secret, and its settings as YAML in
+the config file's keys, secrets redacted.`, stdout)
 	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
 		return err
@@ -233,7 +230,11 @@ func writeSubscription(w io.Writer, info *proxy.SubscriptionInfo) error {
 
 func subUpdate(args []string, stdout, stderr io.Writer) error {
 	const name = "subscriptions update"
-	fs, af := subFlags(name, stderr)
+	fs, af := subFlags(name, `Changes subscription ID, one the API manages, by a JSON merge patch: the
+keys given replace the subscription's, null removes one. Give the patch in
+--file, or key by key with --set. Secrets are not set with --set: use
+rotate-secret, which keeps the old one signing for a grace. A subscription
+of the config file answers 409: change the file.`, stdout)
 	file := fs.String("file", "", "a JSON merge patch (RFC 7396) as JSON or YAML (- for stdin): its keys replace the subscription's, null removes one")
 	var sets []string
 	fs.Func("set", "KEY=VALUE to change, repeatable; a dotted KEY reaches into an object (rate.per_second=50); VALUE is JSON when it parses as JSON (8, true, [\"a\",\"b\"], null removes the key), else a string", func(s string) error {
@@ -318,7 +319,8 @@ func setPatch(patch map[string]any, kv string) error {
 
 func subDelete(args []string, stdout, stderr io.Writer) error {
 	const name = "subscriptions delete"
-	fs, af := subFlags(name, stderr)
+	fs, af := subFlags(name, `Deletes subscription ID, one the API manages: it takes no new events,
+delivers the backlog it is still owed, then goes.`, stdout)
 	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
 		return err
@@ -339,7 +341,10 @@ func subDelete(args []string, stdout, stderr io.Writer) error {
 
 func subRotate(args []string, stdout, stderr io.Writer) error {
 	const name = "subscriptions rotate-secret"
-	fs, af := subFlags(name, stderr)
+	fs, af := subFlags(name, `Gives subscription ID a new generated secret, printed once; the old ones
+keep signing beside it for --grace, so that receivers can move over. An
+Ed25519 subscription gets a new whsk_ key, printed with its whpk_ public
+key.`, stdout)
 	grace := fs.String("grace", "", "how long the old secrets keep signing beside the new one, e.g. 24h; 0s retires them at once (default: the sidecar's, 24h)")
 	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
@@ -378,7 +383,11 @@ func subRotate(args []string, stdout, stderr io.Writer) error {
 
 func subRecover(args []string, stdout, stderr io.Writer) error {
 	const name = "subscriptions recover"
-	fs, af := subFlags(name, stderr)
+	fs, af := subFlags(name, `Replays, once each, the dead letters of subscription ID whose events were
+accepted from --since to --until: what to run once an endpoint that was
+down is back. A dead letter a replay already delivered is counted, not
+replayed again; one already replayed and not delivered, or with a retry
+scheduled, is skipped ('sluice dlq replay --force' replays it again).`, stdout)
 	sinceF := fs.String("since", "", "replay dead letters of events accepted from this time: RFC 3339 (2026-11-30T12:00:00Z) or a duration before now (24h)")
 	untilF := fs.String("until", "", "... and before this time, the same forms (default: now)")
 	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
@@ -408,9 +417,33 @@ func subRecover(args []string, stdout, stderr io.Writer) error {
 	if *af.json {
 		return printJSON(stdout, ans)
 	}
-	fmt.Fprintf(stdout, "%s: %d dead letter(s) in range, %d replayed, %d skipped (replayed before, or a retry scheduled)\n",
-		ans.Subscription, ans.Matched, ans.Replayed, ans.Skipped)
+	fmt.Fprintln(stdout, recoverSummary(ans))
 	return nil
+}
+
+// recoverSummary counts every dead letter in the range, so that a range
+// whose letters were all delivered already does not read as an empty
+// one.
+func recoverSummary(ans *proxy.RecoverAnswer) string {
+	s := fmt.Sprintf("%s: %s in range, %d replayed", ans.Subscription, plural(ans.Matched+ans.Delivered, "dead letter"), ans.Replayed)
+	var why []string
+	if ans.Delivered > 0 {
+		why = append(why, fmt.Sprintf("%d already delivered", ans.Delivered))
+	}
+	if ans.Skipped > 0 {
+		why = append(why, fmt.Sprintf("%d skipped: replayed before and not delivered yet, or a retry scheduled (sluice dlq replay --force replays one again)", ans.Skipped))
+	}
+	if len(why) > 0 {
+		s += "; " + strings.Join(why, "; ")
+	}
+	return s
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // parseWhen reads a time as RFC 3339, or as a duration before now ("24h",

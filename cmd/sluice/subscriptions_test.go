@@ -388,10 +388,10 @@ retry: {max_attempts: 1}
 	// second recover skips it.
 	eventually(t, "shipping's dead letter", func() bool { l, _ := s.lane("shipping"); return l.DeadLettered == 1 })
 	out = mustRun(t, sub("recover", "shipping", "--since", "1h")...)
-	contains(t, out, "shipping: 1 dead letter(s) in range, 1 replayed, 0 skipped")
+	contains(t, out, "shipping: 1 dead letter in range, 1 replayed\n")
 	eventually(t, "the replay to fail again", func() bool { l, _ := s.lane("shipping"); return l.DeadLettered == 2 })
 	out = mustRun(t, sub("recover", "shipping", "--since", time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "--until", "0s")...)
-	contains(t, out, "shipping: 1 dead letter(s) in range, 0 replayed, 1 skipped")
+	contains(t, out, "shipping: 1 dead letter in range, 0 replayed; 1 skipped: replayed before and not delivered yet")
 
 	// delete: the subscription drains, then goes.
 	out = mustRun(t, sub("delete", "billing")...)
@@ -523,6 +523,25 @@ func TestParseWhen(t *testing.T) {
 	for _, in := range []string{"yesterday", "-1h", "2026-11-30", ""} {
 		if _, err := parseWhen(in, now); err == nil {
 			t.Errorf("parseWhen(%q) accepted", in)
+		}
+	}
+}
+
+// TestRecoverSummaryCountsDelivered: dead letters in the range that a
+// replay delivered are not replayed again, and the summary says so rather
+// than report an empty range.
+func TestRecoverSummaryCountsDelivered(t *testing.T) {
+	for _, c := range []struct {
+		ans  proxy.RecoverAnswer
+		want string
+	}{
+		{proxy.RecoverAnswer{Subscription: "s", Delivered: 2}, "s: 2 dead letters in range, 0 replayed; 2 already delivered"},
+		{proxy.RecoverAnswer{Subscription: "s"}, "s: 0 dead letters in range, 0 replayed"},
+		{proxy.RecoverAnswer{Subscription: "s", Matched: 3, Replayed: 2, Skipped: 1, Delivered: 1},
+			"s: 4 dead letters in range, 2 replayed; 1 already delivered; 1 skipped: replayed before and not delivered yet, or a retry scheduled (sluice dlq replay --force replays one again)"},
+	} {
+		if got := recoverSummary(&c.ans); got != c.want {
+			t.Errorf("recoverSummary(%+v)\n got %q\nwant %q", c.ans, got, c.want)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -13,15 +12,21 @@ import (
 // one tenant (it sees and manages that tenant's subscriptions only). The
 // sidecar keeps only the token's hash, so it is printed this once.
 func tenantsCmd(args []string, stdout, stderr io.Writer) error {
+	const about = `Issues an admin token scoped to TENANT: it sees and manages that
+tenant's subscriptions, dead letters and events only. The sidecar keeps
+only its hash, so it is printed this once; 'sluice tokens' lists and
+revokes tokens, and issues ones that expire.`
+	if len(args) > 0 && isHelp(args[0]) {
+		return groupHelp(stdout, "tenants", adminAbout(about))
+	}
 	if len(args) == 0 || args[0] != "token" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprintln(stdout, "usage: sluice tenants token TENANT [--json]")
-			return flag.ErrHelp
+		if len(args) > 0 {
+			return fmt.Errorf("tenants: unknown subcommand %q: want 'tenants token TENANT'", args[0])
 		}
 		return errors.New("tenants: want 'tenants token TENANT'")
 	}
 	const name = "tenants token"
-	fs, af := subFlags(name, stderr)
+	fs, af := subFlags(name, about, stdout)
 	id, api, err := oneArg(name, "TENANT", fs, af, args[1:], stderr)
 	if err != nil {
 		return err

@@ -7,19 +7,12 @@ package main
 import (
 	"cmp"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/sluicehq/sluice/client"
 )
-
-const tokensUsage = `usage:
-  sluice tokens issue TENANT [--expires-in 720h]
-  sluice tokens list [TENANT]
-  sluice tokens revoke TENANT ID
-each takes --json and the admin flags (sluice tokens issue -h)`
 
 func tokensCmd(args []string, stdout, stderr io.Writer) error {
 	const want = "want one of issue, list, revoke"
@@ -33,16 +26,19 @@ func tokensCmd(args []string, stdout, stderr io.Writer) error {
 		return tokensList(args[1:], stdout, stderr)
 	case "revoke":
 		return tokensRevoke(args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprintln(stdout, tokensUsage)
-		return flag.ErrHelp
+	}
+	if isHelp(args[0]) {
+		return groupHelp(stdout, "tokens", adminAbout(`Tenant tokens: admin tokens scoped to one tenant. issue makes one (shown
+once), list shows them by id, which is not secret, and revoke ends one.`))
 	}
 	return fmt.Errorf("tokens: unknown subcommand %q: %s", args[0], want)
 }
 
 func tokensIssue(args []string, stdout, stderr io.Writer) error {
 	const name = "tokens issue"
-	fs, af := subFlags(name, stderr)
+	fs, af := subFlags(name, `Issues an admin token scoped to TENANT, with an id to list and revoke it
+by and, given --expires-in, an expiry; without it the token works until
+revoked. The sidecar keeps only its hash: the token is printed this once.`, stdout)
 	expiresIn := fs.Duration("expires-in", 0, "the token stops working this long after it is issued, at most 8784h (a year); 0: when revoked")
 	tenant, api, err := oneArg(name, "TENANT", fs, af, args, stderr)
 	if err != nil {
@@ -74,7 +70,10 @@ func tokensIssue(args []string, stdout, stderr io.Writer) error {
 
 func tokensList(args []string, stdout, stderr io.Writer) error {
 	const name = "tokens list"
-	fs, af := subFlags(name, stderr)
+	fs, af := subFlags(name, `Lists the tenant tokens, of TENANT or of all tenants: tenant, id, where it
+comes from (the config's admin.tokens, or the API), when it was made and
+when it expires. The tokens themselves are not shown: the sidecar does not
+keep them.`, stdout)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -124,7 +123,8 @@ func tokensList(args []string, stdout, stderr io.Writer) error {
 
 func tokensRevoke(args []string, stdout, stderr io.Writer) error {
 	const name = "tokens revoke"
-	fs, af := subFlags(name, stderr)
+	fs, af := subFlags(name, `Revokes the token ID of TENANT (the ids are in 'sluice tokens list'): it
+stops working at once.`, stdout)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -24,8 +23,12 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 // verifyCmd checks a delivery's signature: the body on stdin, the headers
 // from flags or a file of "Name: value" lines.
 func verifyCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("verify", `Checks a delivery's Standard Webhooks signature by hand: the body on
+stdin, the webhook-id, webhook-timestamp and webhook-signature headers from
+--id, --timestamp and --signature or a --headers file, against the
+subscription's whsec_ secret (or the whpk_ public key of a whsk_ one). It
+prints "valid" and exits 0, or exits 1 saying why not: a header missing, a
+timestamp further from now than --tolerance, or no signature that matches.`, stdout)
 	var secretArgs listFlag
 	fs.Var(&secretArgs, "secret", "a whsec_ secret of the subscription, or the whpk_ public key of its whsk_ one (GET /v1/subscriptions/{id} shows it); repeat it (or separate with spaces) while rotating")
 	id := fs.String("id", "", "the webhook-id header")
