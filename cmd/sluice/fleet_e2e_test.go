@@ -778,7 +778,24 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 	other := w.addNode("other", w.cfg)
 	w.startAll()
 	ids := []string{"cut", "other"}
+	// Settled, not just owned: cut starts first and holds every lane until
+	// it sees other join and hands other's share over. A lane counted as
+	// cut's then (the black hole among them) moved gracefully before the
+	// cut, and the test no longer cut off what it says it did.
 	owners := w.awaitOwned("every lane owned", other, ids, 30*time.Second)
+	fleetAwait(t, "every lane with its rendezvous owner", 30*time.Second, func() (bool, string) {
+		o, err := other.owners()
+		if err != nil {
+			return false, err.Error()
+		}
+		owners = o
+		for _, sub := range fleetSubIDs(subs) {
+			if o[sub] != policy.Owner(sub, ids) {
+				return false, fmt.Sprintf("owners %v", o)
+			}
+		}
+		return true, ""
+	})
 	var cutLanes []string
 	for sub, o := range owners {
 		if o == "cut" {
