@@ -129,6 +129,18 @@ func (l *lane) takeOver(m queue.Membership, rs *queue.RetrySummary) {
 // Release stops the lane of sub starting deliveries, waits for those in
 // flight until ctx ends, and writes its cursor while the lease is still
 // held, so the next owner resends nothing that was acknowledged.
+//
+// A lease lost (ctx already done) gets its cursor written too: the store
+// tries it under the lease's last revision, which the servers refuse if
+// another node wrote the lease since. A lease dropped for want of renewal
+// is most often still this node's there, and the cursor it could not
+// write while the renewal lagged would otherwise make its next owner
+// (often this node again) resend everything acknowledged meanwhile.
+// Deliveries still in flight move the cursor when they end; the flush
+// writes it the same way. Not when the lease is held again already: this
+// call then ends a holding the store never got to report, and a later one
+// began, perhaps after another owner's, whose cursor this one's must not
+// replace (Gained reads it).
 func (d *dispatcher) Release(ctx context.Context, sub string) {
 	l := d.lane(sub)
 	if l == nil {
@@ -151,22 +163,25 @@ func (d *dispatcher) Release(ctx context.Context, sub string) {
 		l.mu.Lock()
 		n, c := l.inFlight, l.cursor
 		l.mu.Unlock()
-		if n == 0 {
-			if ctx.Err() == nil && delivered {
+		if n == 0 || ctx.Err() != nil {
+			lost := errors.Is(context.Cause(ctx), queue.ErrFenced)
+			if delivered && !(lost && d.fleet.Owns(sub)) {
 				if err := d.store.SaveCursors(map[string]uint64{sub: c}); err != nil {
 					d.log.Warn("save cursor of released lane", "subscription", sub, "err", err)
 				} else {
 					l.saved.Store(c)
 				}
 			}
-			d.log.Info("lane released", "subscription", sub, "cursor", c)
+			if n > 0 {
+				d.log.Warn("lane lost with deliveries in flight; its next owner sends them again", "subscription", sub, "in_flight", n, "cursor", c)
+			} else {
+				d.log.Info("lane released", "subscription", sub, "cursor", c)
+			}
 			return
 		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			d.log.Warn("lane lost with deliveries in flight; its next owner sends them again", "subscription", sub, "in_flight", n)
-			return
 		}
 	}
 }

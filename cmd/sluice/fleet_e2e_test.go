@@ -582,6 +582,15 @@ func (w *fleetWorld) checkSoak(subs []string) {
 // recover, and every accepted event reaches every subscription: 0 lost.
 // The handovers are graceful (the old owner writes its cursor and releases
 // its leases before it exits), so nothing acknowledged is sent again.
+//
+// Except after a lease lost on the way: a node whose renewal comes back
+// later than lease_ttl/2 (a busy machine starves it of CPU) stops its
+// lanes, because it can no longer prove that nobody else may deliver them,
+// and what it acknowledged and has no cursor for is the lanes' next
+// owner's to send again: the at-least-once price of that stop, not of a
+// handover. Such a duplicate passes only if the node that acknowledged
+// the first copy logged the loss of that lane's lease around it (and
+// before the copy); any other duplicate fails as before.
 func TestFleetRollout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet rollout: real sidecars and a JetStream cluster")
@@ -609,6 +618,7 @@ breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 	}
 	w.startAll()
 	w.awaitOwned("every lane owned at start", w.nodes[0], ids, 30*time.Second)
+	everyNode := w.current() // the replaced ones too: their logs explain duplicates
 
 	// Thousands of events the two tenants cannot take: a burst, then a
 	// steady trickle through the rollout.
@@ -631,6 +641,7 @@ breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 		id := fmt.Sprintf("slot%d-gen1", slot)
 		ids = append(ids, id)
 		n := newFleetNode(t, w.dir, id, w.recv.tb.URL(), w.cfg)
+		everyNode = append(everyNode, n)
 		w.replace(slot, n)
 		n.start()
 		n.awaitReady(60 * time.Second)
@@ -671,28 +682,43 @@ breaker: {cool_down: 200ms, max_cool_down: 1s}`},
 	}
 	w.recv.checkProblems(t)
 	got := w.recv.snapshot()
-	dups := map[string]int{}
+	losses := map[string]map[string][]time.Time{}
+	nLost := 0
+	for _, n := range everyNode {
+		losses[n.id] = fleetLeaseLosses(n.log.String())
+		for _, ats := range losses[n.id] {
+			nLost += len(ats)
+		}
+	}
+	dups, byLoss := map[string]int{}, map[string]int{}
 	for _, sub := range ids3 {
 		for id, rs := range got[sub] {
-			n := 0
+			var acks []fleetReq
 			for _, r := range rs {
 				if r.status/100 == 2 {
-					n++
+					acks = append(acks, r)
 				}
 			}
-			if n > 1 {
-				dups[sub] += n - 1
-				if dups[sub] <= 3 {
-					t.Errorf("duplicate after graceful handovers: %s acknowledged %d times by %s: %+v", id, n, sub, rs)
+			for _, again := range acks[min(1, len(acks)):] {
+				if _, ok := fleetLossExplains(losses, sub, acks[0], again, fleetLeaseTTL); ok {
+					byLoss[sub]++
+					continue
+				}
+				if dups[sub]++; dups[sub] <= 3 {
+					t.Errorf("duplicate after graceful handovers, with no lease loss of %s logged by %s to explain it: %s acknowledged %d times by %s: %+v",
+						sub, acks[0].node, id, len(acks), sub, rs)
 				}
 			}
 		}
+	}
+	if nLost > 0 {
+		t.Logf("%d leases lost (not renewed in time: not handovers); duplicates they explain: %v", nLost, byLoss)
 	}
 	st := w.recv.tb.Stats()["/hole"]
 	if st.MaxInFlight > 4 {
 		t.Errorf("the receiver saw %d requests of hole in flight at once, cap 4", st.MaxInFlight)
 	}
-	t.Logf("rollout: %d events accepted, all delivered to %v %v after the recovery; duplicates %v; %v in all",
+	t.Logf("rollout: %d events accepted, all delivered to %v %v after the recovery; unexplained duplicates %v; %v in all",
 		w.load.accepted(), ids3, settled.Sub(recoverAt).Round(time.Millisecond), dups, time.Since(began).Round(time.Millisecond))
 }
 
@@ -752,7 +778,24 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 	other := w.addNode("other", w.cfg)
 	w.startAll()
 	ids := []string{"cut", "other"}
+	// Settled, not just owned: cut starts first and holds every lane until
+	// it sees other join and hands other's share over. A lane counted as
+	// cut's then (the black hole among them) moved gracefully before the
+	// cut, and the test no longer cut off what it says it did.
 	owners := w.awaitOwned("every lane owned", other, ids, 30*time.Second)
+	fleetAwait(t, "every lane with its rendezvous owner", 30*time.Second, func() (bool, string) {
+		o, err := other.owners()
+		if err != nil {
+			return false, err.Error()
+		}
+		owners = o
+		for _, sub := range fleetSubIDs(subs) {
+			if o[sub] != policy.Owner(sub, ids) {
+				return false, fmt.Sprintf("owners %v", o)
+			}
+		}
+		return true, ""
+	})
 	var cutLanes []string
 	for sub, o := range owners {
 		if o == "cut" {
@@ -932,8 +975,18 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 	// Duplicates: only of what cut acknowledged but could not record, until
 	// it stopped. One whose first copy other acknowledged (other never lost
 	// NATS), or cut after it stopped, means a cursor went back: a stale
-	// write took effect.
-	dups, regressed := 0, 0
+	// write took effect. Unless that node logged the loss of that lane's
+	// lease around the first copy: a busy machine can delay any node's
+	// renewal past lease_ttl/2, and the node then stops the lane, its
+	// unrecorded acknowledgements left to the next owner (at least once).
+	// The stale writes this test sends arrive while other holds the lease,
+	// so they cannot hide behind a loss unless other logged one of that
+	// lane then.
+	losses := map[string]map[string][]time.Time{}
+	for _, n := range w.current() {
+		losses[n.id] = fleetLeaseLosses(n.log.String())
+	}
+	dups, regressed, byLoss := 0, 0, 0
 	for sub, m := range got {
 		for id, rs := range m {
 			var acks []fleetReq
@@ -946,16 +999,22 @@ retry: {base: 20ms, cap: 200ms, max_attempts: 100, max_age: 1h}`})
 				continue
 			}
 			dups += len(acks) - 1
-			if first := acks[0]; first.node != "cut" || first.at.After(stopBound) {
-				if regressed++; regressed <= 3 {
-					t.Errorf("%s of %s first acknowledged from %s at %s, after the cut, yet sent again: %+v — a cursor went back",
-						id, sub, first.node, first.at.Format(time.StampMilli), acks)
-				}
+			first := acks[0]
+			if first.node == "cut" && !first.at.After(stopBound) {
+				continue
+			}
+			if _, ok := fleetLossExplains(losses, sub, first, acks[1], fleetLeaseTTL); ok {
+				byLoss += len(acks) - 1
+				continue
+			}
+			if regressed++; regressed <= 3 {
+				t.Errorf("%s of %s first acknowledged from %s at %s, after the cut, yet sent again, and %s logged no loss of its lease then: %+v — a cursor went back",
+					id, sub, first.node, first.at.Format(time.StampMilli), first.node, acks)
 			}
 		}
 	}
-	t.Logf("fencing (%s): %d events, %d duplicates (%d not explained by the cut), %v in all", how, w.load.accepted(), dups, regressed,
-		time.Since(began).Round(time.Millisecond))
+	t.Logf("fencing (%s): %d events, %d duplicates (%d explained by leases lost to late renewals, %d by nothing), %v in all", how, w.load.accepted(), dups,
+		byLoss, regressed, time.Since(began).Round(time.Millisecond))
 }
 
 func grepLines(s, substr string) string {

@@ -1239,3 +1239,44 @@ func TestFleetNATSProxy(t *testing.T) {
 		t.Fatalf("publish after resume: %v", err)
 	}
 }
+
+// fleetLeaseLosses reads from a node's log when it dropped each lease it
+// lost, by subscription: the watchdog's safety stop when a renewal came
+// too late, a renewal refused, a lease seen taken. The log's clock is the
+// test's (one machine), to the millisecond.
+func fleetLeaseLosses(log string) map[string][]time.Time {
+	out := map[string][]time.Time{}
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="lease lost"`) {
+			continue
+		}
+		var at time.Time
+		var sub string
+		for _, f := range strings.Fields(line) {
+			switch k, v, _ := strings.Cut(f, "="); k {
+			case "time":
+				at, _ = time.Parse(time.RFC3339Nano, v)
+			case "subscription":
+				sub = v
+			}
+		}
+		if !at.IsZero() && sub != "" {
+			out[sub] = append(out[sub], at)
+		}
+	}
+	return out
+}
+
+// fleetLossExplains says whether a loss of sub's lease, logged by the node
+// that acknowledged the first copy of an event, explains the event being
+// sent again: the loss came within ttl of the first copy (acknowledged
+// while the renewal lagged, or by a delivery in flight at the loss, whose
+// deadline the lease bounds) and before the copy. It returns the loss.
+func fleetLossExplains(losses map[string]map[string][]time.Time, sub string, first, again fleetReq, ttl time.Duration) (time.Time, bool) {
+	for _, at := range losses[first.node][sub] {
+		if first.at.After(at.Add(-ttl)) && first.at.Before(at.Add(ttl)) && again.at.After(at) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}

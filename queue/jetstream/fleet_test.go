@@ -984,3 +984,72 @@ func TestFleetOpenStoresFenceStateWrites(t *testing.T) {
 		t.Errorf("the new owner's outcome: %v", err)
 	}
 }
+
+// A lease dropped for want of renewal is most often still this node's on
+// the servers: the cursor its lane writes as it stops (Release) still
+// lands, fenced by the last revision this node wrote, so taking the lease
+// up again resends nothing acknowledged before. Once another node wrote
+// the lease, the servers refuse that write.
+func TestFleetLostLeaseLastCursor(t *testing.T) {
+	f := newFleet(t, 3*time.Second)
+	ab := []string{"a", "b"}
+	open := func(id string) *jetstream.Store {
+		reg := prometheus.NewRegistry()
+		s, err := jetstream.Open(jetstream.Options{
+			URLs: cluster.URLs(), Stream: f.stream, Replicas: 3, NodeID: id,
+			LeaseTTL: f.ttl, RequestTimeout: 2 * time.Second, Registerer: reg,
+			Logger: f.log.With("store", id),
+		})
+		if err != nil {
+			t.Fatalf("open %s: %v", id, err)
+		}
+		t.Cleanup(func() {
+			f.rec.crashed(id)
+			s.Close()
+		})
+		f.nodes[id], f.regs[id] = s, reg
+		if err := s.Own(f.rec.handler(id)); err != nil {
+			t.Fatalf("Own on %s: %v", id, err)
+		}
+		return s
+	}
+	a, b := open("a"), open("b")
+	f.awaitLive(2, ab...)
+	subs := subIDs(6)
+	reqs := make([]queue.JoinRequest, len(subs))
+	for i, sub := range subs {
+		reqs[i] = queue.JoinRequest{Subscription: sub}
+	}
+	if _, err := a.JoinAll(reqs); err != nil {
+		t.Fatal(err)
+	}
+	f.awaitOwners(10*time.Second, subs, ab)
+	fromA := ownedBy(subs, ab, "a")
+	if len(fromA) == 0 {
+		t.Fatal("a owns nothing")
+	}
+	sub := fromA[0]
+	cursor := func() uint64 {
+		t.Helper()
+		m, err := b.Member(sub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Cursor
+	}
+	if err := a.SaveCursors(map[string]uint64{sub: 5}); err != nil || cursor() != 5 {
+		t.Fatalf("the owner's cursor write: %v, cursor %d; want 5", err, cursor())
+	}
+
+	jetstream.StallLeases(a)
+	if a.Owns(sub) {
+		t.Fatalf("a still owns %s after its leases went stale", sub)
+	}
+	if err := a.SaveCursors(map[string]uint64{sub: 9}); err != nil || cursor() != 9 {
+		t.Fatalf("a's cursor write under the lease it dropped but still holds on the servers: %v, cursor %d; want 9", err, cursor())
+	}
+	await(t, 10*time.Second, "a takes its leases up again", func() bool { return a.Owns(sub) })
+	if n := f.rec.count("b", "gained", sub); n != 0 {
+		t.Fatalf("b gained %s, a's lease all along", sub)
+	}
+}

@@ -24,6 +24,16 @@ package jetstream
 //     engine hears Gained anew, without waiting for it to expire. A
 //     renewal refused because an earlier one landed unanswered is
 //     recognised the same way and keeps the lease.
+//   - Last cursor: a lease dropped for want of renewal keeps the revision
+//     this node last wrote (lastRev) until something shows another write
+//     of it. Cursor writes may still carry that fence (lastFence): the
+//     servers refuse it once anyone else has written the lease, so it
+//     cannot move a cursor another owner relies on, and without it
+//     everything acknowledged while the renewal lagged (cursor writes wait
+//     for a renewal in flight) would be sent again on the lane's next
+//     gain, most often this node's own when it takes the lease up again.
+//     Deliveries never use it: only validFor bounds when a node may still
+//     send.
 //   - Move: the engine hears Release with a context bounded by LeaseTTL
 //     (it stops the lane and writes its cursor, fenced, while the lease is
 //     still renewed), then the lease is dropped here and deleted by CAS so
@@ -94,6 +104,10 @@ type lease struct {
 	since    uint64    // revision of this process's latest acquisition; 0 none
 	busy     bool      // an acquisition or a move runs
 	renewing bool      // a renewal is in flight
+	// lastRev, while !held: the revision this node last wrote of a lease
+	// dropped for want of renewal, as long as nothing seen says another
+	// write followed; 0 otherwise (see Last cursor above).
+	lastRev uint64
 
 	// hmu serialises the handler's calls about sub (they must never
 	// overlap); told, guarded by hmu, is the gen the handler heard Gained
@@ -135,6 +149,45 @@ func (s *Store) fence(sub string) (subject string, rev uint64, fenced bool, done
 	}
 	var once sync.Once
 	return l.subj, rev, true, func() { once.Do(l.rw.RUnlock) }, nil
+}
+
+// lastFence is fence for a cursor write about sub whose lease this node
+// may have lost: the revision it holds, stale or not, or the one it last
+// wrote of a lease it dropped for want of renewal (lastRev). ok is false
+// when there is none. The servers refuse the write if the lease moved on
+// since, so a write under it is worth trying but its failure is no error.
+// Before Own it is never ok: fence decides then.
+func (s *Store) lastFence(sub string) (subject string, rev uint64, done func(), ok bool) {
+	fl := &s.fl
+	fl.mu.Lock()
+	l := fl.leases[sub]
+	ok = fl.owning && l != nil && (l.held || l.lastRev != 0)
+	fl.mu.Unlock()
+	if !ok {
+		return "", 0, func() {}, false
+	}
+	// A renewal in flight holds rw and may change the revision; its answer
+	// is awaited, but not past Close (NATS may be out of reach, and Close
+	// would wait for this write too).
+	for !l.rw.TryRLock() {
+		select {
+		case <-fl.ctx.Done():
+			return "", 0, func() {}, false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	fl.mu.Lock()
+	rev = l.lastRev
+	if l.held {
+		rev = l.rev
+	}
+	fl.mu.Unlock()
+	if rev == 0 {
+		l.rw.RUnlock()
+		return "", 0, func() {}, false
+	}
+	var once sync.Once
+	return l.subj, rev, func() { once.Do(l.rw.RUnlock) }, true
 }
 
 func (s *Store) fenceErr(sub string) error {
@@ -249,7 +302,7 @@ func (s *Store) acquire(l *lease, adopt uint64) {
 		// watch or claim's next tick tries again, never a tight loop.
 		return
 	}
-	l.held, l.rev, l.since, l.okAt = true, rev, rev, sent
+	l.held, l.rev, l.since, l.okAt, l.lastRev = true, rev, rev, sent, 0
 	l.gen++
 	gen := l.gen
 	fl.m.leasesHeld.Inc()
@@ -404,11 +457,17 @@ func (s *Store) renewed(r renewal, ack *jetstream.PubAck, err error) {
 	fl.mu.Lock()
 	l.renewing = false
 	current := l.held && l.gen == r.gen
+	// Dropped by the watchdog while this renewal was in flight: its answer
+	// still says which revision of ours the servers hold.
+	dropped := !l.held && l.gen == r.gen && l.lastRev == r.rev
 	switch {
 	case err == nil:
 		fl.m.renewals.WithLabelValues("ok").Inc()
 		if current {
 			l.rev, l.okAt = ack.Sequence, r.sent
+		}
+		if dropped {
+			l.lastRev = ack.Sequence
 		}
 	case isWrongLastSeq(err) && current && ours(fl.view[l.sub], s.opts.NodeID, l) && fl.view[l.sub].rev > r.rev:
 		// An earlier renewal of ours landed although its answer was lost:
@@ -421,6 +480,9 @@ func (s *Store) renewed(r renewal, ack *jetstream.PubAck, err error) {
 		fl.m.renewals.WithLabelValues("lost").Inc()
 		if current {
 			s.loseLocked(l, "renewal refused: the lease is no longer at this node's revision")
+		}
+		if dropped {
+			l.lastRev = 0
 		}
 	default:
 		fl.m.renewals.WithLabelValues("error").Inc()
@@ -457,6 +519,7 @@ func (s *Store) dropStaleLocked(valid time.Duration) {
 		if l.held {
 			if age := time.Since(l.okAt); age > valid {
 				s.loseLocked(l, fmt.Sprintf("not renewed for %s (limit %s)", age.Round(time.Millisecond), valid))
+				l.lastRev = l.rev
 			}
 		}
 	}
@@ -467,6 +530,7 @@ func (s *Store) dropStaleLocked(valid time.Duration) {
 func (s *Store) loseLocked(l *lease, why string) {
 	fl := &s.fl
 	l.held = false
+	l.lastRev = 0
 	fl.m.leasesHeld.Dec()
 	gen := l.gen
 	s.log.Warn("lease lost", "node", s.opts.NodeID, "subscription", l.sub, "why", why)

@@ -399,8 +399,10 @@ func (s *Store) Retire(sub string) error {
 // on its subscription and all pipelined (one round trip for the lot). A
 // cursor whose lease this node does not hold is skipped, not an error: its
 // lane moved, and the new owner resumes from the last cursor written (at
-// least once). Other failures are returned, after every write had its
-// answer.
+// least once). A lease dropped for want of renewal, which the servers may
+// still hold at this node's revision, is tried under that revision
+// (lastFence) and skipped if refused or unanswered. Other failures are
+// returned, after every write had its answer.
 func (s *Store) SaveCursors(cursors map[string]uint64) error {
 	if err := s.checkOpen(); err != nil {
 		return err
@@ -437,6 +439,13 @@ func (s *Store) SaveCursors(cursors map[string]uint64) error {
 		l := s.st.lane(sub)
 		l.wmu.Lock()
 		subj, rev, fenced, done, err := s.laneFence(sub)
+		last := false
+		if errors.Is(err, queue.ErrFenced) {
+			subj, rev, done, last = s.lastFence(sub)
+			if last {
+				err = nil
+			}
+		}
 		if err != nil {
 			l.wmu.Unlock()
 			if !errors.Is(err, queue.ErrFenced) {
@@ -453,6 +462,14 @@ func (s *Store) SaveCursors(cursors map[string]uint64) error {
 			l.wmu.Unlock()
 			switch {
 			case err == nil:
+			case last:
+				// Under a lease this node no longer trusts: refused if it
+				// moved on, lost with the link if NATS is out of reach;
+				// either way the lane's next owner resends from the cursor
+				// the servers have.
+				if apiCode(err) != codeWrongLastSeq {
+					s.log.Debug("cursor of a lost lease not written", "subscription", sub, "err", err)
+				}
 			case fenced && apiCode(err) == codeWrongLastSeq:
 				// The lane moved: skipped.
 			case casRetryable(err):

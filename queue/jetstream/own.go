@@ -597,6 +597,9 @@ func (s *Store) onLease(e jetstream.KeyValueEntry) {
 		}
 		s.loseLocked(l, why)
 	}
+	if l := fl.leases[sub]; l != nil && !l.held && l.lastRev != 0 && v.rev > l.lastRev && v.node != s.opts.NodeID {
+		l.lastRev = 0 // written since by someone else: a cursor write under it is refused
+	}
 	if v.node == "" {
 		fl.wake()
 	}
