@@ -75,7 +75,41 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 		s.Start = time.Now()
 	}
 	winStart := s.Start.Add(s.Warmup)
-	winEnd := winStart.Add(s.Dur)
+	// A closed loop's window lasts at least as long as its producers took
+	// to get their first answers (startup): an event takes about that
+	// long, and a window shorter than one event (the naive fan-out's ten
+	// POSTs under the race detector on a busy machine) may end before any
+	// answer comes. Until the tick goroutine has measured it the end is
+	// open (endNs is MaxInt64); an open loop's end is fixed, its events
+	// being counted by due time.
+	var endNs atomic.Int64
+	endNs.Store(math.MaxInt64)
+	if s.Rate > 0 {
+		endNs.Store(winStart.Add(s.Dur).UnixNano())
+	}
+	winEndBy := func(t time.Time) bool { return t.UnixNano() >= endNs.Load() }
+	var (
+		firstAnswers atomic.Int64
+		allAnswered  = make(chan struct{})
+		startup      atomic.Int64 // ns from Start to the last producer's first answer
+	)
+	if s.Conc <= 0 {
+		close(allAnswered)
+	}
+	// firstAnswer notes a producer's first answer; the zero time, one
+	// that ends without any (the run ended), which must not hold the
+	// window open.
+	firstAnswer := func(done time.Time) {
+		for d := int64(done.Sub(s.Start)); !done.IsZero(); {
+			old := startup.Load()
+			if d <= old || startup.CompareAndSwap(old, d) {
+				break
+			}
+		}
+		if firstAnswers.Add(1) == int64(s.Conc) {
+			close(allAnswered)
+		}
+	}
 	addrs := s.Addrs
 	if len(addrs) == 0 {
 		addrs = []string{s.Addr}
@@ -115,14 +149,34 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 	tickDone := make(chan struct{})
 	go func() {
 		defer close(tickDone)
-		if s.Tick == nil && s.Stop == nil {
-			return
-		}
 		if sleepUntilOr(ctx, winStart, s.Stop) && s.Tick != nil {
 			s.Tick(0)
 		}
-		if !sleepUntilOr(ctx, winEnd, s.Stop) && stopped(s.Stop) {
-			stopAt = time.Now()
+		ended := sleepUntilOr(ctx, winStart.Add(s.Dur), s.Stop)
+		if ended && s.Rate == 0 {
+			// Every producer has answered once (or failed), or the run
+			// was ended: the window then ends where it is.
+			select {
+			case <-allAnswered:
+			case <-ctx.Done():
+				ended = false
+			case <-s.Stop:
+				ended = false
+			}
+			end := winStart.Add(max(s.Dur, time.Duration(startup.Load())))
+			if !ended {
+				end = time.Now()
+			}
+			endNs.Store(end.UnixNano())
+			ended = ended && sleepUntilOr(ctx, end, s.Stop)
+		}
+		if !ended {
+			if now := time.Now().UnixNano(); now < endNs.Load() {
+				endNs.Store(now)
+			}
+			if stopped(s.Stop) {
+				stopAt = time.Now()
+			}
 		}
 		if s.Tick != nil {
 			s.Tick(1) // always, so the scenario gets its end snapshot
@@ -162,6 +216,14 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 			slip = append(slip, mySlip...)
 			mu.Unlock()
 		}()
+		answered := false
+		if s.Rate == 0 {
+			defer func() {
+				if !answered {
+					firstAnswer(time.Time{})
+				}
+			}()
+		}
 		key := []byte(s.KeyID + "-" + strconv.Itoa(w) + "-")
 		keyLen := len(key)
 		timer := time.NewTimer(time.Hour)
@@ -188,7 +250,7 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 					return
 				}
 				now := time.Now()
-				if now.After(winEnd.Add(s.Grace)) {
+				if now.After(time.Unix(0, endNs.Load()).Add(s.Grace)) {
 					missed++
 					continue
 				}
@@ -198,7 +260,7 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 				at = now
 			} else {
 				t0 = time.Now()
-				if !t0.Before(winEnd) || next.Add(1) > total || stopped(s.Stop) {
+				if winEndBy(t0) || next.Add(1) > total || stopped(s.Stop) {
 					return
 				}
 				at = t0
@@ -239,13 +301,17 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 				break
 			}
 			done := time.Now()
+			if !answered && s.Rate == 0 {
+				answered = true
+				firstAnswer(done)
+			}
 			if !good {
 				continue
 			}
 			ok++
-			inWindow := !done.Before(winStart) && done.Before(winEnd)
+			inWindow := !done.Before(winStart) && !winEndBy(done)
 			if s.Rate > 0 {
-				inWindow = !t0.Before(winStart) && t0.Before(winEnd)
+				inWindow = !t0.Before(winStart) && !winEndBy(t0)
 			}
 			if inWindow {
 				winOK++
@@ -259,8 +325,8 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 	}
 	wg.Wait()
 	<-tickDone
-	end := winEnd
-	if !stopAt.IsZero() && stopAt.Before(winEnd) {
+	end := time.Unix(0, endNs.Load())
+	if !stopAt.IsZero() && stopAt.Before(end) {
 		// Stopped early: the window ends at the stop, and only the events
 		// due before it were due in it.
 		end = stopAt

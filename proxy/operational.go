@@ -334,12 +334,19 @@ func (o *operational) idle() bool {
 	return len(o.windows) == 0 && o.unlogged.Load() == 0
 }
 
+// add counts n more at at. The times are a range, not the order of the
+// calls: a lane reads its clock before it takes its lock, so concurrent
+// deliveries' letters can come here in the other order.
 func (w *window) add(n int64, at time.Time) {
-	if w.count == 0 {
+	switch {
+	case w.count == 0:
+		w.first, w.last = at, at
+	case at.Before(w.first):
 		w.first = at
+	case at.After(w.last):
+		w.last = at
 	}
 	w.count += n
-	w.last = at
 }
 
 // deadLetter counts a durable dead letter of sub. Those of the backlog
@@ -350,11 +357,16 @@ func (o *operational) deadLetter(sub string, dl *queue.DeadLetter) {
 	}
 	o.mu.Lock()
 	if w := o.windowLocked(windowKey{typeDeadLetter, sub}, dl.DeadAt); w != nil {
+		// The seqs are a range too: a lane with several deliveries in
+		// flight dead-letters them as their answers come, not in seq
+		// order, and a first_seq past last_seq names no letter at all.
 		if w.count == 0 {
-			w.firstSeq = dl.Seq
+			w.firstSeq, w.lastSeq = dl.Seq, dl.Seq
+		} else {
+			w.firstSeq, w.lastSeq = min(w.firstSeq, dl.Seq), max(w.lastSeq, dl.Seq)
 		}
 		w.add(1, dl.DeadAt)
-		w.lastSeq, w.lastStatus = dl.Seq, dl.LastStatus
+		w.lastStatus = dl.LastStatus
 		if w.reasons == nil {
 			w.reasons = make(map[string]int64, 1)
 		}
@@ -442,14 +454,15 @@ type (
 		LastError  string `json:"last_error,omitempty"`
 	}
 	deadLetterData struct {
-		Subscription string           `json:"subscription"`
-		Count        int64            `json:"count"` // since the last dead_letter.created of the subscription
-		FirstSeq     uint64           `json:"first_seq"`
-		LastSeq      uint64           `json:"last_seq"`
-		FirstAt      time.Time        `json:"first_at"`
-		LastAt       time.Time        `json:"last_at"`
-		Reasons      map[string]int64 `json:"reasons"`
-		LastStatus   int              `json:"last_status,omitempty"`
+		Subscription string `json:"subscription"`
+		Count        int64  `json:"count"` // since the last dead_letter.created of the subscription
+		// The lowest and highest seq and dead_at of the letters counted.
+		FirstSeq   uint64           `json:"first_seq"`
+		LastSeq    uint64           `json:"last_seq"`
+		FirstAt    time.Time        `json:"first_at"`
+		LastAt     time.Time        `json:"last_at"`
+		Reasons    map[string]int64 `json:"reasons"`
+		LastStatus int              `json:"last_status,omitempty"`
 	}
 	quotaData struct {
 		Subscription  string    `json:"subscription"`

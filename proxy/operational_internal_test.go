@@ -69,6 +69,50 @@ func TestOperationalCoalescingWindows(t *testing.T) {
 	}
 }
 
+// TestOperationalDeadLetterRangeOutOfOrder: a lane with several
+// deliveries in flight dead-letters them in the order their answers come,
+// not in seq order, and their DeadAt is read before the lane's lock, so
+// neither arrives sorted. The event's seqs and times are the range the
+// window's letters span, first never past last.
+func TestOperationalDeadLetterRangeOutOfOrder(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	o := newTestOperational(t, func() time.Time { return t0 })
+	for _, dl := range []struct {
+		seq uint64
+		at  time.Duration
+	}{{5, 2 * time.Second}, {3, time.Second}, {7, 3 * time.Second}, {4, 0}} {
+		o.deadLetter("a", deadAt(dl.seq, t0.Add(dl.at), policy.ReasonGone))
+	}
+	got := o.due(t0.Add(3*time.Second), false)
+	if len(got) != 1 {
+		t.Fatalf("due %+v, want one dead_letter.created", got)
+	}
+	d := got[0].data.(deadLetterData)
+	if d.Count != 4 || d.FirstSeq != 3 || d.LastSeq != 7 || !d.FirstAt.Equal(t0) || !d.LastAt.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("event %+v: want 4 dead letters, seqs 3..7, from %v to %v", d, t0, t0.Add(3*time.Second))
+	}
+	// The next window's range starts afresh, not from the last one's.
+	o.deadLetter("a", deadAt(9, t0.Add(5*time.Second), policy.ReasonGone))
+	o.deadLetter("a", deadAt(8, t0.Add(4*time.Second), policy.ReasonGone))
+	sum := o.due(t0.Add(coalesceWindow+3*time.Second), false)
+	if len(sum) != 1 {
+		t.Fatalf("end of the window: due %+v, want one summary", sum)
+	}
+	if d := sum[0].data.(deadLetterData); d.Count != 2 || d.FirstSeq != 8 || d.LastSeq != 9 ||
+		!d.FirstAt.Equal(t0.Add(4*time.Second)) || !d.LastAt.Equal(t0.Add(5*time.Second)) {
+		t.Fatalf("summary %+v: want 2 dead letters, seqs 8..9", d)
+	}
+	o.quotaExceeded("q", 2, BacklogQuota{MaxEvents: 1}, t0.Add(time.Second))
+	o.quotaExceeded("q", 3, BacklogQuota{MaxEvents: 1}, t0)
+	q := o.due(t0.Add(time.Second), false)
+	if len(q) != 1 {
+		t.Fatalf("quota: due %+v, want one backlog_quota.exceeded", q)
+	}
+	if d := q[0].data.(quotaData); d.Count != 5 || !d.FirstAt.Equal(t0) || !d.LastAt.Equal(t0.Add(time.Second)) {
+		t.Fatalf("quota event %+v: want 5 from %v to %v", d, t0, t0.Add(time.Second))
+	}
+}
+
 // TestOperationalQuotaCoalescing: quota passes add their counts into one
 // window per subscription, and dead letters of the quota's reason are
 // not reported a second time as dead_letter.created.

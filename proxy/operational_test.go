@@ -186,20 +186,31 @@ func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) 
 // subscription.paused for each, naming the subscription, never its URL.
 func TestOperationalPaused(t *testing.T) {
 	ops := newRecorder(t, opsSecret)
-	gone, _, _ := scripted(t, func(n int, w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusGone) })
+	gone, asked, _ := scripted(t, func(n int, w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusGone) })
 	ep := startTestbed(t, testbed.ModeOK)
 	reg := prometheus.NewRegistry()
+	// One delivery at a time, so that exactly one meets the 410: with
+	// more in flight, how many the endpoint answers before the pause
+	// depends on how fast the publishes outrun the first answer, and
+	// each answered 410 is a dead letter of its own.
+	goneSub := sub("gone", gone.URL)
+	goneSub.MaxConcurrency = 1
 	s := startServerWith(t, proxy.Options{Registry: reg, OperationalWebhook: opsWebhook(ops),
-		Subscriptions: []*proxy.Subscription{sub("gone", gone.URL), sub("other", ep.URL()+"/other")}})
-	publish(t, s, "t", "e", 3)
+		Subscriptions: []*proxy.Subscription{goneSub, sub("other", ep.URL()+"/other")}})
+	ids := publish(t, s, "t", "e", 3)
 
 	ev := ops.await(t, "subscription.paused", "gone", nil)
 	if ev.Data["reason"] != policy.PauseGone || ev.Data["paused_by"] != "endpoint" {
 		t.Fatalf("paused by the 410: %s", ev.Body)
 	}
 	dl := ops.await(t, "dead_letter.created", "gone", nil)
-	if dl.Data["count"] != 1.0 || dl.Data["reasons"].(map[string]any)["gone"] != 1.0 || dl.Data["last_status"] != 410.0 {
-		t.Fatalf("dead letter of the 410: %s", dl.Body)
+	first, err := s.Event(ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl.Data["count"] != 1.0 || dl.Data["reasons"].(map[string]any)["gone"] != 1.0 || dl.Data["last_status"] != 410.0 ||
+		dl.Data["first_seq"] != float64(first.Seq) || dl.Data["last_seq"] != float64(first.Seq) {
+		t.Fatalf("dead letter of the 410 to %s (seq %d): %s", ids[0], first.Seq, dl.Body)
 	}
 	if err := s.Pause("other", "maintenance until 14:00"); err != nil {
 		t.Fatal(err)
@@ -209,6 +220,10 @@ func TestOperationalPaused(t *testing.T) {
 		t.Fatalf("paused by an operator: %s (X-Event-Type %s)", ev.Body, ev.EventType)
 	}
 	checkOpsBodies(t, ops, gone.URL, ep.URL())
+	// The pause holds the other two: never sent, so never dead letters.
+	if l := lane(s, "gone"); len(*asked) != 1 || l.DeadLettered != 1 {
+		t.Fatalf("the paused endpoint was asked %d times and %d events dead-lettered, want 1 each", len(*asked), l.DeadLettered)
+	}
 	if n := counter(t, reg, "sluice_operational_events_total", "type", "subscription.paused"); n != 2 {
 		t.Fatalf("sluice_operational_events_total{type=subscription.paused} = %v, want 2", n)
 	}

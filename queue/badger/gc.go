@@ -37,7 +37,11 @@ import (
 // disk guard kicks the loop while it refuses, which then reclaims at once
 // if Compact has deleted events since the last time: flush and L0
 // compaction, value-log GC, and if the guard still refuses, Flatten, which
-// merges every level (small bodies spread over several). Measured on a
+// merges every level (small bodies spread over several). Each reclaim is
+// followed by another (reclaimMinWait later, longer while they free
+// little) for as long as events go on being deleted, kicked or not: the
+// first one that brings the disk under its floor ends the kicks, though
+// what is deleted after it is as much garbage. Measured on a
 // 256 MiB tmpfs filled to the floor, the events then all compacted (a
 // throwaway probe of each step): value-log GC alone freed nothing; the
 // flush and GC took 64 KiB bodies from 192 to 63 MiB (the value-log file
@@ -87,9 +91,13 @@ func (l *Log) startGC(interval time.Duration) {
 			flushedAt, reclaimedAt = ^uint64(0), ^uint64(0)
 			wait                   = reclaimMinWait
 			next                   time.Time
-			// follow runs a reclaim again after one during which events
-			// were deleted (Compact racing it, or lanes delivering a
-			// backlog), whether or not the guard still refuses.
+			// follow runs a reclaim again after each one, whether or not
+			// the guard still refuses, for as long as events were deleted
+			// in between: a Compact under way when a reclaim ends (its
+			// chunks interleave with the reclaim's flush and GC) deletes
+			// the rest after it, and once that reclaim has brought the
+			// disk under its floor no kick comes for them. Lanes
+			// delivering a backlog do the same.
 			follow = time.NewTimer(0)
 		)
 		defer follow.Stop()
@@ -113,9 +121,7 @@ func (l *Log) startGC(interval time.Duration) {
 				wait = reclaimMinWait
 			}
 			next = time.Now().Add(wait)
-			if l.deleted.Load() != d {
-				follow.Reset(wait)
-			}
+			follow.Reset(wait)
 		}
 		for {
 			select {

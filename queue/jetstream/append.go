@@ -200,6 +200,13 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 		return 0, false, fmt.Errorf("append %s: %w", ev.ID, err)
 	}
 	s.lg.diskFull.Store(false)
+	if ack.Duplicate {
+		// The original may be an attempt whose PubAck never came (stored
+		// after it timed out, once the stream had a quorum again): no
+		// PubAck made its seq known, and the follower may be seconds from
+		// it. A read up to the seq returned here must still find it.
+		s.noteStored(ack.Sequence)
+	}
 	// onReply has handed the event to the sequencer: OnCommit has seen it,
 	// unless a seq below it is another node's event still on its way
 	// through the follower. The append does not wait for that (it cost a

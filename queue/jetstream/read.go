@@ -282,6 +282,18 @@ func (f *follower) holdsTooMuch(window int) bool {
 // ingestMaxPendingBytes), which these events have left.
 const maxHeldBytes = 64 << 20
 
+// noteStored records that the stream holds seq, known from the PubAck of
+// a duplicate: its event is the original's, which OnCommit gets from the
+// original's PubAck or from the follower, not from here.
+func (s *Store) noteStored(seq uint64) {
+	f := &s.lg.fol
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if seq > f.known.Load() {
+		f.known.Store(seq) // f.mu orders the writes
+	}
+}
+
 func bodyBytes(ev *queue.Event) int64 {
 	if ev == nil {
 		return 0
