@@ -36,6 +36,9 @@ type dispatcher struct {
 
 	cursorInterval time.Duration
 	wg             sync.WaitGroup
+	// memberRetries are the memberships the member watch told of that
+	// could not be read (fleet.go).
+	memberRetries *memberRetries
 	// flushes counts cursor writes and leaves the lanes that began to
 	// leave: with the head and the lane set they tell maintain whether
 	// anything its pass looks at changed since the last (lastPass).
@@ -51,6 +54,7 @@ func newDispatcher(q queue.Store, client *fasthttp.Client, log *slog.Logger, now
 		engine:         newEngine(q, client, log, now, maxInFlight, budget),
 		lanes:          map[string]*lane{},
 		cursorInterval: cursorInterval,
+		memberRetries:  newMemberRetries(),
 	}
 }
 
@@ -123,8 +127,9 @@ func (d *dispatcher) start(subs []*Subscription) error {
 	go d.flushLoop()
 	go d.maintainLoop()
 	if d.fleet != nil {
-		d.wg.Add(1)
+		d.wg.Add(2)
 		go d.snapshotLoop()
+		go d.memberRetryLoop()
 		// Lanes deliver once their leases are gained, from here on.
 		if err := d.fleet.Own(d); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/queue"
@@ -327,7 +328,7 @@ func (d *dispatcher) MembersChanged(subs []string, initial bool) {
 		if initial && d.lane(sub) != nil {
 			continue
 		}
-		d.memberChanged(sub)
+		d.memberChangedOrRetry(sub)
 	}
 	if initial {
 		// A lane start read from the store whose membership was retired
@@ -340,13 +341,119 @@ func (d *dispatcher) MembersChanged(subs []string, initial bool) {
 		}
 		for _, l := range d.laneList() {
 			if !listed[l.id] && !d.stopping.Load() {
-				d.memberChanged(l.id)
+				d.memberChangedOrRetry(l.id)
 			}
 		}
 	}
 }
 
-func (d *dispatcher) memberChanged(sub string) {
+// memberChangedOrRetry applies sub's membership, or, when it cannot be
+// read now, has memberRetryLoop read it again: the watch tells of each
+// write once, and a subscription nobody changes again would otherwise
+// stay unknown to this node (or, retired, served by it) for good.
+func (d *dispatcher) memberChangedOrRetry(sub string) {
+	if err := d.memberChanged(sub); err != nil {
+		d.log.Warn("read a membership another node wrote; reading it again", "subscription", sub, "err", err)
+		d.memberRetries.add(sub)
+	}
+}
+
+// memberRetries are the subscriptions whose membership must be read again
+// (memberChangedOrRetry).
+type memberRetries struct {
+	mu      sync.Mutex
+	pending map[string]bool
+	wake    chan struct{} // capacity 1
+}
+
+func newMemberRetries() *memberRetries {
+	return &memberRetries{pending: map[string]bool{}, wake: make(chan struct{}, 1)}
+}
+
+func (r *memberRetries) add(sub string) {
+	r.mu.Lock()
+	r.pending[sub] = true
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *memberRetries) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	subs := make([]string, 0, len(r.pending))
+	for sub := range r.pending {
+		subs = append(subs, sub)
+	}
+	clear(r.pending)
+	return subs
+}
+
+// memberRetry bounds the wait before a membership that could not be read
+// is read again: the first retry soon (one request lost to a leader
+// election), later ones no more often than memberRetryMax while the state
+// stays out of reach.
+const (
+	memberRetryMin = 100 * time.Millisecond
+	memberRetryMax = 2 * time.Second
+)
+
+// memberRetryLoop reads again the memberships memberChangedOrRetry could
+// not read, until each is read or the dispatcher stops. Each read is of
+// the membership as it is now, so a retry that comes after a newer change
+// was applied applies the same again; it never brings back older settings.
+func (d *dispatcher) memberRetryLoop() {
+	defer d.wg.Done()
+	wait := memberRetryMin
+	var failed int
+	var loggedAt time.Time
+	for {
+		select {
+		case <-d.memberRetries.wake:
+		case <-d.quit:
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-d.quit:
+			t.Stop()
+			return
+		}
+		var lastErr error
+		for _, sub := range d.memberRetries.take() {
+			if d.stopping.Load() {
+				return
+			}
+			if err := d.memberChanged(sub); err != nil {
+				lastErr = err
+				d.memberRetries.add(sub)
+			}
+		}
+		if lastErr == nil {
+			if failed > 0 {
+				d.log.Info("memberships read again", "failures", failed)
+			}
+			wait, failed = memberRetryMin, 0
+			continue
+		}
+		wait = min(wait*2, memberRetryMax)
+		// Logged at most every few seconds: the state out of reach fails
+		// every retry.
+		if failed++; time.Since(loggedAt) >= 5*time.Second {
+			d.log.Warn("read memberships again", "err", lastErr, "failures", failed)
+			loggedAt = time.Now()
+		}
+	}
+}
+
+// memberChanged applies sub's membership as it is now. It returns an error
+// only when the membership could not be read and may be read later; one
+// that was read but cannot be applied (a bad snapshot) is logged and
+// waits for its next write.
+func (d *dispatcher) memberChanged(sub string) error {
 	// Member, not Lane: Lane loads the retry schedule's index afresh, a
 	// scan of the subscription's retries for every change, on every node,
 	// one change after another (about 30 ms each on loopback: a PATCH
@@ -371,16 +478,20 @@ func (d *dispatcher) memberChanged(sub string) {
 			l.retired = true
 			l.mu.Unlock()
 		}
-		return
-	case err != nil:
+		return nil
+	case errors.Is(err, queue.ErrClosed), errors.Is(err, queue.ErrCorrupt):
+		// Closing, or a record no read will mend (its next write is
+		// heard of like this one).
 		d.log.Warn("read a membership another node wrote", "subscription", sub, "err", err)
-		return
+		return nil
+	case err != nil:
+		return err
 	}
 	if l == nil {
 		s, err := decodeSnapshot(sub, m.Snapshot)
 		if err != nil {
 			d.log.Error("membership has a bad snapshot", "subscription", sub, "err", err)
-			return
+			return nil
 		}
 		d.feed.watchTypes(s)
 		l = newLane(d.engine, m, s)
@@ -388,18 +499,18 @@ func (d *dispatcher) memberChanged(sub string) {
 		d.lanes[sub] = l // reg is held: nobody else makes lanes meanwhile
 		d.laneSlice = nil
 		d.mu.Unlock()
-		return
+		return nil
 	}
 	if err := d.applySnapshot(l, m.Snapshot); err != nil {
 		d.log.Error("membership has a bad snapshot", "subscription", sub, "err", err)
-		return
+		return nil
 	}
 	l.mu.Lock()
 	if !l.sub.managedByAPI() {
 		// The config file's: this node's file says how it delivers and
 		// whether it stays (see applySnapshot).
 		l.mu.Unlock()
-		return
+		return nil
 	}
 	if m.Left && !l.left {
 		l.left, l.until = true, m.Until
@@ -410,6 +521,7 @@ func (d *dispatcher) memberChanged(sub string) {
 	}
 	l.mu.Unlock()
 	l.pump()
+	return nil
 }
 
 // applySnapshot gives l the settings of a membership's snapshot, when they

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	sluicejs "github.com/sluicehq/sluice/queue/jetstream"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -419,7 +420,12 @@ func (w *fleetWorld) awaitAPIOwner(sub string, nodes []*fleetNode, want string, 
 func (w *fleetWorld) awaitTenantView(n *fleetNode, tok string, want []string, notMine string) {
 	t := w.t
 	t.Helper()
-	fleetAwait(t, "the tenant token's view on "+n.id, 10*time.Second, func() (bool, string) {
+	// A node applies a membership another wrote when its watch brings the
+	// write, in milliseconds, unless the read of it fails: that read waits
+	// up to request_timeout, and the one the node retries with (soon after)
+	// as long again. A node that never learns it fails here all the same.
+	within := 2 * sluicejs.DefaultRequestTimeout
+	fleetAwait(t, "the tenant token's view on "+n.id, within, func() (bool, string) {
 		code, body := n.call(t, tok, "GET", "/v1/subscriptions", "")
 		var list proxy.SubscriptionList
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &list) != nil {

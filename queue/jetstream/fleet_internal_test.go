@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -155,5 +156,17 @@ func TestIsWrongLastSeq(t *testing.T) {
 		if got := isWrongLastSeq(tc.err); got != tc.want {
 			t.Errorf("isWrongLastSeq(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// EndWatches ends every watch of s's fleet as the library ends one it
+// gives up on while the fleet runs: its updates channel closes.
+func EndWatches(s *Store) {
+	fl := &s.fl
+	fl.mu.Lock()
+	watches := slices.Clone(fl.watches)
+	fl.mu.Unlock()
+	for _, w := range watches {
+		w.Stop()
 	}
 }

@@ -752,6 +752,29 @@ func TestFleetChangedAndSnapshots(t *testing.T) {
 	}
 }
 
+// A node whose watches end while it runs (the client library gives up on
+// a watch's consumer when recreating it fails with an error it does not
+// retry) watches again from where they stopped: it still hears of the
+// subscriptions made, the nodes joined and the leases taken after.
+func TestFleetEndedWatchesResume(t *testing.T) {
+	f := newFleet(t, 2*time.Second)
+	subs := subIDs(8)
+	a := f.open("a")
+	f.awaitLive(1, "a")
+	f.join(subs[:4]...)
+	f.awaitOwners(10*time.Second, subs[:4], []string{"a"})
+
+	jetstream.EndWatches(a)
+	f.join(subs[4:]...)
+	f.open("b")
+	ab := []string{"a", "b"}
+	f.awaitLive(2, ab...)
+	f.awaitOwners(10*time.Second, subs, ab)
+	if len(ownedBy(subs, ab, "b")) == 0 || len(ownedBy(subs[4:], ab, "a")) == 0 {
+		t.Fatalf("owners %v: b needs a lane, and a one made after its watches ended", subs)
+	}
+}
+
 func TestFleetRefusesBadSetup(t *testing.T) {
 	f := newFleet(t, 2*time.Second)
 	if _, err := f.js.CreateKeyValue(context.Background(), natsjs.KeyValueConfig{

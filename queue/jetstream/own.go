@@ -459,20 +459,25 @@ func (s *Store) startWatch(name string, kv jetstream.KeyValue, keys string, appl
 	fl.mu.Lock()
 	fl.watches = append(fl.watches, w)
 	started := fl.spawn(func() {
-		// Read until the channel closes, even after the fleet closed: the
-		// library's callback blocks on it, and Stop must not leave it so.
 		once := sync.Once{}
-		for e := range w.Updates() {
-			if e == nil {
-				once.Do(func() { close(initial) })
-				fl.wake()
-				continue
+		var last uint64 // the revision of the last entry applied
+		for cur := w; cur != nil; cur = s.rewatch(name, kv, keys, last, opts) {
+			// Read until the channel closes, even after the fleet closed:
+			// the library's callback blocks on it, and Stop must not leave
+			// it so.
+			for e := range cur.Updates() {
+				if e == nil {
+					once.Do(func() { close(initial) })
+					fl.wake()
+					continue
+				}
+				last = max(last, e.Revision())
+				fl.mu.Lock()
+				if !fl.closed {
+					apply(e)
+				}
+				fl.mu.Unlock()
 			}
-			fl.mu.Lock()
-			if !fl.closed {
-				apply(e)
-			}
-			fl.mu.Unlock()
 		}
 	})
 	fl.mu.Unlock()
@@ -481,6 +486,56 @@ func (s *Store) startWatch(name string, kv jetstream.KeyValue, keys string, appl
 		return queue.ErrClosed
 	}
 	return awaitInitial(initial, wait, keys)
+}
+
+// rewatch starts the watch name again after its updates ended while the
+// fleet runs (the library gives up on its consumer when recreating it
+// fails with an error it does not retry), from the revision after last:
+// every write since reaches apply, and so do the deletes whose markers
+// still stand (markerTTL, nodesMarkerTTL). Without it the node would go on
+// with what it last saw, for good: no subscription made since, no node
+// joined or gone, no lease moved. It returns nil once the fleet closed or
+// its connection did.
+func (s *Store) rewatch(name string, kv jetstream.KeyValue, keys string, last uint64, opts []jetstream.WatchOpt) jetstream.KeyWatcher {
+	fl := &s.fl
+	if last > 0 {
+		opts = append(slices.Clip(opts), jetstream.ResumeFromRevision(last+1))
+	}
+	fl.mu.Lock()
+	closed := fl.closed
+	fl.mu.Unlock()
+	// A closed connection never comes back: the store is closing, or
+	// crashed as the tests' Crash does.
+	if closed || fl.ctx.Err() != nil || s.nc.IsClosed() {
+		return nil
+	}
+	s.log.Error("fleet watch ended; watching again from where it stopped", "node", s.opts.NodeID, "watch", name, "keys", keys, "after_revision", last)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		w, err := kv.Watch(fl.ctx, keys, opts...)
+		if err == nil {
+			fl.mu.Lock()
+			closed := fl.closed
+			if !closed {
+				fl.watches = append(fl.watches, w)
+			}
+			fl.mu.Unlock()
+			if closed {
+				w.Stop()
+			}
+			// Read as any watch is, to its end: a stopped one's channel
+			// closes.
+			return w
+		}
+		if fl.ctx.Err() != nil || s.nc.IsClosed() {
+			return nil
+		}
+		s.log.Warn("fleet watch: cannot watch again yet", "node", s.opts.NodeID, "watch", name, "err", err, "retry_in", wait)
+		select {
+		case <-time.After(wait):
+		case <-fl.ctx.Done():
+			return nil
+		}
+	}
 }
 
 func awaitInitial(initial chan struct{}, wait time.Duration, keys string) error {
