@@ -220,6 +220,34 @@ func (f *fleet) openOnly(id string, urls ...string) *jetstream.Store {
 	return s
 }
 
+// openWhole opens node id as serve does (Open: the log, the state and the
+// fleet, the state's writes fenced by the leases), through urls (the
+// cluster's by default), and makes it Own with the recorder.
+func (f *fleet) openWhole(id string, urls ...string) *jetstream.Store {
+	f.t.Helper()
+	if len(urls) == 0 {
+		urls = cluster.URLs()
+	}
+	reg := prometheus.NewRegistry()
+	s, err := jetstream.Open(jetstream.Options{
+		URLs: urls, Stream: f.stream, Replicas: 3, NodeID: id,
+		LeaseTTL: f.ttl, RequestTimeout: 2 * time.Second, Registerer: reg,
+		Logger: f.log.With("store", id),
+	})
+	if err != nil {
+		f.t.Fatalf("open %s: %v", id, err)
+	}
+	f.t.Cleanup(func() {
+		f.rec.crashed(id)
+		s.Close()
+	})
+	f.nodes[id], f.regs[id] = s, reg
+	if err := s.Own(f.rec.handler(id)); err != nil {
+		f.t.Fatalf("Own on %s: %v", id, err)
+	}
+	return s
+}
+
 // state is the test's own handle on <S>_STATE.
 func (f *fleet) state() natsjs.KeyValue {
 	f.t.Helper()
@@ -909,29 +937,9 @@ func TestFleetOpenStoresFenceStateWrites(t *testing.T) {
 	f := newFleet(t, 2*time.Second)
 	abc, ab := []string{"a", "b", "c"}, []string{"a", "b"}
 	p := newProxy(t, cluster.URL(1))
-	open := func(id string, urls []string) *jetstream.Store {
-		reg := prometheus.NewRegistry()
-		s, err := jetstream.Open(jetstream.Options{
-			URLs: urls, Stream: f.stream, Replicas: 3, NodeID: id,
-			LeaseTTL: f.ttl, RequestTimeout: 2 * time.Second, Registerer: reg,
-			Logger: f.log.With("store", id),
-		})
-		if err != nil {
-			t.Fatalf("open %s: %v", id, err)
-		}
-		t.Cleanup(func() {
-			f.rec.crashed(id)
-			s.Close()
-		})
-		f.nodes[id], f.regs[id] = s, reg
-		if err := s.Own(f.rec.handler(id)); err != nil {
-			t.Fatalf("Own on %s: %v", id, err)
-		}
-		return s
-	}
-	a := open("a", cluster.URLs())
-	open("b", cluster.URLs())
-	c := open("c", []string{p.URL()})
+	a := f.openWhole("a")
+	f.openWhole("b")
+	c := f.openWhole("c", p.URL())
 	f.awaitLive(3, abc...)
 
 	subs := subIDs(9)
@@ -1016,27 +1024,7 @@ func TestFleetOpenStoresFenceStateWrites(t *testing.T) {
 func TestFleetLostLeaseLastCursor(t *testing.T) {
 	f := newFleet(t, 3*time.Second)
 	ab := []string{"a", "b"}
-	open := func(id string) *jetstream.Store {
-		reg := prometheus.NewRegistry()
-		s, err := jetstream.Open(jetstream.Options{
-			URLs: cluster.URLs(), Stream: f.stream, Replicas: 3, NodeID: id,
-			LeaseTTL: f.ttl, RequestTimeout: 2 * time.Second, Registerer: reg,
-			Logger: f.log.With("store", id),
-		})
-		if err != nil {
-			t.Fatalf("open %s: %v", id, err)
-		}
-		t.Cleanup(func() {
-			f.rec.crashed(id)
-			s.Close()
-		})
-		f.nodes[id], f.regs[id] = s, reg
-		if err := s.Own(f.rec.handler(id)); err != nil {
-			t.Fatalf("Own on %s: %v", id, err)
-		}
-		return s
-	}
-	a, b := open("a"), open("b")
+	a, b := f.openWhole("a"), f.openWhole("b")
 	f.awaitLive(2, ab...)
 	subs := subIDs(6)
 	reqs := make([]queue.JoinRequest, len(subs))
