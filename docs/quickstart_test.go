@@ -2,6 +2,7 @@ package docs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -145,17 +146,10 @@ func await[T any](t *testing.T, f func() (T, error), ok func(T) bool) (T, error)
 		}
 		select {
 		case <-ctx.Done():
-			return v, fmt.Errorf("still %v after a minute: %w", v, cmp(err, ctx.Err()))
+			return v, fmt.Errorf("still %v after a minute: %w", v, cmp.Or(err, ctx.Err()))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-func cmp(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // freeAddr is a loopback address nobody listens on at the moment.
