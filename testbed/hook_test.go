@@ -109,7 +109,8 @@ func TestHook_SeesEveryRequestAndChoosesTheAnswer(t *testing.T) {
 			t.Errorf("a held request was answered %s", resp.Status)
 		}
 	}()
-	if err := s.Wait(ctx, func(m map[string]testbed.PathStats) bool { return m["/p"].InFlight == 1 }); err != nil {
+	// Holding is counted once the request is judged, after InFlight.
+	if err := s.Wait(ctx, func(m map[string]testbed.PathStats) bool { return m["/p"].InFlight == 1 && s.Totals().Holding == 1 }); err != nil {
 		t.Fatalf("request not held: %v", err)
 	}
 	if tot := s.Totals(); tot.Holding != 1 || tot.Held != 1 {
@@ -151,7 +152,7 @@ func TestRelease_EndsTheHeldRequestsOnly(t *testing.T) {
 	}
 	// The mode stays: the next request is held again, until Close.
 	second := hold()
-	if err := s.Wait(ctx, func(m map[string]testbed.PathStats) bool { return m["/hole"].InFlight == 1 }); err != nil {
+	if err := s.Wait(ctx, func(m map[string]testbed.PathStats) bool { return m["/hole"].InFlight == 1 && s.Totals().Holding == 1 }); err != nil {
 		t.Fatal(err)
 	}
 	tot := s.Totals()

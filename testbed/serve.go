@@ -155,10 +155,12 @@ func (s *Server) serveWebhook(ctx *fasthttp.RequestCtx, path []byte) {
 		}
 	}
 	if status == 0 {
-		// Counted here, with InFlight, rather than when the hijack
-		// handler starts, so the two agree.
+		// Counted here rather than when the hijack handler starts, and
+		// Wait callers woken again: InFlight was counted before the
+		// answer was known, so one who saw it may not yet see Holding.
 		s.held.Add(1)
 		s.holding.Add(1)
+		s.notify()
 		// Take the connection from fasthttp without answering; the
 		// hijack handler runs in its own goroutine after this returns.
 		ctx.HijackSetNoResponse(true)
