@@ -258,6 +258,18 @@ func (f *fleet) state() natsjs.KeyValue {
 	return kv
 }
 
+// joinThrough makes subs members through s, as a whole store's callers do.
+func joinThrough(t *testing.T, s *jetstream.Store, subs []string) {
+	t.Helper()
+	reqs := make([]queue.JoinRequest, len(subs))
+	for i, sub := range subs {
+		reqs[i] = queue.JoinRequest{Subscription: sub}
+	}
+	if _, err := s.JoinAll(reqs); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // join writes memberships as the state side does.
 func (f *fleet) join(subs ...string) {
 	f.t.Helper()
@@ -943,13 +955,7 @@ func TestFleetOpenStoresFenceStateWrites(t *testing.T) {
 	f.awaitLive(3, abc...)
 
 	subs := subIDs(9)
-	reqs := make([]queue.JoinRequest, len(subs))
-	for i, sub := range subs {
-		reqs[i] = queue.JoinRequest{Subscription: sub}
-	}
-	if _, err := a.JoinAll(reqs); err != nil {
-		t.Fatal(err)
-	}
+	joinThrough(t, a, subs)
 	f.awaitOwners(10*time.Second, subs, abc)
 	fromC := ownedBy(subs, abc, "c")
 	if len(fromC) == 0 {
@@ -1027,13 +1033,7 @@ func TestFleetLostLeaseLastCursor(t *testing.T) {
 	a, b := f.openWhole("a"), f.openWhole("b")
 	f.awaitLive(2, ab...)
 	subs := subIDs(6)
-	reqs := make([]queue.JoinRequest, len(subs))
-	for i, sub := range subs {
-		reqs[i] = queue.JoinRequest{Subscription: sub}
-	}
-	if _, err := a.JoinAll(reqs); err != nil {
-		t.Fatal(err)
-	}
+	joinThrough(t, a, subs)
 	f.awaitOwners(10*time.Second, subs, ab)
 	fromA := ownedBy(subs, ab, "a")
 	if len(fromA) == 0 {
