@@ -123,6 +123,13 @@ type Config struct {
 	// MaxDiskBytes is the disk quota of the log in data_dir; past it ingest
 	// answers 507. 0 (default) means no quota.
 	MaxDiskBytes int64 `koanf:"max_disk_bytes"`
+	// MemoryBytes is the sidecar's memory budget: the log's memtables and
+	// caches, the ring of recent events and the ingest gate are sized
+	// from it (proxy.SplitMemory), and it is the Go runtime's soft memory
+	// limit. 0 (default): 85% of the container's memory limit when there
+	// is one, else proxy.DefaultMemoryBytes. At least
+	// proxy.MinMemoryBytes.
+	MemoryBytes int64 `koanf:"memory_bytes"`
 	// MinFreeDiskBytes is the free space ingest leaves on data_dir's file
 	// system (507 below it). Default queue.DefaultMinFreeBytes; 0 disables
 	// the floor, which risks a crash on a full disk (see docs/reliability.md).

@@ -355,6 +355,9 @@ func TestLoadConfigBad(t *testing.T) {
 		{file: "max_disk_bytes_too_small", want: []string{`max_disk_bytes: 1000: must be 0 (no quota) or at least 67108864`}, is: ErrInvalidValue},
 		{file: "min_free_disk_negative", want: []string{`min_free_disk_bytes: -1: must not be negative`}, is: ErrInvalidValue},
 
+		// Memory.
+		{file: "memory_bytes_too_small", want: []string{`memory_bytes: 1048576: must be 0 (from the container's limit) or at least 16777216`}, is: ErrInvalidValue},
+
 		// Admin.
 		{file: "token_and_token_file", want: []string{`admin: token and token_file are both set; use one`}, is: ErrConflict},
 		{file: "token_with_space", want: []string{`admin.token: [redacted]: token must be printable ASCII`}, notWant: []string{"has space"}},

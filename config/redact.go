@@ -317,6 +317,7 @@ func (c *Config) toMap() map[string]any {
 		"max_in_flight":         c.MaxInFlight,
 		"max_disk_bytes":        c.MaxDiskBytes,
 		"min_free_disk_bytes":   c.MinFreeDiskBytes,
+		"memory_bytes":          c.MemoryBytes,
 		"allow_private_targets": c.AllowPrivateTargets,
 		"log_level":             c.LogLevel,
 		"log_format":            c.LogFormat,

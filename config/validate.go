@@ -120,6 +120,9 @@ func (c *Config) Validate() error {
 	if c.MaxDiskBytes != 0 && c.MaxDiskBytes < minMaxDiskBytes {
 		return fieldErr("max_disk_bytes", c.MaxDiskBytes, invalidf("must be 0 (no quota) or at least %d (64 MiB: the log's own working set)", minMaxDiskBytes))
 	}
+	if c.MemoryBytes != 0 && c.MemoryBytes < proxy.MinMemoryBytes {
+		return fieldErr("memory_bytes", c.MemoryBytes, invalidf("must be 0 (from the container's limit) or at least %d (16 MiB: the log's memtables and the runtime)", proxy.MinMemoryBytes))
+	}
 	if c.MinFreeDiskBytes < 0 {
 		return fieldErr("min_free_disk_bytes", c.MinFreeDiskBytes, invalidf("must not be negative (0 disables the floor)"))
 	}

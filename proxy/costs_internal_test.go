@@ -148,7 +148,7 @@ func TestScrapeReadsTheLogOnlyWhenTheCursorMoved(t *testing.T) {
 	c := &eventCountStore{Store: st}
 	// An engine made after the appends: its ring is empty, so every read
 	// of an event goes to the log.
-	e := newEngine(c, nil, discardLogger(), time.Now, 4, policy.BudgetConfig{})
+	e := newEngine(c, nil, discardLogger(), time.Now, 4, 0, policy.BudgetConfig{})
 	l := newLane(e, queue.Membership{Subscription: "a", From: 1}, testSub("a", "http://127.0.0.1:1"))
 	now := time.Now()
 	for range 5 {

@@ -49,9 +49,9 @@ type dispatcher struct {
 	onMaintain func(now time.Time)
 }
 
-func newDispatcher(q queue.Store, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, cursorInterval time.Duration, budget policy.BudgetConfig) *dispatcher {
+func newDispatcher(q queue.Store, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, ringBytes int64, cursorInterval time.Duration, budget policy.BudgetConfig) *dispatcher {
 	return &dispatcher{
-		engine:         newEngine(q, client, log, now, maxInFlight, budget),
+		engine:         newEngine(q, client, log, now, maxInFlight, ringBytes, budget),
 		lanes:          map[string]*lane{},
 		cursorInterval: cursorInterval,
 		memberRetries:  newMemberRetries(),

@@ -66,10 +66,10 @@ type engine struct {
 	closed   bool         // under life: outcomes are no longer written
 }
 
-func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, budget policy.BudgetConfig) *engine {
+func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, ringBytes int64, budget policy.BudgetConfig) *engine {
 	e := &engine{
 		store: store, client: client, log: log, now: now,
-		feed:          newFeed(store),
+		feed:          newFeed(store, ringBytes),
 		timers:        &timerHeap{wake: make(chan struct{}, 1)},
 		dirty:         newDirtySet(),
 		budget:        policy.NewBudget(budget, now),

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"sync"
@@ -10,12 +11,10 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// Ring bounds: enough to cover a few hundred milliseconds of a busy stream,
-// so lanes that keep up never touch the disk.
-const (
-	ringSlots = 16384
-	ringBytes = 64 << 20
-)
+// ringSlots bounds the ring by count; its bytes come from the memory
+// budget (SplitMemory). Either covers a few hundred milliseconds of a busy
+// stream, so lanes that keep up never touch the disk.
+const ringSlots = 16384
 
 // feed is the one path from the log's committer to the lanes: the ring of
 // recent events (the same body slices for every lane), the head, the last
@@ -49,10 +48,13 @@ type feed struct {
 	shared map[string]func(typ []byte) bool
 }
 
-func newFeed(store queue.Store) *feed {
+// newFeed makes the feed of store with a ring of ringBytes; 0 takes the
+// default budget's share.
+func newFeed(store queue.Store, ringBytes int64) *feed {
+	ringBytes = cmp.Or(ringBytes, SplitMemory(DefaultMemoryBytes).Ring)
 	f := &feed{
 		store:  store,
-		ring:   newRing(ringSlots, ringBytes, store.Head()),
+		ring:   newRing(ringSlots, int(ringBytes), store.Head()),
 		hungry: map[*lane]struct{}{}, hungryType: map[string]map[*lane]struct{}{},
 		pendingTypes: map[string]struct{}{},
 		kick:         make(chan struct{}, 1),

@@ -116,16 +116,17 @@ var (
 	// waiting on the group committer, so a burst far above the log's
 	// capacity meets backpressure (503 with Retry-After) instead of holding
 	// a copy of every body in memory. 4096 matches the committer's request
-	// queue (4 batches of 1024): more waiters would only wait longer. 64 MiB
-	// of bodies is 4096 events of 16 KiB, or 64 of the default 1 MiB limit;
-	// a single event larger than that is still admitted when nothing else
-	// waits, so max_body_bytes above 64 MiB keeps working.
+	// queue (4 batches of 1024): more waiters would only wait longer. The
+	// bytes are the memory budget's gate share (4 MiB of the default
+	// 32 MiB: 4096 events of 1 KiB, or 4 at the default 1 MiB limit); a single
+	// event larger than that is still admitted when nothing else waits, so
+	// max_body_bytes above it keeps working.
 	ingestMaxPendingEvents = 4096
-	ingestMaxPendingBytes  = 64 << 20
+	ingestMaxPendingBytes  int64 // 0: the memory budget's share (SplitMemory's Gate)
 )
 
 func (s *Server) newIngestServer() *fasthttp.Server {
-	in := &ingestState{gate: ingestGate{maxEvents: int64(ingestMaxPendingEvents), maxBytes: int64(ingestMaxPendingBytes)}}
+	in := &ingestState{gate: ingestGate{maxEvents: int64(ingestMaxPendingEvents), maxBytes: cmp.Or(ingestMaxPendingBytes, s.mem.Gate)}}
 	lim := s.opts.Ingest
 	headerTimeout := cmp.Or(lim.HeaderTimeout, ingestHeaderTimeout)
 	bodyTimeout := cmp.Or(lim.BodyTimeout, ingestBodyTimeout)

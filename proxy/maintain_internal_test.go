@@ -28,7 +28,7 @@ func (c *compactLog) Compact(below uint64) (int, error) {
 // the smallest cursor of the lanes).
 func TestMaintainSkipKeepsTheCompactionFloor(t *testing.T) {
 	c := &compactLog{Store: queuetest.MustOpen(t, "", badger.Options{})}
-	d := newDispatcher(c, nil, discardLogger(), time.Now, 4, time.Second, policy.BudgetConfig{})
+	d := newDispatcher(c, nil, discardLogger(), time.Now, 4, 0, time.Second, policy.BudgetConfig{})
 	add := func(id string, saved uint64) *lane {
 		l := newLane(d.engine, queue.Membership{Subscription: id, From: 1}, testSub(id, "http://127.0.0.1:1"))
 		l.saved.Store(saved)

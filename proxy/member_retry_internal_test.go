@@ -69,7 +69,7 @@ func TestMemberChangeOutlivesAFailedRead(t *testing.T) {
 		fails:  3,
 		member: map[string]queue.Membership{sub.ID: {Subscription: sub.ID, From: 1, Snapshot: encodeSnapshot(sub)}},
 	}
-	d := newDispatcher(f, nil, discardLogger(), time.Now, 4, time.Second, policy.BudgetConfig{})
+	d := newDispatcher(f, nil, discardLogger(), time.Now, 4, 0, time.Second, policy.BudgetConfig{})
 	if d.fleet == nil {
 		t.Fatal("the test's store is not a fleet")
 	}

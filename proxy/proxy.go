@@ -84,7 +84,11 @@ type Options struct {
 	// Ingest bounds what producers may hold of the ingest listener.
 	Ingest IngestLimits
 	// MaxInFlight caps concurrent outbound requests for the whole process.
-	MaxInFlight     int
+	MaxInFlight int
+	// MemoryBytes is the memory budget the log's memtables and caches,
+	// the ring and the ingest gate are sized from (SplitMemory);
+	// DefaultMemoryBytes if 0.
+	MemoryBytes     int64
 	MaxConnsPerHost int
 	// CursorInterval is how often moved cursors are written (together). It
 	// bounds the redelivery window after a crash.
@@ -245,6 +249,7 @@ const OperationalID = "sluice.operational"
 // Server is a running sidecar: ingest, lanes and admin API.
 type Server struct {
 	opts   Options
+	mem    MemoryShares // opts.MemoryBytes, split
 	log    *slog.Logger
 	q      queue.Store
 	d      *dispatcher
@@ -289,6 +294,9 @@ func New(opts Options) *Server {
 	if opts.MaxConnsPerHost <= 0 {
 		opts.MaxConnsPerHost = DefaultMaxConnsPerHost
 	}
+	if opts.MemoryBytes <= 0 {
+		opts.MemoryBytes = DefaultMemoryBytes
+	}
 	if opts.CursorInterval <= 0 {
 		opts.CursorInterval = DefaultCursorInterval
 	}
@@ -308,7 +316,7 @@ func New(opts Options) *Server {
 		tenants[i] = t.or(opts.TenantDefaults)
 	}
 	opts.Tenants = tenants
-	s := &Server{opts: opts, log: opts.Logger, trace: newTracer(opts)}
+	s := &Server{opts: opts, mem: SplitMemory(opts.MemoryBytes), log: opts.Logger, trace: newTracer(opts)}
 	s.tokens.setConfig(opts.TenantTokens)
 	return s
 }
@@ -410,7 +418,7 @@ func (s *Server) Open() (err error) {
 	if s.wrapStore != nil {
 		s.q = s.wrapStore(q)
 	}
-	d := newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets), s.log, s.opts.Now, s.opts.MaxInFlight, s.opts.CursorInterval, s.opts.RetryBudget)
+	d := newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets), s.log, s.opts.Now, s.opts.MaxInFlight, s.mem.Ring, s.opts.CursorInterval, s.opts.RetryBudget)
 	earlyMu.Lock()
 	if earlyHead > d.feed.head.Load() {
 		d.feed.head.Store(earlyHead)
@@ -509,7 +517,7 @@ func openBadger(o Options, log *slog.Logger, onCommit func([]*queue.Event)) (que
 	q, err := badger.Open(badger.Options{
 		Dir: o.DataDir, Sync: o.Sync, DedupWindow: o.DedupWindow, Logger: log,
 		MaxDiskBytes: o.MaxDiskBytes, MinFreeBytes: o.MinFreeDiskBytes, AcceptDataLoss: o.AcceptDataLoss,
-		OnCommit: onCommit, Registerer: o.Registry,
+		OnCommit: onCommit, Registerer: o.Registry, Memory: SplitMemory(o.MemoryBytes).Log,
 	})
 	if err != nil {
 		return nil, err

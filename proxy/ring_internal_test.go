@@ -150,7 +150,7 @@ func BenchmarkRingRenderedHeap(b *testing.B) {
 	}
 	pad := strings.Repeat("x", 1<<20-30)
 	for range b.N {
-		e := &engine{feed: &feed{ring: newRing(ringSlots, ringBytes, 0)}}
+		e := &engine{feed: &feed{ring: newRing(ringSlots, 64<<20, 0)}}
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)

@@ -52,7 +52,7 @@ func TestTokenWaitIsBounded(t *testing.T) {
 // clock step (farAhead), which would make it due at once.
 func TestTinyRateWakesWithinBounds(t *testing.T) {
 	st := queuetest.MustOpen(t, "", badger.Options{})
-	e := newEngine(st, nil, discardLogger(), time.Now, 4, policy.BudgetConfig{})
+	e := newEngine(st, nil, discardLogger(), time.Now, 4, 0, policy.BudgetConfig{})
 	sub := testSub("a", "http://127.0.0.1:1")
 	sub.Rate = RateLimit{PerSecond: 1e-300, Burst: 1}
 	l := newLane(e, queue.Membership{Subscription: "a", From: 1}, sub)

@@ -5,6 +5,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/proxy"
 )
 
 // memLimitShare is the part of the container's memory limit the Go heap is
@@ -34,6 +36,39 @@ func setMemoryLimit(files []string) int64 {
 	soft := int64(float64(limit) * memLimitShare)
 	debug.SetMemoryLimit(soft)
 	return soft
+}
+
+// memoryBudget is the sidecar's memory budget (memory_bytes) and where it
+// came from: the config, the container's limit, or the default.
+type memoryBudget struct {
+	bytes int64
+	from  string // "memory_bytes", "container limit", "default"
+	// goLimit is the Go soft memory limit set from it (0: none set).
+	goLimit int64
+}
+
+// applyMemoryBudget resolves the budget and sets the Go soft memory limit
+// to it, unless GOMEMLIMIT is set (the operator's word wins). With the
+// default budget (no container limit, no memory_bytes) no Go limit is
+// set: the parts are sized for 32 MiB, but a sidecar with 50,000
+// subscriptions holds more than that in lanes alone, and a soft limit
+// below the live heap makes the collector run back to back (it may take
+// up to half the CPU). With a container limit the kill is the worse fate;
+// with memory_bytes the operator asked.
+func applyMemoryBudget(configured int64, files []string) memoryBudget {
+	b := memoryBudget{bytes: configured, from: "memory_bytes"}
+	if b.bytes == 0 {
+		if limit := cgroupMemoryLimit(files); limit > 0 {
+			b.bytes, b.from = max(int64(float64(limit)*memLimitShare), proxy.MinMemoryBytes), "container limit"
+		} else {
+			b.bytes, b.from = proxy.DefaultMemoryBytes, "default"
+		}
+	}
+	if b.from != "default" && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(b.bytes)
+		b.goLimit = b.bytes
+	}
+	return b
 }
 
 // cgroupMemoryLimit reads the first limit found; 0 when unlimited or unknown.

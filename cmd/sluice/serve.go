@@ -95,14 +95,16 @@ func serve(args []string, stdout, stderr io.Writer) error {
 				"key", l.key, "address", l.addr)
 		}
 	}
-	if soft := setMemoryLimit(cgroupMemoryFiles); soft > 0 {
-		log.Info("Go memory limit set from the container's", "gomemlimit_bytes", soft)
-	}
+	mem := applyMemoryBudget(cfg.MemoryBytes, cgroupMemoryFiles)
+	sh := proxy.SplitMemory(mem.bytes)
+	log.Info("memory budget", "memory_bytes", mem.bytes, "from", mem.from, "gomemlimit_bytes", mem.goLimit,
+		"memtable_bytes", sh.Log.MemTable, "ring_bytes", sh.Ring, "gate_bytes", sh.Gate)
 	// Signals are caught before the server opens: a SIGTERM during start-up
 	// (Kubernetes deleting a pod that is still starting) must drain, not kill.
 	life := notifySignals()
 	defer life.stop()
 	opts := serverOptions(cfg, subs, log, life.drain.Done())
+	opts.MemoryBytes = mem.bytes
 	opts.AcceptDataLoss = *acceptLoss
 	tp, err := tracerProvider(cfg.OTel, log) // otel.go; nil when tracing is off
 	if err != nil {

@@ -48,6 +48,7 @@
 package badger
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -154,6 +155,39 @@ type Options struct {
 	// meant for one start after an operator has chosen the loss over a
 	// backup (sluice serve --accept-data-loss), not as a standing setting.
 	AcceptDataLoss bool
+	// Memory sizes what the log keeps in memory; a zero field takes
+	// DefaultMemory's value.
+	Memory Memory
+}
+
+// Memory is what the log may keep in memory, part by part. The server
+// derives it from its one memory budget (proxy.SplitMemory).
+type Memory struct {
+	// MemTable is the size of one memtable. Badger keeps two: the one
+	// being written and the one being flushed; each is an arena of about
+	// 1.3 times this on the heap, and its write-ahead file (mapped, twice
+	// this) is what a sync flushes.
+	MemTable int64
+	// BlockCache caches table blocks read back; negative: none. Lanes
+	// that keep up read events from the server's ring, not the log; only
+	// a lane behind reads blocks, once each, so the cache mostly serves
+	// the retry scheduler's and the dead letters' re-reads.
+	BlockCache int64
+	// IndexCache bounds the tables' indexes and Bloom filters held in
+	// memory; negative: no bound (all are kept).
+	IndexCache int64
+	// IDFilter bounds the Bloom filter of recent event ids that spares
+	// most appends a dedup lookup (idfilter.go).
+	IDFilter int64
+}
+
+// DefaultMemory is the log's share of the default memory budget.
+var DefaultMemory = Memory{MemTable: 2 << 20, BlockCache: 1 << 20, IndexCache: 512 << 10, IDFilter: 1 << 20}
+
+func (m Memory) withDefaults() Memory {
+	d := DefaultMemory
+	return Memory{MemTable: cmp.Or(m.MemTable, d.MemTable), BlockCache: cmp.Or(m.BlockCache, d.BlockCache),
+		IndexCache: cmp.Or(m.IndexCache, d.IndexCache), IDFilter: cmp.Or(m.IDFilter, d.IDFilter)}
 }
 
 // Log is the durable log and delivery state in one data dir. Create it
@@ -260,7 +294,8 @@ func Open(opts Options) (_ *Log, err error) {
 		minFree = queue.DefaultMinFreeBytes
 	}
 	vlogSize := vlogFileSize(roomAtOpen(opts.Dir, opts.MaxDiskBytes, minFree))
-	// Sizes suit a sidecar: modest memtables and caches. Values up to 64 KiB
+	mem := opts.Memory.withDefaults()
+	// Sizes come from the memory budget (Options.Memory). Values up to 64 KiB
 	// stay in the LSM tree, so typical events never touch the value log,
 	// whose write path allocates a buffer the size of each batch (a second
 	// heap copy of every body). Larger ones go to the value log: in the LSM
@@ -274,10 +309,12 @@ func Open(opts Options) (_ *Log, err error) {
 		WithLogger(badgerLogger{log}).
 		WithNumVersionsToKeep(1).
 		WithDetectConflicts(false).
-		WithMemTableSize(16 << 20).
-		WithNumMemtables(3).
-		WithBlockCacheSize(32 << 20).
-		WithIndexCacheSize(16 << 20).
+		WithMemTableSize(mem.MemTable).
+		// Two: one written while the other is flushed. A third would
+		// only let a burst run further ahead of the flush, on the heap.
+		WithNumMemtables(2).
+		WithBlockCacheSize(max(mem.BlockCache, 0)).
+		WithIndexCacheSize(max(mem.IndexCache, 0)).
 		WithValueThreshold(valueThreshold).
 		WithNumCompactors(2).
 		WithValueLogFileSize(vlogSize).
@@ -332,7 +369,7 @@ func Open(opts Options) (_ *Log, err error) {
 		indexKick: make(chan struct{}, 1),
 		indexStop: make(chan struct{}),
 		indexDone: make(chan struct{}),
-		filter:    newIDFilter(opts.DedupWindow, time.Now()),
+		filter:    newIDFilter(opts.DedupWindow, time.Now(), mem.IDFilter),
 		fillDone:  make(chan struct{}),
 		// Buffered: a kick of the guard waits in it while a reclaim runs.
 		reclaimKick: make(chan struct{}, 1),

@@ -22,7 +22,7 @@ import (
 //
 // Why a filter and not a set of the ids: the window is 24 h by default;
 // at 10,000 events/s that is 864 million ids, 1 GB even for this filter.
-// So the filter grows to filterMaxBytes and then stops growing: its
+// So the filter grows to its bound (Memory.IDFilter) and then stops growing: its
 // newest part takes every id past its capacity, answering "perhaps" more
 // and more often, never wrongly "not written", until the parts expire.
 //
@@ -33,7 +33,7 @@ import (
 type idFilter struct {
 	seed     maphash.Seed
 	window   int64 // nanoseconds
-	maxBytes int64 // filterMaxBytes; smaller in tests
+	maxBytes int64 // Memory.IDFilter
 	ready    atomic.Bool
 	parts    atomic.Pointer[[]*filterPart] // oldest first; replaced, never changed
 	mu       sync.Mutex                    // held to replace parts
@@ -57,12 +57,12 @@ type filterBlock [8]atomic.Uint64
 const (
 	filterBitsPerID = 10
 	filterMinIDs    = 1 << 16
-	// filterMaxBytes bounds the memory of all parts together.
-	filterMaxBytes = 64 << 20
 )
 
-func newIDFilter(window time.Duration, now time.Time) *idFilter {
-	f := &idFilter{seed: maphash.MakeSeed(), window: int64(window), maxBytes: filterMaxBytes}
+// newIDFilter makes a filter of ids written within window whose parts
+// together stay within maxBytes.
+func newIDFilter(window time.Duration, now time.Time, maxBytes int64) *idFilter {
+	f := &idFilter{seed: maphash.MakeSeed(), window: int64(window), maxBytes: maxBytes}
 	parts := []*filterPart{newFilterPart(filterMinIDs, now.UnixNano())}
 	f.parts.Store(&parts)
 	return f
@@ -136,7 +136,7 @@ func (f *idFilter) add(h uint64, now int64) {
 }
 
 // grow drops the parts that have expired and starts a new one when the
-// newest is full, sized for twice the ids alive, within filterMaxBytes.
+// newest is full, sized for twice the ids alive, within maxBytes.
 // It returns the newest part.
 func (f *idFilter) grow(now int64) *filterPart {
 	f.mu.Lock()

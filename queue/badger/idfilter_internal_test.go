@@ -16,12 +16,11 @@ func TestIDFilterNeverForgetsWithinTheWindow(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		maxBytes int64
-	}{{"grows", filterMaxBytes}, {"capped", 2 * filterBytes(filterMinIDs)}} {
+	}{{"grows", 64 << 20}, {"capped", 2 * filterBytes(filterMinIDs)}} {
 		t.Run(tc.name, func(t *testing.T) {
 			const window = time.Hour
 			t0 := time.Unix(1_700_000_000, 0)
-			f := newIDFilter(window, t0)
-			f.maxBytes = tc.maxBytes
+			f := newIDFilter(window, t0, tc.maxBytes)
 			f.ready.Store(true)
 			const n = 6 * filterMinIDs
 			for i := range n {
