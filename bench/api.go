@@ -168,7 +168,7 @@ func (h *harness) scenarioAPI(ctx context.Context, name string) error {
 	r.add(name, "  the same vs a restart with as many file subscriptions", sc.ready.Seconds(), "s").
 		vsValue("file, memberships on disk", fileRestart.Seconds()).
 		note("lanes-50k starts on an empty data dir, writing every membership; this restart finds them written, like the API's")
-	m1, err := h.idleState(ctx, sc)
+	m1, err := h.idleState(ctx, sc, h.opts.idle)
 	if err != nil {
 		return err
 	}

@@ -108,28 +108,14 @@ func (h *harness) runBaseline(ctx context.Context, name string) {
 // 512 bytes for client-server, whose CPU per exchange counts the harness
 // (client) and the child (server) together.
 func (h *harness) baselineNoop(ctx context.Context, name string) (*baselineResult, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	lw := newLineWriter()
-	c, err := h.startChild(name, self, []string{"_noop", "-listen", "127.0.0.1:0", "-max-life", "10m"},
-		filepath.Join(h.tmp, h.nextID(name)+".log"), lw)
+	c, addr, err := h.startNoop(name)
 	if err != nil {
 		return nil, err
 	}
 	defer c.stop(5 * time.Second)
-	line, err := firstLine(c, lw, 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	addr, ok := strings.CutPrefix(line, "listening ")
-	if !ok {
-		return nil, fmt.Errorf("no-op server said %q", line)
-	}
 	spec := loadSpec{Addr: addr, Conc: 64, Body: 512, Warmup: h.opts.warmup, Dur: h.opts.duration}
 	if name == baseNoopIngest {
-		spec.Paths, spec.Status, spec.Keys, spec.KeyID = []string{eventsPath}, 202, true, h.runID+"-"+h.nextID("noop")
+		spec = h.asIngest(spec, addr)
 	} else {
 		spec.Paths, spec.Status = []string{"/s0"}, 200
 	}
@@ -162,12 +148,71 @@ func (h *harness) baselineNoop(ctx context.Context, name string) (*baselineResul
 	return b, nil
 }
 
+// startNoop starts the no-op server child and returns it with the address
+// it announced; the caller stops it.
+func (h *harness) startNoop(name string) (*child, string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	lw := newLineWriter()
+	c, err := h.startChild(name, self, []string{"_noop", "-listen", "127.0.0.1:0", "-max-life", "10m"},
+		filepath.Join(h.tmp, h.nextID(name)+".log"), lw)
+	if err != nil {
+		return nil, "", err
+	}
+	line, err := firstLine(c, lw, 10*time.Second)
+	if err != nil {
+		c.stop(5 * time.Second)
+		return nil, "", err
+	}
+	addr, ok := strings.CutPrefix(line, "listening ")
+	if !ok {
+		c.stop(5 * time.Second)
+		return nil, "", fmt.Errorf("no-op server said %q", line)
+	}
+	return c, addr, nil
+}
+
+// asIngest points spec at addr the way producers post to a sidecar's
+// ingest: POST /v1/events/bench.event with a unique Idempotency-Key per
+// event, answered 202.
+func (h *harness) asIngest(spec loadSpec, addr string) loadSpec {
+	spec.Addr, spec.Paths, spec.Status, spec.Keys = addr, []string{eventsPath}, 202, true
+	spec.KeyID = h.runID + "-" + h.nextID("k")
+	return spec
+}
+
 // noopPaced loads the no-op server at -paced-rate requests/s: what one
 // wake-up per request costs a Go fasthttp server that does nothing, the
 // floor under fanout-1's paced CPU per delivery (a delivery is at least
 // two such wake-ups: the producer's POST and the endpoint's answer).
 func (h *harness) noopPaced(ctx context.Context, c *child, spec loadSpec, b *baselineResult) {
 	spec.Conc, spec.Rate, spec.Grace = openWorkers, h.opts.pacedRate, openGrace
+	cost, res, ok := noopLoad(ctx, c, spec)
+	if !ok {
+		return
+	}
+	b.Extra["paced_server_cpu_us_per_request"] = cost.CPUUs
+	b.Extra["paced_server_sys_us_per_request"] = cost.SysUs
+	b.Extra["paced_server_ctx_switches_per_request"] = cost.Switches
+	h.logf("  %-22s %8.0f req/s  server cpu %5.1f µs per request, paced", b.Name, res.PerSec, cost.CPUUs)
+}
+
+// noopCost is what the no-op server child spent per request answered in
+// one window.
+type noopCost struct {
+	CPUUs, SysUs float64 // CPU, and its system part
+	Switches     float64 // context switches
+	// ResolutionUs is one clock tick of CPU spread over the window's
+	// requests: the CPU figures are multiples of it.
+	ResolutionUs float64
+}
+
+// noopLoad runs spec against the no-op child c and reads the child's CPU
+// and context switches at the window's start and end; ok is false when no
+// answer came in the window or a reading failed.
+func noopLoad(ctx context.Context, c *child, spec loadSpec) (cost noopCost, res loadResult, ok bool) {
 	type reading struct {
 		t  cpuTimes
 		wk wakeups
@@ -179,16 +224,18 @@ func (h *harness) noopPaced(ctx context.Context, c *child, spec loadSpec, b *bas
 		wk, err2 := procWakeups(c.pid)
 		r[phase] = reading{t, wk, err1 == nil && err2 == nil}
 	}
-	res := runLoad(ctx, spec)
+	res = runLoad(ctx, spec)
 	if res.WinOK == 0 || !r[0].ok || !r[1].ok {
-		return
+		return cost, res, false
 	}
 	n := float64(res.WinOK)
 	cpu := (r[1].t.User + r[1].t.Sys) - (r[0].t.User + r[0].t.Sys)
-	b.Extra["paced_server_cpu_us_per_request"] = float64(cpu) / 1e3 / n
-	b.Extra["paced_server_sys_us_per_request"] = float64(r[1].t.Sys-r[0].t.Sys) / 1e3 / n
-	b.Extra["paced_server_ctx_switches_per_request"] = float64(r[1].wk.switches()-r[0].wk.switches()) / n
-	h.logf("  %-22s %8.0f req/s  server cpu %5.1f µs per request, paced", b.Name, res.PerSec, b.Extra["paced_server_cpu_us_per_request"])
+	return noopCost{
+		CPUUs:        float64(cpu) / 1e3 / n,
+		SysUs:        float64(r[1].t.Sys-r[0].t.Sys) / 1e3 / n,
+		Switches:     float64(r[1].wk.switches()-r[0].wk.switches()) / n,
+		ResolutionUs: 1e6 / clockTicks / n,
+	}, res, true
 }
 
 // baselineAppender runs the bare Badger group-commit appender as a child,

@@ -78,6 +78,64 @@ func TestQuickRun(t *testing.T) {
 	}
 }
 
+// TestQuickSidecar runs the sidecar scenario end to end and checks that it
+// was measured and that the burst lost nothing. Its performance targets
+// are results, not assertions: they must not gate CI. -short skips it.
+func TestQuickSidecar(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes; skipped with -short")
+	}
+	out := filepath.Join(t.TempDir(), "results.json")
+	args := []string{"-quick", "-scenarios", "sidecar", "-json", out}
+	if raceEnabled {
+		args = append(args, "-duration", "500ms", "-warmup", "200ms")
+	}
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	code := run(args, &stdout, &stderr)
+	t.Logf("harness took %s, exit %d\n%s", time.Since(start).Round(time.Millisecond), code, stdout.String())
+	if code != 0 {
+		t.Logf("stderr:\n%s", stderr.String())
+	}
+	rep := readReport(t, out)
+	// Until sluice's config has the memory key, the burst's sidecar refuses
+	// to start; everything before the burst must still have run.
+	refused := false
+	for _, f := range rep.Failures {
+		if strings.Contains(f, `unknown key "memory"`) {
+			refused = true
+		} else {
+			t.Errorf("failed: %s", f)
+		}
+	}
+	if code != 0 && !refused {
+		t.Errorf("exit %d", code)
+	}
+	targets := 0
+	for _, r := range rep.Rows {
+		if r.Scenario != "sidecar" || r.TargetLimit == nil {
+			continue
+		}
+		targets++
+		// Idle CPU may be 0: no clock tick in the window.
+		if r.Value <= 0 && !strings.HasPrefix(r.Metric, "idle CPU") {
+			t.Errorf("row %q: %v %s", r.Metric, r.Value, r.Unit)
+		}
+	}
+	// RSS and CPU at rest, CPU per event at both rates, peak RSS, 202 P50
+	// and P99, publish→receipt.
+	if targets < 8 {
+		t.Errorf("%d sidecar rows with a target, want at least 8:\n%s", targets, stdout.String())
+	}
+	if refused {
+		t.Skip(`sluice refused the memory key (config: unknown key "memory"): the burst under a memory budget did not run, so its nothing-lost check is skipped until the key is merged`)
+	}
+	accepted, delivered := rep.Extra["sidecar.burst.accepted"], rep.Extra["sidecar.burst.delivered_unique"]
+	if accepted <= 0 || delivered < accepted {
+		t.Errorf("burst: %.0f events delivered (unique) of %.0f accepted", delivered, accepted)
+	}
+}
+
 func TestBody(t *testing.T) {
 	for _, size := range []int{1, 512, 4096} {
 		b := newBody(size)

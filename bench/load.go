@@ -55,6 +55,7 @@ type loadResult struct {
 	WinDue    int64      `json:"window_due,omitempty"`
 	Errors    int64      `json:"transport_errors"`
 	BadStatus int64      `json:"bad_status"`
+	Status503 int64      `json:"status_503,omitempty"` // of BadStatus: a sidecar shedding load
 	Missed    int64      `json:"missed,omitempty"`
 	FirstErr  string     `json:"first_error,omitempty"`
 	Seconds   float64    `json:"window_seconds"`
@@ -185,8 +186,8 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 
 	worker := func(w int) {
 		var (
-			sent, ok, winOK, errs, bad, missed int64
-			mine, mySlip                       []int64
+			sent, ok, winOK, errs, bad, shed, missed int64
+			mine, mySlip                             []int64
 		)
 		body := newBody(s.Body)
 		hc := hcs[w%len(hcs)]
@@ -211,6 +212,7 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 			res.WinOK += winOK
 			res.Errors += errs
 			res.BadStatus += bad
+			res.Status503 += shed
 			res.Missed += missed
 			lat = append(lat, mine...)
 			slip = append(slip, mySlip...)
@@ -284,6 +286,9 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 					errs++
 				} else {
 					bad++
+					if resp.StatusCode() == fasthttp.StatusServiceUnavailable {
+						shed++
+					}
 				}
 				errOnce.Do(func() {
 					if err != nil {

@@ -7,8 +7,8 @@
 // a table of ratios against those baselines and writes every number to a
 // JSON file.
 //
-//	go run ./bench                          # every scenario, about 5-6 minutes
-//	go run ./bench -quick                   # CI smoke run, about 90 s
+//	go run ./bench                          # every scenario, about 6-7 minutes
+//	go run ./bench -quick                   # CI smoke run, about 110 s
 //	go run ./bench -scenarios fanout-10 -profile prof/
 //
 // Everything listens on 127.0.0.1. Every load loop is bounded in time and in
@@ -37,7 +37,7 @@ import (
 
 // Scenario names, in the order they run.
 var allScenarios = []string{
-	"ingest-fsync", "ingest-async", "fanout-1", "fanout-10", "fanout-40",
+	"ingest-fsync", "ingest-async", "fanout-1", "sidecar", "fanout-10", "fanout-40",
 	"latency", "lanes-50k", "api", "payload", "blackhole", "outage",
 	"fleet-ingest", "fleet-fanout-10", "fleet-latency", "fleet-takeover", "fleet-scale",
 }
@@ -61,7 +61,7 @@ type options struct {
 	lanes        int           // subscriptions of lanes-50k
 	lanesRate    float64       // events/s of the lanes-50k steady phase
 	payloadRate  float64       // events/s of the paced payload runs
-	pacedRate    float64       // events/s of fanout-1's paced windows
+	pacedRate    float64       // events/s of fanout-1's paced windows and sidecar's low one
 	startTimeout time.Duration // process start → /readyz 200
 	idle         time.Duration // idle CPU window of lanes-50k
 	settle       time.Duration // longest wait for a sidecar to go quiet after /readyz
@@ -109,14 +109,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	scen := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run; \"fleet\" = every fleet-* scenario, \"all\" = every scenario")
 	dur := fs.Duration("duration", 5*time.Second, "length of each measurement window")
 	warm := fs.Duration("warmup", 0, "unmeasured run before each window (default 1s, 300ms with -quick)")
-	quick := fs.Bool("quick", false, "short windows, 5,000 instead of 50,000 lanes, shorter isolation phases (CI smoke run, about 90 s)")
+	quick := fs.Bool("quick", false, "short windows, 5,000 instead of 50,000 lanes, shorter isolation phases (CI smoke run, about 110 s)")
 	jsonPath := fs.String("json", "bench-out/results.json", "where to write every number")
 	prof := fs.String("profile", "", "write the sidecar's CPU and allocation profiles of each window to this directory")
 	sluice := fs.String("sluice", "", "prebuilt sluice binary (default: go build ./cmd/sluice into a temp dir)")
 	lanes := fs.Int("lanes", 0, "subscriptions of lanes-50k (default 50000, 5000 with -quick); 1% of them active")
 	lanesRate := fs.Float64("lanes-rate", 20, "events/s offered in the steady phase of lanes-50k (each goes to 1% of the lanes: 20/s × 500 = 10k deliveries/s)")
 	payloadRate := fs.Float64("payload-rate", 200, "events/s of the paced payload runs (fan-out 10)")
-	pacedRate := fs.Float64("paced-rate", 200, "events/s of fanout-1's paced windows (low load: CPU per delivery vs saturated)")
+	pacedRate := fs.Float64("paced-rate", 200, "events/s of fanout-1's paced windows (low load: CPU per delivery vs saturated) and of sidecar's low paced window")
 	startTimeout := fs.Duration("start-timeout", 60*time.Second, "how long a sidecar may take to answer /readyz")
 	keep := fs.Bool("keep", false, "keep the temp dir with generated configs and sidecar logs")
 	fs.Usage = func() {
@@ -309,6 +309,8 @@ func (h *harness) runScenario(ctx context.Context, name string) error {
 		return h.scenarioIngest(ctx, name, "async")
 	case "fanout-1":
 		return h.scenarioFanout(ctx, name, 1)
+	case "sidecar":
+		return h.scenarioSidecar(ctx, name)
 	case "fanout-10":
 		return h.scenarioFanout(ctx, name, 10)
 	case "fanout-40":

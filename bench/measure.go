@@ -203,8 +203,7 @@ func (h *harness) targetWindow(ctx context.Context, t *target, name string, spec
 			spec.Addrs = append(spec.Addrs, n.ingest)
 		}
 	}
-	spec.Addr, spec.Paths, spec.Status, spec.Keys = sc.ingest, []string{eventsPath}, 202, true
-	spec.KeyID = h.runID + "-" + h.nextID("k")
+	spec = h.asIngest(spec, sc.ingest)
 	if spec.Start.IsZero() {
 		spec.Start = time.Now()
 	}
@@ -414,4 +413,54 @@ func (w *window) fill(s0, s1 snap) {
 		w.BytesPerDeliv = float64(w.AllocBytes) / float64(d)
 		w.AllocsPerDeliv = float64(w.Mallocs) / float64(d)
 	}
+}
+
+// memPeaks samples a process's resident memory every 100 ms while a window
+// runs (tick is its winOpts.Tick) and keeps the highest reading of each
+// figure: the window's own peak, where VmHWM holds the process's whole
+// life, start-up included. The peaks of RSS, Anon and File need not come
+// from the same reading.
+type memPeaks struct {
+	pid  int
+	stop chan struct{}
+	wg   sync.WaitGroup
+	peak memUse // HWM not used
+	n    int    // readings
+}
+
+func (m *memPeaks) tick(phase int) {
+	if phase == 0 {
+		m.stop = make(chan struct{})
+		m.wg.Go(m.sample)
+		return
+	}
+	if m.stop != nil { // nil: the window ended before it began (interrupted)
+		close(m.stop)
+		m.wg.Wait()
+	}
+}
+
+func (m *memPeaks) sample() {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		m.read()
+		select {
+		case <-m.stop:
+			m.read()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (m *memPeaks) read() {
+	u, err := procMem(m.pid)
+	if err != nil {
+		return
+	}
+	m.n++
+	m.peak.RSS = max(m.peak.RSS, u.RSS)
+	m.peak.Anon = max(m.peak.Anon, u.Anon)
+	m.peak.File = max(m.peak.File, u.File)
 }

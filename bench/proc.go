@@ -123,6 +123,31 @@ func procRSS(pid int) (int64, error) {
 	return v * 1024, err
 }
 
+// memUse is a process's resident memory in bytes, from /proc/<pid>/status.
+// RSS (VmRSS) is Anon (RssAnon: Go heap, stacks, the runtime's own) plus
+// File (RssFile: the binary's text and mmapped files, Badger's tables and
+// value log among them) plus shared memory; HWM (VmHWM) is the highest RSS
+// of the process's life, start-up included.
+type memUse struct {
+	RSS, HWM, Anon, File uint64
+}
+
+// procMem reads pid's memUse.
+func procMem(pid int) (memUse, error) {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	var m memUse
+	var errs []error
+	for _, f := range []struct {
+		key string
+		v   *uint64
+	}{{"VmRSS:", &m.RSS}, {"VmHWM:", &m.HWM}, {"RssAnon:", &m.Anon}, {"RssFile:", &m.File}} {
+		kb, err := statusField(path, f.key)
+		*f.v = uint64(kb) * 1024
+		errs = append(errs, err)
+	}
+	return m, errors.Join(errs...)
+}
+
 // statusField reads "Key:   N kB" from a /proc status-like file.
 func statusField(path, key string) (int64, error) {
 	f, err := os.Open(path)

@@ -357,7 +357,7 @@ func (h *harness) scenarioLanes(ctx context.Context, name string) error {
 		r.add(name, "start-up (process start → /readyz), "+lanesLabel+", JSON", h.opts.startTimeout.Seconds(), "s").
 			want(onValue, "<=", 2).fail(fmt.Sprintf("not ready within %s (-start-timeout); the value is that lower bound", h.opts.startTimeout))
 	}
-	m1, err := h.idleState(ctx, sc)
+	m1, err := h.idleState(ctx, sc, h.opts.idle)
 	if err != nil {
 		return err
 	}
@@ -371,8 +371,8 @@ func (h *harness) scenarioLanes(ctx context.Context, name string) error {
 		note(fmt.Sprintf("heap %.1f → %.1f MiB", mib(m0.heapReady.HeapAlloc), mib(m1.heapReady.HeapAlloc)))
 	r.add(name, "live heap per idle lane (quiet, after GC)", perLane(float64(m0.heap.HeapAlloc), float64(m1.heap.HeapAlloc)), "B").
 		want(onValue, "<=", 1024).note(fmt.Sprintf("heap %.1f → %.1f MiB vs 0 subscriptions", mib(m0.heap.HeapAlloc), mib(m1.heap.HeapAlloc)))
-	r.add(name, "RSS per idle lane (quiet)", perLane(float64(m0.rss), float64(m1.rss)), "B").
-		note(fmt.Sprintf("RSS %.1f → %.1f MiB", float64(m0.rss)/(1<<20), float64(m1.rss)/(1<<20)))
+	r.add(name, "RSS per idle lane (quiet)", perLane(float64(m0.mem.RSS), float64(m1.mem.RSS)), "B").
+		note(fmt.Sprintf("RSS %.1f → %.1f MiB", mib(m0.mem.RSS), mib(m1.mem.RSS)))
 	r.add(name, fmt.Sprintf("idle CPU over %s (quiet)", h.opts.idle), m1.idle, "ms/s").vsValue("0 subscriptions", m0.idle).
 		note("1 ms/s = 0.1% of a core; resolution " + fmtNum(1e3/clockTicks/h.opts.idle.Seconds()) + " ms/s")
 	r.add(name, "idle CPU added by the lanes", m1.idle-m0.idle, "ms/s").want(onValue, "<=", 10).
@@ -380,7 +380,7 @@ func (h *harness) scenarioLanes(ctx context.Context, name string) error {
 	for k, v := range map[string]float64{
 		"heap_ready_empty_bytes": float64(m0.heapReady.HeapAlloc), "heap_ready_lanes_bytes": float64(m1.heapReady.HeapAlloc),
 		"heap_quiet_empty_bytes": float64(m0.heap.HeapAlloc), "heap_quiet_lanes_bytes": float64(m1.heap.HeapAlloc),
-		"rss_empty_bytes": float64(m0.rss), "rss_lanes_bytes": float64(m1.rss),
+		"rss_empty_bytes": float64(m0.mem.RSS), "rss_lanes_bytes": float64(m1.mem.RSS),
 		"idle_cpu_empty_ms_per_s": m0.idle, "idle_cpu_lanes_ms_per_s": m1.idle,
 		"tail_seconds": m1.tail.Seconds(), "tail_cpu_seconds": m1.tailCPU.Seconds(),
 	} {
@@ -424,8 +424,8 @@ type idleMeasure struct {
 	tailCPU   time.Duration // CPU used until CPU quiet
 	quiet     bool          // false: CPU or heap still moving after opts.settle
 	heap      memStats      // live heap once quiet
-	rss       int64         // once quiet
-	idle      float64       // CPU ms per s over opts.idle, once quiet
+	mem       memUse        // once quiet
+	idle      float64       // CPU ms per s over the idle window, once quiet
 }
 
 // emptyIdle starts the same sidecar with no subscriptions, the baseline
@@ -436,7 +436,7 @@ func (h *harness) emptyIdle(ctx context.Context, name string) (*sidecar, idleMea
 	if err != nil {
 		return nil, idleMeasure{}, fmt.Errorf("0-subscription sidecar: %w", err)
 	}
-	m0, err := h.idleState(ctx, empty)
+	m0, err := h.idleState(ctx, empty, h.opts.idle)
 	h.stopSidecar(empty)
 	if err != nil {
 		return nil, idleMeasure{}, fmt.Errorf("0-subscription sidecar: %w", err)
@@ -445,9 +445,10 @@ func (h *harness) emptyIdle(ctx context.Context, name string) (*sidecar, idleMea
 }
 
 // idleState measures sc at ready, waits until it is quiet, then measures
-// its live heap, RSS and idle CPU. With -profile it also writes the heap
-// profiles at ready and quiet (DIR/<name>.ready.heap.pprof, .quiet.heap.pprof).
-func (h *harness) idleState(ctx context.Context, sc *sidecar) (idleMeasure, error) {
+// its live heap, resident memory and its CPU over idle. With -profile it
+// also writes the heap profiles at ready and quiet
+// (DIR/<name>.ready.heap.pprof, .quiet.heap.pprof).
+func (h *harness) idleState(ctx context.Context, sc *sidecar, idle time.Duration) (idleMeasure, error) {
 	var m idleMeasure
 	var err error
 	start := time.Now()
@@ -510,13 +511,13 @@ func (h *harness) idleState(ctx context.Context, sc *sidecar) (idleMeasure, erro
 	}
 	m.quiet = m.quiet && stable
 	h.heapProfile(sc, "quiet")
-	m.rss, _ = procRSS(sc.pid)
+	m.mem, _ = procMem(sc.pid)
 	c0, err := procCPU(sc.pid)
 	if err != nil {
 		return m, err
 	}
 	t0 := time.Now()
-	sleepUntil(ctx, t0.Add(h.opts.idle))
+	sleepUntil(ctx, t0.Add(idle))
 	c1, err := procCPU(sc.pid)
 	if err != nil {
 		return m, err

@@ -44,6 +44,9 @@ type sidecarSpec struct {
 	Subs       []subGroup
 	// MaxInFlight sets max_in_flight; 0 leaves the sidecar's default.
 	MaxInFlight int
+	// Memory, when set, is the sidecar's memory budget (the top-level
+	// memory key, a byte size such as "64MiB").
+	Memory string
 	// SubYAML, when set, returns the policy keys of subscription i in flow
 	// syntax ("concurrency: {max: 8}, timeout: 5s"), in place of the
 	// default "concurrency: {max: 64}".
@@ -217,6 +220,9 @@ func (h *harness) writeYAMLConfig(w *bufio.Writer, s *sidecar) {
 	if s.spec.MaxInFlight > 0 {
 		fmt.Fprintf(w, "max_in_flight: %d\n", s.spec.MaxInFlight)
 	}
+	if s.spec.Memory != "" {
+		fmt.Fprintf(w, "memory: %s\n", s.spec.Memory)
+	}
 	fl := s.spec.Fleet
 	if fl != nil {
 		fmt.Fprintf(w, "node_id: %s\nlog: {backend: jetstream}\njetstream:\n  urls: [%s]\n  stream: %s\n  replicas: %d\n",
@@ -263,6 +269,9 @@ func (h *harness) writeJSONConfig(w *bufio.Writer, s *sidecar) error {
 	}
 	if s.spec.MaxInFlight > 0 {
 		cfg["max_in_flight"] = s.spec.MaxInFlight
+	}
+	if s.spec.Memory != "" {
+		cfg["memory"] = s.spec.Memory
 	}
 	subs := make([]sub, 0, s.spec.subscriptions())
 	base := h.recv.url()

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// The sidecar scenario measures sluice in the format Dapr publishes its
+// sidecar's figures in, so that the two read side by side: 1 KB bodies, 16
+// producer connections, paced open loops.
+const (
+	sidecarBody  = 1024 // bytes
+	sidecarConns = 16
+	sidecarRate  = 1000 // events/s
+	// sidecarIdle is how long CPU at rest is measured: one 10 ms clock tick
+	// in it is 2 ms/s, the target, so a shorter window could not tell a
+	// sidecar within the target from one tick over it.
+	sidecarIdle = 5 * time.Second
+
+	// The burst: 10× the paced rate, on a sidecar with a memory budget.
+	burstRate   = 10 * sidecarRate
+	burstMemory = "64MiB"
+	burstBudget = 64 << 20 // bytes, burstMemory
+	// burstFileOverhead is what the burst's peak RSS may exceed the budget
+	// by: the file-backed part of RSS, the binary's text and Badger's
+	// mmapped tables and value log, which the page cache holds and
+	// GOMEMLIMIT does not govern. RssFile is reported beside the peak so
+	// that a reader can check it.
+	burstFileOverhead = 16 << 20
+)
+
+// scenarioSidecar: the floor first, the no-op server loaded the same way
+// at each paced rate, and the disk's, the bare fsync appender at 1,000/s;
+// then one sidecar with 10 subscriptions (1 matching) at rest, paced at
+// 1,000 events/s and at -paced-rate; then a fresh one under a 64 MiB
+// memory budget taking a burst of 10× the paced rate, which must lose
+// nothing.
+func (h *harness) scenarioSidecar(ctx context.Context, name string) error {
+	r := h.rep
+	rates := []float64{sidecarRate, h.opts.pacedRate}
+	floor, floorHWM, err := h.noopFloor(ctx, name+".noop", rates)
+	if err != nil {
+		return fmt.Errorf("no-op floor: %w", err)
+	}
+	disk, err := h.baselineAppenderAt(ctx, baseAppender+"-"+strconv.Itoa(sidecarRate), true, sidecarRate)
+	if err != nil {
+		h.logf("  bare appender at %d/s: %v", sidecarRate, err)
+	}
+
+	subs := []subGroup{{1, benchType}, {9, idleType}}
+	sc, err := h.start(ctx, sidecarSpec{Name: name, Durability: "fsync", Subs: subs})
+	if err != nil {
+		return err
+	}
+	rest, err := h.idleState(ctx, sc, sidecarIdle)
+	if err != nil {
+		h.stopSidecar(sc)
+		return err
+	}
+	peaks := &memPeaks{pid: sc.pid}
+	paced := []*window{h.sidecarWindow(ctx, sc, name,
+		loadSpec{Conc: sidecarConns, Rate: sidecarRate, Body: sidecarBody, Grace: openGrace},
+		winOpts{Receipt: true, Drain: h.drainTimeout(), Tick: peaks.tick})}
+	// Right after the window: VmHWM is the peak so far, start-up included.
+	after, memErr := procMem(sc.pid)
+	heap, heapErr := sc.memstats()
+	paced = append(paced, h.sidecarWindow(ctx, sc, name+".paced-"+strconv.Itoa(int(rates[1])),
+		loadSpec{Conc: sidecarConns, Rate: rates[1], Body: sidecarBody, Grace: openGrace}, winOpts{}))
+	h.stopSidecar(sc)
+
+	row := r.add(name, "RSS at rest (10 subscriptions, quiet)", mib(rest.mem.RSS), "MiB").want(onValue, "<=", 25).
+		note(fmt.Sprintf("anon %.1f / file %.1f MiB; live heap %.1f MiB; quiet %.1f s after /readyz",
+			mib(rest.mem.Anon), mib(rest.mem.File), mib(rest.heap.HeapAlloc), rest.tail.Seconds()))
+	if !rest.quiet {
+		row.note(fmt.Sprintf("CPU or heap still moving after %s", h.opts.settle))
+	}
+	r.add(name, fmt.Sprintf("idle CPU at rest over %s", sidecarIdle), rest.idle, "ms/s").want(onValue, "<=", 2).
+		note("1 ms/s = 0.1% of a core; resolution " + fmtNum(1e3/clockTicks/sidecarIdle.Seconds()) + " ms/s")
+	for i, w := range paced {
+		at := fmtNum(rates[i]) + "/s"
+		row := r.add(name, "sidecar CPU per event, paced "+at, w.CPUPerEventUs, "µs").vsValue("no-op "+at, floor[i].CPUUs).
+			want(onRatio, "<=", 3).note(fmt.Sprintf("%.3f cores; %.0f deliveries/s", w.CPUCores, w.DeliveriesPerSec))
+		if w.Load.WinOK == 0 {
+			row.fail("no event accepted in the window")
+		}
+		if floor[i].CPUUs == 0 {
+			row.note(fmt.Sprintf("the no-op server used less than one clock tick (%s µs per request): a longer -duration resolves it",
+				fmtNum(floor[i].ResolutionUs)))
+		}
+		r.add(name, "  no-op server CPU per request, paced "+at+" (floor)", floor[i].CPUUs, "µs").
+			note(fmt.Sprintf("system %.1f µs, %.1f context switches per request; resolution %s µs",
+				floor[i].SysUs, floor[i].Switches, fmtNum(floor[i].ResolutionUs)))
+	}
+	r.add(name, "  no-op server peak RSS (VmHWM)", mib(floorHWM), "MiB")
+
+	w := paced[0]
+	at := ", paced " + fmtNum(sidecarRate) + "/s"
+	row = r.add(name, "peak RSS (VmHWM)"+at, mib(after.HWM), "MiB").want(onValue, "<=", 40)
+	if memErr != nil {
+		row.fail(memErr.Error())
+	} else {
+		row.note(fmt.Sprintf("read after the window: the process's peak, start-up included; RSS then %.1f MiB: anon %.1f / file %.1f",
+			mib(after.RSS), mib(after.Anon), mib(after.File)))
+	}
+	if heapErr == nil {
+		row.note(fmt.Sprintf("Go heap %.1f MiB in use, %.1f MiB from the OS", mib(heap.HeapInuse), mib(heap.Sys)))
+	}
+	h.peakRows(name, fmtNum(sidecarRate)+"/s window", peaks)
+	r.add(name, "202 latency P50"+at, w.Load.Lat.P50, "ms").want(onValue, "<=", 0.5).
+		note(fmt.Sprintf("%d producer connections, %d B%s", sidecarConns, sidecarBody, slipNote(w)))
+	r.add(name, "202 latency P99"+at, w.Load.Lat.P99, "ms").want(onValue, "<=", 2).
+		note(fmt.Sprintf("max %.1f ms", w.Load.Lat.Max))
+	rc := w.Receipt
+	if rc == nil {
+		rc = &latSummary{}
+	}
+	row = r.add(name, "publish→receipt P99"+at+" vs bare fsync group commit P99", rc.P99, "ms").
+		vs(disk, func(b *baselineResult) float64 { return b.Latency.P99 }).want(onRatio, "<=", 2).
+		note(fmt.Sprintf("P50 %.2f ms, max %.1f ms", rc.P50, rc.Max))
+	if disk != nil {
+		row.note(fmt.Sprintf("the bare appender, open loop at %.0f/s: P50 %.2f ms", disk.PerSec, disk.Latency.P50))
+	}
+	if rc.N == 0 {
+		row.fail("no deliveries recorded")
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return h.sidecarBurst(ctx, name, subs)
+}
+
+// noopFloor loads the no-op server child like the sidecar's ingest, in the
+// scenario's format, at each rate: what a Go fasthttp server that does
+// nothing spends per request there. It also returns the child's peak RSS.
+func (h *harness) noopFloor(ctx context.Context, name string, rates []float64) ([]noopCost, uint64, error) {
+	c, addr, err := h.startNoop(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer c.stop(5 * time.Second)
+	var costs []noopCost
+	for _, rate := range rates {
+		spec := h.asIngest(loadSpec{Conc: sidecarConns, Rate: rate, Body: sidecarBody, Grace: openGrace,
+			Warmup: h.opts.warmup, Dur: h.opts.duration}, addr)
+		cost, res, ok := noopLoad(ctx, c, spec)
+		if !ok {
+			return nil, 0, fmt.Errorf("%.0f/s: no answers: %s", rate, res.FirstErr)
+		}
+		h.logf("  %-22s %8.0f req/s  server cpu %5.1f µs per request  P99 %.2f ms", name, res.PerSec, cost.CPUUs, res.Lat.P99)
+		costs = append(costs, cost)
+	}
+	m, err := procMem(c.pid)
+	return costs, m.HWM, err
+}
+
+// sidecarBurst starts a fresh sidecar with the memory budget and the same
+// subscriptions, offers it burstRate events/s for twice -duration, then
+// waits until every event it accepted has been delivered. Deliveries are
+// counted once per (path, webhook-id), so that a duplicate cannot make up
+// for a lost event.
+func (h *harness) sidecarBurst(ctx context.Context, name string, subs []subGroup) error {
+	r := h.rep
+	bn := name + ".burst"
+	sc, err := h.start(ctx, sidecarSpec{Name: bn, Durability: "fsync", Subs: subs, Memory: burstMemory})
+	if err != nil {
+		return fmt.Errorf("burst sidecar (memory: %s): %w", burstMemory, err)
+	}
+	defer h.stopSidecar(sc)
+	track := newIDTracker(time.Time{})
+	h.recv.track.Store(track)
+	defer h.recv.track.CompareAndSwap(track, nil)
+	owed := func() int64 { return sc.accepted * int64(activeSubs(sc.spec)) }
+	peaks := &memPeaks{pid: sc.pid}
+	var drained bool
+	var drain time.Duration
+	w := h.sidecarWindow(ctx, sc, bn,
+		loadSpec{Conc: openWorkers, Rate: burstRate, Body: sidecarBody, Grace: openGrace, Dur: 2 * h.opts.duration},
+		winOpts{Tick: peaks.tick, AfterLoad: func() {
+			start := time.Now()
+			drained = waitFor(ctx, h.drainTimeout(), func() bool { return track.stats().Unique >= owed() })
+			drain = time.Since(start)
+		}})
+	w.DrainSeconds, w.Drained = drain.Seconds(), &drained
+	after, memErr := procMem(sc.pid)
+	st, ld := track.stats(), w.Load
+
+	row := r.add(name, fmt.Sprintf("peak RSS (VmHWM), burst %s events/s, memory %s", fmtNum(burstRate), burstMemory), mib(after.HWM), "MiB").vsValue("budget", mib(burstBudget)).
+		want(onValue, "<=", mib(burstBudget+burstFileOverhead))
+	if memErr != nil {
+		row.fail(memErr.Error())
+	} else {
+		row.note(fmt.Sprintf("RssFile %.1f MiB at the end, the file-backed part the %.0f MiB above the budget allow for",
+			mib(after.File), mib(burstFileOverhead)))
+	}
+	h.peakRows(name, "burst window", peaks)
+	r.add(name, "  burst: 202 accepted", float64(ld.OK), "").
+		note(fmt.Sprintf("of %s sent; %.0f/s in the window; 202 P99 %.1f ms%s", fmtNum(float64(ld.Sent)), ld.PerSec, ld.Lat.P99, slipNote(w)))
+	r.add(name, "  burst: 503 (shed)", float64(ld.Status503), "").
+		note(fmt.Sprintf("other answers than 202 and 503: %d", ld.BadStatus-ld.Status503))
+	row = r.add(name, "  burst: transport errors", float64(ld.Errors), "")
+	if ld.Missed > 0 {
+		row.note(fmt.Sprintf("the harness could not send %d events in time", ld.Missed))
+	}
+	if ld.FirstErr != "" {
+		row.note("first: " + ld.FirstErr)
+	}
+	row = r.add(name, "burst: delivered ÷ accepted, unique (path, webhook-id)", float64(st.Unique), "").
+		vsValue("accepted", float64(owed())).want(onRatio, ">=", 1).
+		note(fmt.Sprintf("%d lost; %d duplicates; waited %.1f s after the load", max(0, owed()-st.Unique), st.Duplicates, drain.Seconds()))
+	if owed() == 0 {
+		row.fail("nothing accepted")
+	}
+	for k, v := range map[string]float64{
+		"accepted": float64(sc.accepted), "delivered_unique": float64(st.Unique), "duplicates": float64(st.Duplicates),
+		"status_503": float64(ld.Status503), "vm_hwm_bytes": float64(after.HWM), "rss_file_bytes": float64(after.File),
+	} {
+		r.Extra[bn+"."+k] = v
+	}
+	return nil
+}
+
+// peakRows reports the memory peaks sampled in a window.
+func (h *harness) peakRows(name, window string, p *memPeaks) {
+	note := fmt.Sprintf("%d readings 100 ms apart", p.n)
+	for _, f := range []struct {
+		what string
+		v    uint64
+	}{{"VmRSS", p.peak.RSS}, {"RssAnon", p.peak.Anon}, {"RssFile", p.peak.File}} {
+		h.rep.add(name, fmt.Sprintf("  peak %s in the %s (sampled)", f.what, window), mib(f.v), "MiB").note(note)
+	}
+}
