@@ -44,9 +44,8 @@ type sidecarSpec struct {
 	Subs       []subGroup
 	// MaxInFlight sets max_in_flight; 0 leaves the sidecar's default.
 	MaxInFlight int
-	// Memory, when set, is the sidecar's memory budget (the top-level
-	// memory key, a byte size such as "64MiB").
-	Memory string
+	// MemoryBytes, when set, is the sidecar's memory budget (memory_bytes).
+	MemoryBytes int64
 	// SubYAML, when set, returns the policy keys of subscription i in flow
 	// syntax ("concurrency: {max: 8}, timeout: 5s"), in place of the
 	// default "concurrency: {max: 64}".
@@ -220,8 +219,8 @@ func (h *harness) writeYAMLConfig(w *bufio.Writer, s *sidecar) {
 	if s.spec.MaxInFlight > 0 {
 		fmt.Fprintf(w, "max_in_flight: %d\n", s.spec.MaxInFlight)
 	}
-	if s.spec.Memory != "" {
-		fmt.Fprintf(w, "memory: %s\n", s.spec.Memory)
+	if s.spec.MemoryBytes > 0 {
+		fmt.Fprintf(w, "memory_bytes: %d\n", s.spec.MemoryBytes)
 	}
 	fl := s.spec.Fleet
 	if fl != nil {
@@ -270,8 +269,8 @@ func (h *harness) writeJSONConfig(w *bufio.Writer, s *sidecar) error {
 	if s.spec.MaxInFlight > 0 {
 		cfg["max_in_flight"] = s.spec.MaxInFlight
 	}
-	if s.spec.Memory != "" {
-		cfg["memory"] = s.spec.Memory
+	if s.spec.MemoryBytes > 0 {
+		cfg["memory_bytes"] = s.spec.MemoryBytes
 	}
 	subs := make([]sub, 0, s.spec.subscriptions())
 	base := h.recv.url()
