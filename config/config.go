@@ -127,7 +127,7 @@ type Config struct {
 	// caches, the ring of recent events and the ingest gate are sized
 	// from it (proxy.SplitMemory), and it is the Go runtime's soft memory
 	// limit. 0 (default): 85% of the container's memory limit when there
-	// is one, else proxy.DefaultMemoryBytes. At least
+	// is one, else proxy.DefaultMemoryBytes (64 MiB). At least
 	// proxy.MinMemoryBytes.
 	MemoryBytes int64 `koanf:"memory_bytes"`
 	// MinFreeDiskBytes is the free space ingest leaves on data_dir's file

@@ -117,8 +117,8 @@ var (
 	// capacity meets backpressure (503 with Retry-After) instead of holding
 	// a copy of every body in memory. 4096 matches the committer's request
 	// queue (4 batches of 1024): more waiters would only wait longer. The
-	// bytes are the memory budget's gate share (4 MiB of the default
-	// 32 MiB: 4096 events of 1 KiB, or 4 at the default 1 MiB limit); a single
+	// bytes are the memory budget's gate share (8 MiB of the default
+	// 64 MiB: 4096 events of 2 KiB, or 8 at the default 1 MiB limit); a single
 	// event larger than that is still admitted when nothing else waits, so
 	// max_body_bytes above it keeps working.
 	ingestMaxPendingEvents = 4096

@@ -1,8 +1,12 @@
 package proxy_test
 
 import (
+	"cmp"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/proxy"
@@ -44,13 +48,13 @@ func TestSplitMemory(t *testing.T) {
 }
 
 // TestMemoryBudgetSizesTheLog: the budget reaches Badger. Its write-ahead
-// file is twice the memtable size, so a 64 MiB budget shows as an 8 MiB
-// .mem file (a 4 MiB memtable), the default as 4 MiB.
+// file is twice the memtable size, so a 128 MiB budget shows as a 16 MiB
+// .mem file (an 8 MiB memtable), the default (64 MiB) as 8 MiB.
 func TestMemoryBudgetSizesTheLog(t *testing.T) {
-	for _, total := range []int64{0, 64 << 20} {
+	for _, total := range []int64{0, 128 << 20} {
 		dir := t.TempDir()
 		startServerWith(t, proxy.Options{DataDir: dir, MemoryBytes: total})
-		want := 2 * proxy.SplitMemory(max(total, proxy.DefaultMemoryBytes)).Log.MemTable
+		want := 2 * proxy.SplitMemory(cmp.Or(total, proxy.DefaultMemoryBytes)).Log.MemTable
 		mems, _ := filepath.Glob(filepath.Join(dir, "*.mem"))
 		if len(mems) == 0 {
 			t.Fatalf("budget %d: no .mem file in %s", total, dir)
@@ -64,5 +68,69 @@ func TestMemoryBudgetSizesTheLog(t *testing.T) {
 				t.Errorf("budget %d MiB: %s is %d bytes, want %d (twice the memtable)", total>>20, filepath.Base(m), fi.Size(), want)
 			}
 		}
+	}
+}
+
+// TestMemoryDocTable: the table of shares in docs/operations.md ("What
+// each part gets") is what SplitMemory gives: each row's share at
+// 128 MiB (below every cap), its sizes at 32 and 64 MiB, and its cap.
+func TestMemoryDocTable(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(doc), "| part | share |")
+	if !ok {
+		t.Fatal(`docs/operations.md has no "| part | share |" table`)
+	}
+	parts := func(s proxy.MemoryShares) []int64 {
+		return []int64{s.Log.MemTable, s.Ring, s.Gate, s.Log.IDFilter, s.Log.BlockCache, s.Log.IndexCache}
+	}
+	size := func(cell string) int64 {
+		cell = strings.TrimSpace(cell)
+		cell, _, _ = strings.Cut(cell, " (")
+		n, unit, _ := strings.Cut(cell, " ")
+		v, err := strconv.ParseInt(n, 10, 64)
+		if err != nil {
+			t.Fatalf("size %q: %v", cell, err)
+		}
+		return v << map[string]int{"KiB": 10, "MiB": 20}[unit]
+	}
+	at32, at64, at128, top := parts(proxy.SplitMemory(32<<20)), parts(proxy.SplitMemory(64<<20)), parts(proxy.SplitMemory(128<<20)), parts(proxy.SplitMemory(1<<40))
+	rows := 0
+	for line := range strings.Lines(table) {
+		if !strings.HasPrefix(line, "| ") {
+			if rows > 0 {
+				break
+			}
+			continue
+		}
+		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		if len(cells) != 5 || strings.HasPrefix(cells[1], "---") {
+			continue
+		}
+		if rows == len(at32) {
+			t.Fatalf("more rows than parts: %q", line)
+		}
+		var den int64
+		if _, err := fmt.Sscanf(strings.TrimSpace(cells[1]), "1/%d", &den); err != nil {
+			t.Fatalf("row %d share %q: %v", rows, cells[1], err)
+		}
+		if got, want := size(cells[2]), at32[rows]; got != want {
+			t.Errorf("row %d (%s): %d at 32 MiB, SplitMemory gives %d", rows, cells[0][:20], got, want)
+		}
+		if got, want := size(cells[3]), at64[rows]; got != want {
+			t.Errorf("row %d (%s): %d at 64 MiB, SplitMemory gives %d", rows, cells[0][:20], got, want)
+		}
+		if (128<<20)/den != at128[rows] {
+			t.Errorf("row %d (%s): share 1/%d, SplitMemory gives %d of 128 MiB", rows, cells[0][:20], den, at128[rows])
+		}
+		if got, want := size(cells[4]), top[rows]; got != want {
+			t.Errorf("row %d (%s): never more than %d, SplitMemory caps at %d", rows, cells[0][:20], got, want)
+		}
+		rows++
+	}
+	if rows != len(at32) {
+		t.Fatalf("%d rows in the table, want %d", rows, len(at32))
 	}
 }

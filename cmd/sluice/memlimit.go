@@ -50,8 +50,8 @@ type memoryBudget struct {
 // applyMemoryBudget resolves the budget and sets the Go soft memory limit
 // to it, unless GOMEMLIMIT is set (the operator's word wins). With the
 // default budget (no container limit, no memory_bytes) no Go limit is
-// set: the parts are sized for 32 MiB, but a sidecar with 50,000
-// subscriptions holds more than that in lanes alone, and a soft limit
+// set: the parts are sized for 64 MiB, but a sidecar with 50,000
+// subscriptions holds about that in lanes alone, and a soft limit
 // below the live heap makes the collector run back to back (it may take
 // up to half the CPU). With a container limit the kill is the worse fate;
 // with memory_bytes the operator asked.

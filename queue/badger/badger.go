@@ -182,7 +182,7 @@ type Memory struct {
 }
 
 // DefaultMemory is the log's share of the default memory budget.
-var DefaultMemory = Memory{MemTable: 2 << 20, BlockCache: 1 << 20, IndexCache: 512 << 10, IDFilter: 1 << 20}
+var DefaultMemory = Memory{MemTable: 4 << 20, BlockCache: 2 << 20, IndexCache: 1 << 20, IDFilter: 2 << 20}
 
 func (m Memory) withDefaults() Memory {
 	d := DefaultMemory
