@@ -206,6 +206,7 @@ type Log struct {
 	assigned atomic.Uint64 // last seq written (not yet synced, with Sync)
 	head     atomic.Uint64 // last seq durable and published
 	lastSync atomic.Int64  // unix nanos of the last fsync
+	syncing  atomic.Int64  // batches handed to the syncer, not yet published
 	low      atomic.Uint64 // no event below low exists (compaction boundary)
 
 	refMu     sync.Mutex

@@ -63,7 +63,15 @@ func closedFixture(t *testing.T) string {
 	return dir
 }
 
-const corruptChildEnv = "SLUICE_QUEUE_CORRUPT_CHILD_DIR"
+const (
+	corruptChildEnv = "SLUICE_QUEUE_CORRUPT_CHILD_DIR"
+	// corruptSettleEnv makes the child wait until its indexer has written
+	// every event's id before it says "ready", so that nothing writes to
+	// the dir after that (the indexer lingers after the last append).
+	// Without it the parent may kill the child with the log's tail not
+	// yet indexed, as a crash does.
+	corruptSettleEnv = "SLUICE_QUEUE_CORRUPT_CHILD_SETTLE"
+)
 
 // The test binary doubles as a sluice that appends the fixture, says
 // "ready" and waits to be killed (an init rather than a TestMain hook, so
@@ -84,6 +92,9 @@ func init() {
 			os.Exit(2)
 		}
 	}
+	for os.Getenv(corruptSettleEnv) != "" && !badger.IndexedAll(q) {
+		time.Sleep(time.Millisecond) // polling an atomic: nothing signals it
+	}
 	fmt.Println("ready")
 	io.Copy(io.Discard, os.Stdin) // until the parent kills us
 	os.Exit(0)
@@ -96,10 +107,13 @@ type holder struct {
 	stdin io.Closer
 }
 
-func startHolder(t *testing.T, dir string) *holder {
+func startHolder(t *testing.T, dir string, settle bool) *holder {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), corruptChildEnv+"="+dir)
+	if settle {
+		cmd.Env = append(cmd.Env, corruptSettleEnv+"=1")
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
@@ -137,7 +151,7 @@ func (h *holder) kill() {
 // appends were acknowledged.
 func killedFixture(t *testing.T) string {
 	dir := t.TempDir()
-	startHolder(t, dir).kill()
+	startHolder(t, dir, false).kill()
 	return dir
 }
 
@@ -699,7 +713,7 @@ func TestLockedDataDir(t *testing.T) {
 // holder's events are all there once it is gone.
 func TestLockedByAnotherProcess(t *testing.T) {
 	dir := t.TempDir()
-	h := startHolder(t, dir)
+	h := startHolder(t, dir, true)
 	before := dirState(t, dir)
 	if q, err := badger.Open(badger.Options{Dir: dir}); !errors.Is(err, queue.ErrLocked) {
 		if q != nil {

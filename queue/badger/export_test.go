@@ -19,3 +19,7 @@ func AwaitIndexed(tb testing.TB, l *Log) {
 		time.Sleep(time.Millisecond) // polling an atomic: nothing signals it
 	}
 }
+
+// IndexedAll reports whether the indexer has written every published
+// event's id.
+func IndexedAll(l *Log) bool { return l.indexed.Load() >= l.head.Load() }
