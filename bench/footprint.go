@@ -18,6 +18,11 @@ const (
 	// in it is 2 ms/s, the target, so a shorter window could not tell a
 	// sidecar within the target from one tick over it.
 	sidecarIdle = 5 * time.Second
+	// sidecarPaced is the length of the 1,000/s window (without -quick):
+	// Dapr's format runs 30 s, and memory peaks late, when the first
+	// memtables fill and flush (a 16 MiB memtable takes 16 s of 1 KB
+	// events at this rate), so a 5 s window would miss the peak.
+	sidecarPaced = 30 * time.Second
 
 	// The burst: 10× the paced rate, on a sidecar with a memory budget.
 	burstRate   = 10 * sidecarRate
@@ -54,7 +59,7 @@ func (h *harness) scenarioSidecar(ctx context.Context, name string) error {
 	}
 	peaks := &memPeaks{pid: sc.pid}
 	paced := []*window{h.sidecarWindow(ctx, sc, name,
-		loadSpec{Conc: sidecarConns, Rate: sidecarRate, Body: sidecarBody, Grace: openGrace},
+		loadSpec{Conc: sidecarConns, Rate: sidecarRate, Body: sidecarBody, Grace: openGrace, Dur: h.pacedFor()},
 		winOpts{Receipt: true, Drain: h.drainTimeout(), Tick: peaks.tick})}
 	// Right after the window: VmHWM is the peak so far, start-up included.
 	after, memErr := procMem(sc.pid)
@@ -229,4 +234,13 @@ func (h *harness) peakRows(name, window string, p *memPeaks) {
 	}{{"VmRSS", p.peak.RSS}, {"RssAnon", p.peak.Anon}, {"RssFile", p.peak.File}} {
 		h.rep.add(name, fmt.Sprintf("  peak %s in the %s (sampled)", f.what, window), mib(f.v), "MiB").note(note)
 	}
+}
+
+// pacedFor is the length of the scenario's 1,000/s window: 30 s, or
+// -duration with -quick.
+func (h *harness) pacedFor() time.Duration {
+	if h.opts.quick {
+		return h.opts.duration
+	}
+	return max(sidecarPaced, h.opts.duration)
 }
