@@ -214,6 +214,75 @@ func TestQuickFleetIngest(t *testing.T) {
 	}
 }
 
+// TestQuickSidecarFleet smokes sidecar-fleet end to end: the no-op floor,
+// the cluster child, one fleet node and its two paced windows. It checks
+// that every row was measured, not what they measured: the scenario has no
+// targets. -short skips it.
+func TestQuickSidecarFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream cluster and a sidecar; skipped with -short")
+	}
+	const name = "sidecar-fleet"
+	out := filepath.Join(t.TempDir(), "results.json")
+	args := []string{"-quick", "-scenarios", name, "-json", out}
+	if raceEnabled {
+		args = append(args, "-duration", "500ms", "-warmup", "200ms")
+	}
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	t.Logf("harness took %s\n%s", time.Since(start).Round(time.Millisecond), stdout.String())
+	rep := readReport(t, out)
+	for _, f := range rep.Failures {
+		t.Errorf("failed: %s", f)
+	}
+	for _, wn := range []string{name, name + ".paced-200"} {
+		var w *window
+		for _, x := range rep.Windows {
+			if x.Name == wn {
+				w = x
+			}
+		}
+		if w == nil || w.Nodes != 1 || w.Load.WinOK <= 0 || w.NATSPerEventUs <= 0 || w.Receipt == nil || w.Receipt.N == 0 || len(w.Errors) > 0 {
+			t.Errorf("window %s: %+v", wn, w)
+		}
+	}
+	rows := map[string]*row{}
+	for _, r := range rep.Rows {
+		if r.Scenario != name {
+			continue
+		}
+		rows[r.Metric] = r
+		if r.TargetLimit != nil || (r.Pass != nil && !*r.Pass) {
+			t.Errorf("row %q: target %v, pass %v (%s)", r.Metric, r.TargetLimit, r.Pass, r.Note)
+		}
+	}
+	for _, at := range []string{"1,000/s", "200/s"} {
+		for _, m := range []string{
+			"fleet node CPU per event, paced " + at,
+			"  NATS cluster CPU per event, paced " + at,
+			"202 latency P50, paced " + at,
+			"202 latency P99, paced " + at,
+			"publish→receipt P50, paced " + at,
+			"publish→receipt P99, paced " + at,
+		} {
+			if r := rows[m]; r == nil || r.Value <= 0 {
+				t.Errorf("row %q: %+v", m, r)
+			}
+		}
+		// The floor may be 0 in a 1 s window (less than one clock tick):
+		// the row must be there, and the node's row names it as baseline.
+		if rows["  no-op server CPU per request, paced "+at+" (floor)"] == nil {
+			t.Errorf("no floor row at %s", at)
+		}
+	}
+	if r := rows["peak RSS (VmHWM), paced 1,000/s"]; r == nil || r.Value <= 0 {
+		t.Errorf("peak RSS row: %+v", r)
+	}
+}
+
 // readReport reads the -json report the harness wrote to path.
 func readReport(t *testing.T, path string) report {
 	t.Helper()

@@ -46,7 +46,7 @@ const (
 )
 
 // fleetScenarios are opt-in: -scenarios fleet selects them all.
-var fleetScenarios = []string{"fleet-ingest", "fleet-fanout-10", "fleet-latency", "fleet-takeover", "fleet-scale"}
+var fleetScenarios = []string{"fleet-ingest", "sidecar-fleet", "fleet-fanout-10", "fleet-latency", "fleet-takeover", "fleet-scale"}
 
 // jsEventHeaders are the headers the bare publisher adds besides
 // Nats-Msg-Id, with values of the size sluice's append gives them, so that

@@ -39,7 +39,7 @@ import (
 var allScenarios = []string{
 	"ingest-fsync", "ingest-async", "fanout-1", "sidecar", "fanout-10", "fanout-40",
 	"latency", "lanes-50k", "api", "payload", "blackhole", "outage",
-	"fleet-ingest", "fleet-fanout-10", "fleet-latency", "fleet-takeover", "fleet-scale",
+	"fleet-ingest", "sidecar-fleet", "fleet-fanout-10", "fleet-latency", "fleet-takeover", "fleet-scale",
 }
 
 // defaultScenarios run without -scenarios: all but the fleet ones, which
@@ -106,7 +106,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scen := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run; \"fleet\" = every fleet-* scenario, \"all\" = every scenario")
+	scen := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run; \"fleet\" = every fleet-mode scenario (fleet-*, sidecar-fleet), \"all\" = every scenario")
 	dur := fs.Duration("duration", 5*time.Second, "length of each measurement window")
 	warm := fs.Duration("warmup", 0, "unmeasured run before each window (default 1s, 300ms with -quick)")
 	quick := fs.Bool("quick", false, "short windows, 5,000 instead of 50,000 lanes, shorter isolation phases (CI smoke run, about 110 s)")
@@ -329,6 +329,8 @@ func (h *harness) runScenario(ctx context.Context, name string) error {
 		return h.scenarioOutage(ctx, name)
 	case "fleet-ingest":
 		return h.scenarioFleetIngest(ctx, name)
+	case "sidecar-fleet":
+		return h.scenarioSidecarFleet(ctx, name)
 	case "fleet-fanout-10":
 		return h.scenarioFleetFanout(ctx, name, []int{fleetNodes}, true)
 	case "fleet-scale":
