@@ -266,6 +266,12 @@ func (s *Store) connect() error {
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			s.connected.Store(false)
 			s.failAll(nats.ErrDisconnected) // their PubAcks may never come
+			if err == nil {
+				// nats.go passes nil when the connection is closed on
+				// purpose (Close at shutdown): nothing for an operator.
+				s.log.Debug("disconnected from NATS: closed")
+				return
+			}
 			s.log.Warn("disconnected from NATS", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
