@@ -23,24 +23,7 @@ func TestMain(m *testing.M) {
 // checks the JSON holds non-zero results. It builds and starts real sidecar
 // processes, so -short skips it.
 func TestQuickRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes; skipped with -short")
-	}
-	out := filepath.Join(t.TempDir(), "results.json")
-	args := []string{"-quick", "-scenarios", "ingest-async,fanout-1", "-json", out}
-	if raceEnabled {
-		// The race detector slows the producers and the receiver several
-		// times over; shorter windows keep the test well under a minute.
-		args = append(args, "-duration", "500ms", "-warmup", "200ms")
-	}
-	var stdout, stderr bytes.Buffer
-	start := time.Now()
-	if code := run(args, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
-	}
-	t.Logf("harness took %s\n%s", time.Since(start).Round(time.Millisecond), stdout.String())
-
-	rep := readReport(t, out)
+	rep, stdout := runQuick(t, "starts real processes", "ingest-async,fanout-1")
 	if len(rep.Failures) > 0 {
 		t.Errorf("failures: %q", rep.Failures)
 	}
@@ -73,8 +56,8 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("no non-zero rows for %s", s)
 		}
 	}
-	if !strings.Contains(stdout.String(), "deliveries/s vs client→server loop") {
-		t.Errorf("table missing the fan-out row:\n%s", stdout.String())
+	if !strings.Contains(stdout, "deliveries/s vs client→server loop") {
+		t.Errorf("table missing the fan-out row:\n%s", stdout)
 	}
 }
 
@@ -82,27 +65,9 @@ func TestQuickRun(t *testing.T) {
 // was measured and that the burst lost nothing. Its performance targets
 // are results, not assertions: they must not gate CI. -short skips it.
 func TestQuickSidecar(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes; skipped with -short")
-	}
-	out := filepath.Join(t.TempDir(), "results.json")
-	args := []string{"-quick", "-scenarios", "sidecar", "-json", out}
-	if raceEnabled {
-		args = append(args, "-duration", "500ms", "-warmup", "200ms")
-	}
-	var stdout, stderr bytes.Buffer
-	start := time.Now()
-	code := run(args, &stdout, &stderr)
-	t.Logf("harness took %s, exit %d\n%s", time.Since(start).Round(time.Millisecond), code, stdout.String())
-	if code != 0 {
-		t.Logf("stderr:\n%s", stderr.String())
-	}
-	rep := readReport(t, out)
+	rep, stdout := runQuick(t, "starts real processes", "sidecar")
 	for _, f := range rep.Failures {
 		t.Errorf("failed: %s", f)
-	}
-	if code != 0 {
-		t.Errorf("exit %d", code)
 	}
 	targets := 0
 	for _, r := range rep.Rows {
@@ -118,7 +83,7 @@ func TestQuickSidecar(t *testing.T) {
 	// RSS and CPU at rest, CPU per event at both rates, peak RSS, 202 P50
 	// and P99, publish→receipt.
 	if targets < 8 {
-		t.Errorf("%d sidecar rows with a target, want at least 8:\n%s", targets, stdout.String())
+		t.Errorf("%d sidecar rows with a target, want at least 8:\n%s", targets, stdout)
 	}
 	accepted, delivered := rep.Extra["sidecar.burst.accepted"], rep.Extra["sidecar.burst.delivered_unique"]
 	if accepted <= 0 || delivered < accepted {
@@ -176,21 +141,7 @@ func TestSummarize(t *testing.T) {
 // cluster child, a fleet node, the bare-publisher baseline and the ratio
 // row. About 15 s; -short skips it.
 func TestQuickFleetIngest(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a JetStream cluster and a sidecar; skipped with -short")
-	}
-	out := filepath.Join(t.TempDir(), "results.json")
-	args := []string{"-quick", "-scenarios", "fleet-ingest", "-json", out}
-	if raceEnabled {
-		args = append(args, "-duration", "500ms", "-warmup", "200ms")
-	}
-	var stdout, stderr bytes.Buffer
-	start := time.Now()
-	if code := run(args, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
-	}
-	t.Logf("harness took %s\n%s", time.Since(start).Round(time.Millisecond), stdout.String())
-	rep := readReport(t, out)
+	rep, stdout := runQuick(t, "starts a JetStream cluster and a sidecar", "fleet-ingest")
 	if b := rep.Baselines[baseJSPublish]; b == nil || b.PerSec <= 0 || b.Extra["nats_cpu_us_per_publish"] <= 0 {
 		t.Errorf("baseline %s: %+v", baseJSPublish, b)
 	}
@@ -210,7 +161,7 @@ func TestQuickFleetIngest(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Errorf("no fleet-ingest row with a ratio against its target:\n%s", stdout.String())
+		t.Errorf("no fleet-ingest row with a ratio against its target:\n%s", stdout)
 	}
 }
 
@@ -219,22 +170,8 @@ func TestQuickFleetIngest(t *testing.T) {
 // that every row was measured, not what they measured: the scenario has no
 // targets. -short skips it.
 func TestQuickSidecarFleet(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a JetStream cluster and a sidecar; skipped with -short")
-	}
 	const name = "sidecar-fleet"
-	out := filepath.Join(t.TempDir(), "results.json")
-	args := []string{"-quick", "-scenarios", name, "-json", out}
-	if raceEnabled {
-		args = append(args, "-duration", "500ms", "-warmup", "200ms")
-	}
-	var stdout, stderr bytes.Buffer
-	start := time.Now()
-	if code := run(args, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
-	}
-	t.Logf("harness took %s\n%s", time.Since(start).Round(time.Millisecond), stdout.String())
-	rep := readReport(t, out)
+	rep, _ := runQuick(t, "starts a JetStream cluster and a sidecar", name)
 	for _, f := range rep.Failures {
 		t.Errorf("failed: %s", f)
 	}
@@ -284,6 +221,31 @@ func TestQuickSidecarFleet(t *testing.T) {
 }
 
 // readReport reads the -json report the harness wrote to path.
+// runQuick runs the harness with -quick on scenarios, as CI smokes it, and
+// returns the report and the printed table. It starts real processes, so
+// -short skips it (why says what it starts); a non-zero exit fails the
+// test.
+func runQuick(t *testing.T, why, scenarios string) (report, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why + "; skipped with -short")
+	}
+	out := filepath.Join(t.TempDir(), "results.json")
+	args := []string{"-quick", "-scenarios", scenarios, "-json", out}
+	if raceEnabled {
+		// The race detector slows the producers and the receiver several
+		// times over; shorter windows keep each test well under a minute.
+		args = append(args, "-duration", "500ms", "-warmup", "200ms")
+	}
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	t.Logf("harness took %s\n%s", time.Since(start).Round(time.Millisecond), stdout.String())
+	return readReport(t, out), stdout.String()
+}
+
 func readReport(t *testing.T, path string) report {
 	t.Helper()
 	b, err := os.ReadFile(path)
