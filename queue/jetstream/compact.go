@@ -35,7 +35,7 @@ import (
 // DefaultCompactInterval is how often a node compacts the stream at most.
 const DefaultCompactInterval = 5 * time.Second
 
-// retention is what Compact asks the delivery state (member.go): the
+// retention is what Compact asks the delivery state (floor.go): the
 // Store itself; a seam for the log side's tests.
 type retention interface {
 	// retentionFloor is the lowest seq any membership or retry still needs.

@@ -29,9 +29,12 @@
 // node whose lease was taken writes nothing (queue.ErrFenced).
 //
 // Files: jetstream.go opens and closes; stream.go sets up the event stream;
-// append.go and read.go are the log; state.go, retry.go, deadletter.go the
-// delivery state; records.go the admin API's records; lease.go and own.go
-// the fleet (heartbeats, rendezvous, leases); compact.go the retention.
+// append.go, follower.go, read.go and rangeread.go are the log; state.go
+// (with stateformat.go, stateread.go, statewrite.go), member.go, retry.go
+// and deadletter.go the delivery state; records.go the admin API's
+// records; own.go, heartbeat.go, watch.go and lease.go the fleet
+// (heartbeats, rendezvous, leases); floor.go and compact.go the
+// retention; snapshot.go the consistent reads.
 package jetstream
 
 import (
@@ -166,8 +169,10 @@ func (o *Options) withDefaults() {
 }
 
 // Store is a queue.Store and queue.Fleet on JetStream. Its parts are kept
-// apart by concern: logSide (append.go, read.go), stateSide (state.go,
-// retry.go, deadletter.go) and fleetSide (lease.go, own.go).
+// apart by concern: logSide (append.go, follower.go, read.go,
+// rangeread.go), stateSide (state.go and its state*.go, member.go,
+// floor.go, retry.go, deadletter.go) and fleetSide (own.go, heartbeat.go,
+// watch.go, lease.go).
 type Store struct {
 	opts Options
 	log  *slog.Logger

@@ -131,7 +131,7 @@ type stateSide struct {
 	mu    sync.Mutex
 	lanes map[string]*laneState
 
-	floor floorFollower // member.go
+	floor floorFollower // floor.go
 }
 
 // laneState is what this Store keeps about one subscription.
