@@ -34,7 +34,7 @@
 // and deadletter.go the delivery state; records.go the admin API's
 // records; own.go, heartbeat.go, watch.go and lease.go the fleet
 // (heartbeats, rendezvous, leases); floor.go and compact.go the
-// retention; snapshot.go the consistent reads.
+// retention; snapshot.go the lanes' statistics every node's admin API reads.
 package jetstream
 
 import (
