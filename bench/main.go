@@ -219,7 +219,7 @@ type harness struct {
 	seq  int // for nextID
 
 	// natsCl is the JetStream cluster of the fleet scenarios, started by
-	// the first of them (fleet.go); guarded by mu.
+	// the first of them (fleetcluster.go); guarded by mu.
 	natsCl *natsCluster
 	// badgerLat50 is the latency scenario's publish→receipt at 50% load,
 	// which fleet-latency compares with when both run.

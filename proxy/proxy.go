@@ -15,7 +15,10 @@
 //     rest waits in the log, not in memory.
 //
 // Where things are: ingest.go (the producer's POST), lane.go (one
-// subscription's consumption: gates, cursor, backlog quota), outcome.go
+// subscription's consumption, with lane_gates.go, lane_pump.go,
+// lane_read.go, lane_cursor.go and lane_status.go: what a delivery must
+// pass, starting deliveries, reading the log, the cursor and backlog
+// quota, the status), memory.go (the memory budget's shares), outcome.go
 // (decide, record, update: one attempt's resolution), dispatcher.go (the
 // lane set, reconciliation with the config, flushing, retirement,
 // compaction), engine.go with feed.go and slots.go (what the lanes share:
