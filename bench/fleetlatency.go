@@ -46,10 +46,7 @@ func (h *harness) scenarioFleetLatency(ctx context.Context, name string) error {
 		rate := capacity * float64(pct) / 100
 		w := h.targetWindow(ctx, f.target, wn, loadSpec{Conc: openWorkers, Rate: rate, Body: 512, Grace: openGrace},
 			winOpts{Receipt: true, Drain: h.drainTimeout()})
-		rc := w.Receipt
-		if rc == nil {
-			rc = &latSummary{}
-		}
+		rc := receiptOf(w)
 		at := fmt.Sprintf(" at %d%% (%.0f/s)", pct, rate)
 		p50 := r.add(name, "publish→receipt P50"+at, rc.P50, "ms").
 			note(fmt.Sprintf("%d samples; delivered %.0f/s; CPU %.0f µs per delivery (nodes), NATS %.0f µs", rc.N, w.DeliveriesPerSec, w.CPUPerDelivUs, w.NATSPerDelivUs))

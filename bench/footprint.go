@@ -19,9 +19,10 @@ const (
 	// sidecar within the target from one tick over it.
 	sidecarIdle = 5 * time.Second
 	// sidecarPaced is the length of the 1,000/s window (without -quick):
-	// Dapr's format runs 30 s, and memory peaks late, when the first
-	// memtables fill and flush (a 16 MiB memtable takes 16 s of 1 KB
-	// events at this rate), so a 5 s window would miss the peak.
+	// Dapr's format runs 30 s, and memory peaks late, once memtables have
+	// filled and flushed and compactions run (the fixed 16 MiB memtables
+	// of older builds took 16 s of 1 KB events to fill at this rate), so
+	// a 5 s window would miss the peak.
 	sidecarPaced = 30 * time.Second
 
 	// The burst: 10× the paced rate, on a sidecar with a memory budget.

@@ -247,10 +247,7 @@ func (h *harness) scenarioLatency(ctx context.Context, name string) error {
 		rate := capacity * float64(pct) / 100
 		w := h.sidecarWindow(ctx, sc, wn, loadSpec{Conc: openWorkers, Rate: rate, Body: 512, Grace: openGrace},
 			winOpts{Receipt: true, Drain: h.drainTimeout()})
-		rc := w.Receipt
-		if rc == nil {
-			rc = &latSummary{}
-		}
+		rc := receiptOf(w)
 		at := fmt.Sprintf(" at %d%% (%.0f/s)", pct, rate)
 		p50 := r.add(name, "publish→receipt P50"+at, rc.P50, "ms").note(fmt.Sprintf("%d samples; delivered %.0f/s", rc.N, w.DeliveriesPerSec))
 		p99 := r.add(name, "publish→receipt P99"+at, rc.P99, "ms").note(fmt.Sprintf("max %.1f ms; ingest 202 P99 %.2f ms%s", rc.Max, w.Load.Lat.P99, slipNote(w)))
@@ -404,10 +401,7 @@ func (h *harness) scenarioLanes(ctx context.Context, name string) error {
 	}
 	r.add(name, fmt.Sprintf("deliveries/s, %.0f events/s × %d active lanes", h.opts.lanesRate, active), w.DeliveriesPerSec, "/s").
 		vsValue("offered", offered).note(fmt.Sprintf("%d/%d active lanes delivered to; %d deliveries to idle lanes", got, active, stray))
-	rc := w.Receipt
-	if rc == nil {
-		rc = &latSummary{}
-	}
+	rc := receiptOf(w)
 	r.add(name, "publish→receipt P50 (steady)", rc.P50, "ms").note(fmt.Sprintf("P99 %.1f ms, max %.1f ms%s", rc.P99, rc.Max, slipNote(w)))
 	r.add(name, "sidecar CPU per delivery (steady)", w.CPUPerDelivUs, "µs")
 	if heap2, err := sc.liveHeap(); err == nil {
