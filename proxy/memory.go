@@ -36,7 +36,7 @@ type MemoryShares struct {
 // SplitMemory divides total bytes among the parts. The shares are
 // bounds, not reservations: an idle sidecar uses a fraction of each.
 //
-//	memtable     1/16  (two of them, each an arena of about 1.3×: ~1/6)
+//	memtable     1/16  (one written, one flushing: arenas of about 1.3× each, ~1/6)
 //	ring         1/16
 //	gate         1/8   (only under a burst)
 //	id filter    1/32

@@ -26,16 +26,23 @@ var cgroupMemoryFiles = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/me
 // setMemoryLimit sets the Go soft memory limit from the container's cgroup
 // limit unless GOMEMLIMIT is set, and returns the limit set (0: none).
 func setMemoryLimit(files []string) int64 {
-	if os.Getenv("GOMEMLIMIT") != "" {
+	return softLimit(containerShare(files))
+}
+
+// containerShare is memLimitShare of the container's memory limit; 0
+// without one.
+func containerShare(files []string) int64 {
+	return int64(float64(cgroupMemoryLimit(files)) * memLimitShare)
+}
+
+// softLimit sets the Go soft memory limit to n unless n is 0 or
+// GOMEMLIMIT is set (the operator's word wins), and returns the limit set.
+func softLimit(n int64) int64 {
+	if n <= 0 || os.Getenv("GOMEMLIMIT") != "" {
 		return 0
 	}
-	limit := cgroupMemoryLimit(files)
-	if limit <= 0 {
-		return 0
-	}
-	soft := int64(float64(limit) * memLimitShare)
-	debug.SetMemoryLimit(soft)
-	return soft
+	debug.SetMemoryLimit(n)
+	return n
 }
 
 // memoryBudget is the sidecar's memory budget (memory_bytes) and where it
@@ -58,16 +65,13 @@ type memoryBudget struct {
 func applyMemoryBudget(configured int64, files []string) memoryBudget {
 	b := memoryBudget{bytes: configured, from: "memory_bytes"}
 	if b.bytes == 0 {
-		if limit := cgroupMemoryLimit(files); limit > 0 {
-			b.bytes, b.from = max(int64(float64(limit)*memLimitShare), proxy.MinMemoryBytes), "container limit"
+		if share := containerShare(files); share > 0 {
+			b.bytes, b.from = max(share, proxy.MinMemoryBytes), "container limit"
 		} else {
-			b.bytes, b.from = proxy.DefaultMemoryBytes, "default"
+			return memoryBudget{bytes: proxy.DefaultMemoryBytes, from: "default"}
 		}
 	}
-	if b.from != "default" && os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(b.bytes)
-		b.goLimit = b.bytes
-	}
+	b.goLimit = softLimit(b.bytes)
 	return b
 }
 

@@ -163,18 +163,19 @@ type Options struct {
 // Memory is what the log may keep in memory, part by part. The server
 // derives it from its one memory budget (proxy.SplitMemory).
 type Memory struct {
-	// MemTable is the size of one memtable. Badger keeps two: the one
-	// being written and the one being flushed; each is an arena of about
-	// 1.3 times this on the heap, and its write-ahead file (mapped, twice
-	// this) is what a sync flushes.
+	// MemTable is the size of one memtable: the one being written and,
+	// while flushes lag behind it, up to two more waiting for theirs
+	// (NumMemtables). Each is an arena of about 1.3 times this on the
+	// heap, and its write-ahead file (mapped, twice this) is what a sync
+	// flushes.
 	MemTable int64
-	// BlockCache caches table blocks read back; negative: none. Lanes
+	// BlockCache caches table blocks read back. Lanes
 	// that keep up read events from the server's ring, not the log; only
 	// a lane behind reads blocks, once each, so the cache mostly serves
 	// the retry scheduler's and the dead letters' re-reads.
 	BlockCache int64
 	// IndexCache bounds the tables' indexes and Bloom filters held in
-	// memory; negative: no bound (all are kept).
+	// memory.
 	IndexCache int64
 	// IDFilter bounds the Bloom filter of recent event ids that spares
 	// most appends a dedup lookup (idfilter.go).
@@ -311,11 +312,12 @@ func Open(opts Options) (_ *Log, err error) {
 		WithNumVersionsToKeep(1).
 		WithDetectConflicts(false).
 		WithMemTableSize(mem.MemTable).
-		// Two: one written while the other is flushed. A third would
-		// only let a burst run further ahead of the flush, on the heap.
+		// At most two memtables wait for their flush beside the one
+		// written (Badger's default is five): more would only let a burst
+		// run further ahead of the flush, on the heap.
 		WithNumMemtables(2).
-		WithBlockCacheSize(max(mem.BlockCache, 0)).
-		WithIndexCacheSize(max(mem.IndexCache, 0)).
+		WithBlockCacheSize(mem.BlockCache).
+		WithIndexCacheSize(mem.IndexCache).
 		WithValueThreshold(valueThreshold).
 		WithNumCompactors(2).
 		WithValueLogFileSize(vlogSize).
