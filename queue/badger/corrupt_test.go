@@ -68,8 +68,9 @@ const (
 	// corruptSettleEnv makes the child wait until its indexer has written
 	// every event's id before it says "ready", so that nothing writes to
 	// the dir after that (the indexer lingers after the last append).
-	// Without it the parent may kill the child with the log's tail not
-	// yet indexed, as a crash does.
+	// Without it the child holds its index back (HoldIndex), so that the
+	// kill always leaves the log's tail unindexed, as a crash within the
+	// linger does, and Open must index it from the damaged files.
 	corruptSettleEnv = "SLUICE_QUEUE_CORRUPT_CHILD_SETTLE"
 )
 
@@ -80,6 +81,10 @@ func init() {
 	dir := os.Getenv(corruptChildEnv)
 	if dir == "" {
 		return
+	}
+	settle := os.Getenv(corruptSettleEnv) != ""
+	if !settle {
+		badger.HoldIndex()
 	}
 	q, err := badger.Open(badger.Options{Dir: dir, Sync: true})
 	if err != nil {
@@ -92,7 +97,7 @@ func init() {
 			os.Exit(2)
 		}
 	}
-	for os.Getenv(corruptSettleEnv) != "" && !badger.IndexedAll(q) {
+	for settle && !badger.IndexedAll(q) {
 		time.Sleep(time.Millisecond) // polling an atomic: nothing signals it
 	}
 	fmt.Println("ready")

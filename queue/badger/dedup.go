@@ -132,8 +132,8 @@ func (l *Log) queueIndex(events []*queue.Event, expires int64) {
 // the three transactions per event were the append and its index entry.
 // Nothing waits on the index: until it is written the committer's recent
 // ids answer for the events (dedup.go), and Compact and Close index what
-// is queued themselves.
-const indexLinger = 50 * time.Millisecond
+// is queued themselves. A variable only so tests can hold the index back.
+var indexLinger = 50 * time.Millisecond
 
 // indexer writes queued i/ entries until stop is closed; Close indexes
 // what is left after the committer has stopped.
