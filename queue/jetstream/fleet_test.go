@@ -195,17 +195,24 @@ func (f *fleet) open(id string, urls ...string) *jetstream.Store {
 	return s
 }
 
-func (f *fleet) openOnly(id string, urls ...string) *jetstream.Store {
-	f.t.Helper()
+// options are node id's store options, through urls (the cluster's by
+// default), with a registry of its own, returned beside them.
+func (f *fleet) options(id string, urls []string) (jetstream.Options, *prometheus.Registry) {
 	if len(urls) == 0 {
 		urls = cluster.URLs()
 	}
 	reg := prometheus.NewRegistry()
-	s, err := jetstream.OpenFleet(f.t, jetstream.Options{
+	return jetstream.Options{
 		URLs: urls, Stream: f.stream, Replicas: 3, NodeID: id,
 		LeaseTTL: f.ttl, RequestTimeout: 2 * time.Second, Registerer: reg,
 		Logger: f.log.With("store", id),
-	})
+	}, reg
+}
+
+func (f *fleet) openOnly(id string, urls ...string) *jetstream.Store {
+	f.t.Helper()
+	o, reg := f.options(id, urls)
+	s, err := jetstream.OpenFleet(f.t, o)
 	if err != nil {
 		f.t.Fatalf("open %s: %v", id, err)
 	}
@@ -225,15 +232,8 @@ func (f *fleet) openOnly(id string, urls ...string) *jetstream.Store {
 // cluster's by default), and makes it Own with the recorder.
 func (f *fleet) openWhole(id string, urls ...string) *jetstream.Store {
 	f.t.Helper()
-	if len(urls) == 0 {
-		urls = cluster.URLs()
-	}
-	reg := prometheus.NewRegistry()
-	s, err := jetstream.Open(jetstream.Options{
-		URLs: urls, Stream: f.stream, Replicas: 3, NodeID: id,
-		LeaseTTL: f.ttl, RequestTimeout: 2 * time.Second, Registerer: reg,
-		Logger: f.log.With("store", id),
-	})
+	o, reg := f.options(id, urls)
+	s, err := jetstream.Open(o)
 	if err != nil {
 		f.t.Fatalf("open %s: %v", id, err)
 	}
