@@ -13,10 +13,11 @@ import (
 const (
 	// DefaultMemoryBytes is the budget of a sidecar that sets none and
 	// runs without a container memory limit. 64 MiB, not less: at 32 MiB
-	// (2 MiB memtables, a 2 MiB ring) saturated ingest fell by a quarter
-	// against the fixed sizes before the budget (bench ingest-fsync,
-	// interleaved runs: 0.24× the no-op server against 0.32×), at 64 MiB
-	// it held (0.31×), and so did fan-out 10.
+	// (2 MiB memtables, a 2 MiB ring) saturated ingest fell by up to a
+	// quarter against the fixed sizes before the budget (bench
+	// ingest-fsync, interleaved rounds on a busy machine: 0.24× the no-op
+	// server against 0.32×); at 64 MiB it held, and so did fan-out 10
+	// (docs/benchmarks.md, "Sidecar footprint").
 	DefaultMemoryBytes = 64 << 20
 	// MinMemoryBytes is the smallest budget accepted: below it the
 	// memtables are too small for the log's batches of 1 MiB events.
@@ -43,15 +44,15 @@ type MemoryShares struct {
 //	block cache  1/32
 //	index cache  1/64
 //
-// What a steady load keeps live (memtables, ring, filter, caches) is about
-// a third of the budget, so that the collector's usual target of twice
-// the live heap stays within it: with the shares twice as large, a sidecar
-// at 1,000 events/s under a soft limit of its 32 MiB budget spent 838 µs
-// of CPU per event collecting, against 307 µs without the limit. The rest
-// is for what scales with the load rather than with a setting
-// (connections' buffers, goroutine stacks, requests in flight, the lanes'
-// own state: about 1 KiB per subscription) and for the runtime.
-// (That measurement was at 32 MiB with the shares twice these.)
+// What a steady load keeps live of these (memtables, ring, filter,
+// caches) is about a third of the budget, so that the collector's usual
+// target of twice the live heap stays within it: with every share twice
+// this, a sidecar at 1,000 events/s under a soft limit of its 32 MiB
+// budget spent 838 µs of CPU per event collecting, against 307 µs without
+// the limit. The rest is for what scales with the load rather than with a
+// setting (connections' buffers, goroutine stacks, requests in flight,
+// the lanes' own state: about 1 KiB per subscription), for Badger's
+// table builders, which no option bounds, and for the runtime.
 //
 // Each share is clamped: a memtable of at least 1 MiB (a batch must fit
 // in 15% of it, Badger's transaction limit); and no share above the
