@@ -19,7 +19,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/egress"
 )
 
 // The platform and the assumptions of the model. The endpoint latencies
@@ -225,7 +225,7 @@ func (h *harness) addModel() {
 	}
 	// Sockets: by Little's law a host answering in L seconds holds
 	// rate × L connections; one sluice process caps them per host.
-	cap := float64(proxy.DefaultMaxConnsPerHost)
+	cap := float64(egress.DefaultMaxConnsPerHost)
 	for _, l := range modelLatencies {
 		r.add(name, fmt.Sprintf("deliveries/s one node sends to one host answering in %.0f ms", l*1e3), cap/l, "/s").
 			note(fmt.Sprintf("max_conns_per_host %d ÷ latency (Little's law); a host past this takes more of its subscriptions' lanes on other nodes, or a higher cap", int(cap)))

@@ -56,6 +56,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/jetstream"
 	"github.com/sluicehq/sluice/signing"
@@ -115,7 +116,7 @@ type Config struct {
 	// first SIGTERM. Default proxy.DefaultShutdownGrace.
 	ShutdownGrace time.Duration `koanf:"shutdown_grace"`
 	// MaxConnsPerHost caps outbound connections per endpoint host. Default
-	// proxy.DefaultMaxConnsPerHost.
+	// egress.DefaultMaxConnsPerHost.
 	MaxConnsPerHost int `koanf:"max_conns_per_host"`
 	// MaxInFlight caps concurrent outbound requests of the whole process.
 	// Default proxy.DefaultMaxInFlight.
@@ -521,7 +522,7 @@ type SubscriptionConfig struct {
 	// Egress, when set, replaces the top-level egress for this
 	// subscription whole; TLS sets the client certificate, CAs and name
 	// of its https connections; Auth adds OAuth2 bearer tokens
-	// (egress.go). The files they name are read and checked by Validate.
+	// (package proxy/egress). The files they name are read and checked by Validate.
 	Egress EgressConfig      `koanf:"egress"`
 	TLS    EndpointTLSConfig `koanf:"tls"`
 	Auth   AuthConfig        `koanf:"auth"`
@@ -675,7 +676,7 @@ func Default() *Config {
 		},
 		DedupWindow:      queue.DefaultDedupWindow,
 		ShutdownGrace:    proxy.DefaultShutdownGrace,
-		MaxConnsPerHost:  proxy.DefaultMaxConnsPerHost,
+		MaxConnsPerHost:  egress.DefaultMaxConnsPerHost,
 		MaxInFlight:      proxy.DefaultMaxInFlight,
 		MinFreeDiskBytes: queue.DefaultMinFreeBytes,
 		LogLevel:         defaultLogLevel,

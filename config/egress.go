@@ -9,13 +9,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/egress"
 )
 
 // Egress and endpoint authentication: the forward proxy
 // deliveries leave through, a subscription's client certificate and CAs,
 // and its OAuth2 client credentials. The files named are read and checked
-// here with the proxy's own loaders (proxy.CheckEgress, CheckClientTLS,
+// here with the proxy's own loaders (egress.CheckEgress, CheckClientTLS,
 // CheckOAuth2), so a bad file is refused at start-up and at reload with
 // its key named; the proxy reads them again when it uses them, and when
 // they change.
@@ -46,7 +46,7 @@ type EgressConfig struct {
 }
 
 // EndpointTLSConfig is a subscription's TLS to its https endpoint
-// (proxy.ClientTLS). Every file must exist and parse; the client
+// (egress.ClientTLS). Every file must exist and parse; the client
 // certificate and key go together and match, and the certificate must not
 // have expired.
 type EndpointTLSConfig struct {
@@ -69,7 +69,7 @@ type AuthConfig struct {
 	OAuth2 OAuth2Config `koanf:"oauth2"`
 }
 
-// OAuth2Config is an OAuth 2.0 client-credentials grant (proxy.OAuth2).
+// OAuth2Config is an OAuth 2.0 client-credentials grant (egress.OAuth2).
 // TokenURL, ClientID and ClientSecretFile are required together.
 type OAuth2Config struct {
 	// TokenURL is the token endpoint: https, or http on a loopback host.
@@ -94,24 +94,24 @@ func (e EgressConfig) isZero() bool {
 
 // ProxyEgress returns the top-level egress as the proxy takes it, or nil
 // for direct delivery.
-func (c *Config) ProxyEgress() *proxy.Egress {
+func (c *Config) ProxyEgress() *egress.Egress {
 	if c.Egress.Proxy == "" {
 		return nil
 	}
 	return c.Egress.proxy()
 }
 
-func (e EgressConfig) proxy() *proxy.Egress {
+func (e EgressConfig) proxy() *egress.Egress {
 	if e.Direct {
-		return &proxy.Egress{}
+		return &egress.Egress{}
 	}
-	return &proxy.Egress{Proxy: e.Proxy, CredentialsFile: e.ProxyCredentialsFile, CAFile: e.ProxyCAFile, NoProxy: e.NoProxy}
+	return &egress.Egress{Proxy: e.Proxy, CredentialsFile: e.ProxyCredentialsFile, CAFile: e.ProxyCAFile, NoProxy: e.NoProxy}
 }
 
 // ProxyEgress returns the subscription's own egress as the proxy takes it
 // (a Proxy of "" for direct: true), or nil when it has none and the
 // top-level egress applies.
-func (s *SubscriptionConfig) ProxyEgress() *proxy.Egress {
+func (s *SubscriptionConfig) ProxyEgress() *egress.Egress {
 	if !s.hasEgress() {
 		return nil
 	}
@@ -123,22 +123,22 @@ func (s *SubscriptionConfig) hasEgress() bool { return !s.Egress.isZero() || s.e
 
 // ClientTLS returns the subscription's TLS settings as the proxy takes
 // them, or nil for the defaults.
-func (s *SubscriptionConfig) ClientTLS() *proxy.ClientTLS {
+func (s *SubscriptionConfig) ClientTLS() *egress.ClientTLS {
 	t := s.TLS
 	if t == (EndpointTLSConfig{}) {
 		return nil
 	}
-	return &proxy.ClientTLS{CertFile: t.ClientCertFile, KeyFile: t.ClientKeyFile, CAFile: t.CAFile, ServerName: t.ServerName}
+	return &egress.ClientTLS{CertFile: t.ClientCertFile, KeyFile: t.ClientKeyFile, CAFile: t.CAFile, ServerName: t.ServerName}
 }
 
 // OAuth2 returns the subscription's OAuth2 grant as the proxy takes it, or
 // nil for none.
-func (s *SubscriptionConfig) OAuth2() *proxy.OAuth2 {
+func (s *SubscriptionConfig) OAuth2() *egress.OAuth2 {
 	o := s.Auth.OAuth2
 	if o.isZero() {
 		return nil
 	}
-	return &proxy.OAuth2{TokenURL: o.TokenURL, ClientID: o.ClientID, ClientSecretFile: o.ClientSecretFile, Scopes: o.Scopes}
+	return &egress.OAuth2{TokenURL: o.TokenURL, ClientID: o.ClientID, ClientSecretFile: o.ClientSecretFile, Scopes: o.Scopes}
 }
 
 func (o OAuth2Config) isZero() bool {
@@ -192,12 +192,12 @@ func (e EgressConfig) validate(p string, sub bool, explicitProxy bool) error {
 			return fieldErr(fmt.Sprintf("%s.no_proxy[%d]", p, i), h, invalidf(`must be a host name, ".suffix", an IP address, a CIDR prefix or "*" (no scheme, no port)`))
 		}
 	}
-	return fileErr(p, proxy.CheckEgress(proxy.Egress{Proxy: e.Proxy, CredentialsFile: e.ProxyCredentialsFile, CAFile: e.ProxyCAFile}))
+	return fileErr(p, egress.CheckEgress(egress.Egress{Proxy: e.Proxy, CredentialsFile: e.ProxyCredentialsFile, CAFile: e.ProxyCAFile}))
 }
 
 var hostLabels = regexp.MustCompile(`^\.?[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*\.?$`)
 
-// validNoProxy accepts the forms proxy.Egress.NoProxy matches.
+// validNoProxy accepts the forms egress.Egress.NoProxy matches.
 func validNoProxy(h string) bool {
 	switch {
 	case h == "*":
@@ -218,7 +218,7 @@ func fileErr(p string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var fe *proxy.FileError
+	var fe *egress.FileError
 	if errors.As(err, &fe) {
 		return fieldErr(p+"."+fe.Key, fe.Path, &reason{kind: ErrInvalidValue, msg: fe.Err.Error(), cause: err})
 	}
@@ -256,7 +256,7 @@ func (s *SubscriptionConfig) validateTLS(p string) error {
 	if n := t.ServerName; n != "" && !validServerName(n) {
 		return fieldErr(p+".server_name", n, invalidf("must be a host name or an IP address, without a port"))
 	}
-	return fileErr(p, proxy.CheckClientTLS(*s.ClientTLS(), time.Now()))
+	return fileErr(p, egress.CheckClientTLS(*s.ClientTLS(), time.Now()))
 }
 
 func validServerName(n string) bool {
@@ -295,7 +295,7 @@ func (s *SubscriptionConfig) validateAuth(p string) error {
 			return fieldErr(strings.TrimSuffix(p, ".auth.oauth2")+".headers["+name+"]", nil, newReason(ErrConflict, "auth.oauth2 sets Authorization itself"))
 		}
 	}
-	return fileErr(p, proxy.CheckOAuth2(*s.OAuth2()))
+	return fileErr(p, egress.CheckOAuth2(*s.OAuth2()))
 }
 
 // validScope is RFC 6749 §3.3's scope-token: %x21 / %x23-5B / %x5D-7E.

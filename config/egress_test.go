@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/egress"
 )
 
 // Egress, tls and auth: each bad value is refused with its key
@@ -185,7 +185,7 @@ subscriptions:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &proxy.Egress{Proxy: "http://proxy.internal:3128", CredentialsFile: files["creds"], NoProxy: []string{"internal.example.com", ".svc.cluster.local", "10.0.0.0/8"}}
+	want := &egress.Egress{Proxy: "http://proxy.internal:3128", CredentialsFile: files["creds"], NoProxy: []string{"internal.example.com", ".svc.cluster.local", "10.0.0.0/8"}}
 	if got := cfg.ProxyEgress(); !reflect.DeepEqual(got, want) {
 		t.Errorf("top-level egress %+v, want %+v", got, want)
 	}
@@ -193,13 +193,13 @@ subscriptions:
 	if a.ProxyEgress() != nil || d.ProxyEgress() != nil {
 		t.Error("subscriptions without egress must take the top-level one (nil)")
 	}
-	if e := b.ProxyEgress(); e == nil || !reflect.DeepEqual(*e, proxy.Egress{}) {
+	if e := b.ProxyEgress(); e == nil || !reflect.DeepEqual(*e, egress.Egress{}) {
 		t.Errorf("direct: %+v, want an Egress without proxy", e)
 	}
 	if e := c.ProxyEgress(); e == nil || e.Proxy != "https://other-proxy:8443" || e.CAFile != files["ca"] || e.NoProxy != nil {
 		t.Errorf("own proxy: %+v", e)
 	}
-	if got := a.ClientTLS(); *got != (proxy.ClientTLS{CertFile: files["cert"], KeyFile: files["key"], CAFile: files["ca"], ServerName: "hooks.internal"}) {
+	if got := a.ClientTLS(); *got != (egress.ClientTLS{CertFile: files["cert"], KeyFile: files["key"], CAFile: files["ca"], ServerName: "hooks.internal"}) {
 		t.Errorf("tls %+v", got)
 	}
 	if got := a.OAuth2(); got == nil || got.ClientID != "sluice" || got.ClientSecretFile != files["secret"] || !reflect.DeepEqual(got.Scopes, []string{"webhooks"}) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
 )
@@ -67,7 +68,7 @@ func deliverFixture(tb testing.TB, url string, size int) (*engine, *Subscription
 		Headers: map[string]string{"X-Tenant": "acme"}}
 	ev := &queue.Event{ID: "01JC8Z4Q9Y3W2V1T0S9R8Q7P6N", Type: "bench.event", ContentType: "application/json",
 		AcceptedAt: time.Now(), Body: []byte(strings.Repeat("x", size))}
-	e := &engine{client: newClient(DefaultMaxConnsPerHost, true), now: time.Now}
+	e := &engine{client: egress.NewClient(egress.DefaultMaxConnsPerHost, true), now: time.Now}
 	return e, sub, ev
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/egress"
 )
 
 // TestDeliverWritesOnce: a delivery of a typical body (900 B)
@@ -86,7 +87,7 @@ func TestDeliverHostCapHolds(t *testing.T) {
 	const hostCap, n = 4, 24
 	r := newBlockingReceiver(t)
 	e, sub, ev := deliverFixture(t, r.url, 512)
-	e.client = newClient(hostCap, true)
+	e.client = egress.NewClient(hostCap, true)
 	t.Cleanup(e.client.CloseIdleConnections)
 	var wg sync.WaitGroup
 	results := make([]result, n)
@@ -117,7 +118,7 @@ func TestDeliverHostCapHolds(t *testing.T) {
 func TestDeliverHostCapWaitTimesOut(t *testing.T) {
 	r := newBlockingReceiver(t)
 	e, sub, ev := deliverFixture(t, r.url, 512)
-	e.client = newClient(1, true)
+	e.client = egress.NewClient(1, true)
 	t.Cleanup(e.client.CloseIdleConnections)
 	first := make(chan result, 1)
 	go func() {

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -244,6 +245,19 @@ func (d *dispatcher) laneList() []*lane {
 		}
 	}
 	return d.laneSlice
+}
+
+// bindings yields the egress binding of every lane's subscription, for
+// the egress routes' sweep: what no lane holds is dropped.
+func (d *dispatcher) bindings(yield func(egress.Binding) bool) {
+	for _, l := range d.laneList() {
+		l.mu.Lock()
+		b := l.sub.binding
+		l.mu.Unlock()
+		if !yield(b) {
+			return
+		}
+	}
 }
 
 func (d *dispatcher) lane(id string) *lane {

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/egress"
 )
 
 // BenchmarkEgress is the cost of a proxy hop and of TLS, in one run:
@@ -61,13 +62,13 @@ func BenchmarkEgress(b *testing.B) {
 			sb := sub("bench", scheme+"://"+ln.Addr().String()+"/hook")
 			sb.MaxConcurrency = 32
 			if c.tls {
-				sb.TLS = &proxy.ClientTLS{CAFile: caFile}
+				sb.TLS = &egress.ClientTLS{CAFile: caFile}
 			}
 			opts := proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: b.TempDir(), Sync: true,
 				Subscriptions: []*proxy.Subscription{sb}, Logger: quietLogger()}
 			if c.proxied {
 				px := startTestProxy(b, "", "")
-				opts.Egress = &proxy.Egress{Proxy: px.URL()}
+				opts.Egress = &egress.Egress{Proxy: px.URL()}
 			}
 			s := proxy.New(opts)
 			if err := s.Open(); err != nil {

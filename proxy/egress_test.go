@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/egress"
 )
 
 // Egress through a forward proxy, against a forward proxy the
@@ -29,9 +30,9 @@ func TestEgressHTTPSThroughProxyUsesCONNECT(t *testing.T) {
 	px := startTestProxy(t, "sluice", "s3cret")
 	dir := t.TempDir()
 	sb := sub("https", ep.URL+"/hook")
-	sb.TLS = &proxy.ClientTLS{CAFile: writeTemp(t, dir, "ca.pem", ca.pem)}
+	sb.TLS = &egress.ClientTLS{CAFile: writeTemp(t, dir, "ca.pem", ca.pem)}
 	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb},
-		Egress: &proxy.Egress{Proxy: px.URL(), CredentialsFile: writeTemp(t, dir, "proxy-credentials", []byte("sluice:s3cret\n"))}}, true)
+		Egress: &egress.Egress{Proxy: px.URL(), CredentialsFile: writeTemp(t, dir, "proxy-credentials", []byte("sluice:s3cret\n"))}}, true)
 
 	publish(t, s, "t", "e", 20)
 	eventually(t, "20 deliveries", func() bool { return lane(s, "https").Delivered == 20 })
@@ -65,7 +66,7 @@ func TestEgressHTTPThroughProxyUsesAbsoluteForm(t *testing.T) {
 	px := startTestProxy(t, "sluice", "s3cret")
 	sb := sub("plain", ep.URL+"/hook?tenant=a")
 	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb},
-		Egress: &proxy.Egress{Proxy: px.URL(), CredentialsFile: writeTemp(t, t.TempDir(), "creds", []byte("sluice:s3cret"))}}, true)
+		Egress: &egress.Egress{Proxy: px.URL(), CredentialsFile: writeTemp(t, t.TempDir(), "creds", []byte("sluice:s3cret"))}}, true)
 
 	publish(t, s, "t", "e", 10)
 	eventually(t, "10 deliveries", func() bool { return lane(s, "plain").Delivered == 10 })
@@ -100,11 +101,11 @@ func TestEgressNoProxyHostGoesDirect(t *testing.T) {
 	// Private targets allowed: the direct path keeps the real guard.
 	listed := sub("listed", ep.URL+"/listed")
 	own := sub("own", ep.URL+"/own")
-	own.Egress = &proxy.Egress{} // direct
+	own.Egress = &egress.Egress{} // direct
 	proxied := sub("proxied", ep.URL+"/proxied")
-	proxied.Egress = &proxy.Egress{Proxy: px.URL()} // its own, without the top level's no_proxy
+	proxied.Egress = &egress.Egress{Proxy: px.URL()} // its own, without the top level's no_proxy
 	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{listed, own, proxied},
-		Egress: &proxy.Egress{Proxy: px.URL(), NoProxy: []string{"example.com", guardedAddr.String()}}}, false)
+		Egress: &egress.Egress{Proxy: px.URL(), NoProxy: []string{"example.com", guardedAddr.String()}}}, false)
 
 	publish(t, s, "t", "e", 5)
 	eventually(t, "15 deliveries", func() bool {
@@ -148,7 +149,7 @@ func TestEgressGuardRefusesTargetThroughProxy(t *testing.T) {
 		sb.Retry, sb.Breaker = fastRetry(2), noBreaker
 		subs = append(subs, sb)
 	}
-	s := startEgressServer(t, proxy.Options{Subscriptions: subs, Egress: &proxy.Egress{Proxy: px.URL()}}, true)
+	s := startEgressServer(t, proxy.Options{Subscriptions: subs, Egress: &egress.Egress{Proxy: px.URL()}}, true)
 	publish(t, s, "t", "e", 2)
 	for _, sb := range subs {
 		checkDeadLetters(t, deadLettered(t, s, sb.ID, 2), "forbidden_target", 2)
@@ -174,11 +175,11 @@ func TestEgressProxyAuthRequired(t *testing.T) {
 	}}, rec)
 	px := startTestProxy(t, "sluice", "s3cret")
 	a, b := sub("http", plain.URL+"/hook"), sub("https", secure.URL+"/hook")
-	b.TLS = &proxy.ClientTLS{CAFile: writeTemp(t, t.TempDir(), "ca.pem", ca.pem)}
+	b.TLS = &egress.ClientTLS{CAFile: writeTemp(t, t.TempDir(), "ca.pem", ca.pem)}
 	for _, sb := range []*proxy.Subscription{a, b} {
 		sb.Retry, sb.Breaker = fastRetry(2), noBreaker
 	}
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{a, b}, Egress: &proxy.Egress{Proxy: px.URL()}}, true)
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{a, b}, Egress: &egress.Egress{Proxy: px.URL()}}, true)
 	publish(t, s, "t", "e", 2)
 	checkDeadLetters(t, deadLettered(t, s, "http", 2), "proxy_auth", 2)
 	checkDeadLetters(t, deadLettered(t, s, "https", 2), "proxy_auth", 2)
@@ -198,7 +199,7 @@ func TestEgressProxyDown(t *testing.T) {
 	ln.Close()
 	sb := sub("down", "http://"+guardedAddr.String()+":9/hook")
 	sb.Retry, sb.Breaker = fastRetry(2), noBreaker
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Egress: &proxy.Egress{Proxy: "http://" + addr}}, true)
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Egress: &egress.Egress{Proxy: "http://" + addr}}, true)
 	publish(t, s, "t", "e", 1)
 	checkDeadLetters(t, deadLettered(t, s, "down", 1), "proxy", 2)
 }

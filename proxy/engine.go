@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -33,11 +34,11 @@ type engine struct {
 	log     *slog.Logger
 	now     func() time.Time
 	client  *fasthttp.Client
-	gates   hostGates     // deliver.go: the wait for client's per-host cap
-	egress  *egress       // routes and tokens of the subscriptions that need more than client (egress.go)
-	quit    chan struct{} // closed at stop
-	ops     *operational  // the operational webhook; nil when not configured
-	trace   tracer        // tracing.go: trace headers and spans of attempts
+	gates   hostGates      // deliver.go: the wait for client's per-host cap
+	routes  *egress.Routes // routes and tokens of the subscriptions that need more than client
+	quit    chan struct{}  // closed at stop
+	ops     *operational   // the operational webhook; nil when not configured
+	trace   tracer         // tracing.go: trace headers and spans of attempts
 	// bulkheads are the tenants' concurrency caps, by tenant (nil: none):
 	// the listed tenants' made before any lane, an unlisted tenant's with
 	// defaultBulkhead when its first lane asks (bulkheadOf).

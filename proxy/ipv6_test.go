@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -124,7 +125,7 @@ func TestEgressProxyOnIPv6(t *testing.T) {
 	px := startTestProxyOn(t, ipv6Loopback, "", "")
 	sb := sub("via-v6", ep.URL+"/hook")
 	sb.Retry = fastRetry(2)
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Egress: &proxy.Egress{Proxy: px.URL()}}, true)
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Egress: &egress.Egress{Proxy: px.URL()}}, true)
 
 	publish(t, s, "t", "e", 3)
 	settled(t, s, "via-v6", 3)

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -159,7 +160,11 @@ func (l *lane) setPolicies(sub *Subscription) {
 			sub.Retry.MaxAge = bound.MaxAge
 		}
 	}
-	l.e.egress.attach(sub) // its route and token too
+	// Its route and token too; written only when it changes, like the
+	// bulkhead (a Subscription handed over again is being read).
+	if b := l.e.routes.Attach(egress.Settings{ID: sub.ID, URL: sub.URL, Egress: sub.Egress, TLS: sub.TLS, Auth: sub.Auth}, sub.binding); b != sub.binding {
+		sub.binding = b
+	}
 	if sub.SecretExpiry != nil {
 		l.e.rotating.Store(true)
 	}

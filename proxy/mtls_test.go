@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/egress"
 )
 
 // Client certificates (mTLS) and HTTPS delivery in general,
@@ -45,9 +46,9 @@ func newMTLSFixture(t *testing.T) *mtlsFixture {
 // clientFiles writes a client certificate for cn, signed by ca, and its
 // key to the fixture's cert.pem and key.pem (replacing them), and returns
 // the subscription's TLS settings naming them.
-func (f *mtlsFixture) clientFiles(t *testing.T, ca *testCA, cn string) *proxy.ClientTLS {
+func (f *mtlsFixture) clientFiles(t *testing.T, ca *testCA, cn string) *egress.ClientTLS {
 	c, k := ca.issue(t, leaf{cn: cn, client: true})
-	return &proxy.ClientTLS{CertFile: writeTemp(t, f.dir, "cert.pem", c), KeyFile: writeTemp(t, f.dir, "key.pem", k), CAFile: f.caFile}
+	return &egress.ClientTLS{CertFile: writeTemp(t, f.dir, "cert.pem", c), KeyFile: writeTemp(t, f.dir, "key.pem", k), CAFile: f.caFile}
 }
 
 // TestMTLSClientCertificateRequired: an endpoint that requires a client
@@ -59,11 +60,11 @@ func TestMTLSClientCertificateRequired(t *testing.T) {
 	with := sub("with", f.ep.URL+"/with")
 	with.TLS = f.clientFiles(t, f.clientCA, "client-1")
 	without := sub("without", f.ep.URL+"/without")
-	without.TLS = &proxy.ClientTLS{CAFile: f.caFile}
+	without.TLS = &egress.ClientTLS{CAFile: f.caFile}
 	stranger := sub("stranger", f.ep.URL+"/stranger")
 	other := newTestCA(t, "another CA")
 	c, k := other.issue(t, leaf{cn: "stranger", client: true})
-	stranger.TLS = &proxy.ClientTLS{CertFile: writeTemp(t, f.dir, "s-cert.pem", c), KeyFile: writeTemp(t, f.dir, "s-key.pem", k), CAFile: f.caFile}
+	stranger.TLS = &egress.ClientTLS{CertFile: writeTemp(t, f.dir, "s-cert.pem", c), KeyFile: writeTemp(t, f.dir, "s-key.pem", k), CAFile: f.caFile}
 	for _, sb := range []*proxy.Subscription{without, stranger} {
 		sb.Retry, sb.Breaker = fastRetry(2), noBreaker
 	}
@@ -88,7 +89,7 @@ func TestMTLSCertificateRotatedOnReload(t *testing.T) {
 	f := newMTLSFixture(t)
 	mk := func() *proxy.Subscription {
 		sb := sub("mtls", f.ep.URL+"/hook")
-		sb.TLS = &proxy.ClientTLS{CertFile: f.dir + "/cert.pem", KeyFile: f.dir + "/key.pem", CAFile: f.caFile}
+		sb.TLS = &egress.ClientTLS{CertFile: f.dir + "/cert.pem", KeyFile: f.dir + "/key.pem", CAFile: f.caFile}
 		return sb
 	}
 	f.clientFiles(t, f.clientCA, "client-1")
@@ -186,7 +187,7 @@ func TestHTTPSCertificateErrorsAreNamed(t *testing.T) {
 		srv := startEndpoint(t, netipLoopback, &tls.Config{Certificates: []tls.Certificate{c.ca.serverCert(t, c.leaf)}},
 			http.HandlerFunc(func(http.ResponseWriter, *http.Request) { handled.Add(1) }))
 		sb := sub(c.id, srv.URL+"/hook")
-		sb.TLS = &proxy.ClientTLS{CAFile: caFile}
+		sb.TLS = &egress.ClientTLS{CAFile: caFile}
 		sb.Retry, sb.Breaker = fastRetry(2), noBreaker
 		subs = append(subs, sb)
 	}
@@ -211,7 +212,7 @@ func TestHTTPSServerNameAndCAFile(t *testing.T) {
 	srv := startEndpoint(t, netipLoopback, &tls.Config{Certificates: []tls.Certificate{ca.serverCert(t, leaf{cn: "hooks", dns: []string{"hooks.internal"}})}},
 		http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { sni.Store(r.TLS.ServerName) }))
 	sb := sub("named", srv.URL+"/hook")
-	sb.TLS = &proxy.ClientTLS{CAFile: writeTemp(t, t.TempDir(), "ca.pem", ca.pem), ServerName: "hooks.internal"}
+	sb.TLS = &egress.ClientTLS{CAFile: writeTemp(t, t.TempDir(), "ca.pem", ca.pem), ServerName: "hooks.internal"}
 	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}}, false)
 	publish(t, s, "t", "e", 2)
 	eventually(t, "2 deliveries", func() bool { return lane(s, "named").Delivered == 2 })
@@ -233,8 +234,8 @@ func TestMTLSThroughProxy(t *testing.T) {
 	dir := t.TempDir()
 	c, k := clientCA.issue(t, leaf{cn: "client-1", client: true})
 	sb := sub("mtls", srv.URL+"/hook")
-	sb.TLS = &proxy.ClientTLS{CertFile: writeTemp(t, dir, "c.pem", c), KeyFile: writeTemp(t, dir, "k.pem", k), CAFile: writeTemp(t, dir, "ca.pem", serverCA.pem)}
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Egress: &proxy.Egress{Proxy: px.URL()}}, true)
+	sb.TLS = &egress.ClientTLS{CertFile: writeTemp(t, dir, "c.pem", c), KeyFile: writeTemp(t, dir, "k.pem", k), CAFile: writeTemp(t, dir, "ca.pem", serverCA.pem)}
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Egress: &egress.Egress{Proxy: px.URL()}}, true)
 	publish(t, s, "t", "e", 3)
 	eventually(t, "3 deliveries", func() bool { return lane(s, "mtls").Delivered == 3 })
 	for _, r := range log.all() {

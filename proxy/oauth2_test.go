@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/egress"
 )
 
 // OAuth2 client credentials, against a real token endpoint and
@@ -128,7 +129,7 @@ func (c *capture) logger() *slog.Logger {
 
 func oauthSub(t *testing.T, id, url, tokenURL string) *proxy.Subscription {
 	sb := sub(id, url)
-	sb.Auth = &proxy.OAuth2{TokenURL: tokenURL, ClientID: oauthClientID, Scopes: []string{"webhooks:write", "events"},
+	sb.Auth = &egress.OAuth2{TokenURL: tokenURL, ClientID: oauthClientID, Scopes: []string{"webhooks:write", "events"},
 		ClientSecretFile: writeTemp(t, t.TempDir(), "client-secret", []byte(oauthClientSecret+"\n"))}
 	return sb
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/idletick"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -521,14 +522,14 @@ const stopBudget = 2 * time.Second
 
 func (o *operational) run() {
 	defer o.wg.Done()
-	t := newIdleTicker(opsTick)
+	t := idletick.New(opsTick)
 	defer t.Stop()
 	var loggedAt time.Time
 	for {
 		// Tick only while a window is open or a drop waits to be logged:
 		// both poke the loop when they begin, and a quiet sidecar with
 		// an operational webhook then sleeps instead of waking each second.
-		t.tickIf(!o.idle())
+		t.RunIf(!o.idle())
 		select {
 		case n := <-o.notices:
 			o.appendEvent(n.pending())

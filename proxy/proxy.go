@@ -22,8 +22,8 @@
 // (decide, record, update: one attempt's resolution), dispatcher.go (the
 // lane set, reconciliation with the config, flushing, retirement,
 // compaction), engine.go with feed.go and slots.go (what the lanes share:
-// commits, in-flight slots and workers, the retry timer), deliver.go and
-// dial.go (the outbound client and its SSRF guard), ledger.go (pause,
+// commits, in-flight slots and workers, the retry timer), deliver.go (one
+// attempt: its request, signature and result), ledger.go (pause,
 // replay, the completion ledger), admin.go and api.go (the admin API and
 // its wire types), adminlimits.go (what a client may hold of the admin
 // listener before and after showing a token), operational.go (the operational webhook: sluice's own
@@ -52,6 +52,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/badger"
 )
@@ -117,8 +118,8 @@ type Options struct {
 	AllowPrivateTargets bool
 	// Egress, when set, routes the deliveries of every subscription
 	// without an Egress of its own (the operational webhook's too)
-	// through a forward proxy (egress.go). Nil: direct.
-	Egress *Egress
+	// through a forward proxy (package egress). Nil: direct.
+	Egress *egress.Egress
 	// Registry receives the Prometheus metrics and is served at /metrics;
 	// a private registry if nil.
 	Registry *prometheus.Registry
@@ -295,7 +296,7 @@ func New(opts Options) *Server {
 		opts.MaxInFlight = DefaultMaxInFlight
 	}
 	if opts.MaxConnsPerHost <= 0 {
-		opts.MaxConnsPerHost = DefaultMaxConnsPerHost
+		opts.MaxConnsPerHost = egress.DefaultMaxConnsPerHost
 	}
 	if opts.MemoryBytes <= 0 {
 		opts.MemoryBytes = DefaultMemoryBytes
@@ -421,7 +422,7 @@ func (s *Server) Open() (err error) {
 	if s.wrapStore != nil {
 		s.q = s.wrapStore(q)
 	}
-	d := newDispatcher(s.q, newClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets), s.log, s.opts.Now, s.opts.MaxInFlight, s.mem.Ring, s.opts.CursorInterval, s.opts.RetryBudget)
+	d := newDispatcher(s.q, egress.NewClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets), s.log, s.opts.Now, s.opts.MaxInFlight, s.mem.Ring, s.opts.CursorInterval, s.opts.RetryBudget)
 	earlyMu.Lock()
 	if earlyHead > d.feed.head.Load() {
 		d.feed.head.Store(earlyHead)
@@ -429,8 +430,11 @@ func (s *Server) Open() (err error) {
 	dp.Store(d)
 	earlyMu.Unlock()
 	s.d = d
-	d.egress = newEgress(&s.opts, s.log)
-	d.wg.Go(func() { d.egress.run(d.quit, d.laneList) })
+	d.routes = egress.NewRoutes(egress.Config{
+		Default: s.opts.Egress, MaxConnsPerHost: s.opts.MaxConnsPerHost, AllowPrivateTargets: s.opts.AllowPrivateTargets,
+		Logger: s.log, Now: s.opts.Now, CheckInterval: s.opts.egressCheckInterval, ForbiddenTarget: s.opts.forbiddenTarget,
+	})
+	d.wg.Go(func() { d.routes.Run(d.quit, d.bindings) })
 	d.trace = s.trace
 	d.defaultBulkhead = s.opts.TenantDefaults.MaxConcurrency
 	for _, t := range s.opts.Tenants {
@@ -586,7 +590,7 @@ func (s *Server) Reload(subs []*Subscription) error {
 	if err := s.d.apply(subs, nil); err != nil {
 		return err
 	}
-	s.d.egress.check() // changed certificate and credentials files take effect with the reload
+	s.d.routes.Check() // changed certificate and credentials files take effect with the reload
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -67,7 +68,7 @@ func TestSSRFGuardRefusesPrivateTargetsAtConnect(t *testing.T) {
 // TestForbiddenTargetErrorNamesHostNotURL: the refusal names the host and
 // the way out, never the path or query, which may carry credentials.
 func TestForbiddenTargetErrorNamesHostNotURL(t *testing.T) {
-	e := &proxy.ForbiddenTargetError{Host: "hooks.internal", Reason: "a private address"}
+	e := &egress.ForbiddenTargetError{Host: "hooks.internal", Reason: "a private address"}
 	msg := e.Error()
 	for _, want := range []string{"hooks.internal", "a private address", "allow_private_targets"} {
 		if !strings.Contains(msg, want) {

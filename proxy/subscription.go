@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
 )
@@ -76,19 +77,18 @@ type Subscription struct {
 	// Egress, when set, replaces Options.Egress for this subscription
 	// whole (a Proxy of "" goes direct); TLS sets the client certificate,
 	// CAs and name of its https connections; Auth adds an OAuth2 bearer
-	// token to its requests. Nil: the defaults. See egress.go,
-	// tlsconfig.go, endpointauth.go.
-	Egress *Egress
-	TLS    *ClientTLS
-	Auth   *OAuth2
+	// token to its requests. Nil: the defaults. See package egress.
+	Egress *egress.Egress
+	TLS    *egress.ClientTLS
+	Auth   *egress.OAuth2
 
 	// bulkhead is the tenant's concurrency cap; nil for none. Set when the
 	// subscription joins.
 	bulkhead *bulkhead
-	// route and token are the egress's for Egress, TLS and Auth; nil when
-	// the defaults serve. Set when the subscription joins (egress.attach).
-	route *route
-	token *tokenSource
+	// binding is the route and token source of Egress, TLS and Auth; the
+	// zero Binding when the defaults serve. Set when the subscription
+	// joins (Routes.Attach).
+	binding egress.Binding
 }
 
 // liveSecrets are the secrets that sign a delivery made at now: all of
@@ -211,9 +211,9 @@ type snapshot struct {
 	Body json.RawMessage `json:"body,omitempty"`
 	// Added with egress and endpoint authentication: file
 	// names and settings, no secret.
-	Egress *Egress    `json:"egress,omitempty"`
-	TLS    *ClientTLS `json:"tls,omitempty"`
-	Auth   *OAuth2    `json:"auth,omitempty"`
+	Egress *egress.Egress    `json:"egress,omitempty"`
+	TLS    *egress.ClientTLS `json:"tls,omitempty"`
+	Auth   *egress.OAuth2    `json:"auth,omitempty"`
 
 	// Ordering is the ordering mode; absent for none.
 	Ordering string `json:"ordering,omitempty"`

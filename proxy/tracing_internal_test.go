@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
 )
@@ -238,7 +239,7 @@ func TestTracingDeliverAllocs(t *testing.T) {
 	}}
 	go srv.Serve(ln)
 	defer srv.Shutdown()
-	client := newClient(4, true)
+	client := egress.NewClient(4, true)
 	defer client.CloseIdleConnections()
 	e := &engine{client: client, now: time.Now}
 	s := (&Subscription{ID: "s1", URL: "http://" + ln.Addr().String() + "/s1",

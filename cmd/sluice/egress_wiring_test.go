@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/egress"
 )
 
 // TestEgressWiring: the top-level egress becomes Options.Egress, and a
@@ -30,7 +30,7 @@ func TestEgressWiring(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := serverOptions(cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if want := (&proxy.Egress{Proxy: "http://proxy.internal:3128", CredentialsFile: creds, NoProxy: []string{".corp"}}); !reflect.DeepEqual(opts.Egress, want) {
+	if want := (&egress.Egress{Proxy: "http://proxy.internal:3128", CredentialsFile: creds, NoProxy: []string{".corp"}}); !reflect.DeepEqual(opts.Egress, want) {
 		t.Errorf("Options.Egress = %+v, want %+v", opts.Egress, want)
 	}
 	subs := subscriptions(cfg)

@@ -1,7 +1,9 @@
-package proxy
+package egress
 
 import (
 	"fmt"
+	"log/slog"
+	"slices"
 	"testing"
 	"time"
 )
@@ -12,15 +14,12 @@ import (
 // TLS settings share one route; a host in no_proxy is direct; a route no
 // lane uses any more is dropped after two sweeps.
 func TestEgressRoutesSharedPerDistinctTransport(t *testing.T) {
-	opts := Options{MaxConnsPerHost: 4, Now: time.Now}
-	g := newEgress(&opts, discardLogger())
-	mk := func(i int, url string, eg *Egress, tls *ClientTLS) *Subscription {
-		s := &Subscription{ID: fmt.Sprintf("s%d", i), URL: url, Egress: eg, TLS: tls}
-		g.attach(s)
-		return s
+	g := NewRoutes(Config{MaxConnsPerHost: 4, Now: time.Now, Logger: slog.New(slog.DiscardHandler)})
+	mk := func(i int, url string, eg *Egress, tls *ClientTLS) Binding {
+		return g.Attach(Settings{ID: fmt.Sprintf("s%d", i), URL: url, Egress: eg, TLS: tls}, Binding{})
 	}
 	for i := range 50_000 {
-		if s := mk(i, "https://hooks.example.com/a", nil, nil); s.route != nil || s.token != nil {
+		if b := mk(i, "https://hooks.example.com/a", nil, nil); b != (Binding{}) {
 			t.Fatalf("a default subscription got a route")
 		}
 	}
@@ -29,25 +28,25 @@ func TestEgressRoutesSharedPerDistinctTransport(t *testing.T) {
 	}
 
 	g.def = &Egress{Proxy: "http://proxy.internal:3128", NoProxy: []string{".corp", "10.0.0.0/8"}}
-	var lanes []*lane
+	var inUse []Binding
 	var first *route
 	for i := range 1000 {
-		s := mk(i, fmt.Sprintf("https://t%d.example.com/hook", i), nil, nil)
+		b := mk(i, fmt.Sprintf("https://t%d.example.com/hook", i), nil, nil)
 		if first == nil {
-			first = s.route
+			first = b.route
 		}
-		if s.route == nil || s.route != first {
-			t.Fatalf("subscription %d through the proxy: route %p, want the shared %p", i, s.route, first)
+		if b.route == nil || b.route != first {
+			t.Fatalf("subscription %d through the proxy: route %p, want the shared %p", i, b.route, first)
 		}
-		lanes = append(lanes, &lane{sub: s})
+		inUse = append(inUse, b)
 	}
 	for _, u := range []string{"https://a.corp/x", "http://10.1.2.3/x"} {
-		if s := mk(0, u, nil, nil); s.route != nil {
-			t.Fatalf("%s is in no_proxy but got route %+v", u, s.route.key)
+		if b := mk(0, u, nil, nil); b.route != nil {
+			t.Fatalf("%s is in no_proxy but got route %+v", u, b.route.key)
 		}
 	}
-	if s := mk(0, "https://t.example.com", &Egress{}, nil); s.route != nil {
-		t.Fatalf("a subscription's own direct egress got route %+v", s.route.key)
+	if b := mk(0, "https://t.example.com", &Egress{}, nil); b.route != nil {
+		t.Fatalf("a subscription's own direct egress got route %+v", b.route.key)
 	}
 	tlsA, tlsB := &ClientTLS{ServerName: "a"}, &ClientTLS{ServerName: "b"}
 	a1, a2, b := mk(1, "https://x.example.com", nil, tlsA), mk(2, "https://y.example.com", nil, &ClientTLS{ServerName: "a"}), mk(3, "https://x.example.com", nil, tlsB)
@@ -58,9 +57,9 @@ func TestEgressRoutesSharedPerDistinctTransport(t *testing.T) {
 		t.Fatalf("%d routes, want 3 (the proxy, and the proxy with each TLS setting)", len(g.routes))
 	}
 
-	lanes = append(lanes, &lane{sub: a1})
-	g.sweep(lanes)
-	g.sweep(lanes)
+	inUse = append(inUse, a1)
+	g.sweep(slices.Values(inUse))
+	g.sweep(slices.Values(inUse))
 	if len(g.routes) != 2 || g.routes[first.key] != first || g.routes[a1.route.key] != a1.route {
 		t.Fatalf("after two sweeps: %d routes, want the 2 lanes use", len(g.routes))
 	}

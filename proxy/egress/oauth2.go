@@ -1,4 +1,4 @@
-package proxy
+package egress
 
 import (
 	"context"
@@ -108,7 +108,7 @@ type grantKey struct {
 
 func newGrantKey(o OAuth2, eg *Egress) grantKey {
 	k := grantKey{url: o.TokenURL, clientID: o.ClientID, secretFile: o.ClientSecretFile, scopes: strings.Join(o.Scopes, " ")}
-	if eg != nil && eg.Proxy != "" && !eg.bypass(urlHost(o.TokenURL)) {
+	if eg != nil && eg.Proxy != "" && !eg.bypass(URLHost(o.TokenURL)) {
 		k.proxy, k.credentials, k.proxyCA = eg.Proxy, eg.CredentialsFile, eg.CAFile
 	}
 	return k
@@ -117,7 +117,7 @@ func newGrantKey(o OAuth2, eg *Egress) grantKey {
 // tokenSource caches one token and fetches the next, one request at a
 // time.
 type tokenSource struct {
-	g          *egress
+	g          *Routes
 	cfg        clientcredentials.Config // ClientSecret set before each request, by the one request in flight
 	secretFile string
 	host       string
@@ -135,13 +135,13 @@ type tokenSource struct {
 	use sweepMark // under egress.mu
 }
 
-func newTokenSource(g *egress, o OAuth2, eg *Egress) *tokenSource {
+func newTokenSource(g *Routes, o OAuth2, eg *Egress) *tokenSource {
 	k := newGrantKey(o, eg)
 	s := &tokenSource{
 		g:          g,
 		cfg:        clientcredentials.Config{ClientID: o.ClientID, TokenURL: o.TokenURL, Scopes: o.Scopes},
 		secretFile: o.ClientSecretFile,
-		host:       urlHost(o.TokenURL),
+		host:       URLHost(o.TokenURL),
 	}
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second}).DialContext,

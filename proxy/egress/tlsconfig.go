@@ -1,4 +1,4 @@
-package proxy
+package egress
 
 import (
 	"crypto/tls"
@@ -198,7 +198,7 @@ func configureHost(p *forwardProxy) func(*fasthttp.HostClient) error {
 // handshakeFallback bounds a TLS handshake whose dial was given no
 // timeout (fasthttp dials for a request waiting on the per-host cap
 // without one): the subscriptions' default timeout.
-const handshakeFallback = DefaultTimeout
+const handshakeFallback = 10 * time.Second
 
 // dialTLS makes the TLS handshake right after dial, within the dial's
 // timeout, and returns a connection that remembers whether the endpoint
