@@ -57,6 +57,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/egress"
+	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/jetstream"
 	"github.com/sluicehq/sluice/signing"
@@ -275,7 +276,7 @@ type RetryBudgetConfig struct {
 }
 
 // IngestConfig protects the ingest listener from slow, stuck or flooding
-// producers (proxy.IngestLimits).
+// producers (ingest.Limits).
 type IngestConfig struct {
 	// HeaderTimeout: the request line and headers must arrive within it,
 	// from their first byte (a slowloris gets 408); 100ms..10m.
@@ -668,11 +669,11 @@ func Default() *Config {
 		Durability:   DurabilityFsync, // 202 only once the append is synced (one sync per group commit)
 		MaxBodyBytes: proxy.DefaultMaxBodyBytes,
 		Ingest: IngestConfig{
-			HeaderTimeout:  proxy.DefaultIngestHeaderTimeout,
-			BodyTimeout:    proxy.DefaultIngestBodyTimeout,
-			IdleTimeout:    proxy.DefaultIngestIdleTimeout,
-			MaxHeaderBytes: proxy.DefaultIngestMaxHeaderBytes,
-			MaxConnections: proxy.DefaultIngestMaxConnections,
+			HeaderTimeout:  ingest.DefaultHeaderTimeout,
+			BodyTimeout:    ingest.DefaultBodyTimeout,
+			IdleTimeout:    ingest.DefaultIdleTimeout,
+			MaxHeaderBytes: ingest.DefaultMaxHeaderBytes,
+			MaxConnections: ingest.DefaultMaxConnections,
 		},
 		DedupWindow:      queue.DefaultDedupWindow,
 		ShutdownGrace:    proxy.DefaultShutdownGrace,

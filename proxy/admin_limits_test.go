@@ -17,6 +17,15 @@ import (
 
 const adminLimitsToken = "admin-limits-token-0c4e2b"
 
+// setLimit sets one of the package's limits for the test's duration. It
+// must be called before the server opens (which reads it once).
+func setLimit[T any](t *testing.T, p *T, v T) {
+	t.Helper()
+	old := *p
+	*p = v
+	t.Cleanup(func() { *p = old })
+}
+
 func startAdminLimitsServer(t *testing.T) *Server {
 	t.Helper()
 	return openTestServer(t, Options{AdminListen: "127.0.0.1:0", AdminToken: adminLimitsToken}, nil)

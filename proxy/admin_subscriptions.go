@@ -192,19 +192,3 @@ func (s *Server) listUndelivered(w http.ResponseWriter, r *http.Request) {
 	page, err := s.Undelivered(principalOf(r), sub, since, limit, q.Get("cursor"))
 	registryResult(w, http.StatusOK, err, page)
 }
-
-func validTenant(t string) bool {
-	if len(t) == 0 || len(t) > 64 {
-		return false
-	}
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case i > 0 && (c == '.' || c == '_' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
-}

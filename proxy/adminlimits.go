@@ -60,7 +60,7 @@ func (s *Server) newAdminServer(h http.Handler) *http.Server {
 		ReadHeaderTimeout: adminHeaderTimeout,
 		IdleTimeout:       adminIdleTimeout,
 		MaxHeaderBytes:    adminMaxHeaderBytes,
-		ConnState:         s.adminFresh.trackHTTP,
+		ConnState:         s.adminFresh.TrackHTTP,
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -126,7 +127,7 @@ func BenchmarkDeliveryTenant(b *testing.B) {
 		b.Run(fmt.Sprintf("tenant=%v", tenant), func(b *testing.B) {
 			var hdr map[string]string
 			if tenant {
-				hdr = map[string]string{proxy.HeaderTenant: "acme"}
+				hdr = map[string]string{ingest.HeaderTenant: "acme"}
 			}
 			benchDeliveryHeaders(b, 10, body, 0, 0, hdr, func(subs []*proxy.Subscription) {
 				for _, s := range subs {

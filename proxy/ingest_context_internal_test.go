@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -163,57 +161,5 @@ func TestIngestEventContextReachesDeadLetter(t *testing.T) {
 	}
 	if d.OrderingKey != "vehicle-17" || d.TraceParent != exampleTraceParent || d.TraceState != exampleTraceState {
 		t.Fatalf("dead letter keeps key %q traceparent %q tracestate %q", d.OrderingKey, d.TraceParent, d.TraceState)
-	}
-}
-
-// TestIngestEventContextAllocations: reading the three headers allocates
-// nothing when they are absent (the hot path), nor for a key and a valid
-// traceparent and tracestate, which alias the request (the event's
-// strings are the one copy).
-func TestIngestEventContextAllocations(t *testing.T) {
-	var none, full fasthttp.RequestHeader
-	none.Set("Content-Type", "application/json")
-	none.Set("Idempotency-Key", "e-1")
-	full.Set("Ordering-Key", "vehicle-17")
-	full.Set("traceparent", exampleTraceParent)
-	full.Set("tracestate", exampleTraceState)
-	for name, h := range map[string]*fasthttp.RequestHeader{"absent": &none, "present": &full} {
-		var sink int
-		n := testing.AllocsPerRun(1000, func() {
-			key := h.Peek("Ordering-Key")
-			if checkOrderingKey(key) != "" {
-				t.Fatal("key refused")
-			}
-			p, st := traceContext(h)
-			sink += len(key) + len(p) + len(st)
-		})
-		if n != 0 {
-			t.Errorf("%s: %.1f allocations per request; want 0", name, n)
-		}
-		if name == "present" && sink == 0 {
-			t.Fatal("headers not read")
-		}
-	}
-}
-
-// TestIngestCheckOrderingKey: the key's rules, including bytes an HTTP
-// client will not send.
-func TestIngestCheckOrderingKey(t *testing.T) {
-	for key, ok := range map[string]bool{
-		"":                       true, // none
-		"k":                      true,
-		" ~":                     true,
-		strings.Repeat("k", 256): true,
-		strings.Repeat("k", 257): false,
-		"a\x00b":                 false,
-		"a\x01b":                 false,
-		"a\x1fb":                 false,
-		"a\x7fb":                 false,
-		"a\x80b":                 false,
-		"a\tb":                   false,
-	} {
-		if got := checkOrderingKey([]byte(key)) == ""; got != ok {
-			t.Errorf("checkOrderingKey(%q) ok = %v; want %v", key, got, ok)
-		}
 	}
 }

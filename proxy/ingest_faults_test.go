@@ -28,19 +28,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
-
-// setLimit sets one of the package's ingest limits for the test's duration.
-// It must be called before the server opens (which reads it once).
-func setLimit[T any](t *testing.T, p *T, v T) {
-	t.Helper()
-	old := *p
-	*p = v
-	t.Cleanup(func() { *p = old })
-}
 
 // startFaultServer opens a sidecar with fsync durability on loopback.
 func startFaultServer(t *testing.T, maxBody int, subs ...*Subscription) *Server {
@@ -201,9 +193,7 @@ func trickle(c net.Conn, b, p []byte, started *sync.WaitGroup) {
 // that takes longer than the header deadline, but not the body deadline,
 // is accepted: the two deadlines are separate.
 func TestIngestFaultSlowloris(t *testing.T) {
-	setLimit(t, &ingestHeaderTimeout, 300*time.Millisecond)
-	setLimit(t, &ingestBodyTimeout, 1500*time.Millisecond)
-	s := startFaultServer(t, 0)
+	s := openTestServer(t, Options{Ingest: ingest.Limits{HeaderTimeout: 300 * time.Millisecond, BodyTimeout: 1500 * time.Millisecond}}, nil)
 	head0 := s.q.Head()
 
 	type slowConn struct {
@@ -287,7 +277,7 @@ func TestIngestFaultSlowloris(t *testing.T) {
 	}
 }
 
-// TestIngestFaultOversizedHeaders: headers past ingestMaxHeaderBytes are
+// TestIngestFaultOversizedHeaders: headers past ingest.DefaultMaxHeaderBytes are
 // answered 431 with a JSON error naming the limit, and the connection is
 // closed; headers just under the limit are fine; a malformed header line
 // is answered 400 naming the problem (without echoing the request).
@@ -304,7 +294,7 @@ func TestIngestFaultOversizedHeaders(t *testing.T) {
 
 	t.Run("under the limit", func(t *testing.T) {
 		c := dial(t, s)
-		req := "POST /v1/events/fault.test HTTP/1.1\r\nHost: sluice\r\nContent-Length: 2\r\n" + header(ingestMaxHeaderBytes-2048) + "\r\n{}"
+		req := "POST /v1/events/fault.test HTTP/1.1\r\nHost: sluice\r\nContent-Length: 2\r\n" + header(ingest.DefaultMaxHeaderBytes-2048) + "\r\n{}"
 		if _, err := io.WriteString(c, req); err != nil {
 			t.Fatal(err)
 		}
@@ -324,7 +314,7 @@ func TestIngestFaultOversizedHeaders(t *testing.T) {
 		}()
 		br := bufio.NewReader(c)
 		a := mustAnswer(t, c, br)
-		want := "request headers exceed " + strconv.Itoa(ingestMaxHeaderBytes) + " bytes"
+		want := "request headers exceed " + strconv.Itoa(ingest.DefaultMaxHeaderBytes) + " bytes"
 		if a.status != http.StatusRequestHeaderFieldsTooLarge || a.Error != want || !a.close {
 			t.Fatalf("%d close=%v %q, want 431 %q and close", a.status, a.close, a.Error, want)
 		}
@@ -379,16 +369,15 @@ func raiseNoFile(t *testing.T, n int) int {
 
 // TestIngestFaultIdleConnections: thousands of connections that send
 // nothing do not stop a normal producer from being served, and cost little
-// memory; past ingestMaxConns, connections are answered 503 and closed at
+// memory; past the connection cap, connections are answered 503 and closed at
 // once, those held are closed by the server once the header timeout
 // passes, and then the producer is served again.
 func TestIngestFaultIdleConnections(t *testing.T) {
 	t.Run("2000 idle connections", func(t *testing.T) {
 		// Long enough that none is closed while the rest are dialed, on a
 		// loaded machine too; the next subtest sees them closed.
-		setLimit(t, &ingestHeaderTimeout, 30*time.Second)
+		s := openTestServer(t, Options{Ingest: ingest.Limits{HeaderTimeout: 30 * time.Second}}, nil)
 		n := raiseNoFile(t, 2000)
-		s := startFaultServer(t, 0)
 		heapLive := func() (heap, stack uint64) {
 			runtime.GC()
 			var ms runtime.MemStats
@@ -409,16 +398,16 @@ func TestIngestFaultIdleConnections(t *testing.T) {
 			}
 			idle = append(idle, c)
 		}
-		await(t, "the server to hold every idle connection", func() bool { return int(s.ingest.GetOpenConnectionsCount()) >= n })
+		await(t, "the server to hold every idle connection", func() bool { return int(s.ingest.OpenConnections()) >= n })
 		// Both ends of each connection are in this process. An idle one
-		// may keep its read buffer (ingestMaxHeaderBytes) and a write
-		// buffer, nothing that grows: with ingestMaxConns that bounds
-		// what an idle flood costs (see ingestMaxConns).
+		// may keep its read buffer (ingest.DefaultMaxHeaderBytes) and a write
+		// buffer, nothing that grows: with the connection cap that bounds
+		// what an idle flood costs (see ingest.DefaultMaxConnections).
 		heap, stack := heapLive()
 		perConn := (int64(heap) - int64(base)) / int64(n)
 		t.Logf("%d idle connections held: %d B of heap and %d B of stack each (both ends), %d goroutines",
 			n, perConn, (int64(stack)-int64(stack0))/int64(n), runtime.NumGoroutine())
-		if limit := int64(ingestMaxHeaderBytes) + 8<<10; perConn > limit {
+		if limit := int64(ingest.DefaultMaxHeaderBytes) + 8<<10; perConn > limit {
 			t.Fatalf("an idle connection costs %d B of heap, want at most %d (its read and write buffers)", perConn, limit)
 		}
 
@@ -436,16 +425,14 @@ func TestIngestFaultIdleConnections(t *testing.T) {
 		for _, ic := range idle {
 			ic.Close()
 		}
-		await(t, "the server to release the idle connections", func() bool { return s.ingest.GetOpenConnectionsCount() == 0 })
+		await(t, "the server to release the idle connections", func() bool { return s.ingest.OpenConnections() == 0 })
 	})
 
 	t.Run("past the connection cap", func(t *testing.T) {
 		const limit, extra = 100, 50
-		setLimit(t, &ingestMaxConns, limit)
 		// Long enough that none of those held is closed before the last is
 		// dialed (which would let one more in).
-		setLimit(t, &ingestHeaderTimeout, 2*time.Second)
-		s := startFaultServer(t, 0)
+		s := openTestServer(t, Options{Ingest: ingest.Limits{MaxConnections: limit, HeaderTimeout: 2 * time.Second}}, nil)
 		conns := make([]net.Conn, 0, limit+extra)
 		for range limit + extra {
 			conns = append(conns, dial(t, s))
@@ -470,7 +457,7 @@ func TestIngestFaultIdleConnections(t *testing.T) {
 			t.Fatalf("%d refused, %d held: want the connections past %d refused", refused, timedOut, limit)
 		}
 		// Once the idle ones are closed, a producer is served again.
-		await(t, "the server to release the idle connections", func() bool { return s.ingest.GetOpenConnectionsCount() == 0 })
+		await(t, "the server to release the idle connections", func() bool { return s.ingest.OpenConnections() == 0 })
 		c := dial(t, s)
 		if err := postRaw(c, "after-flood", []byte(`{}`)); err != nil {
 			t.Fatal(err)
@@ -756,9 +743,9 @@ func TestIngestFaultBurst(t *testing.T) {
 		total = 6000
 	}
 	const conns, size = 500, 16 << 10
-	setLimit(t, &ingestMaxPendingEvents, 32)
-	setLimit(t, &ingestMaxPendingBytes, 32*size)
-	s := startFaultServer(t, 0, holdLog())
+	opts := Options{Subscriptions: []*Subscription{holdLog()}}
+	opts.ingestGate.events, opts.ingestGate.bytes = 32, 32*size
+	s := openTestServer(t, opts, nil)
 	head0 := s.q.Head()
 	runtime.GC()
 	var ms runtime.MemStats
@@ -833,8 +820,8 @@ func TestIngestFaultBurstRSS(t *testing.T) {
 	hwmReset := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 	r := burst(t, s, conns, total, size)
 	hwm := procStatusBytes("VmHWM:")
-	t.Logf("burst: %d requests × %d B from %d connections, fsync, paused subscription %v; limits %d events / %d MiB pending",
-		total, size, conns, paused, ingestMaxPendingEvents, ingestMaxPendingBytes>>20)
+	t.Logf("burst: %d requests × %d B from %d connections, fsync, paused subscription %v; the default gate (%d MiB pending)",
+		total, size, conns, paused, s.mem.Gate>>20)
 	t.Logf("answers: %d accepted (202), %d saturated (503) in %v (%.0f req/s)",
 		len(r.accepted), r.saturated, r.elapsed.Round(time.Millisecond), float64(total)/r.elapsed.Seconds())
 	t.Logf("RSS before %d MiB; peak sampled VmRSS %d MiB; VmHWM %d MiB (reset before the burst: %v); peak HeapInuse %d MiB",

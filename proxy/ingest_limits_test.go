@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/ingest"
 )
 
 // TestIngestLimitsFromOptions: the limits an operator configures
@@ -17,7 +18,7 @@ import (
 // configured 4 KiB, and the answer names the configured figure.
 func TestIngestLimitsFromOptions(t *testing.T) {
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(),
-		Logger: quietLogger(), Ingest: proxy.IngestLimits{MaxHeaderBytes: 4096}})
+		Logger: quietLogger(), Ingest: ingest.Limits{MaxHeaderBytes: 4096}})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}

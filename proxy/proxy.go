@@ -14,26 +14,36 @@
 //   - A subscription never has more than its concurrency cap in flight; the
 //     rest waits in the log, not in memory.
 //
-// Where things are: ingest.go (the producer's POST), lane.go (one
-// subscription's consumption, with lane_gates.go, lane_pump.go,
-// lane_read.go, lane_cursor.go and lane_status.go: what a delivery must
-// pass, starting deliveries, reading the log, the cursor and backlog
-// quota, the status), memory.go (the memory budget's shares), outcome.go
-// (decide, record, update: one attempt's resolution), dispatcher.go (the
-// lane set, reconciliation with the config, flushing, retirement,
-// compaction), engine.go with feed.go and slots.go (what the lanes share:
-// commits, in-flight slots and workers, the retry timer), deliver.go (one
-// attempt: its request, signature and result), ledger.go (pause,
-// replay, the completion ledger), admin.go and api.go (the admin API and
-// its wire types), adminlimits.go (what a client may hold of the admin
-// listener before and after showing a token), operational.go (the operational webhook: sluice's own
-// events, appended to the log and delivered by their own lane), metrics.go,
-// tracing.go (trace context out to endpoints, OpenTelemetry spans).
+// Its rooms: package ingest (the producer's POST, knowing the log only
+// as an Appender) and package egress (one outbound exchange: the client,
+// the SSRF guard, proxies, endpoint TLS, OAuth2) stand alone; this
+// package wires them to the delivery engine and the admin API, which
+// still share it. Imports run one way (TestImportDirection): nothing
+// under proxy/ imports proxy, and ingest and egress import no other
+// package of proxy/.
+//
+// Where things are here: lane.go (one subscription's consumption, with
+// lane_gates.go, lane_pump.go, lane_read.go, lane_cursor.go and
+// lane_status.go: what a delivery must pass, starting deliveries, reading
+// the log, the cursor and backlog quota, the status), memory.go (the
+// memory budget's shares), outcome.go (decide, record, update: one
+// attempt's resolution), dispatcher.go (the lane set, reconciliation with
+// the config, flushing, retirement, compaction), engine.go with feed.go
+// and slots.go (what the lanes share: commits, in-flight slots and
+// workers, the retry timer), deliver.go (one attempt: its request,
+// signature and result), ledger.go (pause, replay, the completion
+// ledger), admin.go and api.go (the admin API and its wire types),
+// adminlimits.go (what a client may hold of the admin listener before and
+// after showing a token), operational.go (the operational webhook:
+// sluice's own events, appended to the log and delivered by their own
+// lane), metrics.go, tracing.go (trace context out to endpoints, the
+// attempts' OpenTelemetry spans).
 //
 // A Server is created with New, started with Open and stopped with Close.
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,11 +58,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/internal/freshconn"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy/egress"
+	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/badger"
 )
@@ -86,7 +97,7 @@ type Options struct {
 	DedupWindow  time.Duration
 	MaxBodyBytes int
 	// Ingest bounds what producers may hold of the ingest listener.
-	Ingest IngestLimits
+	Ingest ingest.Limits
 	// MaxInFlight caps concurrent outbound requests for the whole process.
 	MaxInFlight int
 	// MemoryBytes is the memory budget the log's memtables and caches,
@@ -161,6 +172,13 @@ type Options struct {
 	// loopback); egressCheckInterval replaces DefaultEgressCheckInterval.
 	forbiddenTarget     func(netip.Addr) string
 	egressCheckInterval time.Duration
+	// ingestGate replaces the ingest gate's bounds (tests in this
+	// package only): 0 takes ingest's default and the memory budget's
+	// share.
+	ingestGate struct {
+		events int
+		bytes  int64
+	}
 	// TracerProvider, when set, makes OpenTelemetry spans: one per ingest
 	// request and one per delivery attempt (tracing.go, docs/ingest-and-delivery.md,
 	// "Tracing"). Nil (the default) makes none. The Server owns it from
@@ -257,24 +275,21 @@ type Server struct {
 	log    *slog.Logger
 	q      queue.Store
 	d      *dispatcher
-	ingest *fasthttp.Server
-	fresh  freshConns // ingest connections that have not sent a request yet
-	// adminFresh: the same for the admin API.
-	adminFresh freshConns
+	ingest *ingest.Server
+	// adminFresh: the admin API's connections that have not sent a
+	// request yet.
+	adminFresh freshconn.Set
 	ingestLn   net.Listener
 	admin      *http.Server
 	adminLn    net.Listener
 	draining   atomic.Bool
-	// serving is set once Open has the log and the dispatcher: until
-	// then ingest (started early only for a store opened through
-	// OpenStore) answers 503.
-	serving atomic.Bool
 	// adminSwitch serves the admin API of a store opened through
 	// OpenStore: the starting handler until the store is open.
 	adminSwitch handlerSwitch
-	im          *ingestMetrics
-	trace       tracer     // tracing.go
-	tokens      tokenCache // tenant tokens by tokenKey
+	// ingestServing: the ingest server's Serve has been started.
+	ingestServing bool
+	trace         tracer     // tracing.go
+	tokens        tokenCache // tenant tokens by tokenKey
 	// wrapStore, when set (by tests in this package only), wraps the
 	// store the engine drives, to inject faults the real one cannot be
 	// made to have on demand.
@@ -345,8 +360,8 @@ func (s *Server) Open() (err error) {
 				s.admin = nil
 			}
 			if s.ingest != nil {
-				s.ingest.Shutdown()
-				s.ingest = nil
+				s.ingest.Shutdown(context.Background())
+				s.ingest, s.ingestServing = nil, false
 			}
 		}
 	}()
@@ -361,7 +376,8 @@ func (s *Server) Open() (err error) {
 		// starting, or down) hear 503 with Retry-After, as they do when it
 		// goes away later, rather than hanging on a listener nobody reads
 		// or, when the open gives up, a refused connection.
-		s.startIngest()
+		s.newIngest()
+		s.serveIngest()
 	}
 	if s.adminLn != nil && s.opts.OpenStore != nil {
 		// A shared log may take a while to reach (NATS still starting,
@@ -470,9 +486,12 @@ func (s *Server) Open() (err error) {
 	// Serving before the ingest server starts (when the store was not
 	// opened through OpenStore it starts only here): a request it took
 	// in between would be answered 503 "starting" by a ready sidecar.
-	s.serving.Store(true)
 	if s.ingest == nil {
-		s.startIngest()
+		s.newIngest()
+	}
+	s.ingest.Start(s.q)
+	if !s.ingestServing {
+		s.serveIngest()
 	}
 	if s.admin != nil {
 		h := s.adminHandler()
@@ -488,12 +507,20 @@ func (s *Server) Open() (err error) {
 	return nil
 }
 
-// startIngest serves the ingest listener; requests get 503 until serving.
-func (s *Server) startIngest() {
-	s.im = newIngestMetrics(s.opts.Registry)
-	s.ingest = s.newIngestServer()
+// newIngest makes the ingest server; it answers 503 until Start.
+func (s *Server) newIngest() {
+	s.ingest = ingest.New(ingest.Config{
+		Limits: s.opts.Ingest, MaxBodyBytes: s.opts.MaxBodyBytes,
+		MaxPendingEvents: s.opts.ingestGate.events, MaxPendingBytes: cmp.Or(s.opts.ingestGate.bytes, s.mem.Gate),
+		Now: s.opts.Now, Logger: s.log, Registry: s.opts.Registry, Tracer: s.trace.t, Reserved: operationalType,
+	})
+}
+
+// serveIngest serves the ingest listener.
+func (s *Server) serveIngest() {
+	s.ingestServing = true
 	go func() {
-		if err := s.ingest.Serve(s.ingestLn); err != nil && !s.draining.Load() {
+		if err := s.ingest.Serve(s.ingestLn); err != nil {
 			s.log.Error("ingest server", "err", err)
 		}
 	}()
@@ -614,6 +641,9 @@ func (s *Server) Close(ctx context.Context) error {
 	if s.draining.Swap(true) {
 		return nil
 	}
+	if s.ingest != nil {
+		s.ingest.Drain() // producers hear 503 from now on
+	}
 	var first error
 	keep := func(err error) {
 		if first == nil {
@@ -630,7 +660,7 @@ func (s *Server) Close(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if s.ingest != nil {
-		if err := shutdownClosingFresh(sctx, s.ingest.ShutdownWithContext, &s.fresh); err != nil {
+		if err := s.ingest.Shutdown(sctx); err != nil {
 			keep(fmt.Errorf("ingest shutdown: %w", err))
 		}
 		// fasthttp closes only the listeners its Serve has registered: a
@@ -639,7 +669,7 @@ func (s *Server) Close(ctx context.Context) error {
 		s.ingestLn.Close()
 	}
 	if s.admin != nil {
-		if err := shutdownClosingFresh(sctx, s.admin.Shutdown, &s.adminFresh); err != nil {
+		if err := freshconn.Shutdown(sctx, s.admin.Shutdown, &s.adminFresh); err != nil {
 			keep(fmt.Errorf("admin shutdown: %w", err))
 		}
 	}

@@ -11,13 +11,6 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// HeaderTenant is the ingest request header that says which tenant an
-// event belongs to (the tenant rule, docs/security.md). An event posted without it is
-// a platform event: the operator's subscriptions receive it, a tenant's
-// only when the operator shares its type with the tenant
-// (Tenant.SharedTypes). The value is a tenant id, as validTenant checks.
-const HeaderTenant = "Sluice-Tenant"
-
 // principal is who an admin request acts for: the operator (tenant "")
 // or one tenant, whose token sees only that tenant's subscriptions and
 // what belongs to them. Everything else answers 404 to a tenant, as if

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -18,7 +19,7 @@ func publishAs(t *testing.T, s *proxy.Server, tenant, typ, prefix string, n int)
 	t.Helper()
 	var hdr map[string]string
 	if tenant != "" {
-		hdr = map[string]string{proxy.HeaderTenant: tenant}
+		hdr = map[string]string{ingest.HeaderTenant: tenant}
 	}
 	for i := range n {
 		if code, a := postWith(t, s, typ, fmt.Sprintf("%s-%d", prefix, i), fmt.Sprintf(`{"n":%d}`, i), hdr); code != http.StatusAccepted {

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -241,7 +242,7 @@ func (s *Server) tokenRoutes(mux *http.ServeMux) {
 // tenant id.
 func pathTenant(w http.ResponseWriter, r *http.Request) (string, bool) {
 	tenant := r.PathValue("tenant")
-	if !validTenant(tenant) {
+	if !policy.ValidTenant(tenant) {
 		writeError(w, http.StatusBadRequest, "tenant: must match ^[a-z0-9][a-z0-9._-]{0,63}$, got "+strconv.Quote(tenant))
 		return "", false
 	}

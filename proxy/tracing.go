@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/hex"
 	"strconv"
 	"time"
 
@@ -11,11 +10,11 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/internal/tracectx"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/queue"
 )
 
-// Tracing: the producer's W3C trace context goes out with every
+// Tracing of attempts (ingest makes its own span: package ingest): the producer's W3C trace context goes out with every
 // delivery attempt, and with a TracerProvider (Options.TracerProvider)
 // ingest and each attempt make OpenTelemetry spans.
 //
@@ -53,7 +52,6 @@ import (
 
 // Span names and attribute keys.
 const (
-	ingestSpanName  = "sluice.ingest"
 	attemptSpanName = "sluice.deliver"
 
 	headerTraceParent = "traceparent"
@@ -63,7 +61,6 @@ const (
 var (
 	attrEventType    = attribute.Key("sluice.event.type")
 	attrEventID      = attribute.Key("sluice.event.id")
-	attrIngestResult = attribute.Key("sluice.ingest.result")
 	attrSubscription = attribute.Key("sluice.subscription")
 	attrAttempt      = attribute.Key("sluice.attempt")
 	attrOutcome      = attribute.Key("sluice.outcome")
@@ -74,7 +71,6 @@ var (
 	// The same on every span, so made once.
 	attrMethodPost = attribute.String("http.request.method", fasthttp.MethodPost)
 	kindClient     = trace.WithSpanKind(trace.SpanKindClient)
-	kindServer     = trace.WithSpanKind(trace.SpanKindServer)
 )
 
 // tracerName is the instrumentation scope of sluice's spans.
@@ -134,7 +130,7 @@ func (t *tracer) attempt(j *job, w *workerState, h *fasthttp.RequestHeader) trac
 func (t *tracer) startAttempt(j *job, w *workerState, h *fasthttp.RequestHeader) trace.Span {
 	ev := j.ev
 	ctx := context.Background()
-	if sc, ok := remoteSpanContext(ev.TraceParent, ev.TraceState); ok {
+	if sc, ok := tracectx.Remote(ev.TraceParent, ev.TraceState); ok {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
 	_, span := t.t.Start(ctx, attemptSpanName, kindClient)
@@ -157,7 +153,7 @@ func (t *tracer) startAttempt(j *job, w *workerState, h *fasthttp.RequestHeader)
 	}
 	if !t.drop {
 		sc := span.SpanContext()
-		w.traceParent = appendTraceParent(w.traceParent[:0], sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+		w.traceParent = tracectx.AppendParent(w.traceParent[:0], sc.TraceID(), sc.SpanID(), sc.TraceFlags())
 		h.SetBytesV(headerTraceParent, w.traceParent)
 		if ev.TraceState != "" {
 			h.Set(headerTraceState, ev.TraceState)
@@ -222,131 +218,3 @@ func abandonAttempt(span trace.Span, res result) {
 // outcomeAbandoned is an attempt span's sluice.outcome when the server
 // closed before its outcome was recorded.
 const outcomeAbandoned = "abandoned"
-
-// startIngest starts the span of one ingest request, a child of the
-// producer's span when the request carries a valid traceparent; nil when
-// tracing is off.
-func (t *tracer) startIngest(h *fasthttp.RequestHeader) trace.Span {
-	if t.t == nil {
-		return nil
-	}
-	ctx := context.Background()
-	if parent, state := traceContext(h); parent != nil {
-		if sc, ok := remoteSpanContext(string(parent), string(state)); ok {
-			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
-		}
-	}
-	_, span := t.t.Start(ctx, ingestSpanName, kindServer)
-	return span
-}
-
-// ingested names the event on its ingest span and, when the producer sent
-// no trace context, gives the event the span's, so that its attempts are
-// the span's children. span nil (tracing off) changes nothing.
-//
-// The event id is kept as an attribute although a producer chose it: it
-// is what operators search by (GET /v1/events/{id}, dead letters), it
-// passed ingest's checks (at most 200 bytes of a restricted set), and
-// every endpoint receives it as webhook-id anyway.
-func ingested(span trace.Span, ev *queue.Event) {
-	if span == nil {
-		return
-	}
-	if span.IsRecording() {
-		span.SetAttributes(attrEventType.String(ev.Type), attrEventID.String(ev.ID))
-	}
-	if ev.TraceParent == "" {
-		sc := span.SpanContext()
-		ev.TraceParent = string(appendTraceParent(make([]byte, 0, traceParentLen), sc.TraceID(), sc.SpanID(), sc.TraceFlags()))
-	}
-}
-
-// endIngest ends an ingest span with its answer: sluice.ingest.result in
-// the words of sluice_ingest_events_total's result label, the status, and
-// an error status when sluice failed to take the event (5xx: a full disk,
-// no quorum, shutting down); a producer's bad request is not sluice's
-// error.
-func endIngest(span trace.Span, status int) {
-	if span == nil {
-		return
-	}
-	if !span.IsRecording() {
-		span.End()
-		return
-	}
-	result := "rejected"
-	switch status {
-	case fasthttp.StatusAccepted:
-		result = "accepted"
-	case fasthttp.StatusOK:
-		result = "duplicate"
-	}
-	span.SetAttributes(attrIngestResult.String(result), attrStatusCode.Int(status))
-	if status >= 500 {
-		span.SetStatus(codes.Error, "HTTP "+strconv.Itoa(status))
-	}
-	span.End()
-}
-
-// traceParentLen is the length of a version-00 traceparent.
-const traceParentLen = 55
-
-// appendTraceParent appends the version-00 traceparent of a span to dst:
-// "00-" trace id "-" span id "-" flags, lowercase hex. It allocates
-// nothing when dst has room for traceParentLen more bytes.
-func appendTraceParent(dst []byte, tid trace.TraceID, sid trace.SpanID, flags trace.TraceFlags) []byte {
-	dst = append(dst, "00-"...)
-	dst = hex.AppendEncode(dst, tid[:])
-	dst = append(dst, '-')
-	dst = hex.AppendEncode(dst, sid[:])
-	dst = append(dst, '-')
-	const digits = "0123456789abcdef"
-	return append(dst, digits[flags>>4], digits[flags&0xf])
-}
-
-// remoteSpanContext parses a stored or received version-00 traceparent
-// (and its tracestate; an invalid one is dropped) into the remote span
-// context that is the parent of sluice's spans.
-func remoteSpanContext(parent, state string) (trace.SpanContext, bool) {
-	// The checks of validTraceParent, on a string: unhex takes lowercase
-	// hex only, and IsValid refuses all-zero ids.
-	if len(parent) != traceParentLen || parent[:3] != "00-" || parent[35] != '-' || parent[52] != '-' {
-		return trace.SpanContext{}, false
-	}
-	cfg := trace.SpanContextConfig{Remote: true}
-	var flags [1]byte
-	if !unhex(cfg.TraceID[:], parent[3:35]) || !unhex(cfg.SpanID[:], parent[36:52]) || !unhex(flags[:], parent[53:55]) {
-		return trace.SpanContext{}, false
-	}
-	cfg.TraceFlags = trace.TraceFlags(flags[0])
-	if state != "" {
-		if ts, err := trace.ParseTraceState(state); err == nil {
-			cfg.TraceState = ts
-		}
-	}
-	sc := trace.NewSpanContext(cfg)
-	return sc, sc.IsValid()
-}
-
-// unhex decodes the hex string s into dst, which is len(s)/2 long.
-func unhex(dst []byte, s string) bool {
-	for i := range dst {
-		hi, ok1 := fromHex(s[2*i])
-		lo, ok2 := fromHex(s[2*i+1])
-		if !ok1 || !ok2 {
-			return false
-		}
-		dst[i] = hi<<4 | lo
-	}
-	return true
-}
-
-func fromHex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	}
-	return 0, false
-}

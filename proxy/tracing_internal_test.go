@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sluicehq/sluice/internal/tracectx"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
@@ -67,9 +68,9 @@ func TestTracingHeadersNoAllocs(t *testing.T) {
 
 	tid, _ := trace.TraceIDFromHex(testTraceID)
 	sid, _ := trace.SpanIDFromHex(testParentID)
-	w.traceParent = make([]byte, 0, traceParentLen)
+	w.traceParent = make([]byte, 0, tracectx.ParentLen)
 	if n := testing.AllocsPerRun(1000, func() {
-		w.traceParent = appendTraceParent(w.traceParent[:0], tid, sid, trace.FlagsSampled)
+		w.traceParent = tracectx.AppendParent(w.traceParent[:0], tid, sid, trace.FlagsSampled)
 	}); n != 0 {
 		t.Errorf("appendTraceParent: %v allocations, want 0", n)
 	}
@@ -149,45 +150,6 @@ func TestTracingAttemptSpan(t *testing.T) {
 
 // TestTracingRemoteSpanContext: the stored trace context is parsed with
 // ingest's rules; anything else is no parent, and a bad tracestate is
-// dropped, not the traceparent.
-func TestTracingRemoteSpanContext(t *testing.T) {
-	for _, tc := range []struct {
-		name, parent, state string
-		ok                  bool
-		wantState           string
-	}{
-		{"valid", testTraceParent, "", true, ""},
-		{"with tracestate", testTraceParent, "a=1,b=2", true, "a=1,b=2"},
-		{"bad tracestate dropped", testTraceParent, "not a list member", true, ""},
-		{"not sampled", "00-" + testTraceID + "-" + testParentID + "-00", "", true, ""},
-		{"empty", "", "", false, ""},
-		{"uppercase hex", "00-" + "4BF92F3577B34DA6A3CE929D0E0E4736" + "-" + testParentID + "-01", "", false, ""},
-		{"zero trace id", "00-00000000000000000000000000000000-" + testParentID + "-01", "", false, ""},
-		{"zero span id", "00-" + testTraceID + "-0000000000000000-01", "", false, ""},
-		{"version ff", "ff" + testTraceParent[2:], "", false, ""},
-		{"short", testTraceParent[:54], "", false, ""},
-		{"bad separator", "00_" + testTraceParent[3:], "", false, ""},
-	} {
-		sc, ok := remoteSpanContext(tc.parent, tc.state)
-		if ok != tc.ok {
-			t.Errorf("%s: ok %v, want %v", tc.name, ok, tc.ok)
-			continue
-		}
-		if !ok {
-			continue
-		}
-		if sc.TraceID().String() != testTraceID || sc.SpanID().String() != testParentID || !sc.IsRemote() {
-			t.Errorf("%s: %v", tc.name, sc)
-		}
-		if got := sc.TraceState().String(); got != tc.wantState {
-			t.Errorf("%s: tracestate %q, want %q", tc.name, got, tc.wantState)
-		}
-		if got := string(appendTraceParent(nil, sc.TraceID(), sc.SpanID(), sc.TraceFlags())); got != tc.parent {
-			t.Errorf("%s: formats back as %q", tc.name, got)
-		}
-	}
-}
-
 // blockingProvider's Shutdown waits for its context, as the SDK's does
 // while its exporter waits on a collector that never answers.
 type blockingProvider struct{ noop.TracerProvider }

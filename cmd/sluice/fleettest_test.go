@@ -34,6 +34,7 @@ import (
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/natscluster"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -492,7 +493,7 @@ func (n *fleetNode) postVia(c *http.Client, typ, key string) (int, fleetIngestAn
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
 	if tenant := tenantKeyKind(key).tenant; tenant != "" {
-		req.Header.Set(proxy.HeaderTenant, tenant)
+		req.Header.Set(ingest.HeaderTenant, tenant)
 	}
 	resp, err := c.Do(req)
 	if err != nil {

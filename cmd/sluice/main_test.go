@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -200,7 +201,7 @@ func (sc *sidecar) postAs(tenant, typ, key, body string) (int, error) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
 	if tenant != "" {
-		req.Header.Set(proxy.HeaderTenant, tenant)
+		req.Header.Set(ingest.HeaderTenant, tenant)
 	}
 	resp, err := sc.client.Do(req)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/jetstream"
 )
@@ -299,7 +300,7 @@ func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Log
 		Sync:         cfg.Durability == config.DurabilityFsync,
 		DedupWindow:  cfg.DedupWindow,
 		MaxBodyBytes: cfg.MaxBodyBytes,
-		Ingest: proxy.IngestLimits{
+		Ingest: ingest.Limits{
 			HeaderTimeout: cfg.Ingest.HeaderTimeout, BodyTimeout: cfg.Ingest.BodyTimeout, IdleTimeout: cfg.Ingest.IdleTimeout,
 			MaxHeaderBytes: cfg.Ingest.MaxHeaderBytes, MaxConnections: cfg.Ingest.MaxConnections,
 		},

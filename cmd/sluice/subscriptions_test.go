@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -199,7 +200,7 @@ func (s *apiSidecar) postAs(t *testing.T, tenant, typ, id, body string) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", id)
 	if tenant != "" {
-		req.Header.Set(proxy.HeaderTenant, tenant)
+		req.Header.Set(ingest.HeaderTenant, tenant)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

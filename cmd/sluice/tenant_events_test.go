@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -146,14 +147,14 @@ func TestIngestTenantHeader(t *testing.T) {
 	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken})
 	for _, bad := range []string{"Acme", "-acme", "acme corp", strings.Repeat("a", 65), "acme/../globex"} {
 		req, _ := http.NewRequest(http.MethodPost, s.srv.URL()+"/v1/events/t.a", strings.NewReader(`{}`))
-		req.Header.Set(proxy.HeaderTenant, bad)
+		req.Header.Set(ingest.HeaderTenant, bad)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), proxy.HeaderTenant) {
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), ingest.HeaderTenant) {
 			t.Errorf("Sluice-Tenant %q: %d %s, want 400 naming the header", bad, resp.StatusCode, b)
 		}
 	}

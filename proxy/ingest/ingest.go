@@ -1,4 +1,15 @@
-package proxy
+// Package ingest is the producer-facing server: POST /v1/events/{type}
+// validated, admitted through a gate sized from the memory budget,
+// appended to the log, and answered with the event's id and seq; with its
+// metrics (sluice_ingest_*) and its span.
+//
+// It promises: 202 only once the log has the event (as durable as the
+// log's Append makes it), 200 with the original id and seq for a repeated
+// Idempotency-Key, a 4xx naming the bad input (and nothing appended) for
+// a malformed request, and 503 with Retry-After, never a hang, while the
+// log is not open yet, is saturated or is closing. It knows the log only
+// as an Appender and nothing of subscriptions or delivery.
+package ingest
 
 import (
 	"bytes"
@@ -12,7 +23,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,9 +31,12 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/internal/freshconn"
+	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -47,10 +60,10 @@ const (
 	maxTraceStateLen = 512
 )
 
-// IngestLimits protect ingest from misbehaving producers: a slow or stuck
+// Limits protect ingest from misbehaving producers: a slow or stuck
 // client, oversized headers, connection floods. A zero field takes its
 // default (the Default* constants below, explained there).
-type IngestLimits struct {
+type Limits struct {
 	HeaderTimeout  time.Duration // request line and headers, from the first byte
 	BodyTimeout    time.Duration // the body, once the headers are in
 	IdleTimeout    time.Duration // a keep-alive connection between requests
@@ -58,19 +71,18 @@ type IngestLimits struct {
 	MaxConnections int           // open connections, idle ones included
 }
 
-// Defaults of IngestLimits.
+// Defaults of Limits.
 const (
-	DefaultIngestHeaderTimeout  = 10 * time.Second
-	DefaultIngestBodyTimeout    = 30 * time.Second
-	DefaultIngestIdleTimeout    = 2 * time.Minute
-	DefaultIngestMaxHeaderBytes = 16 << 10
-	DefaultIngestMaxConnections = 4096
+	DefaultHeaderTimeout  = 10 * time.Second
+	DefaultBodyTimeout    = 30 * time.Second
+	DefaultIdleTimeout    = 2 * time.Minute
+	DefaultMaxHeaderBytes = 16 << 10
+	DefaultMaxConnections = 4096
 )
 
-// The limits in force when Options.Ingest leaves them zero. They are
-// variables only so tests can lower them; the server reads them once when
-// it starts.
-var (
+// The limits in force when Limits leaves them zero (tests lower them
+// through Limits and Config).
+const (
 	// ingestHeaderTimeout bounds how long a request's line and headers may
 	// take to arrive, from the request's first byte; a new connection that
 	// sends nothing is closed after the same time. A client trickling its
@@ -78,17 +90,17 @@ var (
 	// deadline does not move as bytes arrive. A local producer sends its
 	// headers in one write; 10 s is generous even for a stalled host
 	// (nginx's client_header_timeout is 60 s, over the internet).
-	ingestHeaderTimeout = DefaultIngestHeaderTimeout
+	ingestHeaderTimeout = DefaultHeaderTimeout
 	// ingestBodyTimeout bounds reading the body once the headers are in:
 	// 1 MiB (the default max_body_bytes) in 30 s is about 35 KB/s, far
 	// below what any live producer manages over loopback.
-	ingestBodyTimeout = DefaultIngestBodyTimeout
+	ingestBodyTimeout = DefaultBodyTimeout
 	// ingestMaxHeaderBytes bounds the request line plus headers (fasthttp's
 	// per-connection read buffer). The contract's headers (Content-Type,
 	// Idempotency-Key up to 200 bytes, Host) take a few hundred bytes;
 	// 16 KiB leaves room for tracing and auth headers that proxies add.
 	// Past it the answer is 431 and the connection is closed.
-	ingestMaxHeaderBytes = DefaultIngestMaxHeaderBytes
+	ingestMaxHeaderBytes = DefaultMaxHeaderBytes
 	// ingestMaxConns caps open ingest connections, idle ones included
 	// (fasthttp's Concurrency; each costs a goroutine). Connections past it
 	// are answered 503 and closed at once. A sidecar's producer is local,
@@ -106,13 +118,13 @@ var (
 	// request, measured (BenchmarkIngest/async, 3 alternating runs: 38.0,
 	// 41.2, 39.1 µs against 35.1, 37.2, 36.7). The hot path wins; the cap
 	// bounds the memory.
-	ingestMaxConns = DefaultIngestMaxConnections
+	ingestMaxConns = DefaultMaxConnections
 	// ingestIdleTimeout closes keep-alive connections idle this long. It is
 	// longer than the idle timeout of common producer clients (Go's
 	// http.Transport: 90 s), so the client, not the sidecar, usually closes
 	// first and never sends on a connection the sidecar just closed.
-	ingestIdleTimeout = DefaultIngestIdleTimeout
-	// ingestMaxPendingEvents and ingestMaxPendingBytes bound the appends
+	ingestIdleTimeout = DefaultIdleTimeout
+	// ingestMaxPendingEvents and Config.MaxPendingBytes bound the appends
 	// waiting on the group committer, so a burst far above the log's
 	// capacity meets backpressure (503 with Retry-After) instead of holding
 	// a copy of every body in memory. 4096 matches the committer's request
@@ -122,26 +134,87 @@ var (
 	// event larger than that is still admitted when nothing else waits, so
 	// max_body_bytes above it keeps working.
 	ingestMaxPendingEvents = 4096
-	ingestMaxPendingBytes  int64 // 0: the memory budget's share (SplitMemory's Gate)
 )
 
-func (s *Server) newIngestServer() *fasthttp.Server {
-	in := &ingestState{gate: ingestGate{maxEvents: int64(ingestMaxPendingEvents), maxBytes: cmp.Or(ingestMaxPendingBytes, s.mem.Gate)}}
-	lim := s.opts.Ingest
+// HeaderTenant is the ingest request header that says which tenant an
+// event belongs to (the tenant rule, docs/security.md). An event posted without it is
+// a platform event: the operator's subscriptions receive it, a tenant's
+// only when the operator shares its type with the tenant
+// (a tenant's shared types). The value is a tenant id, as
+// policy.ValidTenant checks.
+const HeaderTenant = "Sluice-Tenant"
+
+// Appender is what ingest needs of the log.
+type Appender interface {
+	// Append makes ev durable and returns its seq, or the seq of the
+	// event already stored under its id (dup).
+	Append(ev *queue.Event) (seq uint64, dup bool, err error)
+}
+
+// Config configures a Server. Zero fields take the defaults above.
+type Config struct {
+	Limits       Limits
+	MaxBodyBytes int
+	// MaxPendingEvents and MaxPendingBytes bound the appends admitted at
+	// once (the gate); ingestMaxPendingEvents and the memory budget's
+	// gate share are the sidecar's.
+	MaxPendingEvents int
+	MaxPendingBytes  int64
+	Now              func() time.Time
+	Logger           *slog.Logger
+	Registry         prometheus.Registerer
+	// Tracer makes the ingest spans; nil makes none.
+	Tracer trace.Tracer
+	// Reserved reports the event types producers may not post (the
+	// operational webhook's); nil reserves none.
+	Reserved func(typ string) bool
+}
+
+// Server serves ingest on one listener.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+	in    ingestState
+	http  *fasthttp.Server
+	fresh freshconn.Set // connections that have not sent a request yet
+
+	// store is set once, by Start, before serving is; a request reads it
+	// only after seeing serving.
+	store    Appender
+	serving  atomic.Bool
+	draining atomic.Bool
+}
+
+// New returns a Server that answers 503 "starting" until Start; its
+// metrics are registered with c.Registry.
+func New(c Config) *Server {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	s := &Server{cfg: c, log: c.Logger, m: newMetrics(c.Registry)}
+	s.in.gate = ingestGate{maxEvents: int64(cmp.Or(c.MaxPendingEvents, ingestMaxPendingEvents)), maxBytes: c.MaxPendingBytes}
+	if s.in.gate.maxBytes <= 0 {
+		s.in.gate.maxBytes = 1 << 62 // no byte bound: the event count still holds
+	}
+	lim := c.Limits
 	headerTimeout := cmp.Or(lim.HeaderTimeout, ingestHeaderTimeout)
 	bodyTimeout := cmp.Or(lim.BodyTimeout, ingestBodyTimeout)
 	maxHeader := cmp.Or(lim.MaxHeaderBytes, ingestMaxHeaderBytes)
-	return &fasthttp.Server{
+	s.http = &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			if !s.serving.Load() {
 				ctx.Response.Header.Set("Retry-After", "1")
 				jsonError(ctx, fasthttp.StatusServiceUnavailable, "starting: connecting to the log; retry")
 				return
 			}
-			s.handleIngest(ctx, in)
+			s.handle(ctx)
 		},
 		Name:               "sluice",
-		MaxRequestBodySize: s.opts.MaxBodyBytes,
+		MaxRequestBodySize: c.MaxBodyBytes,
 		// ReadTimeout covers the request line and headers; HeaderReceived
 		// then gives the body its own deadline.
 		ReadTimeout: headerTimeout,
@@ -158,16 +231,47 @@ func (s *Server) newIngestServer() *fasthttp.Server {
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		CloseOnShutdown:       true,
-		ConnState:             s.fresh.track,
+		ConnState:             s.fresh.Track,
 		Logger:                fasthttpLogger{s.log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			s.im.rejected.Inc()
-			status, msg := readErrorStatus(err, s.opts.MaxBodyBytes, maxHeader, headerTimeout, bodyTimeout)
+			s.m.rejected.Inc()
+			status, msg := readErrorStatus(err, c.MaxBodyBytes, maxHeader, headerTimeout, bodyTimeout)
 			s.log.Debug("ingest request rejected", "status", status, "err", err)
 			jsonError(ctx, status, msg)
 		},
 	}
+	return s
 }
+
+// Serve serves ln until Shutdown; its error after Drain is not reported.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.http.Serve(ln)
+	if s.draining.Load() {
+		return nil
+	}
+	return err
+}
+
+// Start makes requests append to store from now on.
+func (s *Server) Start(store Appender) {
+	s.store = store
+	s.serving.Store(true)
+}
+
+// Drain makes every request from now on answer 503 with Retry-After.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// Shutdown drains, stops taking connections, lets the requests inside
+// Append finish and closes the connections, those that never sent a
+// request at once, within ctx. fasthttp closes only the listeners its
+// Serve has registered: the caller closes its listener too.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.Drain()
+	return freshconn.Shutdown(ctx, s.http.ShutdownWithContext, &s.fresh)
+}
+
+// OpenConnections is how many ingest connections are open.
+func (s *Server) OpenConnections() int32 { return s.http.GetOpenConnectionsCount() }
 
 // readErrorStatus maps an error fasthttp met while reading a request (the
 // answer goes out and the connection is closed) to a status and a message
@@ -323,12 +427,12 @@ func (g *ingestGate) leave(n int) {
 	g.events.Add(-1)
 }
 
-// handleIngest implements POST /v1/events/{type}.
-func (s *Server) handleIngest(ctx *fasthttp.RequestCtx, in *ingestState) {
+// handle implements POST /v1/events/{type}.
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	span := s.trace.startIngest(&ctx.Request.Header) // tracing.go; nil with tracing off
-	s.ingestEvent(ctx, in, span)
-	m := s.im
+	span := startIngest(s.cfg.Tracer, &ctx.Request.Header) // tracing.go; nil with tracing off
+	s.ingestEvent(ctx, &s.in, span)
+	m := s.m
 	switch code := ctx.Response.StatusCode(); {
 	case code == fasthttp.StatusAccepted:
 		m.accepted.Inc()
@@ -372,8 +476,8 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		jsonError(ctx, fasthttp.StatusBadRequest, "invalid event type "+strconv.Quote(string(typ))+": "+msg)
 		return
 	}
-	if operationalType(string(typ)) {
-		// Always, configured or not: see operational.go.
+	if s.cfg.Reserved != nil && s.cfg.Reserved(string(typ)) {
+		// Always, configured or not: the operational webhook's types.
 		jsonError(ctx, fasthttp.StatusBadRequest, "event type "+strconv.Quote(string(typ))+" is reserved for sluice's operational webhook")
 		return
 	}
@@ -399,7 +503,7 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 	// event, since a producer meant to scope it.
 	var tenant string
 	if raw := ctx.Request.Header.Peek(HeaderTenant); raw != nil {
-		if !validTenant(string(raw)) {
+		if !policy.ValidTenant(string(raw)) {
 			jsonError(ctx, fasthttp.StatusBadRequest, "invalid "+HeaderTenant+" header "+strconv.QuoteToASCII(string(raw[:min(len(raw), 80)]))+
 				": want a tenant id matching ^[a-z0-9][a-z0-9._-]{0,63}$, or no header for a platform event")
 			return
@@ -425,7 +529,7 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		ID:          idStr,
 		Type:        in.types.get(typ),
 		ContentType: in.contentTypes.get(ct),
-		AcceptedAt:  s.opts.Now(),
+		AcceptedAt:  s.cfg.Now(),
 		// string of an empty slice allocates nothing: no cost to an
 		// event without them.
 		OrderingKey: string(key),
@@ -440,7 +544,7 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		ev.Body = []byte{}
 	}
 	ingested(span, ev) // tracing.go: the ingest span's context when the producer sent none
-	seq, dup, err := s.q.Append(ev)
+	seq, dup, err := s.store.Append(ev)
 	switch {
 	case errors.Is(err, queue.ErrClosed):
 		ctx.Response.Header.Set("Retry-After", "1")
@@ -480,127 +584,6 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 	}
 	b = append(b, "}\n"...)
 	ctx.SetBody(b)
-}
-
-// Characters allowed after the first (a letter or digit). Types are what
-// subscriptions filter on, so they match the config's type names; ids may
-// also carry the characters of common id formats (emails, base64, paths).
-const (
-	typeChars = "._:-"
-	idChars   = "._:@/+=-"
-)
-
-// checkName validates an event type or id: 1..maxLen bytes, a letter or
-// digit, then letters, digits and the given punctuation. It returns what is
-// wrong, or "".
-func checkName(b []byte, maxLen int, punct string) string {
-	switch {
-	case len(b) == 0:
-		return "empty"
-	case len(b) > maxLen:
-		return "longer than " + strconv.Itoa(maxLen) + " bytes"
-	case !isAlnum(b[0]):
-		return "must start with a letter or digit"
-	}
-	for i, c := range b {
-		if !isAlnum(c) && strings.IndexByte(punct, c) < 0 {
-			return "character " + strconv.QuoteRuneToASCII(rune(c)) + " at " + strconv.Itoa(i) + " not allowed (use letters, digits and " + punct + ")"
-		}
-	}
-	return ""
-}
-
-// checkOrderingKey validates an Ordering-Key: at most maxOrderingKeyLen
-// bytes of printable ASCII (space through '~'; no control characters, no
-// bytes past ASCII). It returns what is wrong, or "". An empty header
-// counts as none (as an empty Idempotency-Key does): fasthttp does not
-// tell the two apart.
-func checkOrderingKey(b []byte) string {
-	if len(b) > maxOrderingKeyLen {
-		return "longer than " + strconv.Itoa(maxOrderingKeyLen) + " bytes"
-	}
-	if i := notPrintable(b); i >= 0 {
-		return "character " + strconv.QuoteRuneToASCII(rune(b[i])) + " at " + strconv.Itoa(i) + " not allowed (printable ASCII only)"
-	}
-	return ""
-}
-
-// notPrintable returns the index of the first byte of b that is not
-// printable ASCII (space through '~'), or -1.
-func notPrintable(b []byte) int {
-	for i, c := range b {
-		if c < 0x20 || c > 0x7e {
-			return i
-		}
-	}
-	return -1
-}
-
-// traceContext returns the request's W3C trace context (traceparent and
-// tracestate headers) to keep with the event, or nils.
-//
-// An invalid traceparent is ignored, never refused: W3C Trace Context
-// tells a receiver that cannot parse it to carry on as if there were
-// none (and start a new trace), and an event must not be lost over its
-// tracing. tracestate is kept only with a valid traceparent (the
-// spec: without one it must not be parsed), when printable ASCII of at
-// most maxTraceStateLen bytes; several tracestate headers are joined with
-// commas, as the spec combines them. The result aliases the request's
-// headers (or is a fresh join): the caller copies it.
-func traceContext(h *fasthttp.RequestHeader) (parent, state []byte) {
-	parent = h.Peek("traceparent")
-	if len(parent) == 0 {
-		return nil, nil // the common case: nothing, no allocation
-	}
-	if !validTraceParent(parent) {
-		return nil, nil
-	}
-	state = h.Peek("tracestate")
-	if len(state) == 0 {
-		return parent, nil
-	}
-	if all := h.PeekAll("tracestate"); len(all) > 1 {
-		state = bytes.Join(all, []byte(","))
-	}
-	if len(state) > maxTraceStateLen || notPrintable(state) >= 0 {
-		return parent, nil
-	}
-	return parent, state
-}
-
-// validTraceParent reports whether b is a traceparent of version 00:
-// "00-" 32 lowercase hex (trace id, not all zero) "-" 16 lowercase hex
-// (parent id, not all zero) "-" 2 lowercase hex (flags), 55 bytes. Other
-// versions are treated as invalid (ignored), which the spec allows of a
-// receiver that knows only version 00.
-func validTraceParent(b []byte) bool {
-	if len(b) != 55 || b[0] != '0' || b[1] != '0' || b[2] != '-' || b[35] != '-' || b[52] != '-' {
-		return false
-	}
-	return lowerHex(b[3:35]) && lowerHex(b[36:52]) && lowerHex(b[53:55]) &&
-		!allZero(b[3:35]) && !allZero(b[36:52])
-}
-
-func lowerHex(b []byte) bool {
-	for _, c := range b {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != '0' {
-			return false
-		}
-	}
-	return true
-}
-
-func isAlnum(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 var (
@@ -647,111 +630,4 @@ type fasthttpLogger struct{ l *slog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
 	f.l.Debug("ingest connection", "detail", fmt.Sprintf(format, args...))
-}
-
-// freshConns holds the ingest connections that have not sent a request yet.
-//
-// fasthttp's shutdown closes idle keep-alive connections at once, but a
-// connection that never sent anything counts as idle only five seconds
-// after it opened (as in net/http). HTTP clients dial spare connections
-// they may never use (Go's Transport does when a request finds no idle
-// connection at that instant), and one such connection held a drain for
-// the whole 2 s bound of the ingest shutdown, which then failed: sluice
-// exited 1 after a clean drain. Close shuts them instead. Nothing is lost:
-// while draining every request is answered 503, so a connection whose
-// first request was on its way gets a reset rather than a 503, and the
-// producer retries either way.
-type freshConns struct {
-	mu sync.RWMutex
-	m  map[net.Conn]struct{}
-	// n is len(m), kept so that used can see without a lock that no
-	// connection is fresh: the common case under load, where a producer's
-	// pool was dialled long ago and every request would otherwise take
-	// the shared lock, one cache line for every core.
-	n atomic.Int64
-}
-
-// track is the ingest server's ConnState hook. fasthttp calls it with
-// StateActive on every request, not once per connection: a connection
-// that is no longer fresh costs an atomic load while no connection is
-// fresh, and a shared read lock otherwise, never the write lock.
-func (f *freshConns) track(c net.Conn, st fasthttp.ConnState) {
-	switch st {
-	case fasthttp.StateNew:
-		f.opened(c)
-	case fasthttp.StateIdle:
-		// Only a connection that was active goes idle: not in m.
-	default:
-		f.used(c)
-	}
-}
-
-// trackHTTP is the same hook for the admin API's net/http server, whose
-// Shutdown also waits (5 s) for connections that never sent a request.
-func (f *freshConns) trackHTTP(c net.Conn, st http.ConnState) {
-	switch st {
-	case http.StateNew:
-		f.opened(c)
-	case http.StateIdle:
-	default:
-		f.used(c)
-	}
-}
-
-func (f *freshConns) opened(c net.Conn) {
-	f.mu.Lock()
-	if f.m == nil {
-		f.m = make(map[net.Conn]struct{})
-	}
-	f.m[c] = struct{}{}
-	f.n.Store(int64(len(f.m)))
-	f.mu.Unlock()
-}
-
-// used forgets c. fasthttp reports a connection's StateNew (opened) before
-// serving it, so while c is fresh n is at least 1 here.
-func (f *freshConns) used(c net.Conn) {
-	if f.n.Load() == 0 {
-		return
-	}
-	f.mu.RLock()
-	_, fresh := f.m[c]
-	f.mu.RUnlock()
-	if fresh {
-		f.mu.Lock()
-		delete(f.m, c)
-		f.n.Store(int64(len(f.m)))
-		f.mu.Unlock()
-	}
-}
-
-// closeAll closes every connection that has not sent a request.
-func (f *freshConns) closeAll() {
-	f.mu.Lock()
-	for c := range f.m {
-		c.Close()
-		delete(f.m, c)
-	}
-	f.n.Store(0)
-	f.mu.Unlock()
-}
-
-// shutdownClosingFresh runs a server's graceful shutdown (it closes the
-// listeners, finishes requests in progress and closes idle connections);
-// meanwhile the connections that never sent a request are closed here,
-// including any accepted just before the listeners closed. A client's
-// spare connection must not hold up a drain.
-func shutdownClosingFresh(ctx context.Context, shutdown func(context.Context) error, fresh *freshConns) error {
-	done := make(chan error, 1)
-	go func() { done <- shutdown(ctx) }()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		fresh.closeAll()
-		select {
-		case err := <-done:
-			return err
-		case <-tick.C:
-		}
-	}
 }
