@@ -41,7 +41,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/client"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 const (
@@ -375,7 +375,7 @@ func (h *harness) checkAPI(ctx context.Context, sc *sidecar, scenario string, n 
 		if !strings.HasPrefix(l.Subscription, "a") {
 			continue
 		}
-		if l.ManagedBy == proxy.ManagedByAPI {
+		if l.ManagedBy == api.ManagedByAPI {
 			listed++
 		} else {
 			wrong++

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -183,26 +183,26 @@ func (s *slotSampler) finish() ([]slotReading, slotSummary) {
 // bhPhase is one blackhole window: every endpoint healthy, or /s0 a black
 // hole.
 type bhPhase struct {
-	Window         string             `json:"window"`
-	Hole           bool               `json:"black_hole"`
-	Seconds        float64            `json:"seconds"`
-	HealthyP50     float64            `json:"healthy_p50_ms"`
-	HealthyP99     float64            `json:"healthy_p99_ms"`
-	HealthyMax     float64            `json:"healthy_max_ms"`
-	Samples        int                `json:"healthy_latency_samples"`
-	Expected       int64              `json:"healthy_deliveries_expected"` // events of the window × 9
-	Missing        int64              `json:"healthy_deliveries_missing"`  // not delivered when the wait ended
-	P99LowerBound  bool               `json:"healthy_p99_is_lower_bound,omitempty"`
-	HealthyPerSec  float64            `json:"healthy_deliveries_per_s"`
-	OfferedPerSec  float64            `json:"healthy_offered_per_s"`
-	HoleDeliveries int64              `json:"hole_deliveries_in_window"`
-	ReceiverHeld   int64              `json:"receiver_held_total"` // requests the black hole took in
-	HeldAtEnd      int64              `json:"receiver_held_at_end"`
-	DrainSeconds   float64            `json:"healthy_drain_seconds"` // load end → every healthy delivery received
-	Drained        bool               `json:"healthy_drained"`
-	Slots          slotSummary        `json:"slots"`
-	Readings       []slotReading      `json:"slot_readings,omitempty"`
-	Lanes          []proxy.LaneStatus `json:"lanes_after"`
+	Window         string           `json:"window"`
+	Hole           bool             `json:"black_hole"`
+	Seconds        float64          `json:"seconds"`
+	HealthyP50     float64          `json:"healthy_p50_ms"`
+	HealthyP99     float64          `json:"healthy_p99_ms"`
+	HealthyMax     float64          `json:"healthy_max_ms"`
+	Samples        int              `json:"healthy_latency_samples"`
+	Expected       int64            `json:"healthy_deliveries_expected"` // events of the window × 9
+	Missing        int64            `json:"healthy_deliveries_missing"`  // not delivered when the wait ended
+	P99LowerBound  bool             `json:"healthy_p99_is_lower_bound,omitempty"`
+	HealthyPerSec  float64          `json:"healthy_deliveries_per_s"`
+	OfferedPerSec  float64          `json:"healthy_offered_per_s"`
+	HoleDeliveries int64            `json:"hole_deliveries_in_window"`
+	ReceiverHeld   int64            `json:"receiver_held_total"` // requests the black hole took in
+	HeldAtEnd      int64            `json:"receiver_held_at_end"`
+	DrainSeconds   float64          `json:"healthy_drain_seconds"` // load end → every healthy delivery received
+	Drained        bool             `json:"healthy_drained"`
+	Slots          slotSummary      `json:"slots"`
+	Readings       []slotReading    `json:"slot_readings,omitempty"`
+	Lanes          []api.LaneStatus `json:"lanes_after"`
 }
 
 // bhDesign is one design of the blackhole scenario.

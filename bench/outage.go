@@ -15,7 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -34,44 +34,44 @@ type budgetReading struct {
 
 // outageRun is what one deliverer did around the outage.
 type outageRun struct {
-	Deliverer         string             `json:"deliverer"`
-	BasePerSec        float64            `json:"base_deliveries_per_s"` // rate × endpoints
-	MeasuredBase      float64            `json:"measured_base_per_s"`   // mean arrivals/s before the outage (after its first second)
-	PeakOutage        float64            `json:"peak_offered_outage_per_s"`
-	PeakOutageRatio   float64            `json:"peak_offered_outage_ratio"`
-	MeanOutage        float64            `json:"mean_offered_outage_per_s"`
-	PeakAfter         float64            `json:"peak_offered_after_recovery_per_s"`
-	PeakAfterRatio    float64            `json:"peak_offered_after_recovery_ratio"`
-	PeakAfterAt       float64            `json:"peak_after_recovery_at_s"` // after recovery
-	RetriesOutage     int64              `json:"retries_during_outage"`
-	AttemptsOutage    int64              `json:"attempts_during_outage"`
-	Retries           int64              `json:"retries_total"`
-	Attempts          int64              `json:"attempts_total"`
-	Events            int64              `json:"events"` // accepted (sluice) or sent (naive)
-	Delivered         int64              `json:"deliveries_unique"`
-	Duplicates        int64              `json:"duplicates"`
-	Lost              int64              `json:"deliveries_lost"` // naive: pairs whose 4 attempts failed; sluice: dead letters
-	EventsLost        int64              `json:"events_lost,omitempty"`
-	DueBefore         int64              `json:"events_due_before_recovery,omitempty"`
-	BacklogDrain      float64            `json:"backlog_drain_seconds,omitempty"` // recovery → every event published before it everywhere
-	BacklogDrained    bool               `json:"backlog_drained"`
-	AllDrain          float64            `json:"all_drain_seconds,omitempty"` // recovery → every accepted event everywhere
-	AllDrained        bool               `json:"all_drained"`
-	LoadAfterRecovery float64            `json:"load_after_recovery_seconds,omitempty"`
-	Deferred          uint64             `json:"retries_deferred,omitempty"`
-	BreakerSamples    int                `json:"samples_with_breaker_open,omitempty"`
-	BudgetAtOutage    *budgetReading     `json:"budget_at_outage,omitempty"`
-	BudgetMaxRetries  int64              `json:"budget_max_retries_in_window,omitempty"`
-	BudgetMaxAllowed  int64              `json:"budget_max_allowed_in_window,omitempty"`
-	BucketSeconds     float64            `json:"bucket_seconds"`
-	OutageFrom        int                `json:"outage_first_bucket"`
-	OutageTo          int                `json:"recovery_bucket"`
-	Total             []int64            `json:"per_bucket_requests"`
-	RetrySeries       []int64            `json:"per_bucket_retries"`
-	OKSeries          []int64            `json:"per_bucket_ok"`
-	Budget            []budgetReading    `json:"budget_readings,omitempty"`
-	Lanes             []proxy.LaneStatus `json:"lanes_after,omitempty"`
-	Errors            []string           `json:"errors,omitempty"`
+	Deliverer         string           `json:"deliverer"`
+	BasePerSec        float64          `json:"base_deliveries_per_s"` // rate × endpoints
+	MeasuredBase      float64          `json:"measured_base_per_s"`   // mean arrivals/s before the outage (after its first second)
+	PeakOutage        float64          `json:"peak_offered_outage_per_s"`
+	PeakOutageRatio   float64          `json:"peak_offered_outage_ratio"`
+	MeanOutage        float64          `json:"mean_offered_outage_per_s"`
+	PeakAfter         float64          `json:"peak_offered_after_recovery_per_s"`
+	PeakAfterRatio    float64          `json:"peak_offered_after_recovery_ratio"`
+	PeakAfterAt       float64          `json:"peak_after_recovery_at_s"` // after recovery
+	RetriesOutage     int64            `json:"retries_during_outage"`
+	AttemptsOutage    int64            `json:"attempts_during_outage"`
+	Retries           int64            `json:"retries_total"`
+	Attempts          int64            `json:"attempts_total"`
+	Events            int64            `json:"events"` // accepted (sluice) or sent (naive)
+	Delivered         int64            `json:"deliveries_unique"`
+	Duplicates        int64            `json:"duplicates"`
+	Lost              int64            `json:"deliveries_lost"` // naive: pairs whose 4 attempts failed; sluice: dead letters
+	EventsLost        int64            `json:"events_lost,omitempty"`
+	DueBefore         int64            `json:"events_due_before_recovery,omitempty"`
+	BacklogDrain      float64          `json:"backlog_drain_seconds,omitempty"` // recovery → every event published before it everywhere
+	BacklogDrained    bool             `json:"backlog_drained"`
+	AllDrain          float64          `json:"all_drain_seconds,omitempty"` // recovery → every accepted event everywhere
+	AllDrained        bool             `json:"all_drained"`
+	LoadAfterRecovery float64          `json:"load_after_recovery_seconds,omitempty"`
+	Deferred          uint64           `json:"retries_deferred,omitempty"`
+	BreakerSamples    int              `json:"samples_with_breaker_open,omitempty"`
+	BudgetAtOutage    *budgetReading   `json:"budget_at_outage,omitempty"`
+	BudgetMaxRetries  int64            `json:"budget_max_retries_in_window,omitempty"`
+	BudgetMaxAllowed  int64            `json:"budget_max_allowed_in_window,omitempty"`
+	BucketSeconds     float64          `json:"bucket_seconds"`
+	OutageFrom        int              `json:"outage_first_bucket"`
+	OutageTo          int              `json:"recovery_bucket"`
+	Total             []int64          `json:"per_bucket_requests"`
+	RetrySeries       []int64          `json:"per_bucket_retries"`
+	OKSeries          []int64          `json:"per_bucket_ok"`
+	Budget            []budgetReading  `json:"budget_readings,omitempty"`
+	Lanes             []api.LaneStatus `json:"lanes_after,omitempty"`
+	Errors            []string         `json:"errors,omitempty"`
 }
 
 // analyse fills the peak figures from the timeline.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 // What every generated subscription shares.
@@ -313,7 +313,7 @@ func (s *sidecar) get(path string, timeout time.Duration) (int, []byte, error) {
 }
 
 // lanes reads GET /v1/subscriptions.
-func (s *sidecar) lanes() ([]proxy.LaneStatus, error) {
+func (s *sidecar) lanes() ([]api.LaneStatus, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	v, err := s.api.Subscriptions(ctx)

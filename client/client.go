@@ -1,7 +1,7 @@
 // Package client is the typed client of sluice's admin API.
 // Each method calls one path and answers the wire type package proxy
-// encodes there (proxy.SubscriptionList, proxy.DeadLetterPage,
-// proxy.EventStatus...), so the CLI, the tests and the bench decode exactly
+// encodes there (api.SubscriptionList, api.DeadLetterPage,
+// api.EventStatus...), so the CLI, the tests and the bench decode exactly
 // what the server writes. An answer that is not 2xx is an *APIError.
 //
 // The package owns the retry policy of admin calls, made for a person (or a
@@ -49,7 +49,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 // Defaults for Options.
@@ -350,8 +350,8 @@ func (c *Client) get(ctx context.Context, path string, out any) error {
 
 // Subscriptions returns every lane (GET /v1/subscriptions), sorted by
 // subscription id, and the log's head seq.
-func (c *Client) Subscriptions(ctx context.Context) (*proxy.SubscriptionList, error) {
-	var v proxy.SubscriptionList
+func (c *Client) Subscriptions(ctx context.Context) (*api.SubscriptionList, error) {
+	var v api.SubscriptionList
 	if err := c.get(ctx, "/v1/subscriptions", &v); err != nil {
 		return nil, err
 	}
@@ -361,12 +361,12 @@ func (c *Client) Subscriptions(ctx context.Context) (*proxy.SubscriptionList, er
 // Pause pauses subscription id (POST /v1/subscriptions/{id}/pause): its
 // events are kept and wait. reason, when not empty, is shown as the lane's
 // paused_by. An unknown id is an *APIError with Status 404.
-func (c *Client) Pause(ctx context.Context, id, reason string) (*proxy.StateAnswer, error) {
+func (c *Client) Pause(ctx context.Context, id, reason string) (*api.StateAnswer, error) {
 	var body any
 	if reason != "" {
-		body = proxy.PauseRequest{Reason: reason}
+		body = api.PauseRequest{Reason: reason}
 	}
-	var v proxy.StateAnswer
+	var v api.StateAnswer
 	if err := c.do(ctx, http.MethodPost, "/v1/subscriptions/"+url.PathEscape(id)+"/pause", body, &v, true, false); err != nil {
 		return nil, err
 	}
@@ -374,8 +374,8 @@ func (c *Client) Pause(ctx context.Context, id, reason string) (*proxy.StateAnsw
 }
 
 // Resume resumes subscription id (POST /v1/subscriptions/{id}/resume).
-func (c *Client) Resume(ctx context.Context, id string) (*proxy.StateAnswer, error) {
-	var v proxy.StateAnswer
+func (c *Client) Resume(ctx context.Context, id string) (*api.StateAnswer, error) {
+	var v api.StateAnswer
 	if err := c.do(ctx, http.MethodPost, "/v1/subscriptions/"+url.PathEscape(id)+"/resume", nil, &v, true, false); err != nil {
 		return nil, err
 	}
@@ -385,8 +385,8 @@ func (c *Client) Resume(ctx context.Context, id string) (*proxy.StateAnswer, err
 // Event returns the completion ledger of event id (GET /v1/events/{id}):
 // one entry per entitled subscription. An id the sidecar does not know (or
 // no longer, past dedup_window) is an *APIError with Status 404.
-func (c *Client) Event(ctx context.Context, id string) (*proxy.EventStatus, error) {
-	var v proxy.EventStatus
+func (c *Client) Event(ctx context.Context, id string) (*api.EventStatus, error) {
+	var v api.EventStatus
 	if err := c.get(ctx, "/v1/events/"+url.PathEscape(id), &v); err != nil {
 		return nil, err
 	}
@@ -405,7 +405,7 @@ type DeadLetterQuery struct {
 
 // DeadLetters returns one page of dead letters (without their bodies),
 // ordered by subscription and seq. Follow Next until it is "" for all.
-func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) (*proxy.DeadLetterPage, error) {
+func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) (*api.DeadLetterPage, error) {
 	v := url.Values{}
 	for k, s := range map[string]string{"subscription": q.Subscription, "reason": q.Reason, "cursor": q.Cursor} {
 		if s != "" {
@@ -419,7 +419,7 @@ func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) (*proxy.Dea
 	if len(v) > 0 {
 		path += "?" + v.Encode()
 	}
-	var page proxy.DeadLetterPage
+	var page api.DeadLetterPage
 	if err := c.get(ctx, path, &page); err != nil {
 		return nil, err
 	}
@@ -429,8 +429,8 @@ func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) (*proxy.Dea
 // DeadLetter returns one dead letter with its body (GET
 // /v1/dead-letters/{subscription}/{seq}); one that does not exist is an
 // *APIError with Status 404.
-func (c *Client) DeadLetter(ctx context.Context, subscription string, seq uint64) (*proxy.DeadLetterInfo, error) {
-	var v proxy.DeadLetterInfo
+func (c *Client) DeadLetter(ctx context.Context, subscription string, seq uint64) (*api.DeadLetterInfo, error) {
+	var v api.DeadLetterInfo
 	if err := c.get(ctx, "/v1/dead-letters/"+url.PathEscape(subscription)+"/"+strconv.FormatUint(seq, 10), &v); err != nil {
 		return nil, err
 	}
@@ -442,8 +442,8 @@ func (c *Client) DeadLetter(ctx context.Context, subscription string, seq uint64
 // replayed or why it was skipped (replayed already without Force, not
 // found). Only ctx bounds the call, which writes each dead letter durably;
 // a forced replay is not resent once the request may have arrived.
-func (c *Client) Replay(ctx context.Context, req proxy.ReplayRequest) (*proxy.ReplayAnswer, error) {
-	var v proxy.ReplayAnswer
+func (c *Client) Replay(ctx context.Context, req api.ReplayRequest) (*api.ReplayAnswer, error) {
+	var v api.ReplayAnswer
 	if err := c.do(ctx, http.MethodPost, "/v1/dead-letters/replay", req, &v, !req.Force, true); err != nil {
 		return nil, err
 	}
@@ -477,8 +477,8 @@ func (c *Client) Ready(ctx context.Context) error {
 func newAPIError(status int, body []byte) *APIError {
 	e := &APIError{Status: status}
 	var m struct {
-		proxy.ErrorAnswer
-		proxy.HealthAnswer
+		api.ErrorAnswer
+		api.HealthAnswer
 	}
 	switch {
 	case json.Unmarshal(body, &m) == nil && m.Error != "":

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/sidecartest"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -124,7 +125,7 @@ func TestClientCallsEveryPath(t *testing.T) {
 	}
 
 	// Dead letters, a page at a time.
-	var all []proxy.DeadLetterInfo
+	var all []api.DeadLetterInfo
 	q := client.DeadLetterQuery{Subscription: "failing", Reason: "max_attempts", Limit: 1}
 	for pages := 0; ; pages++ {
 		page, err := c.DeadLetters(ctx, q)
@@ -156,7 +157,7 @@ func TestClientCallsEveryPath(t *testing.T) {
 
 	// Replay: once, skipped the second time, again with force.
 	s.tb.SetMode("/failing", testbed.ModeOK)
-	one := proxy.ReplayRequest{Subscription: "failing", Seq: all[0].Seq}
+	one := api.ReplayRequest{Subscription: "failing", Seq: all[0].Seq}
 	if r, err := c.Replay(ctx, one); err != nil || r.Replayed != 1 || len(r.Results) != 1 || r.Results[0].EventID != "e-0" {
 		t.Fatalf("replay: %+v %v", r, err)
 	}
@@ -168,12 +169,12 @@ func TestClientCallsEveryPath(t *testing.T) {
 	if r, err := c.Replay(ctx, one); err != nil || r.Replayed != 1 {
 		t.Fatalf("forced replay: %+v %v", r, err)
 	}
-	if r, err := c.Replay(ctx, proxy.ReplayRequest{Filter: &proxy.ReplayFilter{Subscription: "failing"}}); err != nil || r.Replayed != 2 {
+	if r, err := c.Replay(ctx, api.ReplayRequest{Filter: &api.ReplayFilter{Subscription: "failing"}}); err != nil || r.Replayed != 2 {
 		t.Fatalf("replay by filter: %+v %v", r, err)
 	}
 
 	// Pause and resume.
-	if st, err := c.Pause(ctx, "ok", "maintenance"); err != nil || *st != (proxy.StateAnswer{Subscription: "ok", State: "paused"}) {
+	if st, err := c.Pause(ctx, "ok", "maintenance"); err != nil || *st != (api.StateAnswer{Subscription: "ok", State: "paused"}) {
 		t.Fatalf("pause: %+v %v", st, err)
 	}
 	subs, err = c.Subscriptions(ctx)
@@ -339,7 +340,7 @@ func TestNewAddresses(t *testing.T) {
 func TestClientRetryPolicy(t *testing.T) {
 	var calls atomic.Int64
 	var answers atomic.Value // func(n int64, w http.ResponseWriter) int
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := calls.Add(1)
 		code := answers.Load().(func(int64) int)(n)
 		if code == 0 { // slow: three attempt timeouts, then 200
@@ -363,12 +364,12 @@ func TestClientRetryPolicy(t *testing.T) {
 			fmt.Fprint(w, `{"id":"x","seq":1,"deliveries":[]}`)
 		}
 	}))
-	t.Cleanup(api.Close)
-	c := newClient(t, api.URL, client.Options{RetryWaitMin: time.Millisecond, RetryWaitMax: 5 * time.Millisecond, AttemptTimeout: 50 * time.Millisecond})
+	t.Cleanup(srv.Close)
+	c := newClient(t, srv.URL, client.Options{RetryWaitMin: time.Millisecond, RetryWaitMax: 5 * time.Millisecond, AttemptTimeout: 50 * time.Millisecond})
 	event := func(ctx context.Context) error { _, err := c.Event(ctx, "x"); return err }
 	replay := func(force bool) func(context.Context) error {
 		return func(ctx context.Context) error {
-			_, err := c.Replay(ctx, proxy.ReplayRequest{Subscription: "a", Seq: 1, Force: force})
+			_, err := c.Replay(ctx, api.ReplayRequest{Subscription: "a", Seq: 1, Force: force})
 			return err
 		}
 	}
@@ -404,7 +405,7 @@ func TestClientRetryPolicy(t *testing.T) {
 	// What a 502 page says is kept short.
 	calls.Store(0)
 	answers.Store(func(int64) int { return 502 })
-	once := newClient(t, api.URL, client.Options{RetryMax: -1})
+	once := newClient(t, srv.URL, client.Options{RetryMax: -1})
 	_, err := once.Event(ctxT(t), "x")
 	if ae := apiError(t, err, 502); len(ae.Message) > 200 || !strings.HasPrefix(ae.Message, "<html>bad gateway") || calls.Load() != 1 {
 		t.Fatalf("502 page: %d calls, %q", calls.Load(), ae.Message)
@@ -417,7 +418,7 @@ func TestClientRetryPolicy(t *testing.T) {
 	var retried atomic.Int64
 	dead := newClient(t, addr, client.Options{RetryWaitMin: time.Millisecond, RetryWaitMax: time.Millisecond, RetryMax: 2,
 		OnRetry: func(int, string) { retried.Add(1) }})
-	_, err = dead.Replay(ctxT(t), proxy.ReplayRequest{Subscription: "a", Seq: 1, Force: true})
+	_, err = dead.Replay(ctxT(t), api.ReplayRequest{Subscription: "a", Seq: 1, Force: true})
 	if err == nil || !strings.Contains(err.Error(), "gave up after 3 attempts") || retried.Load() != 2 {
 		t.Fatalf("forced replay to a closed port: %d retries, %v", retried.Load(), err)
 	}

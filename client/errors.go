@@ -13,7 +13,7 @@ import (
 type APIError struct {
 	// Status is the HTTP status code.
 	Status int
-	// Message is the answer's proxy.ErrorAnswer message, or the start of
+	// Message is the answer's api.ErrorAnswer message, or the start of
 	// its body when it carries none.
 	Message string
 }

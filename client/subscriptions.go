@@ -31,7 +31,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 // mergePatch is the media type of a JSON merge patch (RFC 7396).
@@ -50,8 +50,8 @@ func subPath(id string) string { return "/v1/subscriptions/" + url.PathEscape(id
 // it may have reached the sidecar (see the file comment): after an error
 // for which IsMaybeDone is true, read the subscription before creating it
 // again.
-func (c *Client) CreateSubscription(ctx context.Context, doc any) (*proxy.SubscriptionInfo, error) {
-	var v proxy.SubscriptionInfo
+func (c *Client) CreateSubscription(ctx context.Context, doc any) (*api.SubscriptionInfo, error) {
+	var v api.SubscriptionInfo
 	if err := c.send(ctx, request{method: http.MethodPost, path: "/v1/subscriptions", body: doc}, &v); err != nil {
 		return nil, err
 	}
@@ -61,8 +61,8 @@ func (c *Client) CreateSubscription(ctx context.Context, doc any) (*proxy.Subscr
 // Subscription returns one subscription (GET /v1/subscriptions/{id}): its
 // lane and its settings, secrets redacted. An unknown id (or one of
 // another tenant, for a tenant token) is an *APIError with Status 404.
-func (c *Client) Subscription(ctx context.Context, id string) (*proxy.SubscriptionInfo, error) {
-	var v proxy.SubscriptionInfo
+func (c *Client) Subscription(ctx context.Context, id string) (*api.SubscriptionInfo, error) {
+	var v api.SubscriptionInfo
 	if err := c.get(ctx, subPath(id), &v); err != nil {
 		return nil, err
 	}
@@ -72,12 +72,12 @@ func (c *Client) Subscription(ctx context.Context, id string) (*proxy.Subscripti
 // SubscriptionsOfTenant is Subscriptions limited to the subscriptions of
 // tenant (GET /v1/subscriptions?tenant=T); "" lists every one the token
 // may see.
-func (c *Client) SubscriptionsOfTenant(ctx context.Context, tenant string) (*proxy.SubscriptionList, error) {
+func (c *Client) SubscriptionsOfTenant(ctx context.Context, tenant string) (*api.SubscriptionList, error) {
 	path := "/v1/subscriptions"
 	if tenant != "" {
 		path += "?" + url.Values{"tenant": {tenant}}.Encode()
 	}
-	var v proxy.SubscriptionList
+	var v api.SubscriptionList
 	if err := c.get(ctx, path, &v); err != nil {
 		return nil, err
 	}
@@ -90,8 +90,8 @@ func (c *Client) SubscriptionsOfTenant(ctx context.Context, tenant string) (*pro
 // it names. patch is encoded as JSON like CreateSubscription's doc. A
 // subscription of the config file is an *APIError with Status 409 (change
 // the file); an invalid result, 400 naming the key.
-func (c *Client) UpdateSubscription(ctx context.Context, id string, patch any) (*proxy.SubscriptionInfo, error) {
-	var v proxy.SubscriptionInfo
+func (c *Client) UpdateSubscription(ctx context.Context, id string, patch any) (*api.SubscriptionInfo, error) {
+	var v api.SubscriptionInfo
 	r := request{method: http.MethodPatch, path: subPath(id), body: patch, contentType: mergePatch, resend: true}
 	if err := c.send(ctx, r, &v); err != nil {
 		return nil, err
@@ -104,8 +104,8 @@ func (c *Client) UpdateSubscription(ctx context.Context, id string, patch any) (
 // owed (State "draining" in the answer) and then goes. Sent again after a
 // lost answer it answers the same; once the drained subscription is gone,
 // 404.
-func (c *Client) DeleteSubscription(ctx context.Context, id string) (*proxy.SubscriptionInfo, error) {
-	var v proxy.SubscriptionInfo
+func (c *Client) DeleteSubscription(ctx context.Context, id string) (*api.SubscriptionInfo, error) {
+	var v api.SubscriptionInfo
 	if err := c.do(ctx, http.MethodDelete, subPath(id), nil, &v, true, false); err != nil {
 		return nil, err
 	}
@@ -115,14 +115,14 @@ func (c *Client) DeleteSubscription(ctx context.Context, id string) (*proxy.Subs
 // RotateSecret gives subscription id a new generated secret (POST
 // /v1/subscriptions/{id}/rotate-secret), returned this once; its old
 // secrets keep signing beside it for grace. A negative grace asks for the
-// sidecar's default (proxy.RotateRequest), 0 retires them at once. The
+// sidecar's default (api.RotateRequest), 0 retires them at once. The
 // request is not sent again once it may have reached the sidecar.
-func (c *Client) RotateSecret(ctx context.Context, id string, grace time.Duration) (*proxy.RotateAnswer, error) {
-	var req proxy.RotateRequest
+func (c *Client) RotateSecret(ctx context.Context, id string, grace time.Duration) (*api.RotateAnswer, error) {
+	var req api.RotateRequest
 	if grace >= 0 {
 		req.Grace = grace.String()
 	}
-	var v proxy.RotateAnswer
+	var v api.RotateAnswer
 	if err := c.send(ctx, request{method: http.MethodPost, path: subPath(id) + "/rotate-secret", body: req}, &v); err != nil {
 		return nil, err
 	}
@@ -134,10 +134,10 @@ func (c *Client) RotateSecret(ctx context.Context, id string, grace time.Duratio
 // until means now. Each letter is replayed at most once, so the call is
 // sent again after a lost answer like a read; like Replay, only ctx bounds
 // it.
-func (c *Client) Recover(ctx context.Context, id string, since, until time.Time) (*proxy.RecoverAnswer, error) {
-	var v proxy.RecoverAnswer
+func (c *Client) Recover(ctx context.Context, id string, since, until time.Time) (*api.RecoverAnswer, error) {
+	var v api.RecoverAnswer
 	r := request{method: http.MethodPost, path: subPath(id) + "/recover",
-		body: proxy.RecoverRequest{Since: since, Until: until}, resend: true, long: true}
+		body: api.RecoverRequest{Since: since, Until: until}, resend: true, long: true}
 	if err := c.send(ctx, r, &v); err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ type UndeliveredQuery struct {
 // Undelivered returns one page of the events owed to a subscription that
 // are not acknowledged: retrying first, then dead-lettered. Follow Next
 // until it is "" for all.
-func (c *Client) Undelivered(ctx context.Context, q UndeliveredQuery) (*proxy.UndeliveredPage, error) {
+func (c *Client) Undelivered(ctx context.Context, q UndeliveredQuery) (*api.UndeliveredPage, error) {
 	v := url.Values{"subscription": {q.Subscription}}
 	if !q.Since.IsZero() {
 		v.Set("since", q.Since.Format(time.RFC3339Nano))
@@ -170,7 +170,7 @@ func (c *Client) Undelivered(ctx context.Context, q UndeliveredQuery) (*proxy.Un
 	if q.Cursor != "" {
 		v.Set("cursor", q.Cursor)
 	}
-	var page proxy.UndeliveredPage
+	var page api.UndeliveredPage
 	if err := c.get(ctx, "/v1/undelivered?"+v.Encode(), &page); err != nil {
 		return nil, err
 	}
@@ -181,8 +181,8 @@ func (c *Client) Undelivered(ctx context.Context, q UndeliveredQuery) (*proxy.Un
 // /v1/tenants/{tenant}/tokens), returned this once: the sidecar keeps
 // only its hash. The request is not sent again once it may have reached
 // the sidecar.
-func (c *Client) IssueTenantToken(ctx context.Context, tenant string) (*proxy.TokenAnswer, error) {
-	var v proxy.TokenAnswer
+func (c *Client) IssueTenantToken(ctx context.Context, tenant string) (*api.TokenAnswer, error) {
+	var v api.TokenAnswer
 	if err := c.send(ctx, request{method: http.MethodPost, path: "/v1/tenants/" + url.PathEscape(tenant) + "/tokens"}, &v); err != nil {
 		return nil, err
 	}
@@ -191,12 +191,12 @@ func (c *Client) IssueTenantToken(ctx context.Context, tenant string) (*proxy.To
 
 // IssueTenantTokenExpiring is IssueTenantToken for a token that stops
 // working after expiresIn (at most a year; 0: never).
-func (c *Client) IssueTenantTokenExpiring(ctx context.Context, tenant string, expiresIn time.Duration) (*proxy.TokenAnswer, error) {
+func (c *Client) IssueTenantTokenExpiring(ctx context.Context, tenant string, expiresIn time.Duration) (*api.TokenAnswer, error) {
 	var body any
 	if expiresIn != 0 {
-		body = proxy.IssueTokenRequest{ExpiresIn: expiresIn.String()}
+		body = api.IssueTokenRequest{ExpiresIn: expiresIn.String()}
 	}
-	var v proxy.TokenAnswer
+	var v api.TokenAnswer
 	if err := c.send(ctx, request{method: http.MethodPost, path: "/v1/tenants/" + url.PathEscape(tenant) + "/tokens", body: body}, &v); err != nil {
 		return nil, err
 	}
@@ -206,12 +206,12 @@ func (c *Client) IssueTenantTokenExpiring(ctx context.Context, tenant string, ex
 // TenantTokens lists the tenant tokens of tenant, or of every tenant
 // when tenant is "" (GET /v1/tenants/{tenant}/tokens, GET /v1/tokens):
 // their ids, never the tokens. Operator only.
-func (c *Client) TenantTokens(ctx context.Context, tenant string) (*proxy.TokenList, error) {
+func (c *Client) TenantTokens(ctx context.Context, tenant string) (*api.TokenList, error) {
 	path := "/v1/tokens"
 	if tenant != "" {
 		path = "/v1/tenants/" + url.PathEscape(tenant) + "/tokens"
 	}
-	var v proxy.TokenList
+	var v api.TokenList
 	if err := c.get(ctx, path, &v); err != nil {
 		return nil, err
 	}
@@ -221,8 +221,8 @@ func (c *Client) TenantTokens(ctx context.Context, tenant string) (*proxy.TokenL
 // RevokeTenantToken revokes tenant's issued token id (DELETE
 // /v1/tenants/{tenant}/tokens/{id}); it stops working at once. Sent
 // again after a lost answer like a read: a second revoke answers 404.
-func (c *Client) RevokeTenantToken(ctx context.Context, tenant, id string) (*proxy.TokenInfo, error) {
-	var v proxy.TokenInfo
+func (c *Client) RevokeTenantToken(ctx context.Context, tenant, id string) (*api.TokenInfo, error) {
+	var v api.TokenInfo
 	if err := c.do(ctx, http.MethodDelete, "/v1/tenants/"+url.PathEscape(tenant)+"/tokens/"+url.PathEscape(id), nil, &v, true, false); err != nil {
 		return nil, err
 	}
@@ -231,8 +231,8 @@ func (c *Client) RevokeTenantToken(ctx context.Context, tenant, id string) (*pro
 
 // WhoAmI says whom the client's token acts for (GET /v1/whoami): the
 // operator, or one tenant.
-func (c *Client) WhoAmI(ctx context.Context) (*proxy.WhoAmI, error) {
-	var v proxy.WhoAmI
+func (c *Client) WhoAmI(ctx context.Context) (*api.WhoAmI, error) {
+	var v api.WhoAmI
 	if err := c.get(ctx, "/v1/whoami", &v); err != nil {
 		return nil, err
 	}

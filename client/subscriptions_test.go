@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/client"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 // The subscription API's encoding and error mapping, against a scripted
@@ -98,14 +98,14 @@ const infoJSON = `{"subscription":"billing","state":"active","cap":4,"tenant":"a
 	"config":{"id":"billing","url":"https://billing.example.com/hooks","secrets_count":1},"secret":"whsec_new"}`
 
 func TestSubscriptionCallsEncodeRequests(t *testing.T) {
-	api := newScripted(t)
-	c := newClient(t, api.srv.URL, client.Options{Token: "tok"})
+	srv := newScripted(t)
+	c := newClient(t, srv.srv.URL, client.Options{Token: "tok"})
 	since := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	expires := time.Date(2026, 12, 30, 12, 0, 0, 0, time.UTC)
 	until := since.Add(6 * time.Hour)
-	info := func(v *proxy.SubscriptionInfo, err error) (any, error) { return v, err }
-	wantInfo := &proxy.SubscriptionInfo{
-		LaneStatus: proxy.LaneStatus{Subscription: "billing", State: "active", Cap: 4, Tenant: "acme", ManagedBy: proxy.ManagedByAPI},
+	info := func(v *api.SubscriptionInfo, err error) (any, error) { return v, err }
+	wantInfo := &api.SubscriptionInfo{
+		LaneStatus: api.LaneStatus{Subscription: "billing", State: "active", Cap: 4, Tenant: "acme", ManagedBy: api.ManagedByAPI},
 		Config:     map[string]any{"id": "billing", "url": "https://billing.example.com/hooks", "secrets_count": float64(1)},
 		Secret:     "whsec_new",
 	}
@@ -147,15 +147,15 @@ func TestSubscriptionCallsEncodeRequests(t *testing.T) {
 			call:   func(ctx context.Context) (any, error) { return c.SubscriptionsOfTenant(ctx, "acme & co") },
 			status: 200, answer: `{"subscriptions":[{"subscription":"billing","state":"active","tenant":"acme & co","managed_by":"api"}],"head":7}`,
 			want: seen{Method: "GET", Path: "/v1/subscriptions", Query: "tenant=acme+%26+co"},
-			result: &proxy.SubscriptionList{Head: 7, Subscriptions: []proxy.LaneStatus{
-				{Subscription: "billing", State: "active", Tenant: "acme & co", ManagedBy: proxy.ManagedByAPI}}},
+			result: &api.SubscriptionList{Head: 7, Subscriptions: []api.LaneStatus{
+				{Subscription: "billing", State: "active", Tenant: "acme & co", ManagedBy: api.ManagedByAPI}}},
 		},
 		{
 			name:   "list of every tenant",
 			call:   func(ctx context.Context) (any, error) { return c.SubscriptionsOfTenant(ctx, "") },
 			status: 200, answer: `{"subscriptions":[],"head":0}`,
 			want:   seen{Method: "GET", Path: "/v1/subscriptions"},
-			result: &proxy.SubscriptionList{Subscriptions: []proxy.LaneStatus{}},
+			result: &api.SubscriptionList{Subscriptions: []api.LaneStatus{}},
 		},
 		{
 			name: "update by merge patch",
@@ -171,42 +171,42 @@ func TestSubscriptionCallsEncodeRequests(t *testing.T) {
 			call:   func(ctx context.Context) (any, error) { return info(c.DeleteSubscription(ctx, "a/b")) },
 			status: 202, answer: `{"subscription":"a/b","state":"draining","managed_by":"api","config":{}}`,
 			want:   seen{Method: "DELETE", Path: "/v1/subscriptions/a/b"},
-			result: &proxy.SubscriptionInfo{LaneStatus: proxy.LaneStatus{Subscription: "a/b", State: "draining", ManagedBy: "api"}, Config: map[string]any{}},
+			result: &api.SubscriptionInfo{LaneStatus: api.LaneStatus{Subscription: "a/b", State: "draining", ManagedBy: "api"}, Config: map[string]any{}},
 		},
 		{
 			name:   "rotate with a grace",
 			call:   func(ctx context.Context) (any, error) { return c.RotateSecret(ctx, "billing", 24*time.Hour) },
 			status: 200, answer: `{"subscription":"billing","secret":"whsec_rot","old_secrets_until":"2026-12-01T12:00:00Z"}`,
 			want:   seen{Method: "POST", Path: "/v1/subscriptions/billing/rotate-secret", ContentType: "application/json", Body: `{"grace":"24h0m0s"}`},
-			result: &proxy.RotateAnswer{Subscription: "billing", Secret: "whsec_rot", OldUntil: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)},
+			result: &api.RotateAnswer{Subscription: "billing", Secret: "whsec_rot", OldUntil: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)},
 		},
 		{
 			name:   "rotate with the default grace",
 			call:   func(ctx context.Context) (any, error) { return c.RotateSecret(ctx, "billing", -1) },
 			status: 200, answer: `{"subscription":"billing","secret":"whsec_rot"}`,
 			want:   seen{Method: "POST", Path: "/v1/subscriptions/billing/rotate-secret", ContentType: "application/json", Body: `{}`},
-			result: &proxy.RotateAnswer{Subscription: "billing", Secret: "whsec_rot"},
+			result: &api.RotateAnswer{Subscription: "billing", Secret: "whsec_rot"},
 		},
 		{
 			name:   "rotate retiring the old secrets at once",
 			call:   func(ctx context.Context) (any, error) { return c.RotateSecret(ctx, "billing", 0) },
 			status: 200, answer: `{"subscription":"billing","secret":"whsec_rot"}`,
 			want:   seen{Method: "POST", Path: "/v1/subscriptions/billing/rotate-secret", ContentType: "application/json", Body: `{"grace":"0s"}`},
-			result: &proxy.RotateAnswer{Subscription: "billing", Secret: "whsec_rot"},
+			result: &api.RotateAnswer{Subscription: "billing", Secret: "whsec_rot"},
 		},
 		{
 			name:   "recover a range",
 			call:   func(ctx context.Context) (any, error) { return c.Recover(ctx, "billing", since, until) },
 			status: 200, answer: `{"subscription":"billing","matched":3,"replayed":2,"skipped":1}`,
 			want:   seen{Method: "POST", Path: "/v1/subscriptions/billing/recover", ContentType: "application/json", Body: `{"since":"2026-11-30T12:00:00Z","until":"2026-11-30T18:00:00Z"}`},
-			result: &proxy.RecoverAnswer{Subscription: "billing", Matched: 3, Replayed: 2, Skipped: 1},
+			result: &api.RecoverAnswer{Subscription: "billing", Matched: 3, Replayed: 2, Skipped: 1},
 		},
 		{
 			name:   "recover until now",
 			call:   func(ctx context.Context) (any, error) { return c.Recover(ctx, "billing", since, time.Time{}) },
 			status: 200, answer: `{"subscription":"billing","matched":0,"replayed":0,"skipped":0}`,
 			want:   seen{Method: "POST", Path: "/v1/subscriptions/billing/recover", ContentType: "application/json", Body: `{"since":"2026-11-30T12:00:00Z"}`},
-			result: &proxy.RecoverAnswer{Subscription: "billing"},
+			result: &api.RecoverAnswer{Subscription: "billing"},
 		},
 		{
 			name: "undelivered page",
@@ -215,7 +215,7 @@ func TestSubscriptionCallsEncodeRequests(t *testing.T) {
 			},
 			status: 200, answer: `{"subscription":"billing","events":[{"seq":9,"event_id":"e9","type":"t","state":"retrying","attempts":2,"due":"2026-11-30T13:00:00Z"}],"next":"d/3"}`,
 			want: seen{Method: "GET", Path: "/v1/undelivered", Query: "cursor=r%2F9&limit=50&since=2026-11-30T12%3A00%3A00Z&subscription=billing"},
-			result: &proxy.UndeliveredPage{Subscription: "billing", Next: "d/3", Events: []proxy.UndeliveredEvent{
+			result: &api.UndeliveredPage{Subscription: "billing", Next: "d/3", Events: []api.UndeliveredEvent{
 				{Seq: 9, EventID: "e9", Type: "t", State: "retrying", Attempts: 2, Due: time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC)}}},
 		},
 		{
@@ -225,54 +225,54 @@ func TestSubscriptionCallsEncodeRequests(t *testing.T) {
 			},
 			status: 200, answer: `{"subscription":"billing","events":[],"next":""}`,
 			want:   seen{Method: "GET", Path: "/v1/undelivered", Query: "subscription=billing"},
-			result: &proxy.UndeliveredPage{Subscription: "billing", Events: []proxy.UndeliveredEvent{}},
+			result: &api.UndeliveredPage{Subscription: "billing", Events: []api.UndeliveredEvent{}},
 		},
 		{
 			name:   "tenant token",
 			call:   func(ctx context.Context) (any, error) { return c.IssueTenantToken(ctx, "acme") },
 			status: 201, answer: `{"tenant":"acme","token":"sluice_t_abc"}`,
 			want:   seen{Method: "POST", Path: "/v1/tenants/acme/tokens"},
-			result: &proxy.TokenAnswer{Tenant: "acme", Token: "sluice_t_abc"},
+			result: &api.TokenAnswer{Tenant: "acme", Token: "sluice_t_abc"},
 		},
 		{
 			name:   "expiring tenant token",
 			call:   func(ctx context.Context) (any, error) { return c.IssueTenantTokenExpiring(ctx, "acme", 720*time.Hour) },
 			status: 201, answer: `{"tenant":"acme","token":"sltk_abc","id":"0123456789ab","expires_at":"2026-12-30T12:00:00Z"}`,
 			want:   seen{Method: "POST", Path: "/v1/tenants/acme/tokens", ContentType: "application/json", Body: `{"expires_in":"720h0m0s"}`},
-			result: &proxy.TokenAnswer{Tenant: "acme", Token: "sltk_abc", ID: "0123456789ab", ExpiresAt: &expires},
+			result: &api.TokenAnswer{Tenant: "acme", Token: "sltk_abc", ID: "0123456789ab", ExpiresAt: &expires},
 		},
 		{
 			name:   "tenant tokens of one tenant",
 			call:   func(ctx context.Context) (any, error) { return c.TenantTokens(ctx, "acme") },
 			status: 200, answer: `{"tokens":[{"id":"0123456789ab","tenant":"acme","source":"issued"}]}`,
 			want:   seen{Method: "GET", Path: "/v1/tenants/acme/tokens"},
-			result: &proxy.TokenList{Tokens: []proxy.TokenInfo{{ID: "0123456789ab", Tenant: "acme", Source: "issued"}}},
+			result: &api.TokenList{Tokens: []api.TokenInfo{{ID: "0123456789ab", Tenant: "acme", Source: "issued"}}},
 		},
 		{
 			name:   "every tenant token",
 			call:   func(ctx context.Context) (any, error) { return c.TenantTokens(ctx, "") },
 			status: 200, answer: `{"tokens":[]}`,
 			want:   seen{Method: "GET", Path: "/v1/tokens"},
-			result: &proxy.TokenList{Tokens: []proxy.TokenInfo{}},
+			result: &api.TokenList{Tokens: []api.TokenInfo{}},
 		},
 		{
 			name:   "revoke a tenant token",
 			call:   func(ctx context.Context) (any, error) { return c.RevokeTenantToken(ctx, "acme", "0123456789ab") },
 			status: 200, answer: `{"id":"0123456789ab","tenant":"acme","source":"issued","revoked":true}`,
 			want:   seen{Method: "DELETE", Path: "/v1/tenants/acme/tokens/0123456789ab"},
-			result: &proxy.TokenInfo{ID: "0123456789ab", Tenant: "acme", Source: "issued", Revoked: true},
+			result: &api.TokenInfo{ID: "0123456789ab", Tenant: "acme", Source: "issued", Revoked: true},
 		},
 		{
 			name:   "whoami",
 			call:   func(ctx context.Context) (any, error) { return c.WhoAmI(ctx) },
 			status: 200, answer: `{"operator":false,"tenant":"acme"}`,
 			want:   seen{Method: "GET", Path: "/v1/whoami"},
-			result: &proxy.WhoAmI{Tenant: "acme"},
+			result: &api.WhoAmI{Tenant: "acme"},
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			api.script(always(tc.status, tc.answer))
+			srv.script(always(tc.status, tc.answer))
 			got, err := tc.call(ctxT(t))
 			if err != nil {
 				t.Fatal(err)
@@ -280,7 +280,7 @@ func TestSubscriptionCallsEncodeRequests(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.result) {
 				t.Errorf("answer = %+v\nwant     %+v", got, tc.result)
 			}
-			reqs := api.requests()
+			reqs := srv.requests()
 			if len(reqs) != 1 {
 				t.Fatalf("%d requests, want 1", len(reqs))
 			}
@@ -299,8 +299,8 @@ func TestSubscriptionCallsEncodeRequests(t *testing.T) {
 }
 
 func TestSubscriptionErrorsAreTheServersMessage(t *testing.T) {
-	api := newScripted(t)
-	c := newClient(t, api.srv.URL, client.Options{})
+	srv := newScripted(t)
+	c := newClient(t, srv.srv.URL, client.Options{})
 	ctx := ctxT(t)
 	for _, tc := range []struct {
 		status int
@@ -319,8 +319,8 @@ func TestSubscriptionErrorsAreTheServersMessage(t *testing.T) {
 		{404, `subscription "nope": not found`, func() error { _, err := c.Subscription(ctx, "nope"); return err }},
 		{403, "a tenant token may not issue tokens", func() error { _, err := c.IssueTenantToken(ctx, "acme"); return err }},
 	} {
-		body, _ := json.Marshal(proxy.ErrorAnswer{Error: tc.msg})
-		api.script(always(tc.status, string(body)))
+		body, _ := json.Marshal(api.ErrorAnswer{Error: tc.msg})
+		srv.script(always(tc.status, string(body)))
 		err := tc.call()
 		ae := apiError(t, err, tc.status)
 		if ae.Message != tc.msg {
@@ -329,7 +329,7 @@ func TestSubscriptionErrorsAreTheServersMessage(t *testing.T) {
 		if client.IsMaybeDone(err) {
 			t.Errorf("%d: IsMaybeDone, but the server refused", tc.status)
 		}
-		if n := len(api.requests()); n != 1 {
+		if n := len(srv.requests()); n != 1 {
 			t.Errorf("%d: %d requests, want 1 (4xx is never retried)", tc.status, n)
 		}
 	}

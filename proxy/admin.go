@@ -15,30 +15,31 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 )
 
 // adminHandler serves the admin API on its own listener (net/http: it is
 // not a hot path, and the standard tooling fits it best). Every answer is
-// one of the wire types of api.go, so that package client decodes exactly
+// one of the wire types of package api, so that package client decodes exactly
 // what is encoded here.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, HealthAnswer{Status: "ok"})
+		writeJSON(w, http.StatusOK, api.HealthAnswer{Status: "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
-			writeJSON(w, http.StatusServiceUnavailable, HealthAnswer{Status: "draining"})
+			writeJSON(w, http.StatusServiceUnavailable, api.HealthAnswer{Status: "draining"})
 			return
 		}
 		if f, ok := s.q.(queue.Fleet); ok {
 			if err := f.Ready(); err != nil {
-				writeJSON(w, http.StatusServiceUnavailable, HealthAnswer{Status: "unavailable: " + err.Error()})
+				writeJSON(w, http.StatusServiceUnavailable, api.HealthAnswer{Status: "unavailable: " + err.Error()})
 				return
 			}
 		}
-		writeJSON(w, http.StatusOK, HealthAnswer{Status: "ready"})
+		writeJSON(w, http.StatusOK, api.HealthAnswer{Status: "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("GET /v1/retry-budget", func(w http.ResponseWriter, r *http.Request) {
@@ -58,7 +59,7 @@ func (s *Server) adminHandler() http.Handler {
 				return l.sub.Tenant == tenant
 			}
 		}
-		list := SubscriptionList{Subscriptions: s.d.statuses(keep), Head: s.d.feed.head.Load()}
+		list := api.SubscriptionList{Subscriptions: s.d.statuses(keep), Head: s.d.feed.head.Load()}
 		if !p.operator() {
 			list.Head = 0 // the log's head counts every tenant's events
 		}
@@ -74,7 +75,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.Handle("GET /debug/vars", expvar.Handler())
 	mux.HandleFunc("POST /v1/subscriptions/{id}/pause", func(w http.ResponseWriter, r *http.Request) {
-		var body PauseRequest
+		var body api.PauseRequest
 		if r.ContentLength != 0 {
 			if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil {
 				writeError(w, http.StatusBadRequest, "body: "+err.Error())
@@ -85,14 +86,14 @@ func (s *Server) adminHandler() http.Handler {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("subscription %q: not found", r.PathValue("id")))
 			return
 		}
-		adminResult(w, s.Pause(r.PathValue("id"), body.Reason), StateAnswer{Subscription: r.PathValue("id"), State: "paused"})
+		adminResult(w, s.Pause(r.PathValue("id"), body.Reason), api.StateAnswer{Subscription: r.PathValue("id"), State: "paused"})
 	})
 	mux.HandleFunc("POST /v1/subscriptions/{id}/resume", func(w http.ResponseWriter, r *http.Request) {
 		if !s.canSee(principalOf(r), r.PathValue("id")) {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("subscription %q: not found", r.PathValue("id")))
 			return
 		}
-		adminResult(w, s.Resume(r.PathValue("id")), StateAnswer{Subscription: r.PathValue("id"), State: "active"})
+		adminResult(w, s.Resume(r.PathValue("id")), api.StateAnswer{Subscription: r.PathValue("id"), State: "active"})
 	})
 	mux.HandleFunc("GET /v1/events/{id}", func(w http.ResponseWriter, r *http.Request) {
 		st, err := s.Event(r.PathValue("id"))
@@ -139,7 +140,7 @@ func (s *Server) adminHandler() http.Handler {
 			adminResult(w, err, nil)
 			return
 		}
-		writeJSON(w, http.StatusOK, NewDeadLetterInfo(d, true))
+		writeJSON(w, http.StatusOK, api.NewDeadLetterInfo(d, true))
 	})
 	mux.HandleFunc("POST /v1/dead-letters/replay", s.replayDeadLetters)
 	s.subscriptionRoutes(mux)
@@ -271,7 +272,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // writeError writes msg as an ErrorAnswer.
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, ErrorAnswer{Error: msg})
+	writeJSON(w, status, api.ErrorAnswer{Error: msg})
 }
 
 // adminResult writes v, or err as an ErrorAnswer with the status it calls
@@ -330,7 +331,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	sub, reason, p := q.Get("subscription"), q.Get("reason"), principalOf(r)
 	// Never null: a script may take the length of an empty page.
-	out := DeadLetterPage{DeadLetters: []DeadLetterInfo{}}
+	out := api.DeadLetterPage{DeadLetters: []api.DeadLetterInfo{}}
 	for len(out.DeadLetters) < limit {
 		page, err := s.q.DeadLetters(sub, afterSub, afterSeq, limit)
 		if err != nil {
@@ -342,7 +343,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 			if reason != "" && d.Reason != reason || !s.canRead(p, d) {
 				continue
 			}
-			out.DeadLetters = append(out.DeadLetters, NewDeadLetterInfo(d, false))
+			out.DeadLetters = append(out.DeadLetters, api.NewDeadLetterInfo(d, false))
 			if len(out.DeadLetters) == limit {
 				out.Next = d.Subscription + "/" + strconv.FormatUint(d.Seq, 10)
 				break
@@ -360,7 +361,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 // "seq"}...]}, or {"filter": {"subscription": S, "reason": R}}; "force"
 // replays dead letters already replayed.
 func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
-	var req ReplayRequest
+	var req api.ReplayRequest
 	p := principalOf(r)
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
@@ -374,7 +375,7 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "subscription and seq: give both for one dead letter")
 			return
 		}
-		items = append(items, ReplayItem{req.Subscription, req.Seq})
+		items = append(items, api.ReplayItem{Subscription: req.Subscription, Seq: req.Seq})
 	}
 	if req.Filter != nil {
 		var afterSub string
@@ -388,7 +389,7 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 			for _, d := range page {
 				afterSub, afterSeq = d.Subscription, d.Seq
 				if (req.Filter.Reason == "" || d.Reason == req.Filter.Reason) && s.canRead(p, d) {
-					items = append(items, ReplayItem{d.Subscription, d.Seq})
+					items = append(items, api.ReplayItem{Subscription: d.Subscription, Seq: d.Seq})
 				}
 			}
 			if len(page) < 500 {
@@ -400,15 +401,15 @@ func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "nothing to replay: give subscription and seq, items, or filter")
 		return
 	}
-	ans := ReplayAnswer{Results: make([]ReplayResult, 0, len(items))}
+	ans := api.ReplayAnswer{Results: make([]api.ReplayResult, 0, len(items))}
 	for _, it := range items {
-		var res ReplayResult
+		var res api.ReplayResult
 		var err error
 		if s.canSee(p, it.Subscription) {
 			res, err = s.Replay(it.Subscription, it.Seq, req.Force)
 		} else {
 			// Exactly what a subscription that does not exist answers.
-			res, err = ReplayResult{Subscription: it.Subscription, Seq: it.Seq}, fmt.Errorf("subscription %q: %w", it.Subscription, ErrNotFound)
+			res, err = api.ReplayResult{Subscription: it.Subscription, Seq: it.Seq}, fmt.Errorf("subscription %q: %w", it.Subscription, ErrNotFound)
 		}
 		if err != nil {
 			res.Skipped = err.Error()

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -48,7 +49,7 @@ func (s *Server) subscriptionRoutes(mux *http.ServeMux) {
 		registryResult(w, http.StatusAccepted, err, info)
 	})
 	mux.HandleFunc("POST /v1/subscriptions/{id}/rotate-secret", func(w http.ResponseWriter, r *http.Request) {
-		var req RotateRequest
+		var req api.RotateRequest
 		if !decodeBody(w, r, &req, true) {
 			return
 		}
@@ -98,7 +99,7 @@ func (s *Server) subscriptionRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/undelivered", s.listUndelivered)
 	mux.HandleFunc("GET /v1/whoami", func(w http.ResponseWriter, r *http.Request) {
 		p := principalOf(r)
-		writeJSON(w, http.StatusOK, WhoAmI{Operator: p.operator(), Tenant: p.tenant})
+		writeJSON(w, http.StatusOK, api.WhoAmI{Operator: p.operator(), Tenant: p.tenant})
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -338,7 +339,7 @@ func TestReplayDeliversOnceUnlessForced(t *testing.T) {
 	s = startAdminServer(t, dir, "", sub("a", rcv.URL))
 	accept.Store(true)
 	c := apiClient(t, s)
-	one := proxy.ReplayRequest{Subscription: "a", Seq: seq}
+	one := api.ReplayRequest{Subscription: "a", Seq: seq}
 	if r, err := c.Replay(ctx, one); err != nil || r.Replayed != 1 {
 		t.Fatalf("replay: %+v %v", r, err)
 	}
@@ -348,7 +349,7 @@ func TestReplayDeliversOnceUnlessForced(t *testing.T) {
 	}
 	// The receiver counts before its answer reaches sluice, so the ACK of the
 	// replay is recorded a moment after delivered moves: await it.
-	var d *proxy.DeadLetterInfo
+	var d *api.DeadLetterInfo
 	eventually(t, "replay ACK recorded", func() bool {
 		d, err = c.DeadLetter(ctx, "a", seq)
 		return err == nil && !d.DeliveredAt.IsZero()
@@ -357,7 +358,7 @@ func TestReplayDeliversOnceUnlessForced(t *testing.T) {
 		t.Fatalf("dead letter after replay: %+v", d)
 	}
 	// Everything matching a filter, forced: the other two and the first again.
-	if r, err := c.Replay(ctx, proxy.ReplayRequest{Filter: &proxy.ReplayFilter{Subscription: "a", Reason: "rejected"}, Force: true}); err != nil || r.Replayed != 3 {
+	if r, err := c.Replay(ctx, api.ReplayRequest{Filter: &api.ReplayFilter{Subscription: "a", Reason: "rejected"}, Force: true}); err != nil || r.Replayed != 3 {
 		t.Fatalf("replay by filter: %+v %v", r, err)
 	}
 	eventually(t, "all replayed", func() bool { return delivered.Load() == 4 })

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 // The attempt log: every node shows what its lanes' last
@@ -97,12 +98,12 @@ func (l *lane) noteAttempt(j *job, res result, rs policy.Resolution, now time.Ti
 }
 
 // recent returns the remembered attempts, newest first.
-func (a *activity) recent() []AttemptInfo {
+func (a *activity) recent() []api.AttemptInfo {
 	n := int(min(a.n, attemptLogSize))
-	out := make([]AttemptInfo, 0, n)
+	out := make([]api.AttemptInfo, 0, n)
 	for i := range n {
 		r := &a.attempts[(a.n-1-uint64(i))%attemptLogSize]
-		out = append(out, AttemptInfo{
+		out = append(out, api.AttemptInfo{
 			At: time.Unix(0, r.at).UTC(), Seq: r.seq, EventID: r.eventID, Attempt: int(r.attempt),
 			Status: int(r.status), DurationMS: float64(r.duration) / float64(time.Millisecond),
 			Outcome: attemptOutcomeWords[r.outcome], Error: r.failure.String(), Response: r.response,
@@ -115,12 +116,12 @@ func (a *activity) recent() []AttemptInfo {
 // newest first (at most 32). In fleet mode Owner names the node that
 // delivers the lane: a node that does not own it has only the attempts it
 // made while it did, if any.
-func (s *Server) Attempts(id string) (AttemptList, error) {
+func (s *Server) Attempts(id string) (api.AttemptList, error) {
 	l := s.d.lane(id)
 	if l == nil {
-		return AttemptList{}, notFoundSubscription(id)
+		return api.AttemptList{}, notFoundSubscription(id)
 	}
-	out := AttemptList{Subscription: id, Owner: s.owner(l), Attempts: []AttemptInfo{}}
+	out := api.AttemptList{Subscription: id, Owner: s.owner(l), Attempts: []api.AttemptInfo{}}
 	l.mu.Lock()
 	if a := l.activity; a != nil {
 		out.Attempts = a.recent()
@@ -132,12 +133,12 @@ func (s *Server) Attempts(id string) (AttemptList, error) {
 // Series returns the last 15 minutes of subscription id's deliveries/s,
 // failures/s and exchange P99 on this node, in 90 buckets of 10 s, oldest
 // first; the newest is the one still filling. Owner is as for Attempts.
-func (s *Server) Series(id string) (SeriesInfo, error) {
+func (s *Server) Series(id string) (api.SeriesInfo, error) {
 	l := s.d.lane(id)
 	if l == nil {
-		return SeriesInfo{}, notFoundSubscription(id)
+		return api.SeriesInfo{}, notFoundSubscription(id)
 	}
-	out := SeriesInfo{Subscription: id, Owner: s.owner(l)}
+	out := api.SeriesInfo{Subscription: id, Owner: s.owner(l)}
 	now := l.e.now()
 	l.mu.Lock()
 	var sr *series

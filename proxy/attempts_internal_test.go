@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -63,9 +64,9 @@ func TestAttemptLogOrderAndBound(t *testing.T) {
 		if a.DurationMS != float64(seq) {
 			t.Errorf("attempt seq %d took %v ms; want %d", seq, a.DurationMS, seq)
 		}
-		want := AttemptInfo{Status: 200, Outcome: "ack"}
+		want := api.AttemptInfo{Status: 200, Outcome: "ack"}
 		if seq%5 == 0 {
-			want = AttemptInfo{Status: 503, Outcome: "retry", Response: "busy"}
+			want = api.AttemptInfo{Status: 503, Outcome: "retry", Response: "busy"}
 		}
 		if a.Status != want.Status || a.Outcome != want.Outcome || a.Response != want.Response || a.Attempt != 1 {
 			t.Errorf("attempt seq %d: %+v; want %+v", seq, a, want)
@@ -169,7 +170,7 @@ func TestSeriesRotation(t *testing.T) {
 	for range 5 {
 		sr.add(t0.Add(35*time.Second), 10*time.Millisecond, true) // 5 failed in the bucket at t0+30s
 	}
-	var si SeriesInfo
+	var si api.SeriesInfo
 	sr.info(t0.Add(35*time.Second), &si)
 	if si.StepSeconds != 10 || len(si.Deliveries) != seriesLen || len(si.Failures) != seriesLen || len(si.P99MS) != seriesLen {
 		t.Fatalf("series shape: step %d, lengths %d %d %d", si.StepSeconds, len(si.Deliveries), len(si.Failures), len(si.P99MS))
@@ -223,7 +224,7 @@ func TestSeriesClockStepBack(t *testing.T) {
 	sr := newSeries(t0)
 	sr.add(t0.Add(10*time.Second), time.Millisecond, false)
 	sr.add(t0.Add(9*time.Second), time.Millisecond, false) // late by a bucket
-	var si SeriesInfo
+	var si api.SeriesInfo
 	sr.info(t0.Add(15*time.Second), &si)
 	if si.Deliveries[seriesLen-1] != 0.4 || si.Deliveries[seriesLen-2] != 0 {
 		t.Fatalf("two attempts across a bucket edge, out of order: %v; want both in the head (2 in 5 s)", si.Deliveries[seriesLen-2:])

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -52,9 +53,9 @@ func TestAttemptsAndSeriesOverHTTP(t *testing.T) {
 		return lane(s, "ok").Delivered == 5 && lane(s, "fail").DeadLettered == 5 && lane(s, "down").DeadLettered == 5
 	})
 
-	attempts := func(id string) (int, proxy.AttemptList) {
+	attempts := func(id string) (int, api.AttemptList) {
 		t.Helper()
-		var al proxy.AttemptList // fresh: Unmarshal into a used slice keeps fields an answer omits
+		var al api.AttemptList // fresh: Unmarshal into a used slice keeps fields an answer omits
 		code := getAPI(t, s, "/v1/subscriptions/"+id+"/attempts", token, &al)
 		return code, al
 	}
@@ -99,9 +100,9 @@ func TestAttemptsAndSeriesOverHTTP(t *testing.T) {
 		}
 		return s
 	}
-	series := func(id string) proxy.SeriesInfo {
+	series := func(id string) api.SeriesInfo {
 		t.Helper()
-		var si proxy.SeriesInfo
+		var si api.SeriesInfo
 		if code := getAPI(t, s, "/v1/subscriptions/"+id+"/series", token, &si); code != http.StatusOK {
 			t.Fatalf("%s's series: %d", id, code)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/queue/queuetest"
@@ -152,18 +153,18 @@ func TestScrapeReadsTheLogOnlyWhenTheCursorMoved(t *testing.T) {
 	l := newLane(e, queue.Membership{Subscription: "a", From: 1}, testSub("a", "http://127.0.0.1:1"))
 	now := time.Now()
 	for range 5 {
-		if got := l.withOldestAge(LaneStatus{Cursor: 0, Backlog: 3}, now); got.OldestAge < 0 {
+		if got := l.withOldestAge(api.LaneStatus{Cursor: 0, Backlog: 3}, now); got.OldestAge < 0 {
 			t.Fatalf("oldest age %v", got.OldestAge)
 		}
 	}
 	if n := c.reads.Load(); n != 1 {
 		t.Fatalf("5 scrapes at one cursor read the log %d times; want 1", n)
 	}
-	l.withOldestAge(LaneStatus{Cursor: 1, Backlog: 2}, now)
+	l.withOldestAge(api.LaneStatus{Cursor: 1, Backlog: 2}, now)
 	if n := c.reads.Load(); n != 2 {
 		t.Fatalf("after the cursor moved: %d reads; want 2", n)
 	}
-	if got := l.withOldestAge(LaneStatus{Cursor: 3}, now); got.OldestAge != 0 || c.reads.Load() != 2 {
+	if got := l.withOldestAge(api.LaneStatus{Cursor: 3}, now); got.OldestAge != 0 || c.reads.Load() != 2 {
 		t.Fatalf("caught up: age %v, %d reads; want 0 and no read", got.OldestAge, c.reads.Load())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/signing"
 )
@@ -236,8 +237,8 @@ func snippet(b []byte) string {
 	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
-func sortStatuses(s []LaneStatus) {
-	slices.SortFunc(s, func(a, b LaneStatus) int { return strings.Compare(a.Subscription, b.Subscription) })
+func sortStatuses(s []api.LaneStatus) {
+	slices.SortFunc(s, func(a, b api.LaneStatus) int { return strings.Compare(a.Subscription, b.Subscription) })
 }
 
 // leaseSafety is how long before a lane's lease could pass elsewhere its

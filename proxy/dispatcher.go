@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -609,9 +610,9 @@ func (d *dispatcher) timerLoop() {
 }
 
 // statuses returns every lane's status, sorted by subscription id.
-func (d *dispatcher) statuses(keep func(*lane) bool) []LaneStatus {
+func (d *dispatcher) statuses(keep func(*lane) bool) []api.LaneStatus {
 	lanes := d.laneList()
-	out := make([]LaneStatus, 0, len(lanes))
+	out := make([]api.LaneStatus, 0, len(lanes))
 	snaps := d.laneSnapshots()
 	for _, l := range lanes {
 		if keep == nil || keep(l) {
@@ -623,7 +624,7 @@ func (d *dispatcher) statuses(keep func(*lane) bool) []LaneStatus {
 }
 
 // statusOf is one lane's status.
-func (d *dispatcher) statusOf(l *lane) LaneStatus { return d.status(l, d.laneSnapshots()) }
+func (d *dispatcher) statusOf(l *lane) api.LaneStatus { return d.status(l, d.laneSnapshots()) }
 
 // laneSnapshots are the owners' published lane statuses in fleet mode.
 func (d *dispatcher) laneSnapshots() map[string]queue.LaneSnapshot {
@@ -637,8 +638,8 @@ func (d *dispatcher) laneSnapshots() map[string]queue.LaneSnapshot {
 	return snaps
 }
 
-func (d *dispatcher) status(l *lane, snaps map[string]queue.LaneSnapshot) LaneStatus {
-	var st LaneStatus
+func (d *dispatcher) status(l *lane, snaps map[string]queue.LaneSnapshot) api.LaneStatus {
+	var st api.LaneStatus
 	switch {
 	case d.fleet != nil && l.isForeign():
 		st = d.foreignStatus(l, snaps)
@@ -649,7 +650,7 @@ func (d *dispatcher) status(l *lane, snaps map[string]queue.LaneSnapshot) LaneSt
 		}
 	}
 	l.mu.Lock()
-	st.Tenant, st.ManagedBy = l.sub.Tenant, cmp.Or(l.sub.ManagedBy, ManagedByFile)
+	st.Tenant, st.ManagedBy = l.sub.Tenant, cmp.Or(l.sub.ManagedBy, api.ManagedByFile)
 	l.mu.Unlock()
 	return st
 }
@@ -657,7 +658,7 @@ func (d *dispatcher) status(l *lane, snaps map[string]queue.LaneSnapshot) LaneSt
 // withOldestAge fills st.OldestAge from the entry just past the cursor:
 // remembered from the last time it was asked while the cursor has not
 // moved, else from the ring or one read of the log.
-func (l *lane) withOldestAge(st LaneStatus, now time.Time) LaneStatus {
+func (l *lane) withOldestAge(st api.LaneStatus, now time.Time) api.LaneStatus {
 	if st.Backlog == 0 && st.InFlight == 0 {
 		return st
 	}

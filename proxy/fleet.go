@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -271,9 +272,9 @@ func (d *dispatcher) snapshotLoop() {
 // foreignStatus is a foreign lane's status from its owner's snapshot, or
 // what this node knows of it (owner named, counters zero) when none is
 // published yet.
-func (d *dispatcher) foreignStatus(l *lane, snaps map[string]queue.LaneSnapshot) LaneStatus {
+func (d *dispatcher) foreignStatus(l *lane, snaps map[string]queue.LaneSnapshot) api.LaneStatus {
 	if sn, ok := snaps[l.id]; ok {
-		var st LaneStatus
+		var st api.LaneStatus
 		if err := json.Unmarshal(sn.Data, &st); err == nil && st.Subscription == l.id {
 			st.Owner = sn.Node
 			if l.leaving.Load() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -189,13 +190,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func lane(s *proxy.Server, id string) proxy.LaneStatus {
+func lane(s *proxy.Server, id string) api.LaneStatus {
 	for _, l := range s.Lanes() {
 		if l.Subscription == id {
 			return l
 		}
 	}
-	return proxy.LaneStatus{}
+	return api.LaneStatus{}
 }
 
 func hasLane(s *proxy.Server, id string) bool { return lane(s, id).Subscription == id }

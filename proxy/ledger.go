@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -48,31 +49,8 @@ func (s *Server) setPaused(id, reason string) error {
 	return nil
 }
 
-// Delivery is one subscription's state for one event in the completion
-// ledger.
-type Delivery struct {
-	Subscription string     `json:"subscription"`
-	State        string     `json:"state"` // pending, in_flight, retry_scheduled, delivered, dead_lettered, filtered
-	Attempt      int        `json:"attempt,omitempty"`
-	DueAt        *time.Time `json:"due_at,omitempty"`
-	Reason       string     `json:"reason,omitempty"`
-	LastStatus   int        `json:"last_status,omitempty"`
-	At           *time.Time `json:"at,omitempty"` // when dead-lettered
-}
-
-// EventStatus is the completion ledger of one event: every entitled
-// subscription and where its delivery stands, derived from cursors,
-// in-flight windows, retry records and dead letters.
-type EventStatus struct {
-	ID         string     `json:"id"`
-	Seq        uint64     `json:"seq"`
-	Type       string     `json:"type,omitempty"` // empty only for an id indexed by format 1 and compacted since
-	AcceptedAt *time.Time `json:"accepted_at,omitempty"`
-	Deliveries []Delivery `json:"deliveries"`
-}
-
 // Event answers the ledger for an event id still in the dedup window.
-func (s *Server) Event(id string) (*EventStatus, error) {
+func (s *Server) Event(id string) (*api.EventStatus, error) {
 	seq, typ, tenant, err := s.q.Lookup(id)
 	if errors.Is(err, queue.ErrNotFound) {
 		return nil, fmt.Errorf("event %q (ids are kept for dedup_window): %w", id, ErrNotFound)
@@ -80,7 +58,7 @@ func (s *Server) Event(id string) (*EventStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &EventStatus{ID: id, Seq: seq, Type: typ, Deliveries: []Delivery{}}
+	st := &api.EventStatus{ID: id, Seq: seq, Type: typ, Deliveries: []api.Delivery{}}
 	ev, evErr := s.d.feed.event(seq)
 	if evErr == nil {
 		st.Type = ev.Type
@@ -114,7 +92,7 @@ func (s *Server) Event(id string) (*EventStatus, error) {
 // resolvedState fills d for a delivery at or below its lane's cursor,
 // from the retry schedule and the dead letters. A read that fails is an
 // error, never reported as "delivered".
-func (s *Server) resolvedState(sub string, seq uint64, d *Delivery) error {
+func (s *Server) resolvedState(sub string, seq uint64, d *api.Delivery) error {
 	r, err := s.q.RetryOf(sub, seq)
 	if err != nil {
 		return err
@@ -149,7 +127,7 @@ func (s *Server) resolvedState(sub string, seq uint64, d *Delivery) error {
 //
 // A foreign lane (fleet mode) knows nothing in memory: its owner's
 // published cursor (cursors) says whether seq is still pending.
-func (l *lane) ledger(seq uint64, tenant, typ string, cursors map[string]uint64) (entitled bool, d Delivery) {
+func (l *lane) ledger(seq uint64, tenant, typ string, cursors map[string]uint64) (entitled bool, d api.Delivery) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d.Subscription = l.id
@@ -187,26 +165,13 @@ func (l *lane) ledger(seq uint64, tenant, typ string, cursors map[string]uint64)
 	return true, d
 }
 
-// ReplayResult says what happened to one dead letter asked to be replayed.
-type ReplayResult struct {
-	Subscription string `json:"subscription"`
-	Seq          uint64 `json:"seq"`
-	EventID      string `json:"event_id,omitempty"`
-	Replayed     bool   `json:"replayed"`
-	Skipped      string `json:"skipped,omitempty"` // why not
-}
-
-// ReplayForceHint ends the Skipped of a dead letter already replayed; the
-// CLI swaps it for its own flag's name.
-const ReplayForceHint = "set force to replay again"
-
 // Replay schedules one dead letter for delivery again. A dead letter
 // already replayed is skipped unless force: replaying twice must not
 // deliver twice by accident. The check and the replay are one atomic step
 // of the store (queue.State.Replay), so concurrent replays of one letter
 // schedule it once, and the retry record survives a crash.
-func (s *Server) Replay(sub string, seq uint64, force bool) (ReplayResult, error) {
-	res := ReplayResult{Subscription: sub, Seq: seq}
+func (s *Server) Replay(sub string, seq uint64, force bool) (api.ReplayResult, error) {
+	res := api.ReplayResult{Subscription: sub, Seq: seq}
 	l := s.d.lane(sub)
 	if l == nil {
 		return res, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
@@ -233,7 +198,7 @@ func (s *Server) Replay(sub string, seq uint64, force bool) (ReplayResult, error
 	}
 	switch {
 	case errors.Is(err, queue.ErrReplayed):
-		res.Skipped = "already replayed at " + dl.ReplayedAt.UTC().Format(time.RFC3339) + "; " + ReplayForceHint
+		res.Skipped = "already replayed at " + dl.ReplayedAt.UTC().Format(time.RFC3339) + "; " + api.ReplayForceHint
 		return res, nil
 	case errors.Is(err, queue.ErrRetryScheduled):
 		res.Skipped = "a retry is already scheduled"

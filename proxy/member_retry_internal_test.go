@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/queue/queuetest"
@@ -62,7 +63,7 @@ func (f *flakyFleet) Member(sub string) (queue.Membership, error) {
 // remove the foreign lane.
 func TestMemberChangeOutlivesAFailedRead(t *testing.T) {
 	sub := &Subscription{ID: "acme-2", URL: "http://127.0.0.1:1/acme-2", Types: []string{"t.c"}, Timeout: time.Second,
-		Tenant: "acme", ManagedBy: ManagedByAPI,
+		Tenant: "acme", ManagedBy: api.ManagedByAPI,
 		Retry: policy.RetryPolicy{MaxAttempts: 3, MaxAge: time.Hour, Backoff: policy.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond}}}
 	f := &flakyFleet{
 		Store:  queuetest.MustOpen(t, "", badger.Options{}),

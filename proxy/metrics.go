@@ -33,7 +33,7 @@ const (
 func newMetrics(reg prometheus.Registerer, d *dispatcher) *metrics {
 	m := &metrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_delivery_attempts_total", Help: "Delivery attempts by outcome: ack, retry, dead_letter, timeout, short_circuit (refused by an open breaker).",
+			Name: "sluice_delivery_attempts_total", Help: "api.Delivery attempts by outcome: ack, retry, dead_letter, timeout, short_circuit (refused by an open breaker).",
 		}, []string{"subscription", "outcome"}),
 		exchange: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_delivery_duration_seconds", Help: "Duration of one HTTP exchange with the endpoint.",

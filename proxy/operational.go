@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/idletick"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -180,7 +181,7 @@ func newOperational(sub *Subscription, store queue.Store, log *slog.Logger, now 
 	// belongs to no tenant, filters nothing, and is the file's (the API
 	// may neither change nor delete it).
 	o.tmpl.ID, o.tmpl.Types = OperationalID, operationalTypes
-	o.tmpl.ManagedBy, o.tmpl.Tenant, o.tmpl.Filter, o.tmpl.Spec = ManagedByFile, "", nil, nil
+	o.tmpl.ManagedBy, o.tmpl.Tenant, o.tmpl.Filter, o.tmpl.Spec = api.ManagedByFile, "", nil, nil
 	o.tmpl.withDefaults()
 	events := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_operational_events_total",

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -499,7 +500,7 @@ func TestOperationalSurvivesReload(t *testing.T) {
 	if err := s.Reload([]*proxy.Subscription{sub("b", ep.URL()+"/b")}); err != nil {
 		t.Fatal(err)
 	}
-	if l := lane(s, proxy.OperationalID); l.State != "active" || l.ManagedBy != proxy.ManagedByFile || l.Tenant != "" {
+	if l := lane(s, proxy.OperationalID); l.State != "active" || l.ManagedBy != api.ManagedByFile || l.Tenant != "" {
 		t.Fatalf("operational lane after a reload: %+v", l)
 	}
 	if err := s.Reload([]*proxy.Subscription{sub(proxy.OperationalID, ep.URL()+"/c")}); err == nil || !strings.Contains(err.Error(), "reserved") {

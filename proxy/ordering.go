@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -551,33 +552,15 @@ func (o *ordering) dropParked(p parkedEvent) bool {
 	return false
 }
 
-// OrderingStatus is an ordered lane's state in LaneStatus.
-type OrderingStatus struct {
-	Mode string `json:"mode"` // key or fifo
-	// ActiveKeys counts the keys held now: an event of each is in flight,
-	// scheduled for retry or ready to go.
-	ActiveKeys int `json:"active_keys"`
-	// Parked counts the events read past because their key was held (at
-	// most 1,024); Ready, those of them whose turn came.
-	Parked int `json:"parked"`
-	Ready  int `json:"ready"`
-	// Blocked: the lane stopped reading the log at the parked or the key
-	// bound until a key resolves (head-of-line blocking).
-	Blocked bool `json:"blocked,omitempty"`
-	// Rebuilding: the lane waits for its deliveries in flight to rebuild
-	// its held keys (after a reload changed the mode).
-	Rebuilding bool `json:"rebuilding,omitempty"`
-}
-
 // orderingStatus is the lane's ordering state for LaneStatus; nil for an
 // unordered lane. l.mu is held.
-func (l *lane) orderingStatus() *OrderingStatus {
+func (l *lane) orderingStatus() *api.OrderingStatus {
 	mode := l.sub.orderingMode()
 	o := l.ordState()
 	if mode == "" && o == nil {
 		return nil
 	}
-	st := &OrderingStatus{Mode: mode}
+	st := &api.OrderingStatus{Mode: mode}
 	if o != nil {
 		st.ActiveKeys, st.Parked, st.Ready, st.Blocked, st.Rebuilding = len(o.keys), len(o.parked), len(o.ready), o.blocked, o.stale
 	}
@@ -598,7 +581,7 @@ func describeOrdering(ch chan<- *prometheus.Desc) {
 }
 
 // collectOrdering exports st's ordering gauges, if it is ordered.
-func collectOrdering(ch chan<- prometheus.Metric, st LaneStatus) {
+func collectOrdering(ch chan<- prometheus.Metric, st api.LaneStatus) {
 	o := st.Ordering
 	if o == nil {
 		return

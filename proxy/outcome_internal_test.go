@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -78,13 +79,13 @@ func ingestOne(t *testing.T, s *Server, key string) {
 	postType(t, s, "t", key)
 }
 
-func laneOf(s *Server, id string) LaneStatus {
+func laneOf(s *Server, id string) api.LaneStatus {
 	for _, l := range s.Lanes() {
 		if l.Subscription == id {
 			return l
 		}
 	}
-	return LaneStatus{}
+	return api.LaneStatus{}
 }
 
 // TestRedoRecordsWithoutResending: when the outcome of an exchange cannot

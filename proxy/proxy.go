@@ -15,12 +15,13 @@
 //     rest waits in the log, not in memory.
 //
 // Its rooms: package ingest (the producer's POST, knowing the log only
-// as an Appender) and package egress (one outbound exchange: the client,
-// the SSRF guard, proxies, endpoint TLS, OAuth2) stand alone; this
+// as an Appender), package egress (one outbound exchange: the client,
+// the SSRF guard, proxies, endpoint TLS, OAuth2) and package api (the
+// admin API's wire types) stand alone; this
 // package wires them to the delivery engine and the admin API, which
 // still share it. Imports run one way (TestImportDirection): nothing
-// under proxy/ imports proxy, and ingest and egress import no other
-// package of proxy/.
+// under proxy/ imports proxy, and the rooms import no other package of
+// proxy/.
 //
 // Where things are here: lane.go (one subscription's consumption, with
 // lane_gates.go, lane_pump.go, lane_read.go, lane_cursor.go and
@@ -32,7 +33,7 @@
 // and slots.go (what the lanes share: commits, in-flight slots and
 // workers, the retry timer), deliver.go (one attempt: its request,
 // signature and result), ledger.go (pause, replay, the completion
-// ledger), admin.go and api.go (the admin API and its wire types),
+// ledger), admin.go (the admin API; its wire types are package api),
 // adminlimits.go (what a client may hold of the admin listener before and
 // after showing a token), operational.go (the operational webhook:
 // sluice's own events, appended to the log and delivered by their own
@@ -62,6 +63,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/freshconn"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/queue"
@@ -538,11 +540,11 @@ func (h *handlerSwitch) Store(x *http.Handler) { h.h.Store(x) }
 // startingHandler answers while the log is being opened.
 var startingHandler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/healthz" {
-		writeJSON(w, http.StatusOK, HealthAnswer{Status: "ok"})
+		writeJSON(w, http.StatusOK, api.HealthAnswer{Status: "ok"})
 		return
 	}
 	w.Header().Set("Retry-After", "1")
-	writeJSON(w, http.StatusServiceUnavailable, HealthAnswer{Status: "starting: connecting to the log"})
+	writeJSON(w, http.StatusServiceUnavailable, api.HealthAnswer{Status: "starting: connecting to the log"})
 })
 
 // openBadger opens the embedded log; a nil *badger.Log must not become a
@@ -622,7 +624,7 @@ func (s *Server) Reload(subs []*Subscription) error {
 }
 
 // Lanes returns a status line per subscription, sorted by id.
-func (s *Server) Lanes() []LaneStatus { return s.d.statuses(nil) }
+func (s *Server) Lanes() []api.LaneStatus { return s.d.statuses(nil) }
 
 // RetryBudget returns the shared retry budget's state over its window.
 func (s *Server) RetryBudget() policy.BudgetStats { return s.d.budget.Stats() }

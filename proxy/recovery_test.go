@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/queue/queuetest"
@@ -71,7 +72,7 @@ func TestLedgerKnowsTypesAfterCompaction(t *testing.T) {
 	// still answer for b-0 after the log compacted it.
 	closeServer(t, s, 5*time.Second)
 	s = startServer(t, dir, subs()...)
-	var st *proxy.EventStatus
+	var st *api.EventStatus
 	eventually(t, "the event compacted away", func() bool {
 		var err error
 		st, err = s.Event("b-0")

@@ -13,6 +13,7 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
 )
@@ -111,7 +112,7 @@ func (s *Server) parseSpec(doc []byte) (*Subscription, error) {
 	if sub.ID == OperationalID {
 		return nil, invalidf("id: %q is the operational webhook's", OperationalID)
 	}
-	sub.ManagedBy, sub.Spec = ManagedByAPI, doc
+	sub.ManagedBy, sub.Spec = api.ManagedByAPI, doc
 	return sub.withDefaults(), nil
 }
 
@@ -119,17 +120,17 @@ func (s *Server) parseSpec(doc []byte) (*Subscription, error) {
 // config file's keys) for p. Without a secret one is generated and
 // returned in the answer, once. A tenant's token makes subscriptions of
 // its own tenant only.
-func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo, error) {
+func (s *Server) CreateSubscription(p principal, body []byte) (api.SubscriptionInfo, error) {
 	doc, err := document(body)
 	if err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	if err := s.checkBody(body); err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	if !p.operator() {
 		if t, ok := doc["tenant"]; ok && t != p.tenant {
-			return SubscriptionInfo{}, invalidf("tenant: a tenant's token creates subscriptions of its own tenant (%s) only", p.tenant)
+			return api.SubscriptionInfo{}, invalidf("tenant: a tenant's token creates subscriptions of its own tenant (%s) only", p.tenant)
 		}
 		doc["tenant"] = p.tenant
 		s.boundConcurrency(p, doc)
@@ -142,17 +143,17 @@ func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo,
 	if !hasSecret && !hasSecrets && !hasFile && !hasEnv {
 		k, err := signing.GenerateSecret()
 		if err != nil {
-			return SubscriptionInfo{}, fmt.Errorf("generate a secret: %w", err)
+			return api.SubscriptionInfo{}, fmt.Errorf("generate a secret: %w", err)
 		}
 		generated = k.Encode()
 		doc["secret"] = generated
 	}
 	sub, err := s.parseSpec(encodeDocument(doc))
 	if err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	if err := s.checkConcurrency(p, sub); err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	d := s.d
 	d.reg.Lock()
@@ -161,10 +162,10 @@ func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo,
 	// limit" whether or not the id is taken, or the two answers would tell
 	// it which of another tenant's ids exist.
 	if err := s.checkTenantRoom(sub.Tenant, ""); err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	if err := s.checkVariantRoom(sub, nil); err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	err = s.checkFree(sub.ID)
 	if err == nil {
@@ -178,18 +179,18 @@ func (s *Server) CreateSubscription(p principal, body []byte) (SubscriptionInfo,
 			// manages it, that it drains, or that another node made it.
 			err = fmt.Errorf("subscription %s: %w", sub.ID, ErrExists)
 		}
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	if err := s.reserve(sub.ID, sub.Tenant); err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	// Create-only: checkFree saw no membership, but in fleet mode another
 	// node's create of the id may land between that read and this write
 	// (d.reg serialises this node's creates only).
 	if err := d.join([]*Subscription{sub}, nil, true); errors.Is(err, queue.ErrExists) {
-		return SubscriptionInfo{}, fmt.Errorf("subscription %s: %w (made through another node at the same time)", sub.ID, ErrExists)
+		return api.SubscriptionInfo{}, fmt.Errorf("subscription %s: %w (made through another node at the same time)", sub.ID, ErrExists)
 	} else if err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	s.log.Info("subscription created through the API", "subscription", sub.ID, "tenant", sub.Tenant)
 	info, err := s.subscriptionInfo(d.lane(sub.ID))
@@ -393,35 +394,35 @@ func (s *Server) apiLane(p principal, id string) (*lane, *Subscription, error) {
 // UpdateSubscription applies a JSON merge patch (RFC 7386) to an API
 // subscription's document. The new settings apply from the next dispatch;
 // the lane keeps its place, so nothing owed is lost.
-func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (SubscriptionInfo, error) {
+func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (api.SubscriptionInfo, error) {
 	pd, err := document(patch)
 	if err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	if err := s.checkBody(patch); err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	d := s.d
 	d.reg.Lock()
 	defer d.reg.Unlock()
 	l, cur, err := s.apiLane(p, id)
 	if err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	merged, err := jsonpatch.MergePatch(cur.Spec, patch)
 	if err != nil {
-		return SubscriptionInfo{}, invalidf("body: not a merge patch: %v", err)
+		return api.SubscriptionInfo{}, invalidf("body: not a merge patch: %v", err)
 	}
 	doc, err := document(merged)
 	if err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	if doc["id"] != id {
-		return SubscriptionInfo{}, invalidf("id: cannot be changed (create a subscription with the new id, then delete this one)")
+		return api.SubscriptionInfo{}, invalidf("id: cannot be changed (create a subscription with the new id, then delete this one)")
 	}
 	if !p.operator() {
 		if doc["tenant"] != p.tenant {
-			return SubscriptionInfo{}, invalidf("tenant: a tenant's token cannot move a subscription to another tenant")
+			return api.SubscriptionInfo{}, invalidf("tenant: a tenant's token cannot move a subscription to another tenant")
 		}
 		s.boundConcurrency(p, doc)
 		merged = encodeDocument(doc)
@@ -439,10 +440,10 @@ func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (Subsc
 	}
 	sub, err := s.parseSpec(merged)
 	if err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	if err := s.checkConcurrency(p, sub); err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	_, touchesSecret := pd["secret"]
 	_, touchesSecrets := pd["secrets"]
@@ -452,14 +453,14 @@ func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (Subsc
 	}
 	if sub.Tenant != cur.Tenant {
 		if err := s.checkTenantRoom(sub.Tenant, id); err != nil {
-			return SubscriptionInfo{}, err
+			return api.SubscriptionInfo{}, err
 		}
 	}
 	if err := s.checkVariantRoom(sub, cur); err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	if err := d.join([]*Subscription{sub}, nil, false); err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	s.log.Info("subscription updated through the API", "subscription", id)
 	return s.subscriptionInfo(l)
@@ -482,16 +483,16 @@ func replacedSecretKey(patch map[string]any) (string, bool) {
 // it takes no new events, drains what it is owed (what was accepted
 // while it was a member), then
 // retires.
-func (s *Server) DeleteSubscription(p principal, id string) (SubscriptionInfo, error) {
+func (s *Server) DeleteSubscription(p principal, id string) (api.SubscriptionInfo, error) {
 	d := s.d
 	d.reg.Lock()
 	defer d.reg.Unlock()
 	l, _, err := s.apiLane(p, id)
 	if err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	if _, err := d.leave(l); err != nil {
-		return SubscriptionInfo{}, err
+		return api.SubscriptionInfo{}, err
 	}
 	return s.subscriptionInfo(l)
 }
@@ -499,16 +500,16 @@ func (s *Server) DeleteSubscription(p principal, id string) (SubscriptionInfo, e
 // RotateSecret gives an API subscription a new secret. The old ones keep
 // signing beside it until grace ends, so a receiver verifies either while
 // it moves to the new one; then only the new one signs.
-func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (RotateAnswer, error) {
+func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (api.RotateAnswer, error) {
 	if grace < 0 || grace > maxRotationGrace {
-		return RotateAnswer{}, invalidf("grace: want 0s to %s, got %s", maxRotationGrace, grace)
+		return api.RotateAnswer{}, invalidf("grace: want 0s to %s, got %s", maxRotationGrace, grace)
 	}
 	d := s.d
 	d.reg.Lock()
 	defer d.reg.Unlock()
 	_, cur, err := s.apiLane(p, id)
 	if err != nil {
-		return RotateAnswer{}, err
+		return api.RotateAnswer{}, err
 	}
 	// The new secret keeps the scheme of the newest one: a receiver that
 	// holds only whpk_ keys must not be moved to HMAC by a rotation.
@@ -520,7 +521,7 @@ func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (Rota
 	}
 	k, err := generate()
 	if err != nil {
-		return RotateAnswer{}, fmt.Errorf("generate a secret: %w", err)
+		return api.RotateAnswer{}, fmt.Errorf("generate a secret: %w", err)
 	}
 	now := s.opts.Now()
 	until := now.Add(grace)
@@ -539,13 +540,13 @@ func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (Rota
 	sortExpiring(secrets, expiry)
 	sub, err := s.withSecrets(cur, secrets, expiry)
 	if err != nil {
-		return RotateAnswer{}, err
+		return api.RotateAnswer{}, err
 	}
 	if err := d.join([]*Subscription{sub}, nil, false); err != nil {
-		return RotateAnswer{}, err
+		return api.RotateAnswer{}, err
 	}
 	s.log.Info("subscription secret rotated", "subscription", id, "old_secrets_until", until)
-	ans := RotateAnswer{Subscription: id, Secret: k.Encode()}
+	ans := api.RotateAnswer{Subscription: id, Secret: k.Encode()}
 	if pk, ok := k.PublicKey(); ok {
 		ans.PublicKey = pk.Encode()
 	}
@@ -658,8 +659,8 @@ func (s *Server) dropSecrets(id string, now time.Time) {
 
 // Recover replays every dead letter of sub whose event was accepted in
 // [since, until), each once (a letter already replayed is skipped).
-func (s *Server) Recover(p principal, sub string, since, until time.Time) (RecoverAnswer, error) {
-	ans := RecoverAnswer{Subscription: sub}
+func (s *Server) Recover(p principal, sub string, since, until time.Time) (api.RecoverAnswer, error) {
+	ans := api.RecoverAnswer{Subscription: sub}
 	if s.d.lane(sub) == nil || !s.canSee(p, sub) {
 		return ans, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
 	}
@@ -702,8 +703,8 @@ func (s *Server) Recover(p principal, sub string, since, until time.Time) (Recov
 // those with a retry scheduled, in seq order, then its dead letters not
 // delivered by a replay, in seq order; accepted at or after since. cursor
 // is the Next of the previous page.
-func (s *Server) Undelivered(p principal, sub string, since time.Time, limit int, cursor string) (UndeliveredPage, error) {
-	page := UndeliveredPage{Subscription: sub, Events: []UndeliveredEvent{}}
+func (s *Server) Undelivered(p principal, sub string, since time.Time, limit int, cursor string) (api.UndeliveredPage, error) {
+	page := api.UndeliveredPage{Subscription: sub, Events: []api.UndeliveredEvent{}}
 	if s.d.lane(sub) == nil || !s.canSee(p, sub) {
 		return page, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
 	}
@@ -724,7 +725,7 @@ func (s *Server) Undelivered(p principal, sub string, since time.Time, limit int
 			if r.Seq <= after {
 				continue
 			}
-			u := UndeliveredEvent{Seq: r.Seq, State: "retrying", Attempts: r.Attempt, LastStatus: r.LastStatus, LastError: r.LastError, Due: r.Due}
+			u := api.UndeliveredEvent{Seq: r.Seq, State: "retrying", Attempts: r.Attempt, LastStatus: r.LastStatus, LastError: r.LastError, Due: r.Due}
 			if ev, err := s.d.feed.event(r.Seq); err == nil {
 				u.EventID, u.Type, u.AcceptedAt = ev.ID, ev.Type, ev.AcceptedAt
 			}
@@ -749,7 +750,7 @@ func (s *Server) Undelivered(p principal, sub string, since time.Time, limit int
 			if !dl.DeliveredAt.IsZero() || (!since.IsZero() && dl.AcceptedAt.Before(since)) {
 				continue
 			}
-			page.Events = append(page.Events, UndeliveredEvent{
+			page.Events = append(page.Events, api.UndeliveredEvent{
 				Seq: dl.Seq, EventID: dl.EventID, Type: dl.Type, AcceptedAt: dl.AcceptedAt, State: "dead_lettered",
 				Attempts: dl.Attempts, LastStatus: dl.LastStatus, LastError: dl.LastError, Reason: dl.Reason,
 			})
@@ -791,11 +792,11 @@ func parseUndeliveredCursor(c string) (phase string, after uint64, err error) {
 }
 
 // subscriptionInfo is l as GET /v1/subscriptions/{id} shows it.
-func (s *Server) subscriptionInfo(l *lane) (SubscriptionInfo, error) {
+func (s *Server) subscriptionInfo(l *lane) (api.SubscriptionInfo, error) {
 	if l == nil {
-		return SubscriptionInfo{}, ErrNotFound
+		return api.SubscriptionInfo{}, ErrNotFound
 	}
-	var info SubscriptionInfo
+	var info api.SubscriptionInfo
 	info.LaneStatus = s.d.statusOf(l)
 	l.mu.Lock()
 	sub := l.sub

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -24,14 +25,14 @@ func TestSnapshotKeepsWhatTheAPISet(t *testing.T) {
 	until := time.Unix(1_800_000_000, 0).UTC()
 	in := (&Subscription{
 		ID: "api", URL: "https://example.com/hook", Secrets: []signing.Secret{k1, k2}, SecretExpiry: []time.Time{{}, until},
-		Types: []string{"geofence.*"}, Tenant: "acme", Filter: f, ManagedBy: ManagedByAPI, Paused: true,
+		Types: []string{"geofence.*"}, Tenant: "acme", Filter: f, ManagedBy: api.ManagedByAPI, Paused: true,
 		Spec: []byte(`{"id":"api"}`),
 	}).withDefaults()
 	out, err := decodeSnapshot("api", encodeSnapshot(in))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Tenant != "acme" || out.ManagedBy != ManagedByAPI || !out.Paused || string(out.Spec) != `{"id":"api"}` {
+	if out.Tenant != "acme" || out.ManagedBy != api.ManagedByAPI || !out.Paused || string(out.Spec) != `{"id":"api"}` {
 		t.Errorf("lost a setting: %+v", out)
 	}
 	if out.Filter == nil || out.Filter.String() != f.String() {

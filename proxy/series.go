@@ -3,6 +3,8 @@ package proxy
 import (
 	"math/bits"
 	"time"
+
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 // The dashboard's charts: per lane, deliveries/s, failures/s
@@ -102,7 +104,7 @@ func (s *series) rotate(b int64) {
 // info fills in the window ending at now, oldest bucket first; s may be
 // nil (a lane that made no attempt has only zeros). It rotates s to now,
 // as an attempt at now would.
-func (s *series) info(now time.Time, si *SeriesInfo) {
+func (s *series) info(now time.Time, si *api.SeriesInfo) {
 	head := bucketOf(now)
 	if s != nil {
 		s.rotate(head)

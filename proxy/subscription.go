@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
@@ -105,7 +106,7 @@ func (s *Subscription) liveSecrets(now time.Time) []signing.Secret {
 }
 
 // managedByAPI reports whether the API, not the config file, owns s.
-func (s *Subscription) managedByAPI() bool { return s.ManagedBy == ManagedByAPI }
+func (s *Subscription) managedByAPI() bool { return s.ManagedBy == api.ManagedByAPI }
 
 // RateLimit is a token bucket: PerSecond tokens a second, at most Burst at once.
 type RateLimit struct {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -268,7 +269,7 @@ func (s *Server) issueTenantToken(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req IssueTokenRequest
+	var req api.IssueTokenRequest
 	if !decodeBody(w, r, &req, true) {
 		return
 	}
@@ -298,11 +299,11 @@ func (s *Server) issueTenantToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("tenant token issued", "tenant", tenant, "token_id", tokenID(key), "expires_at", expires)
-	writeJSON(w, http.StatusCreated, TokenAnswer{Tenant: tenant, Token: tok, ID: tokenID(key), CreatedAt: now, ExpiresAt: expires})
+	writeJSON(w, http.StatusCreated, api.TokenAnswer{Tenant: tenant, Token: tok, ID: tokenID(key), CreatedAt: now, ExpiresAt: expires})
 }
 
 // tokenExpiry is the expiry req asks for, nil for none.
-func tokenExpiry(req IssueTokenRequest, now time.Time) (*time.Time, error) {
+func tokenExpiry(req api.IssueTokenRequest, now time.Time) (*time.Time, error) {
 	var at time.Time
 	switch {
 	case req.ExpiresIn != "" && req.ExpiresAt != nil:
@@ -336,10 +337,10 @@ func (s *Server) listTenantTokens(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	now := s.opts.Now()
-	out := TokenList{Tokens: []TokenInfo{}} // never null: scripts take its length
+	out := api.TokenList{Tokens: []api.TokenInfo{}} // never null: scripts take its length
 	for _, t := range s.tokens.configTokens() {
 		if tenant == "" || t.tenant == tenant {
-			out.Tokens = append(out.Tokens, TokenInfo{ID: fmt.Sprintf("admin.tokens[%d]", t.index), Tenant: t.tenant, Source: "config"})
+			out.Tokens = append(out.Tokens, api.TokenInfo{ID: fmt.Sprintf("admin.tokens[%d]", t.index), Tenant: t.tenant, Source: "config"})
 		}
 	}
 	if recs, ok := s.q.(queue.Records); ok {
@@ -359,23 +360,23 @@ func (s *Server) listTenantTokens(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	slices.SortFunc(out.Tokens, func(a, b TokenInfo) int {
+	slices.SortFunc(out.Tokens, func(a, b api.TokenInfo) int {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Source, b.Source),
 			cmp.Compare(created(a).UnixNano(), created(b).UnixNano()), cmp.Compare(a.ID, b.ID))
 	})
 	writeJSON(w, http.StatusOK, out)
 }
 
-func created(t TokenInfo) time.Time {
+func created(t api.TokenInfo) time.Time {
 	if t.CreatedAt == nil {
 		return time.Time{}
 	}
 	return *t.CreatedAt
 }
 
-func issuedInfo(key string, rec tokenRecord, now time.Time) TokenInfo {
+func issuedInfo(key string, rec tokenRecord, now time.Time) api.TokenInfo {
 	at := rec.IssuedAt
-	return TokenInfo{ID: tokenID(key), Tenant: rec.Tenant, Source: "issued", CreatedAt: &at, ExpiresAt: rec.ExpiresAt, Expired: rec.expired(now)}
+	return api.TokenInfo{ID: tokenID(key), Tenant: rec.Tenant, Source: "issued", CreatedAt: &at, ExpiresAt: rec.ExpiresAt, Expired: rec.expired(now)}
 }
 
 // revokeTenantToken serves DELETE /v1/tenants/{tenant}/tokens/{id}: the
@@ -405,7 +406,7 @@ func (s *Server) revokeTenantToken(w http.ResponseWriter, r *http.Request) {
 		registryResult(w, 0, fmt.Errorf("find token %s: %w", id, err), nil)
 		return
 	}
-	var info *TokenInfo
+	var info *api.TokenInfo
 	for key, v := range m {
 		var rec tokenRecord
 		if json.Unmarshal(v, &rec) != nil || rec.Tenant != tenant {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -52,10 +53,10 @@ func (w *tokenWorld) call(t *testing.T, token, method, path, body string) (int, 
 	return resp.StatusCode, string(b)
 }
 
-func (w *tokenWorld) issue(t *testing.T, tenant, body string) TokenAnswer {
+func (w *tokenWorld) issue(t *testing.T, tenant, body string) api.TokenAnswer {
 	t.Helper()
 	code, ans := w.call(t, "op", "POST", "/v1/tenants/"+tenant+"/tokens", body)
-	var tok TokenAnswer
+	var tok api.TokenAnswer
 	if code != http.StatusCreated || json.Unmarshal([]byte(ans), &tok) != nil {
 		t.Fatalf("issue a token of %s (%s): %d %s", tenant, body, code, ans)
 	}
@@ -66,15 +67,15 @@ func (w *tokenWorld) issue(t *testing.T, tenant, body string) TokenAnswer {
 func (w *tokenWorld) works(t *testing.T, token, tenant string) (bool, string) {
 	t.Helper()
 	code, body := w.call(t, token, "GET", "/v1/whoami", "")
-	var who WhoAmI
+	var who api.WhoAmI
 	json.Unmarshal([]byte(body), &who)
 	return code == http.StatusOK && who.Tenant == tenant, body
 }
 
-func (w *tokenWorld) list(t *testing.T, path string) []TokenInfo {
+func (w *tokenWorld) list(t *testing.T, path string) []api.TokenInfo {
 	t.Helper()
 	code, body := w.call(t, "op", "GET", path, "")
-	var l TokenList
+	var l api.TokenList
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &l) != nil {
 		t.Fatalf("GET %s: %d %s", path, code, body)
 	}
@@ -185,7 +186,7 @@ func TestTenantTokenRevokeAndExpiry(t *testing.T) {
 			t.Fatal("revoking globex's id under acme touched globex's token")
 		}
 		code, body := w.call(t, "op", "DELETE", "/v1/tenants/acme/tokens/"+plain.ID, "")
-		var ti TokenInfo
+		var ti api.TokenInfo
 		if json.Unmarshal([]byte(body), &ti); code != http.StatusOK || !ti.Revoked || ti.ID != plain.ID {
 			t.Fatalf("revoke: %d %s", code, body)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -18,7 +19,7 @@ func TestVariantSnapshotRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, managed := range []string{ManagedByFile, ManagedByAPI} {
+	for _, managed := range []string{api.ManagedByFile, api.ManagedByAPI} {
 		s := (&Subscription{ID: "a", URL: "https://a.example/", Variant: v, ManagedBy: managed, Spec: []byte(`{}`)}).withDefaults()
 		snap := encodeSnapshot(s)
 		if !strings.Contains(string(snap), `"body":{"envelope":"standard-webhooks","fields":["data.depot","data.id"]}`) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -76,7 +77,7 @@ func TestAPIPatchSecretsReplacesGeneratedSecret(t *testing.T) {
 	tb := startDeliveryTestbed(t, newDeliveryLog())
 	s := openAPISidecar(t, proxy.Options{AdminToken: apiOpToken,
 		TenantTokens: []proxy.TenantToken{{Token: apiAcmeToken, Tenant: "acme"}}})
-	var info proxy.SubscriptionInfo
+	var info api.SubscriptionInfo
 	s.mustCall(t, apiAcmeToken, "POST", "/v1/subscriptions", `{"id": "mine", "url": "`+tb.URL()+`/mine"}`, 201, &info)
 	if info.Secret == "" {
 		t.Fatal("no secret was generated")
@@ -86,7 +87,7 @@ func TestAPIPatchSecretsReplacesGeneratedSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	patch := `{"secrets": ["` + ed.Encode() + `", "` + info.Secret + `"]}`
-	info = proxy.SubscriptionInfo{}
+	info = api.SubscriptionInfo{}
 	body := s.mustCall(t, apiAcmeToken, "PATCH", "/v1/subscriptions/mine", patch, 200, &info)
 	if info.Config["secrets_count"] != float64(2) || len(info.PublicKeys) != 1 {
 		t.Fatalf("after the patch: secrets_count %v, public keys %v; want 2 and the whsk_ key's", info.Config["secrets_count"], info.PublicKeys)
@@ -98,7 +99,7 @@ func TestAPIPatchSecretsReplacesGeneratedSecret(t *testing.T) {
 		t.Errorf("the answer shows the secret: %s", body)
 	}
 	// And back to one secret.
-	info = proxy.SubscriptionInfo{}
+	info = api.SubscriptionInfo{}
 	s.mustCall(t, apiAcmeToken, "PATCH", "/v1/subscriptions/mine", `{"secret": "`+e2eSecret+`"}`, 200, &info)
 	if info.Config["secrets_count"] != float64(1) || len(info.PublicKeys) != 0 {
 		t.Fatalf("after patching secret: secrets_count %v, public keys %v; want 1 and none", info.Config["secrets_count"], info.PublicKeys)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -87,7 +88,7 @@ func (s *apiSidecar) state(t *testing.T) string {
 	if code != 200 {
 		t.Fatalf("list: %d %s", code, body)
 	}
-	var list proxy.SubscriptionList
+	var list api.SubscriptionList
 	if err := json.Unmarshal([]byte(body), &list); err != nil {
 		t.Fatal(err)
 	}
@@ -101,13 +102,13 @@ func (s *apiSidecar) state(t *testing.T) string {
 }
 
 // info is GET /v1/subscriptions/{id} with the operator's token.
-func (s *apiSidecar) info(t *testing.T, id string) proxy.SubscriptionInfo {
+func (s *apiSidecar) info(t *testing.T, id string) api.SubscriptionInfo {
 	t.Helper()
 	code, body := s.call(t, s.opts.AdminToken, "GET", "/v1/subscriptions/"+id, "")
 	if code != 200 {
 		t.Fatalf("GET %s: %d %s", id, code, body)
 	}
-	var info proxy.SubscriptionInfo
+	var info api.SubscriptionInfo
 	if err := json.Unmarshal([]byte(body), &info); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func (s *apiSidecar) ids(t *testing.T, token, query string) []string {
 	if code != 200 {
 		t.Fatalf("list%s: %d %s", query, code, body)
 	}
-	var list proxy.SubscriptionList
+	var list api.SubscriptionList
 	if err := json.Unmarshal([]byte(body), &list); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func (s *apiSidecar) refuses(t *testing.T, cases []apiError) {
 				token = s.opts.AdminToken
 			}
 			code, body := s.call(t, token, tc.method, tc.path, tc.body)
-			var ans proxy.ErrorAnswer
+			var ans api.ErrorAnswer
 			if err := json.Unmarshal([]byte(body), &ans); err != nil || ans.Error == "" {
 				t.Fatalf("%s %s: %d %q, want a JSON error", tc.method, tc.path, code, body)
 			}
@@ -216,7 +217,7 @@ func jsonOf(v any) string {
 }
 
 // laneOf is the lane of id as the server has it; the test fails without one.
-func (s *apiSidecar) laneOf(t *testing.T, id string) proxy.LaneStatus {
+func (s *apiSidecar) laneOf(t *testing.T, id string) api.LaneStatus {
 	t.Helper()
 	l, ok := s.lane(id)
 	if !ok {
@@ -255,9 +256,9 @@ func TestAPIEveryRow(t *testing.T) {
 
 	var generated string
 	t.Run("create", func(t *testing.T) {
-		var info proxy.SubscriptionInfo
+		var info api.SubscriptionInfo
 		s.mustCall(t, "", "POST", "/v1/subscriptions", doc("billing", "types", []string{"order.*"}), 201, &info)
-		if !strings.HasPrefix(info.Secret, "whsec_") || info.ManagedBy != proxy.ManagedByAPI || info.State != "active" || info.Config["secrets_count"] != float64(1) {
+		if !strings.HasPrefix(info.Secret, "whsec_") || info.ManagedBy != api.ManagedByAPI || info.State != "active" || info.Config["secrets_count"] != float64(1) {
 			t.Fatalf("create answered %+v; want a generated whsec_ secret, managed by the API, active", info)
 		}
 		generated = info.Secret
@@ -274,13 +275,13 @@ func TestAPIEveryRow(t *testing.T) {
 			}
 		}
 		// A secret of its own is not shown back at all.
-		info = proxy.SubscriptionInfo{}
+		info = api.SubscriptionInfo{}
 		body := s.mustCall(t, "", "POST", "/v1/subscriptions", doc("shipping", "secret", e2eSecret, "tenant", "acme"), 201, &info)
 		if info.Secret != "" || strings.Contains(body, e2eSecret) || info.Tenant != "acme" {
 			t.Fatalf("create with a secret: %s", body)
 		}
 		// A tenant's token makes subscriptions of its tenant.
-		info = proxy.SubscriptionInfo{}
+		info = api.SubscriptionInfo{}
 		s.mustCall(t, apiAcmeToken, "POST", "/v1/subscriptions", doc("acme-own"), 201, &info)
 		if info.Tenant != "acme" {
 			t.Fatalf("created with acme's token: tenant %q", info.Tenant)
@@ -338,7 +339,7 @@ func TestAPIEveryRow(t *testing.T) {
 			t.Errorf("acme's token lists %v", got)
 		}
 		info := s.info(t, "filed")
-		if info.ManagedBy != proxy.ManagedByFile || info.Secret != "" {
+		if info.ManagedBy != api.ManagedByFile || info.Secret != "" {
 			t.Errorf("GET filed: %+v", info)
 		}
 		info = s.info(t, "shipping")
@@ -351,7 +352,7 @@ func TestAPIEveryRow(t *testing.T) {
 	t.Run("patch", func(t *testing.T) {
 		s.publish(t, "order.created", "before-patch")
 		eventually(t, "the delivery before the patch", func() bool { _, ok := log.request("/billing", "before-patch"); return ok })
-		var info proxy.SubscriptionInfo
+		var info api.SubscriptionInfo
 		s.mustCall(t, "", "PATCH", "/v1/subscriptions/billing", `{"headers": {"X-Added": "yes"}, "timeout": "3s"}`, 200, &info)
 		if jsonOf(info.Config["headers"]) != `{"X-Added":"yes"}` || info.Config["timeout"] != "3s" || info.Config["secrets_count"] != float64(1) {
 			t.Fatalf("after the patch: %v", info.Config)
@@ -420,7 +421,7 @@ func TestAPIEveryRow(t *testing.T) {
 			{name: "unknown id", method: "DELETE", path: "/v1/subscriptions/nope", status: 404, want: []string{`"nope"`}},
 		})
 		s.mustCall(t, "", "POST", "/v1/subscriptions", doc("scratch"), 201, nil)
-		var info proxy.SubscriptionInfo
+		var info api.SubscriptionInfo
 		s.mustCall(t, "", "DELETE", "/v1/subscriptions/scratch", "", 202, &info)
 		if info.State != "draining" {
 			t.Fatalf("delete answered state %q, want draining", info.State)
@@ -446,7 +447,7 @@ func TestAPIEveryRow(t *testing.T) {
 	})
 
 	t.Run("rotate-secret", func(t *testing.T) {
-		var ans proxy.RotateAnswer
+		var ans api.RotateAnswer
 		at := time.Now()
 		s.mustCall(t, "", "POST", "/v1/subscriptions/billing/rotate-secret", `{"grace": "1h"}`, 200, &ans)
 		if !strings.HasPrefix(ans.Secret, "whsec_") || ans.Secret == generated || ans.Subscription != "billing" ||
@@ -484,9 +485,9 @@ func TestAPIEveryRow(t *testing.T) {
 		}
 		eventually(t, "five dead letters", func() bool { return s.laneOf(t, "dead").DeadLettered == 5 })
 		tb.SetMode("/dead", testbed.ModeOK)
-		recoverFrom := func(since time.Time) proxy.RecoverAnswer {
-			var ans proxy.RecoverAnswer
-			s.mustCall(t, "", "POST", "/v1/subscriptions/dead/recover", jsonOf(proxy.RecoverRequest{Since: since}), 200, &ans)
+		recoverFrom := func(since time.Time) api.RecoverAnswer {
+			var ans api.RecoverAnswer
+			s.mustCall(t, "", "POST", "/v1/subscriptions/dead/recover", jsonOf(api.RecoverRequest{Since: since}), 200, &ans)
 			return ans
 		}
 		if ans := recoverFrom(mid); ans.Matched != 3 || ans.Replayed != 3 || ans.Skipped != 0 {
@@ -523,13 +524,13 @@ func TestAPIEveryRow(t *testing.T) {
 		r := "/v1/subscriptions/dead/recover"
 		s.refuses(t, []apiError{
 			{name: "no since", method: "POST", path: r, body: `{}`, status: 400, want: []string{"since"}},
-			{name: "since after until", method: "POST", path: r, body: jsonOf(proxy.RecoverRequest{Since: mid, Until: start}), status: 400, want: []string{"since", "until"}},
+			{name: "since after until", method: "POST", path: r, body: jsonOf(api.RecoverRequest{Since: mid, Until: start}), status: 400, want: []string{"since", "until"}},
 			{name: "since not a time", method: "POST", path: r, body: `{"since": "yesterday"}`, status: 400, want: []string{"since", "yesterday"}},
 			{name: "until not a time", method: "POST", path: r, body: `{"since": "2026-01-01T00:00:00Z", "until": "soon"}`, status: 400, want: []string{"until", "soon"}},
 			{name: "since not a string", method: "POST", path: r, body: `{"since": 17}`, status: 400, want: []string{"since"}},
 			{name: "unknown field", method: "POST", path: r, body: `{"since": "2026-01-01T00:00:00Z", "colour": 1}`, status: 400, want: []string{"colour"}},
-			{name: "unknown id", method: "POST", path: "/v1/subscriptions/nope/recover", body: jsonOf(proxy.RecoverRequest{Since: start}), status: 404, want: []string{`"nope"`}},
-			{name: "another tenant's", token: apiAcmeToken, method: "POST", path: r, body: jsonOf(proxy.RecoverRequest{Since: start}), status: 404, want: []string{`"dead"`}},
+			{name: "unknown id", method: "POST", path: "/v1/subscriptions/nope/recover", body: jsonOf(api.RecoverRequest{Since: start}), status: 404, want: []string{`"nope"`}},
+			{name: "another tenant's", token: apiAcmeToken, method: "POST", path: r, body: jsonOf(api.RecoverRequest{Since: start}), status: 404, want: []string{`"dead"`}},
 		})
 	})
 
@@ -563,7 +564,7 @@ func TestAPIEveryRow(t *testing.T) {
 		listed := func(query string, limit int) (events []string, pages int) {
 			cursor := ""
 			for {
-				var page proxy.UndeliveredPage
+				var page api.UndeliveredPage
 				s.mustCall(t, "", "GET", fmt.Sprintf("/v1/undelivered?subscription=owed&limit=%d%s&cursor=%s", limit, query, url.QueryEscape(cursor)), "", 200, &page)
 				pages++
 				if len(page.Events) > limit {
@@ -610,12 +611,12 @@ func TestAPIEveryRow(t *testing.T) {
 	})
 
 	t.Run("tenant tokens", func(t *testing.T) {
-		var tok proxy.TokenAnswer
+		var tok api.TokenAnswer
 		s.mustCall(t, "", "POST", "/v1/tenants/acme/tokens", "", 201, &tok)
 		if tok.Tenant != "acme" || !strings.HasPrefix(tok.Token, "sltk_") {
 			t.Fatalf("token answer %+v", tok)
 		}
-		var who proxy.WhoAmI
+		var who api.WhoAmI
 		s.mustCall(t, tok.Token, "GET", "/v1/whoami", "", 200, &who)
 		if who.Tenant != "acme" || who.Operator {
 			t.Fatalf("whoami with the issued token: %+v", who)

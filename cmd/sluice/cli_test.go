@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/sidecartest"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -55,7 +56,7 @@ func (c *cliSidecar) publish(t *testing.T, prefix string, n int) {
 	sidecartest.Publish(t, c.srv, prefix, n)
 }
 
-func (c *cliSidecar) lane(t *testing.T, id string) proxy.LaneStatus {
+func (c *cliSidecar) lane(t *testing.T, id string) api.LaneStatus {
 	t.Helper()
 	for _, l := range c.srv.Lanes() {
 		if l.Subscription == id {
@@ -63,7 +64,7 @@ func (c *cliSidecar) lane(t *testing.T, id string) proxy.LaneStatus {
 		}
 	}
 	t.Fatalf("no lane %q", id)
-	return proxy.LaneStatus{}
+	return api.LaneStatus{}
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -114,8 +115,8 @@ func TestCLIStatus(t *testing.T) {
 	}
 
 	var js struct {
-		Subscriptions proxy.SubscriptionList `json:"subscriptions"`
-		RetryBudget   *policy.BudgetStats    `json:"retry_budget"`
+		Subscriptions api.SubscriptionList `json:"subscriptions"`
+		RetryBudget   *policy.BudgetStats  `json:"retry_budget"`
 	}
 	out = mustRun(t, "status", "--config", c.config, "--json")
 	if err := json.Unmarshal([]byte(out), &js); err != nil {
@@ -128,7 +129,7 @@ func TestCLIStatus(t *testing.T) {
 
 func TestCLIStatusMarksSaturatedLanes(t *testing.T) {
 	var out bytes.Buffer
-	writeStatus(&out, []proxy.LaneStatus{
+	writeStatus(&out, []api.LaneStatus{
 		{Subscription: "hole", State: "active", InFlight: 4, Cap: 5, Breaker: "closed"},
 		{Subscription: "calm", State: "active", InFlight: 3, Cap: 5, Breaker: "closed"},
 		{Subscription: "gone", State: "paused", PausedBy: "endpoint answered 410 Gone", Breaker: "closed"},
@@ -151,7 +152,7 @@ func TestCLIDeadLetters(t *testing.T) {
 	if n := len(regexp.MustCompile(`(?m)^failing +\d+ +d-\d +order\.created +max_attempts +2 +500 `).FindAllString(out, -1)); n != 3 {
 		t.Fatalf("dlq list shows %d of 3 dead letters:\n%s", n, out)
 	}
-	var page proxy.DeadLetterPage
+	var page api.DeadLetterPage
 	out = mustRun(t, "dlq", "list", "--config", c.config, "--limit", "1", "--json")
 	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.DeadLetters) != 1 || page.Next == "" {
 		t.Fatalf("dlq list --limit 1 --json: %v\n%s", err, out)
@@ -195,7 +196,7 @@ func TestCLIDeadLetters(t *testing.T) {
 		t.Fatalf("dlq show after the replay was delivered:\n%s", out)
 	}
 	out = mustRun(t, "dlq", "replay", "--config", c.config, "--subscription", "failing", "--reason", "max_attempts", "--all", "--json")
-	var res proxy.ReplayAnswer
+	var res api.ReplayAnswer
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Replayed != 2 {
 		t.Fatalf("dlq replay --all replays the two others: %v\n%s", err, out)
 	}
@@ -235,7 +236,7 @@ func TestCLIEventsShow(t *testing.T) {
 			t.Fatalf("events show lacks %s:\n%s", want, out)
 		}
 	}
-	var st proxy.EventStatus
+	var st api.EventStatus
 	out = mustRun(t, "events", "show", "--json", "--config", c.config, "e-0")
 	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Deliveries) != 2 {
 		t.Fatalf("events show --json: %v\n%s", err, out)
@@ -453,7 +454,7 @@ func TestParseArgsAcceptsFlagsAnywhere(t *testing.T) {
 
 func TestCLIStatusNamesOwnersInFleetMode(t *testing.T) {
 	var out bytes.Buffer
-	writeStatus(&out, []proxy.LaneStatus{
+	writeStatus(&out, []api.LaneStatus{
 		{Subscription: "billing", State: "active", Cap: 4, Breaker: "closed", Owner: "pod-b"},
 		{Subscription: "fresh", State: "active", Cap: 4, Breaker: "closed"},
 	}, policy.BudgetStats{Available: 1})
@@ -462,7 +463,7 @@ func TestCLIStatusNamesOwnersInFleetMode(t *testing.T) {
 		t.Fatalf("status does not name the owners:\n%s", out.String())
 	}
 	out.Reset()
-	writeStatus(&out, []proxy.LaneStatus{{Subscription: "solo", State: "active", Cap: 4, Breaker: "closed"}}, policy.BudgetStats{Available: 1})
+	writeStatus(&out, []api.LaneStatus{{Subscription: "solo", State: "active", Cap: 4, Breaker: "closed"}}, policy.BudgetStats{Available: 1})
 	if strings.Contains(out.String(), "OWNER") {
 		t.Fatalf("a single sidecar's status shows an owner column:\n%s", out.String())
 	}

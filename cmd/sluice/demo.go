@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -147,7 +148,7 @@ loop:
 
 // settled: every lane but the black hole, and any whose breaker has opened,
 // has nothing left in flight, on disk or scheduled for retry.
-func settled(lanes []proxy.LaneStatus) bool {
+func settled(lanes []api.LaneStatus) bool {
 	for _, l := range lanes {
 		if l.Subscription == "blackhole" || l.Breaker != "closed" {
 			continue // waiting on disk, by design
@@ -159,7 +160,7 @@ func settled(lanes []proxy.LaneStatus) bool {
 	return true
 }
 
-func progressLine(el time.Duration, lanes []proxy.LaneStatus) string {
+func progressLine(el time.Duration, lanes []api.LaneStatus) string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%5.1fs ", el.Seconds())
 	for _, l := range lanes {
@@ -180,7 +181,7 @@ func progressLine(el time.Duration, lanes []proxy.LaneStatus) string {
 	return b.String()
 }
 
-func writeSummary(w io.Writer, lanes []proxy.LaneStatus, stats map[string]testbed.PathStats) {
+func writeSummary(w io.Writer, lanes []api.LaneStatus, stats map[string]testbed.PathStats) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SUBSCRIPTION\tDELIVERED\tRETRIED\tDEAD-LETTERED\tIN FLIGHT/CAP\tBACKLOG\tBREAKER\tRECEIVER SAW (unique, dup, bad sig)")
 	for _, l := range lanes {

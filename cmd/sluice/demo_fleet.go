@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/natscluster"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -263,20 +263,20 @@ func (n *demoNode) awaitReady(timeout time.Duration) error {
 	return fmt.Errorf("%s not ready within %s: %s", n.id, timeout, lastLines(string(b), 5))
 }
 
-func (n *demoNode) lanes() ([]proxy.LaneStatus, error) {
+func (n *demoNode) lanes() ([]api.LaneStatus, error) {
 	resp, err := http.Get("http://" + n.admin + "/v1/subscriptions")
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var l proxy.SubscriptionList
+	var l api.SubscriptionList
 	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
 		return nil, err
 	}
 	return l.Subscriptions, nil
 }
 
-func ownedBy(ls []proxy.LaneStatus, node string) int {
+func ownedBy(ls []api.LaneStatus, node string) int {
 	n := 0
 	for _, l := range ls {
 		if l.Owner == node {

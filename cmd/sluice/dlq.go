@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 func dlqCmd(args []string, stdout, stderr io.Writer) error {
@@ -57,15 +58,15 @@ The reasons: `+reasonList+`.`), stdout)
 	if err := checkReason("dlq list", *reason); err != nil {
 		return err
 	}
-	api, err := af.open(stderr)
+	ac, err := af.open(stderr)
 	if err != nil {
 		return fmt.Errorf("dlq list: %w", err)
 	}
 	q := client.DeadLetterQuery{Subscription: *sub, Reason: *reason, Limit: *limit, Cursor: *cursor}
-	out := proxy.DeadLetterPage{DeadLetters: []proxy.DeadLetterInfo{}}
+	out := api.DeadLetterPage{DeadLetters: []api.DeadLetterInfo{}}
 	for {
 		ctx, cancel := callCtx(cliCallTimeout)
-		page, err := api.DeadLetters(ctx, q)
+		page, err := ac.DeadLetters(ctx, q)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("dlq list: %w", explain(err))
@@ -126,7 +127,7 @@ func checkReason(cmd, reason string) error {
 // flagSpeak turns the API's word for its force field into the flag that
 // sets it, in a skip's explanation.
 func flagSpeak(skipped string) string {
-	return strings.Replace(skipped, proxy.ReplayForceHint, "add --force to replay it again", 1)
+	return strings.Replace(skipped, api.ReplayForceHint, "add --force to replay it again", 1)
 }
 
 func parseSeq(cmd, s string) (uint64, error) {
@@ -154,13 +155,13 @@ SUBSCRIPTION and SEQ are the first two columns of 'sluice dlq list'.`), stdout)
 	if err != nil {
 		return err
 	}
-	api, err := af.open(stderr)
+	ac, err := af.open(stderr)
 	if err != nil {
 		return fmt.Errorf("dlq show: %w", err)
 	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	d, err := api.DeadLetter(ctx, pos[0], seq)
+	d, err := ac.DeadLetter(ctx, pos[0], seq)
 	if err != nil {
 		return fmt.Errorf("dlq show: %w", explain(err))
 	}
@@ -225,7 +226,7 @@ does not deliver twice; a dead letter that does not exist is an error.`), stdout
 	if err := checkReason("dlq replay", *reason); err != nil {
 		return err
 	}
-	req := proxy.ReplayRequest{Force: *force}
+	req := api.ReplayRequest{Force: *force}
 	single := len(pos) > 0
 	switch {
 	case single && (*all || *sub != "" || *reason != ""):
@@ -240,11 +241,11 @@ does not deliver twice; a dead letter that does not exist is an error.`), stdout
 		}
 		req.Subscription, req.Seq = pos[0], seq
 	case *all:
-		req.Filter = &proxy.ReplayFilter{Subscription: *sub, Reason: *reason}
+		req.Filter = &api.ReplayFilter{Subscription: *sub, Reason: *reason}
 	default:
 		return errors.New("dlq replay: give SUBSCRIPTION SEQ for one dead letter, or --all (with --subscription, --reason) for many")
 	}
-	api, err := af.open(stderr)
+	ac, err := af.open(stderr)
 	if err != nil {
 		return fmt.Errorf("dlq replay: %w", err)
 	}
@@ -252,7 +253,7 @@ does not deliver twice; a dead letter that does not exist is an error.`), stdout
 	// without force is skipped by the sidecar, so that one may be.
 	ctx, cancel := callCtx(cliReplayTimeout)
 	defer cancel()
-	res, err := api.Replay(ctx, req)
+	res, err := ac.Replay(ctx, req)
 	if err != nil {
 		return fmt.Errorf("dlq replay: %w", explain(err))
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 func eventsCmd(args []string, stdout, stderr io.Writer) error {
@@ -52,7 +52,7 @@ and the last status.`
 	return nil
 }
 
-func writeLedger(w io.Writer, ev *proxy.EventStatus, now time.Time) {
+func writeLedger(w io.Writer, ev *api.EventStatus, now time.Time) {
 	fmt.Fprintf(w, "event %s, seq %d", ev.ID, ev.Seq)
 	if ev.Type != "" {
 		fmt.Fprintf(w, ", type %s", ev.Type)

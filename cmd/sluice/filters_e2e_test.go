@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -70,7 +71,7 @@ func TestFiltersEndToEnd(t *testing.T) {
 		})
 		// Filtered out is resolved: both lanes reach the head, nothing owed.
 		eventually(t, what+": the lanes at the head", func() bool {
-			var list proxy.SubscriptionList
+			var list api.SubscriptionList
 			s.mustCall(t, "", "GET", "/v1/subscriptions", "", 200, &list)
 			for _, l := range list.Subscriptions {
 				if l.Cursor != list.Head || l.Backlog != 0 || l.InFlight != 0 {
@@ -89,7 +90,7 @@ func TestFiltersEndToEnd(t *testing.T) {
 		}
 		// The ledger: delivered, filtered, or (geo, other types) not owed.
 		for i, id := range ids {
-			var st proxy.EventStatus
+			var st api.EventStatus
 			s.mustCall(t, "", "GET", "/v1/events/"+id, "", 200, &st)
 			states := map[string]string{}
 			for _, d := range st.Deliveries {

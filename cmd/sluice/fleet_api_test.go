@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	sluicejs "github.com/sluicehq/sluice/queue/jetstream"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -159,7 +159,7 @@ func TestFleetAPISubscriptions(t *testing.T) {
 	w.awaitAPIOwner(id, []*fleetNode{a, b, c}, nc, 15*time.Second)
 	for _, n := range []*fleetNode{a, b, c} {
 		info := fleetAPIInfo(t, n, op, id)
-		if info.ManagedBy != proxy.ManagedByAPI || info.Config["filter"] == nil || info.Config["secrets_count"] != 1.0 {
+		if info.ManagedBy != api.ManagedByAPI || info.Config["filter"] == nil || info.Config["secrets_count"] != 1.0 {
 			t.Errorf("%s shows %s as %+v", n.id, id, info)
 		}
 	}
@@ -182,7 +182,7 @@ func TestFleetAPISubscriptions(t *testing.T) {
 		}
 	}
 	code, body := a.call(t, op, "POST", "/v1/tenants/acme/tokens", "")
-	var tok proxy.TokenAnswer
+	var tok api.TokenAnswer
 	if code != http.StatusCreated || json.Unmarshal([]byte(body), &tok) != nil || tok.Token == "" {
 		t.Fatalf("issue acme's token through %s: %d %s", a.id, code, body)
 	}
@@ -316,7 +316,7 @@ func TestFleetAPISubscriptions(t *testing.T) {
 		var urls []string
 		for _, n := range nodes {
 			code, body := n.call(t, op, "GET", "/v1/subscriptions/race", "")
-			var info proxy.SubscriptionInfo
+			var info api.SubscriptionInfo
 			if code != http.StatusOK || json.Unmarshal([]byte(body), &info) != nil {
 				return false, fmt.Sprintf("%s: %d %s", n.id, code, body)
 			}
@@ -374,10 +374,10 @@ func TestFleetAPISubscriptions(t *testing.T) {
 }
 
 // fleetAPIInfo reads GET /v1/subscriptions/{id} on n.
-func fleetAPIInfo(t *testing.T, n *fleetNode, token, id string) proxy.SubscriptionInfo {
+func fleetAPIInfo(t *testing.T, n *fleetNode, token, id string) api.SubscriptionInfo {
 	t.Helper()
 	code, body := n.call(t, token, "GET", "/v1/subscriptions/"+id, "")
-	var info proxy.SubscriptionInfo
+	var info api.SubscriptionInfo
 	if code != http.StatusOK {
 		t.Fatalf("GET %s on %s: %d %s", id, n.id, code, body)
 	}
@@ -427,7 +427,7 @@ func (w *fleetWorld) awaitTenantView(n *fleetNode, tok string, want []string, no
 	within := 2 * sluicejs.DefaultRequestTimeout
 	fleetAwait(t, "the tenant token's view on "+n.id, within, func() (bool, string) {
 		code, body := n.call(t, tok, "GET", "/v1/subscriptions", "")
-		var list proxy.SubscriptionList
+		var list api.SubscriptionList
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &list) != nil {
 			return false, fmt.Sprintf("%d %s", code, body)
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue/jetstream"
 )
 
@@ -148,7 +148,7 @@ func laneIDs(t *testing.T, admin string) []string {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var list proxy.SubscriptionList
+	var list api.SubscriptionList
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
 		t.Fatalf("GET /v1/subscriptions: %v", err)
 	}

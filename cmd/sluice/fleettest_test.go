@@ -33,7 +33,7 @@ import (
 
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/natscluster"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
@@ -403,7 +403,7 @@ func (n *fleetNode) stopNow() {
 }
 
 // lanes reads the node's GET /v1/subscriptions.
-func (n *fleetNode) lanes() ([]proxy.LaneStatus, error) {
+func (n *fleetNode) lanes() ([]api.LaneStatus, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ls, err := n.api.Subscriptions(ctx)

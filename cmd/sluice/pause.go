@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 // pauseCmd pauses (pause) or resumes a subscription.
@@ -26,17 +26,17 @@ on a 410 Gone): the events that waited are delivered, in order.`
 	if pause {
 		reason = fs.String("reason", "", "why, shown by status (default: paused by an operator)")
 	}
-	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
+	id, ac, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	var st *proxy.StateAnswer
+	var st *api.StateAnswer
 	if pause {
-		st, err = api.Pause(ctx, id, *reason)
+		st, err = ac.Pause(ctx, id, *reason)
 	} else {
-		st, err = api.Resume(ctx, id)
+		st, err = ac.Resume(ctx, id)
 	}
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", name, id, explain(err))

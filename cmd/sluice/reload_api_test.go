@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -42,7 +43,7 @@ func TestReloadNeverTouchesAPISubscriptions(t *testing.T) {
 		t.Fatal("the API's subscription is gone")
 		return ""
 	}
-	api := apiLine()
+	apiBefore := apiLine()
 	delivered := func(what string, want map[string]int64) {
 		t.Helper()
 		waitFor(t, tb, what, func(m map[string]testbed.PathStats) bool {
@@ -73,8 +74,8 @@ func TestReloadNeverTouchesAPISubscriptions(t *testing.T) {
 	if err := s.srv.Reload([]*proxy.Subscription{file("filed", "/filed"), file("added", "/added")}); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	if got := apiLine(); got != api {
-		t.Fatalf("a reload changed the API's subscription:\n%s\nto\n%s", api, got)
+	if got := apiLine(); got != apiBefore {
+		t.Fatalf("a reload changed the API's subscription:\n%s\nto\n%s", apiBefore, got)
 	}
 	s.publish(t, "t.e", "ev-1")
 	delivered("after a reload without it", map[string]int64{"/api": 1, "/filed": 1, "/added": 1})
@@ -97,14 +98,14 @@ func TestReloadNeverTouchesAPISubscriptions(t *testing.T) {
 	}
 	s.publish(t, "t.e", "ev-3")
 	delivered("after an empty file", map[string]int64{"/api": 3, "/filed": 2, "/added": 2})
-	if got := apiLine(); got != api {
-		t.Fatalf("an empty file changed the API's subscription:\n%s\nto\n%s", api, got)
+	if got := apiLine(); got != apiBefore {
+		t.Fatalf("an empty file changed the API's subscription:\n%s\nto\n%s", apiBefore, got)
 	}
 	eventually(t, "the file's subscriptions to retire", func() bool {
 		ids := s.ids(t, apiOpToken, "")
 		return slices.Equal(ids, []string{"api"})
 	})
-	if r, ok := s.lane("api"); !ok || r.ManagedBy != proxy.ManagedByAPI || r.State != "active" {
+	if r, ok := s.lane("api"); !ok || r.ManagedBy != api.ManagedByAPI || r.State != "active" {
 		t.Fatalf("the API's lane: %+v", r)
 	}
 }

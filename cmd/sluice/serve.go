@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/jetstream"
@@ -217,17 +218,17 @@ func (f serveFlags) overrides() map[string]any {
 // countSubscriptions counts the lanes of the file's subscriptions and of
 // the API's; the operational webhook's lane is the sidecar's own, no
 // subscription anyone configured.
-func countSubscriptions(lanes []proxy.LaneStatus) (file, api int) {
+func countSubscriptions(lanes []api.LaneStatus) (file, viaAPI int) {
 	for _, l := range lanes {
 		switch {
 		case l.Subscription == proxy.OperationalID:
-		case l.ManagedBy == proxy.ManagedByAPI:
-			api++
+		case l.ManagedBy == api.ManagedByAPI:
+			viaAPI++
 		default:
 			file++
 		}
 	}
-	return file, api
+	return file, viaAPI
 }
 
 // reload applies the config file's subscriptions and tenant tokens

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/signing"
@@ -379,8 +380,8 @@ type soakWorld struct {
 	kills        []*soakKill
 	final        *soakKill // after the graceful stop
 	finalReplays int
-	deadLetters  map[string]map[string]proxy.DeadLetterInfo // subscription → event id → dead letter
-	ledger       map[string]*proxy.EventStatus
+	deadLetters  map[string]map[string]api.DeadLetterInfo // subscription → event id → dead letter
+	ledger       map[string]*api.EventStatus
 	stats        soakStats
 }
 
@@ -405,11 +406,11 @@ func newSoakWorld(t *testing.T, seed uint64) *soakWorld {
 	w.sc = newSidecar(t, dir, "")
 	// No retries: a call a kill cuts short fails, and the test counts it
 	// (replayErrs) or polls again.
-	api, err := client.New("unix://"+filepath.Join(dir, "admin.sock"), client.Options{Token: soakAdminToken, RetryMax: -1, AttemptTimeout: time.Minute})
+	ac, err := client.New("unix://"+filepath.Join(dir, "admin.sock"), client.Options{Token: soakAdminToken, RetryMax: -1, AttemptTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.api = api
+	w.api = ac
 	t.Cleanup(func() {
 		select {
 		case <-w.stop:
@@ -499,24 +500,24 @@ func (w *soakWorld) ctx() (context.Context, context.CancelFunc) {
 }
 
 // lanes reads GET /v1/subscriptions.
-func (w *soakWorld) lanes() (*proxy.SubscriptionList, error) {
+func (w *soakWorld) lanes() (*api.SubscriptionList, error) {
 	ctx, cancel := w.ctx()
 	defer cancel()
 	return w.api.Subscriptions(ctx)
 }
 
 // replay sends one POST /v1/dead-letters/replay of items.
-func (w *soakWorld) replay(items []proxy.ReplayItem) (*proxy.ReplayAnswer, error) {
+func (w *soakWorld) replay(items []api.ReplayItem) (*api.ReplayAnswer, error) {
 	ctx, cancel := w.ctx()
 	defer cancel()
-	return w.api.Replay(ctx, proxy.ReplayRequest{Items: items})
+	return w.api.Replay(ctx, api.ReplayRequest{Items: items})
 }
 
 // replayForced replays letters already replayed once (whose replay failed).
-func (w *soakWorld) replayForced(items []proxy.ReplayItem) (*proxy.ReplayAnswer, error) {
+func (w *soakWorld) replayForced(items []api.ReplayItem) (*api.ReplayAnswer, error) {
 	ctx, cancel := w.ctx()
 	defer cancel()
-	return w.api.Replay(ctx, proxy.ReplayRequest{Items: items, Force: true})
+	return w.api.Replay(ctx, api.ReplayRequest{Items: items, Force: true})
 }
 
 // await polls cond until it holds; it fails the test at the deadline.
@@ -722,8 +723,8 @@ func (w *soakWorld) repost(rng *rand.Rand) {
 }
 
 // listDeadLetters pages through GET /v1/dead-letters.
-func (w *soakWorld) listDeadLetters(sub string) ([]proxy.DeadLetterInfo, error) {
-	var out []proxy.DeadLetterInfo
+func (w *soakWorld) listDeadLetters(sub string) ([]api.DeadLetterInfo, error) {
+	var out []api.DeadLetterInfo
 	q := client.DeadLetterQuery{Subscription: sub, Limit: 1000}
 	for {
 		ctx, cancel := w.ctx()
@@ -745,7 +746,7 @@ func (w *soakWorld) listDeadLetters(sub string) ([]proxy.DeadLetterInfo, error) 
 // replays them. A kill may cut it short anywhere.
 func (w *soakWorld) replayRound(pick uint64) {
 	rng := rand.New(rand.NewPCG(w.seed, pick))
-	var items []proxy.ReplayItem
+	var items []api.ReplayItem
 	var forgive []string
 	for _, sub := range []string{"reject", "flaky"} {
 		dls, err := w.listDeadLetters(sub)
@@ -759,7 +760,7 @@ func (w *soakWorld) replayRound(pick uint64) {
 			// A few at a time: each replay is its own synced write, and a
 			// round should usually finish before the kill (sometimes not).
 			if len(items) < 6 && d.Replays == 0 && d.DeliveredAt.IsZero() && rng.IntN(2) == 0 {
-				items = append(items, proxy.ReplayItem{Subscription: d.Subscription, Seq: d.Seq})
+				items = append(items, api.ReplayItem{Subscription: d.Subscription, Seq: d.Seq})
 				if sub == "reject" {
 					forgive = append(forgive, d.EventID)
 				}
@@ -886,7 +887,7 @@ func (w *soakWorld) run(kills int) {
 
 	// The operator's last round: the reject receiver accepts everything now,
 	// and every dead letter not yet delivered is replayed once more.
-	var items, again []proxy.ReplayItem
+	var items, again []api.ReplayItem
 	var forgive []string
 	dls, err := w.listDeadLetters("")
 	if err != nil {
@@ -902,7 +903,7 @@ func (w *soakWorld) run(kills int) {
 			t.Errorf("dead letter %s/%d (%s) was replayed but the replay neither delivered it nor failed: %+v", d.Subscription, d.Seq, d.EventID, d)
 		}
 		if d.DeliveredAt.IsZero() {
-			it := proxy.ReplayItem{Subscription: d.Subscription, Seq: d.Seq}
+			it := api.ReplayItem{Subscription: d.Subscription, Seq: d.Seq}
 			if failedAgain {
 				again = append(again, it) // replayed once: only force replays it again
 			} else {
@@ -944,16 +945,16 @@ func (w *soakWorld) run(kills int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.deadLetters = map[string]map[string]proxy.DeadLetterInfo{}
+	w.deadLetters = map[string]map[string]api.DeadLetterInfo{}
 	for _, d := range dls {
 		if w.deadLetters[d.Subscription] == nil {
-			w.deadLetters[d.Subscription] = map[string]proxy.DeadLetterInfo{}
+			w.deadLetters[d.Subscription] = map[string]api.DeadLetterInfo{}
 		}
 		w.deadLetters[d.Subscription][d.EventID] = d
 	}
 	keys := slices.Sorted(maps.Keys(w.events))
 	w.rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
-	w.ledger = map[string]*proxy.EventStatus{}
+	w.ledger = map[string]*api.EventStatus{}
 	for _, key := range keys[:min(len(keys), 400)] {
 		ctx, cancel := w.ctx()
 		st, err := w.api.Event(ctx, key)
@@ -1522,16 +1523,16 @@ func TestInvariant7_RemovedSubscriptionDrainsAfterCrash(t *testing.T) {
 	}
 	writeConfig(keep)
 	sc.cmd.Process.Signal(syscall.SIGHUP)
-	api, err := client.New("unix://"+adminSock, client.Options{RetryMax: -1})
+	ac, err := client.New("unix://"+adminSock, client.Options{RetryMax: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for {
-		ls := &proxy.SubscriptionList{}
-		if got, err := api.Subscriptions(ctx); err == nil {
+		ls := &api.SubscriptionList{}
+		if got, err := ac.Subscriptions(ctx); err == nil {
 			ls = got
 		}
-		if i := slices.IndexFunc(ls.Subscriptions, func(l proxy.LaneStatus) bool { return l.Subscription == "gone" }); i >= 0 && ls.Subscriptions[i].State == "draining" {
+		if i := slices.IndexFunc(ls.Subscriptions, func(l api.LaneStatus) bool { return l.Subscription == "gone" }); i >= 0 && ls.Subscriptions[i].State == "draining" {
 			break
 		}
 		if ctx.Err() != nil {

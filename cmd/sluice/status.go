@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 // statusJSON is what status --json prints: the two answers it reads.
 type statusJSON struct {
-	Subscriptions *proxy.SubscriptionList `json:"subscriptions"`
-	RetryBudget   *policy.BudgetStats     `json:"retry_budget"`
+	Subscriptions *api.SubscriptionList `json:"subscriptions"`
+	RetryBudget   *policy.BudgetStats   `json:"retry_budget"`
 }
 
 // statusCmd prints every lane and the shared retry budget.
@@ -60,13 +60,13 @@ budget is.`), stdout)
 // runbook's alert fires at.
 func saturated(inFlight, limit int) bool { return limit > 0 && inFlight*5 >= limit*4 }
 
-func writeStatus(w io.Writer, lanes []proxy.LaneStatus, b policy.BudgetStats) {
+func writeStatus(w io.Writer, lanes []api.LaneStatus, b policy.BudgetStats) {
 	if len(lanes) == 0 {
 		fmt.Fprintln(w, "no subscriptions")
 	} else {
 		tw := newTable(w)
 		// Fleet mode names each lane's owner; a single sidecar owns all.
-		fleet := slices.ContainsFunc(lanes, func(l proxy.LaneStatus) bool { return l.Owner != "" })
+		fleet := slices.ContainsFunc(lanes, func(l api.LaneStatus) bool { return l.Owner != "" })
 		head := "SUBSCRIPTION\tSTATE\tIN FLIGHT/CAP\tBACKLOG\tOLDEST\tRETRIES\tBREAKER\tDELIVERED\tRETRIED\tDEAD"
 		if fleet {
 			head += "\tOWNER"

@@ -25,7 +25,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/client"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 // onceNote follows every secret and token the sidecar shows: it keeps
@@ -46,7 +46,7 @@ func subscriptionsCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if isHelp(args[0]) {
 		return groupHelp(stdout, "subscriptions", adminAbout(`The subscription API in a terminal. Subscriptions made here are the API's
-(managed by api): they outlive restarts, a reload of the config file never
+(managed by ac): they outlive restarts, a reload of the config file never
 touches them, and the file's own cannot be changed or deleted here.`))
 	}
 	return fmt.Errorf("subscriptions: unknown subcommand %q: %s", args[0], want)
@@ -95,13 +95,13 @@ whsec_ secret and this prints it once: store it then.`, stdout)
 	if len(doc) == 0 {
 		return fmt.Errorf("%s: give --file FILE, or at least --id and --url", name)
 	}
-	api, err := af.open(stderr)
+	ac, err := af.open(stderr)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	info, err := api.CreateSubscription(ctx, doc)
+	info, err := ac.CreateSubscription(ctx, doc)
 	if err != nil {
 		if client.IsMaybeDone(err) {
 			what, _ := doc["id"].(string)
@@ -125,7 +125,7 @@ whsec_ secret and this prints it once: store it then.`, stdout)
 func subList(args []string, stdout, stderr io.Writer) error {
 	const name = "subscriptions list"
 	fs, af := subFlags(name, `Lists the subscriptions, of the config file and of the API, with their
-state, tenant, who manages them (file or api), deliveries in flight against
+state, tenant, who manages them (file or ac), deliveries in flight against
 the cap, backlog, and the delivered and dead-lettered counts.`, stdout)
 	tenant := fs.String("tenant", "", "only the subscriptions of this tenant")
 	pos, err := parseArgs(fs, args)
@@ -135,13 +135,13 @@ the cap, backlog, and the delivered and dead-lettered counts.`, stdout)
 	if err := wantArgs(name, pos); err != nil {
 		return err
 	}
-	api, err := af.open(stderr)
+	ac, err := af.open(stderr)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	list, err := api.SubscriptionsOfTenant(ctx, *tenant)
+	list, err := ac.SubscriptionsOfTenant(ctx, *tenant)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, explain(err))
 	}
@@ -156,7 +156,7 @@ the cap, backlog, and the delivered and dead-lettered counts.`, stdout)
 	fmt.Fprintln(tw, "SUBSCRIPTION\tSTATE\tTENANT\tMANAGED BY\tIN FLIGHT/CAP\tBACKLOG\tDELIVERED\tDEAD")
 	for _, l := range list.Subscriptions {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%d\t%d\n", l.Subscription, l.State, cmp.Or(l.Tenant, "-"),
-			cmp.Or(l.ManagedBy, proxy.ManagedByFile), l.InFlight, l.Cap, l.Backlog, l.Delivered, l.DeadLettered)
+			cmp.Or(l.ManagedBy, api.ManagedByFile), l.InFlight, l.Cap, l.Backlog, l.Delivered, l.DeadLettered)
 	}
 	return tw.Flush()
 }
@@ -166,13 +166,13 @@ func subGet(args []string, stdout, stderr io.Writer) error {
 	fs, af := subFlags(name, `Prints subscription ID: its state, tenant, who manages it, its counts and
 breaker, the public key of an Ed25519 secret, and its settings as YAML in
 the config file's keys, secrets redacted.`, stdout)
-	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
+	id, ac, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	info, err := api.Subscription(ctx, id)
+	info, err := ac.Subscription(ctx, id)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, explain(err))
 	}
@@ -184,7 +184,7 @@ the config file's keys, secrets redacted.`, stdout)
 
 // writeSubscription prints a subscription's lane and its settings (as
 // YAML, the config file's form; secrets are redacted by the sidecar).
-func writeSubscription(w io.Writer, info *proxy.SubscriptionInfo) error {
+func writeSubscription(w io.Writer, info *api.SubscriptionInfo) error {
 	tw := newTable(w)
 	row := func(k, v string) {
 		if v != "" {
@@ -196,7 +196,7 @@ func writeSubscription(w io.Writer, info *proxy.SubscriptionInfo) error {
 	row("state", l.State)
 	row("paused by", l.PausedBy)
 	row("tenant", l.Tenant)
-	row("managed by", cmp.Or(l.ManagedBy, proxy.ManagedByFile))
+	row("managed by", cmp.Or(l.ManagedBy, api.ManagedByFile))
 	row("owner", l.Owner)
 	row("in flight/cap", fmt.Sprintf("%d/%d", l.InFlight, l.Cap))
 	row("backlog", strconv.FormatUint(l.Backlog, 10))
@@ -241,7 +241,7 @@ of the config file answers 409: change the file.`, stdout)
 		sets = append(sets, s)
 		return nil
 	})
-	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
+	id, ac, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
 		return err
 	}
@@ -261,7 +261,7 @@ of the config file answers 409: change the file.`, stdout)
 	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	info, err := api.UpdateSubscription(ctx, id, patch)
+	info, err := ac.UpdateSubscription(ctx, id, patch)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, explain(err))
 	}
@@ -321,13 +321,13 @@ func subDelete(args []string, stdout, stderr io.Writer) error {
 	const name = "subscriptions delete"
 	fs, af := subFlags(name, `Deletes subscription ID, one the API manages: it takes no new events,
 delivers the backlog it is still owed, then goes.`, stdout)
-	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
+	id, ac, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	info, err := api.DeleteSubscription(ctx, id)
+	info, err := ac.DeleteSubscription(ctx, id)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, explain(err))
 	}
@@ -346,7 +346,7 @@ keep signing beside it for --grace, so that receivers can move over. An
 Ed25519 subscription gets a new whsk_ key, printed with its whpk_ public
 key.`, stdout)
 	grace := fs.String("grace", "", "how long the old secrets keep signing beside the new one, e.g. 24h; 0s retires them at once (default: the sidecar's, 24h)")
-	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
+	id, ac, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
 		return err
 	}
@@ -358,7 +358,7 @@ key.`, stdout)
 	}
 	ctx, cancel := callCtx(cliCallTimeout)
 	defer cancel()
-	ans, err := api.RotateSecret(ctx, id, g)
+	ans, err := ac.RotateSecret(ctx, id, g)
 	if err != nil {
 		if client.IsMaybeDone(err) {
 			err = fmt.Errorf("%w (the secret may have been rotated: run rotate-secret again for one you know; the one lost stops signing after the grace)", err)
@@ -390,7 +390,7 @@ replayed again; one already replayed and not delivered, or with a retry
 scheduled, is skipped ('sluice dlq replay --force' replays it again).`, stdout)
 	sinceF := fs.String("since", "", "replay dead letters of events accepted from this time: RFC 3339 (2026-11-30T12:00:00Z) or a duration before now (24h)")
 	untilF := fs.String("until", "", "... and before this time, the same forms (default: now)")
-	id, api, err := oneArg(name, "ID", fs, af, args, stderr)
+	id, ac, err := oneArg(name, "ID", fs, af, args, stderr)
 	if err != nil {
 		return err
 	}
@@ -410,7 +410,7 @@ scheduled, is skipped ('sluice dlq replay --force' replays it again).`, stdout)
 	}
 	ctx, cancel := callCtx(cliReplayTimeout)
 	defer cancel()
-	ans, err := api.Recover(ctx, id, since, until)
+	ans, err := ac.Recover(ctx, id, since, until)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, explain(err))
 	}
@@ -424,7 +424,7 @@ scheduled, is skipped ('sluice dlq replay --force' replays it again).`, stdout)
 // recoverSummary counts every dead letter in the range, so that a range
 // whose letters were all delivered already does not read as an empty
 // one.
-func recoverSummary(ans *proxy.RecoverAnswer) string {
+func recoverSummary(ans *api.RecoverAnswer) string {
 	s := fmt.Sprintf("%s: %s in range, %d replayed", ans.Subscription, plural(ans.Matched+ans.Delivered, "dead letter"), ans.Replayed)
 	var why []string
 	if ans.Delivered > 0 {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/signing"
 )
@@ -213,13 +214,13 @@ func (s *apiSidecar) postAs(t *testing.T, tenant, typ, id, body string) {
 	}
 }
 
-func (s *apiSidecar) lane(id string) (proxy.LaneStatus, bool) {
+func (s *apiSidecar) lane(id string) (api.LaneStatus, bool) {
 	for _, l := range s.srv.Lanes() {
 		if l.Subscription == id {
 			return l, true
 		}
 	}
-	return proxy.LaneStatus{}, false
+	return api.LaneStatus{}, false
 }
 
 // mustFail runs the CLI, wants exit 1, and returns its output.
@@ -311,11 +312,11 @@ retry: {max_attempts: 1}
 	if strings.Contains(out, secret) {
 		t.Fatalf("get shows the secret:\n%s", out)
 	}
-	var info proxy.SubscriptionInfo
+	var info api.SubscriptionInfo
 	if err := json.Unmarshal([]byte(mustRun(t, sub("get", "shipping", "--json")...)), &info); err != nil {
 		t.Fatal(err)
 	}
-	if info.Tenant != "acme" || info.ManagedBy != proxy.ManagedByAPI || info.Secret != "" ||
+	if info.Tenant != "acme" || info.ManagedBy != api.ManagedByAPI || info.Secret != "" ||
 		!reflect.DeepEqual(info.Config["rate"], map[string]any{"per_second": float64(50), "burst": float64(10)}) ||
 		!reflect.DeepEqual(info.Config["classify"], map[string]any{"409": "ack"}) {
 		t.Fatalf("get --json = %+v", info)
@@ -325,7 +326,7 @@ retry: {max_attempts: 1}
 	// when they parse, strings else.
 	out = mustRun(t, sub("update", "shipping", "--set", "rate.per_second=20", "--set", "timeout=3s", "--set", "headers.X-Tenant=acme")...)
 	contains(t, out, "updated shipping: headers, rate, timeout")
-	info = proxy.SubscriptionInfo{}
+	info = api.SubscriptionInfo{}
 	json.Unmarshal([]byte(mustRun(t, sub("get", "shipping", "--json")...)), &info)
 	if !reflect.DeepEqual(info.Config["rate"], map[string]any{"per_second": float64(20), "burst": float64(10)}) ||
 		info.Config["timeout"] != "3s" || !reflect.DeepEqual(info.Config["headers"], map[string]any{"X-Tenant": "acme"}) {
@@ -335,7 +336,7 @@ retry: {max_attempts: 1}
 	patch := filepath.Join(dir, "patch.yaml")
 	os.WriteFile(patch, []byte("types: [order.created]\nheaders: null\n"), 0o600)
 	mustRun(t, sub("update", "shipping", "--file", patch)...)
-	info = proxy.SubscriptionInfo{}
+	info = api.SubscriptionInfo{}
 	json.Unmarshal([]byte(mustRun(t, sub("get", "shipping", "--json")...)), &info)
 	if _, ok := info.Config["headers"]; ok || !reflect.DeepEqual(info.Config["types"], []any{"order.created"}) {
 		t.Fatalf("after the patch file: %+v", info.Config)
@@ -349,7 +350,7 @@ retry: {max_attempts: 1}
 			t.Fatalf("list lacks %s:\n%s", re, out)
 		}
 	}
-	var list proxy.SubscriptionList
+	var list api.SubscriptionList
 	if err := json.Unmarshal([]byte(mustRun(t, sub("list", "--tenant", "acme", "--json")...)), &list); err != nil {
 		t.Fatal(err)
 	}
@@ -533,12 +534,12 @@ func TestParseWhen(t *testing.T) {
 // than report an empty range.
 func TestRecoverSummaryCountsDelivered(t *testing.T) {
 	for _, c := range []struct {
-		ans  proxy.RecoverAnswer
+		ans  api.RecoverAnswer
 		want string
 	}{
-		{proxy.RecoverAnswer{Subscription: "s", Delivered: 2}, "s: 2 dead letters in range, 0 replayed; 2 already delivered"},
-		{proxy.RecoverAnswer{Subscription: "s"}, "s: 0 dead letters in range, 0 replayed"},
-		{proxy.RecoverAnswer{Subscription: "s", Matched: 3, Replayed: 2, Skipped: 1, Delivered: 1},
+		{api.RecoverAnswer{Subscription: "s", Delivered: 2}, "s: 2 dead letters in range, 0 replayed; 2 already delivered"},
+		{api.RecoverAnswer{Subscription: "s"}, "s: 0 dead letters in range, 0 replayed"},
+		{api.RecoverAnswer{Subscription: "s", Matched: 3, Replayed: 2, Skipped: 1, Delivered: 1},
 			"s: 4 dead letters in range, 2 replayed; 1 already delivered; 1 skipped: replayed before and not delivered yet, or a retry scheduled (sluice dlq replay --force replays one again)"},
 	} {
 		if got := recoverSummary(&c.ans); got != c.want {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -102,7 +103,7 @@ func TestTenantCapHoldsAgainstABlackHole(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			var list proxy.SubscriptionList
+			var list api.SubscriptionList
 			json.NewDecoder(resp.Body).Decode(&list)
 			resp.Body.Close()
 			sum := 0
@@ -256,7 +257,7 @@ func TestTenantDefaultsBoundUnlistedTenants(t *testing.T) {
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken,
 		Tenants:        []proxy.Tenant{{ID: "acme", MaxSubscriptionConcurrency: 20}},
 		TenantDefaults: proxy.Tenant{MaxSubscriptions: 3, MaxSubscriptionConcurrency: 8}})
-	var tok proxy.TokenAnswer
+	var tok api.TokenAnswer
 	s.mustCall(t, "", "POST", "/v1/tenants/initech/tokens", "", 201, &tok)
 	doc := func(id string, kv ...any) string {
 		m := map[string]any{"id": id, "url": tb.URL() + "/" + id, "secret": e2eSecret}
@@ -277,7 +278,7 @@ func TestTenantDefaultsBoundUnlistedTenants(t *testing.T) {
 	if c := s.laneOf(t, "plain").Cap; c != 8 {
 		t.Errorf("a subscription that sets no cap: cap %d, want the bound 8 (not the default 16)", c)
 	}
-	var info proxy.SubscriptionInfo
+	var info api.SubscriptionInfo
 	s.mustCall(t, tok.Token, "GET", "/v1/subscriptions/auto", "", 200, &info)
 	if c, _ := info.Config["concurrency"].(map[string]any); c["max"] != float64(8) || c["auto"] != true {
 		t.Errorf("an auto cap with no max: %v, want max 8", info.Config["concurrency"])

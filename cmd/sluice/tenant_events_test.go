@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
@@ -101,7 +102,7 @@ func TestTenantEventsReachOnlyTheirTenant(t *testing.T) {
 
 	// acme's dead letters hold only what acme may receive, each recording
 	// its tenant and its owner.
-	var page proxy.DeadLetterPage
+	var page api.DeadLetterPage
 	s.mustCall(t, teAcmeToken, "GET", "/v1/dead-letters?subscription=acme-dead", "", 200, &page)
 	if len(page.DeadLetters) != len(want["/acme-spy"]) {
 		t.Fatalf("acme-dead has %d dead letters, want %d", len(page.DeadLetters), len(want["/acme-spy"]))
@@ -119,7 +120,7 @@ func TestTenantEventsReachOnlyTheirTenant(t *testing.T) {
 	// exist, and its own.
 	s.mustCall(t, teAcmeToken, "GET", "/v1/events/globex-ev-1", "", 404, nil)
 	s.mustCall(t, teAcmeToken, "GET", "/v1/events/platform-ev-1", "", 404, nil)
-	var st proxy.EventStatus
+	var st api.EventStatus
 	s.mustCall(t, teGlobexToken, "GET", "/v1/events/globex-ev-1", "", 200, &st)
 	for _, d := range st.Deliveries {
 		if d.Subscription != "globex-spy" {
@@ -158,7 +159,7 @@ func TestIngestTenantHeader(t *testing.T) {
 			t.Errorf("Sluice-Tenant %q: %d %s, want 400 naming the header", bad, resp.StatusCode, b)
 		}
 	}
-	var list proxy.SubscriptionList
+	var list api.SubscriptionList
 	s.mustCall(t, "", "GET", "/v1/subscriptions", "", 200, &list)
 	if list.Head != 0 {
 		t.Fatalf("bad tenants appended: head %d", list.Head)
@@ -216,7 +217,7 @@ func TestTenantMoveStopsOldTenantsRetries(t *testing.T) {
 	if ids := tb.IDs("/mover"); len(ids) != 0 {
 		t.Fatalf("acme's endpoint accepted %v after the move", ids)
 	}
-	var page proxy.DeadLetterPage
+	var page api.DeadLetterPage
 	s.mustCall(t, "", "GET", "/v1/dead-letters?subscription=mover", "", 200, &page)
 	if len(page.DeadLetters) != 1 || page.DeadLetters[0].Reason != policy.ReasonNotEntitled {
 		t.Fatalf("dead letters of mover: %+v; want one, not_entitled", page.DeadLetters)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -138,7 +139,7 @@ func startIsoWorld(t *testing.T) *isoWorld {
 			s.laneOf(t, "acme-api").Delivered == 3 && s.laneOf(t, "other-api").Delivered == 3
 	})
 	for _, sub := range []string{"acme-file", "other-file"} {
-		var page proxy.DeadLetterPage
+		var page api.DeadLetterPage
 		s.mustCall(t, "", "GET", "/v1/dead-letters?subscription="+sub, "", 200, &page)
 		w.deadSeq[sub] = page.DeadLetters[0].Seq
 	}
@@ -184,7 +185,7 @@ type isoRoute struct {
 // isoTenantRoutes are tenantRoutes as tenant acme meets them.
 func isoTenantRoutes(w *isoWorld) []isoRoute {
 	od, ad := w.deadSeq["other-file"], w.deadSeq["acme-file"]
-	since := jsonOf(proxy.RecoverRequest{Since: time.Now().Add(-time.Hour)})
+	since := jsonOf(api.RecoverRequest{Since: time.Now().Add(-time.Hour)})
 	sub := func(method, path, body string) (isoReq, isoReq) {
 		return isoReq{method, strings.ReplaceAll(path, "{id}", "other-api"), body, []string{"other-api"}},
 			isoReq{method, strings.ReplaceAll(path, "{id}", "nope-api"), body, []string{"nope-api"}}
@@ -248,7 +249,7 @@ func isoTenantRoutes(w *isoWorld) []isoRoute {
 			unknown: isoReq{"GET", "/v1/events/nope-ev-1", "", []string{"nope-ev-1"}},
 			own: func(t *testing.T, w *isoWorld, token string) {
 				// An event both tenants take: acme sees its own deliveries.
-				var st proxy.EventStatus
+				var st api.EventStatus
 				w.mustCall(t, token, "GET", "/v1/events/shared-ev-1", "", 200, &st)
 				var subs []string
 				for _, d := range st.Deliveries {
@@ -264,7 +265,7 @@ func isoTenantRoutes(w *isoWorld) []isoRoute {
 			unknown: isoReq{"GET", "/v1/dead-letters?subscription=nope-file", "", []string{"nope-file"}},
 			own: func(t *testing.T, w *isoWorld, token string) {
 				for _, q := range []string{"", "?limit=1", "?reason=max_attempts"} {
-					var page proxy.DeadLetterPage
+					var page api.DeadLetterPage
 					w.mustCall(t, token, "GET", "/v1/dead-letters"+q, "", 200, &page)
 					if len(page.DeadLetters) == 0 {
 						t.Errorf("acme's dead letters%s: none", q)
@@ -292,7 +293,7 @@ func isoTenantRoutes(w *isoWorld) []isoRoute {
 					}
 				}
 				// By a filter naming nobody: acme's only.
-				var ans proxy.ReplayAnswer
+				var ans api.ReplayAnswer
 				w.mustCall(t, token, "POST", "/v1/dead-letters/replay", `{"filter": {}}`, 200, &ans)
 				for _, r := range ans.Results {
 					if r.Subscription != "acme-file" {
@@ -370,7 +371,7 @@ func TestTenantIsolationEveryRoute(t *testing.T) {
 		t.Fatalf("the admin mux has %q that this test does not know, and lacks %q that it does: list a new route in isoTenantRoutes (and tenantRoutes) or in isoOperatorRoutes", missing, extra)
 	}
 
-	var issued proxy.TokenAnswer
+	var issued api.TokenAnswer
 	w.mustCall(t, "", "POST", "/v1/tenants/acme/tokens", "", 201, &issued)
 	check := func(t *testing.T, token string) {
 		for _, r := range tenantRoutes {
@@ -438,7 +439,7 @@ func TestTenantIsolationEveryRoute(t *testing.T) {
 	t.Run("issued token after a restart", func(t *testing.T) { check(t, issued.Token) })
 
 	// Nothing acme did touched other's.
-	var page proxy.DeadLetterPage
+	var page api.DeadLetterPage
 	w.mustCall(t, "", "GET", "/v1/dead-letters?subscription=other-file", "", 200, &page)
 	for _, d := range page.DeadLetters {
 		if d.Replays != 0 {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 // TestCLITokens: tokens issue prints a token once with its id and
@@ -30,7 +30,7 @@ func TestCLITokens(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^  expires: .*\(in 7(20h0m|19h59m)\)$`).MatchString(out) {
 		t.Fatalf("issue --expires-in 720h printed no expiry 720h away:\n%s", out)
 	}
-	var globex proxy.TokenAnswer
+	var globex api.TokenAnswer
 	// The output holds stderr's note on the token too: the JSON follows it.
 	out = mustRun(t, cmd("issue", "globex", "--json")...)
 	contains(t, out, onceNote)
@@ -47,7 +47,7 @@ func TestCLITokens(t *testing.T) {
 	if strings.Contains(out, "globex") || strings.Contains(out, "sltk_") {
 		t.Fatalf("list acme shows another tenant's or a token:\n%s", out)
 	}
-	var all proxy.TokenList
+	var all api.TokenList
 	if err := json.Unmarshal([]byte(mustRun(t, cmd("list", "--json")...)), &all); err != nil || len(all.Tokens) != 3 {
 		t.Fatalf("list --json: %+v %v", all, err)
 	}

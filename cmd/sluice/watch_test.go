@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 )
 
 // configMapVolume is a directory laid out as the kubelet mounts a
@@ -63,7 +63,7 @@ func lanesNow(admin string) ([]string, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var list proxy.SubscriptionList
+	var list api.SubscriptionList
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -26,7 +27,7 @@ func subscriptions(cfg *config.Config) []*proxy.Subscription {
 	in := newInterner()
 	for i := range cfg.Subscriptions {
 		sc := &cfg.Subscriptions[i]
-		out = append(out, newSubscription(sc, proxy.ManagedByFile, sc.Spec(), in))
+		out = append(out, newSubscription(sc, api.ManagedByFile, sc.Spec(), in))
 	}
 	return out
 }
@@ -121,7 +122,7 @@ func (p specParser) Parse(doc []byte) (*proxy.Subscription, error) {
 			return nil, err
 		}
 	}
-	return newSubscription(sc, proxy.ManagedByAPI, slices.Clone(doc), nil), nil
+	return newSubscription(sc, api.ManagedByAPI, slices.Clone(doc), nil), nil
 }
 
 // Check reads body as the config file's JSON is read
@@ -173,5 +174,5 @@ func operationalWebhook(cfg *config.Config) *proxy.Subscription {
 	if w.URL == "" {
 		return nil
 	}
-	return &proxy.Subscription{ID: proxy.OperationalID, URL: w.URL, Secrets: w.Resolved, Types: []string{"*"}, ManagedBy: proxy.ManagedByFile}
+	return &proxy.Subscription{ID: proxy.OperationalID, URL: w.URL, Secrets: w.Resolved, Types: []string{"*"}, ManagedBy: api.ManagedByFile}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -61,7 +62,7 @@ func TestSubscriptionsWiring(t *testing.T) {
 		t.Fatalf("%d subscriptions", len(subs))
 	}
 	b := subs[0]
-	if b.Tenant != "acme" || b.Filter == nil || b.Filter != parsed[0].ParsedFilter || b.ManagedBy != proxy.ManagedByFile {
+	if b.Tenant != "acme" || b.Filter == nil || b.Filter != parsed[0].ParsedFilter || b.ManagedBy != api.ManagedByFile {
 		t.Errorf("billing: tenant %q, filter %p (parsed %p), managed by %q", b.Tenant, b.Filter, parsed[0].ParsedFilter, b.ManagedBy)
 	}
 	if b.Variant == nil || b.Variant != parsed[0].ParsedVariant || subs[1].Variant != nil {
@@ -101,7 +102,7 @@ func TestSpecParser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ManagedBy != proxy.ManagedByAPI || !bytes.Equal(got.Spec, doc) || &got.Spec[0] == &doc[0] {
+	if got.ManagedBy != api.ManagedByAPI || !bytes.Equal(got.Spec, doc) || &got.Spec[0] == &doc[0] {
 		t.Errorf("ManagedBy %q, Spec %s (a copy of the document wanted)", got.ManagedBy, got.Spec)
 	}
 	g, w := *got, *fromFile

@@ -1,4 +1,9 @@
-package proxy
+// Package api holds the admin API's wire types, one type per answer or
+// request body, shared by the server and its typed client (package
+// client): the CLI, the tests and the bench decode exactly what the
+// server encodes. It holds no behaviour beyond building a view, so the
+// client needs nothing of the engine.
+package api
 
 import (
 	"encoding/base64"
@@ -8,10 +13,7 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// The admin API's answers, one type each, shared by the server (admin.go)
-// and its typed client (package client): the CLI, the tests and the bench
-// decode exactly what the server encodes. The on-disk records stay in
-// queue; these are views of them.
+// The on-disk records stay in queue; these are views of them.
 
 // DeadLetterInfo is a dead letter as the admin API shows it. The body is
 // included only by GET /v1/dead-letters/{subscription}/{seq}: as text when
