@@ -331,7 +331,7 @@ func specOf(raw any) []byte {
 // or the overrides spell out, without the defaults Load fills in),
 // redacted as RedactSubscriptionDoc redacts a document of the API, as a
 // JSON object: what the admin API shows of a file subscription
-// (proxy.Subscription.Spec). With secret_file or secret_env,
+// (delivery.Subscription.Spec). With secret_file or secret_env,
 // "secrets_count" is the number of secrets read. A SubscriptionConfig
 // built by hand gives all of its settings instead. The bytes are shared:
 // do not modify them.

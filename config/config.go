@@ -56,6 +56,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/queue"
@@ -412,7 +413,7 @@ type TenantConfig struct {
 	maxSubscriptionsSet, maxSubscriptionConcurrencySet bool
 }
 
-// SubscriptionsLimit is MaxSubscriptions as proxy.Tenant takes it: 0
+// SubscriptionsLimit is MaxSubscriptions as delivery.Tenant takes it: 0
 // when the source left it out (TenantDefaults' applies), -1 for a 0 it
 // wrote (no limit), else the limit.
 func (t TenantConfig) SubscriptionsLimit() int {
@@ -430,14 +431,14 @@ func (t TenantConfig) SubscriptionsLimit() int {
 // one where it leaves a key out. Each default is proxy's.
 type TenantDefaultsConfig struct {
 	// MaxSubscriptions bounds each such tenant's subscriptions; 0 means
-	// no limit. Default proxy.DefaultTenantMaxSubscriptions.
+	// no limit. Default delivery.DefaultTenantMaxSubscriptions.
 	MaxSubscriptions int `koanf:"max_subscriptions"`
 	// Concurrency is each such tenant's bulkhead, 1..100000. Default
-	// proxy.DefaultTenantMaxConcurrency.
+	// delivery.DefaultTenantMaxConcurrency.
 	Concurrency TenantConcurrencyConfig `koanf:"concurrency"`
 	// MaxSubscriptionConcurrency bounds the cap a tenant's token may give
 	// one subscription, 1..10000. Default
-	// proxy.DefaultTenantMaxSubscriptionConcurrency.
+	// delivery.DefaultTenantMaxSubscriptionConcurrency.
 	MaxSubscriptionConcurrency int `koanf:"max_subscription_concurrency"`
 }
 
@@ -495,7 +496,7 @@ type SubscriptionConfig struct {
 	// tenant's tokens see and manage it, and its limits (Config.Tenants)
 	// bound it. An id like ID.
 	Tenant string `koanf:"tenant"`
-	// Timeout bounds one HTTP exchange, 1ms to 5m. Default proxy.DefaultTimeout.
+	// Timeout bounds one HTTP exchange, 1ms to 5m. Default delivery.DefaultTimeout.
 	Timeout time.Duration `koanf:"timeout"`
 	// Rate limits how fast deliveries start. The zero RateConfig (rate
 	// omitted) means no limit.
@@ -594,7 +595,7 @@ type ConcurrencyConfig struct {
 	// with Auto. Default policy.DefaultAutoCapMin.
 	Min int `koanf:"min"`
 	// Max is the cap, or with Auto the highest cap, 1..10000. Default
-	// proxy.DefaultMaxConcurrency, or policy.DefaultAutoCapMax with Auto.
+	// delivery.DefaultMaxConcurrency, or policy.DefaultAutoCapMax with Auto.
 	Max int `koanf:"max"`
 	// Headroom is the slots Auto adds to λ·P99, 0..1000. Only with Auto.
 	// Default policy.DefaultAutoCapHeadroom.
@@ -688,9 +689,9 @@ func Default() *Config {
 		JetStream:        defaultJetStream(),
 		OTel:             defaultOTel(),
 		TenantDefaults: TenantDefaultsConfig{
-			MaxSubscriptions:           proxy.DefaultTenantMaxSubscriptions,
-			Concurrency:                TenantConcurrencyConfig{Max: proxy.DefaultTenantMaxConcurrency},
-			MaxSubscriptionConcurrency: proxy.DefaultTenantMaxSubscriptionConcurrency,
+			MaxSubscriptions:           delivery.DefaultTenantMaxSubscriptions,
+			Concurrency:                TenantConcurrencyConfig{Max: delivery.DefaultTenantMaxConcurrency},
+			MaxSubscriptionConcurrency: delivery.DefaultTenantMaxSubscriptionConcurrency,
 		},
 	}
 }
@@ -718,7 +719,7 @@ func (c *Config) applyDefaults() {
 		if len(s.Types) == 0 {
 			s.Types = []string{"*"}
 		}
-		fill(&s.Timeout, proxy.DefaultTimeout, set.has(keyTimeout))
+		fill(&s.Timeout, delivery.DefaultTimeout, set.has(keyTimeout))
 		if r := &s.Rate; r.PerSecond > 0 && r.Burst == 0 && !set.has(keyRateBurst) {
 			r.Burst = max(1, int(math.Ceil(min(r.PerSecond, maxRatePerSecond))))
 		}
@@ -727,7 +728,7 @@ func (c *Config) applyDefaults() {
 			fill(&cc.Min, auto.Min, set.has(keyConcurrencyMin))
 			fill(&cc.Headroom, auto.Headroom, set.has(keyConcurrencyHeadroom))
 		} else {
-			fill(&cc.Max, proxy.DefaultMaxConcurrency, set.has(keyConcurrencyMax))
+			fill(&cc.Max, delivery.DefaultMaxConcurrency, set.has(keyConcurrencyMax))
 		}
 		r := &s.Retry
 		fill(&r.MaxAttempts, retry.MaxAttempts, set.has(keyRetryMaxAttempts))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -179,8 +180,8 @@ func TestLoadConfigMinimal(t *testing.T) {
 		URL:         "https://billing.example.com/hooks",
 		Secret:      secretA,
 		Types:       []string{"*"},
-		Timeout:     proxy.DefaultTimeout,
-		Concurrency: ConcurrencyConfig{Max: proxy.DefaultMaxConcurrency},
+		Timeout:     delivery.DefaultTimeout,
+		Concurrency: ConcurrencyConfig{Max: delivery.DefaultMaxConcurrency},
 		Retry: RetryConfig{
 			MaxAttempts: policy.DefaultMaxAttempts,
 			MaxAge:      policy.DefaultMaxAge,

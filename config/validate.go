@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 )
 
 // Limits checked by Validate. The bounds of the retry budget, the
@@ -440,7 +441,7 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 	if err := validateID(p+".id", s.ID); err != nil {
 		return err
 	}
-	if s.ID == proxy.OperationalID {
+	if s.ID == delivery.OperationalID {
 		return fieldErr(p+".id", s.ID, invalidf("is the operational webhook's lane (admin.operational_webhook)"))
 	}
 	if err := validateURL(p+".url", s.URL); err != nil {
@@ -482,7 +483,7 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 		return err
 	}
 	switch s.Ordering {
-	case "", proxy.OrderingNone, proxy.OrderingKey, proxy.OrderingFIFO:
+	case "", delivery.OrderingNone, delivery.OrderingKey, delivery.OrderingFIFO:
 	default:
 		return fieldErr(p+".ordering", s.Ordering, invalidf("must be none, key or fifo"))
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -74,7 +75,7 @@ func goBuild(t *testing.T, pkg string) string {
 	return bin
 }
 
-func startSidecar(t *testing.T, listen, dir string, subs ...*proxy.Subscription) *proxy.Server {
+func startSidecar(t *testing.T, listen, dir string, subs ...*delivery.Subscription) *proxy.Server {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -99,8 +100,8 @@ func closeSidecar(t *testing.T, s *proxy.Server) {
 	}
 }
 
-func subscription(id, url string) *proxy.Subscription {
-	return &proxy.Subscription{
+func subscription(id, url string) *delivery.Subscription {
+	return &delivery.Subscription{
 		ID: id, URL: url, Secrets: []signing.Secret{testSecret}, Types: []string{"*"}, Timeout: 2 * time.Second,
 		Retry: policy.RetryPolicy{MaxAttempts: 10, MaxAge: time.Hour, Backoff: policy.Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond}},
 	}

@@ -47,19 +47,15 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
 		p, tenant := principalOf(r), r.URL.Query().Get("tenant")
-		var keep func(*lane) bool
+		list := api.SubscriptionList{Head: s.d.Head()}
 		if !p.operator() || tenant != "" {
 			if !p.operator() && tenant != "" && tenant != p.tenant {
 				tenant = "\x00" // another tenant's: nothing, as if it had none
 			}
-			tenant = cmp.Or(tenant, p.tenant)
-			keep = func(l *lane) bool {
-				l.mu.Lock()
-				defer l.mu.Unlock()
-				return l.sub.Tenant == tenant
-			}
+			list.Subscriptions = s.d.StatusesOfTenant(cmp.Or(tenant, p.tenant))
+		} else {
+			list.Subscriptions = s.d.Statuses()
 		}
-		list := api.SubscriptionList{Subscriptions: s.d.statuses(keep), Head: s.d.feed.head.Load()}
 		if !p.operator() {
 			list.Head = 0 // the log's head counts every tenant's events
 		}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testwait"
 )
 
 const adminLimitsToken = "admin-limits-token-0c4e2b"
@@ -164,7 +166,7 @@ func TestAdminLimitsConnectionCap(t *testing.T) {
 	for range limit {
 		held = append(held, dialAdmin(t, s))
 	}
-	await(t, "the server to hold every connection", func() bool { return capped.open.Load() == limit })
+	testwait.Await(t, "the server to hold every connection", func() bool { return capped.open.Load() == limit })
 	extra := dialAdmin(t, s)
 	br := bufio.NewReader(extra)
 	if a := mustAnswer(t, extra, br); a.status != http.StatusServiceUnavailable || a.retryAfter == "" || !strings.Contains(a.Error, "connections") {
@@ -173,7 +175,7 @@ func TestAdminLimitsConnectionCap(t *testing.T) {
 	assertClosed(t, extra, br)
 
 	held[0].Close()
-	await(t, "the server to release a slot", func() bool { return capped.open.Load() < limit })
+	testwait.Await(t, "the server to release a slot", func() bool { return capped.open.Load() < limit })
 	c := dialAdmin(t, s)
 	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
 		t.Fatal(err)

@@ -28,12 +28,11 @@ func (s *Server) subscriptionRoutes(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("GET /v1/subscriptions/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		l := s.d.lane(id)
-		if l == nil || !s.canSee(principalOf(r), id) {
+		if _, ok := s.d.View(id); !ok || !s.canSee(principalOf(r), id) {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("subscription %q: not found", id))
 			return
 		}
-		info, err := s.subscriptionInfo(l)
+		info, err := s.subscriptionInfo(id)
 		registryResult(w, http.StatusOK, err, info)
 	})
 	mux.HandleFunc("PATCH /v1/subscriptions/{id}", func(w http.ResponseWriter, r *http.Request) {

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -42,7 +43,7 @@ func apiClient(t *testing.T, s *proxy.Server) *client.Client {
 	return c
 }
 
-func startAdminServer(t *testing.T, dir, token string, subs ...*proxy.Subscription) *proxy.Server {
+func startAdminServer(t *testing.T, dir, token string, subs ...*delivery.Subscription) *proxy.Server {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -270,9 +271,9 @@ func TestLedgerAnswersEachState(t *testing.T) {
 	failing.Retry = fastRetry(10)
 	failing.Retry.Backoff.Base, failing.Retry.Backoff.Cap = time.Hour, time.Hour
 	dir := t.TempDir()
-	subs := func() []*proxy.Subscription {
+	subs := func() []*delivery.Subscription {
 		h, f := *hole, *failing
-		return []*proxy.Subscription{sub("ok", tb.URL()+"/ok"), &h, &f, sub("dead", rejecting.URL), sub("paused", tb.URL()+"/p")}
+		return []*delivery.Subscription{sub("ok", tb.URL()+"/ok"), &h, &f, sub("dead", rejecting.URL), sub("paused", tb.URL()+"/p")}
 	}
 	s := startAdminServer(t, dir, "", subs()...)
 	if code, _ := adminCall(t, s, "POST", "/v1/subscriptions/paused/pause", "", ""); code != 200 {

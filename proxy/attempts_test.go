@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -42,7 +43,7 @@ func TestAttemptsAndSeriesOverHTTP(t *testing.T) {
 	const token = "s3cret"
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AdminToken: token,
 		DataDir: t.TempDir(), Logger: quietLogger(), CursorInterval: 10 * time.Millisecond, Now: clk.Now,
-		Subscriptions: []*proxy.Subscription{ok, fail, down}})
+		Subscriptions: []*delivery.Subscription{ok, fail, down}})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestAttemptsScopedByTenantToken(t *testing.T) {
 	mine.Tenant, theirs.Tenant = "acme", "other"
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(),
 		AdminToken: "op", TenantTokens: []proxy.TenantToken{{Token: "acme-tok", Tenant: "acme"}},
-		Logger: quietLogger(), CursorInterval: 10 * time.Millisecond, Subscriptions: []*proxy.Subscription{mine, theirs}})
+		Logger: quietLogger(), CursorInterval: 10 * time.Millisecond, Subscriptions: []*delivery.Subscription{mine, theirs}})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -100,7 +101,7 @@ func BenchmarkDeliveryFiltered(b *testing.B) {
 	body := []byte(`{"type":"geofence.enter","data":{"depot":"A","speed":42,"kind":"alarm.high","pad":"` + strings.Repeat("x", 420) + `"}}`)
 	for _, filtered := range []bool{false, true} {
 		b.Run(fmt.Sprintf("filtered=%v", filtered), func(b *testing.B) {
-			benchDelivery(b, 10, body, func(subs []*proxy.Subscription) {
+			benchDelivery(b, 10, body, func(subs []*delivery.Subscription) {
 				if !filtered {
 					return
 				}
@@ -129,7 +130,7 @@ func BenchmarkDeliveryTenant(b *testing.B) {
 			if tenant {
 				hdr = map[string]string{ingest.HeaderTenant: "acme"}
 			}
-			benchDeliveryHeaders(b, 10, body, 0, 0, hdr, func(subs []*proxy.Subscription) {
+			benchDeliveryHeaders(b, 10, body, 0, 0, hdr, func(subs []*delivery.Subscription) {
 				for _, s := range subs {
 					if tenant {
 						s.Tenant = "acme"
@@ -152,29 +153,29 @@ func BenchmarkDeliveryOrdered(b *testing.B) {
 	body := []byte(strings.Repeat("x", 512))
 	for _, latency := range []time.Duration{0, time.Millisecond} {
 		for _, keys := range []int{1, 100, 10_000} {
-			for _, mode := range []string{proxy.OrderingNone, proxy.OrderingKey} {
+			for _, mode := range []string{delivery.OrderingNone, delivery.OrderingKey} {
 				b.Run(fmt.Sprintf("latency=%v/keys=%d/ordering=%s", latency, keys, mode), func(b *testing.B) {
-					benchDeliveryKeyed(b, 1, body, keys, latency, func(subs []*proxy.Subscription) { subs[0].Ordering = mode })
+					benchDeliveryKeyed(b, 1, body, keys, latency, func(subs []*delivery.Subscription) { subs[0].Ordering = mode })
 				})
 			}
 		}
 	}
 }
 
-func benchDelivery(b *testing.B, fan int, body []byte, adjust func([]*proxy.Subscription)) {
+func benchDelivery(b *testing.B, fan int, body []byte, adjust func([]*delivery.Subscription)) {
 	benchDeliveryKeyed(b, fan, body, 0, 0, adjust)
 }
 
 // benchDeliveryKeyed is benchDelivery with an Ordering-Key on every event,
 // from keys distinct ones (none if 0), to a receiver that takes latency to
 // answer.
-func benchDeliveryKeyed(b *testing.B, fan int, body []byte, keys int, latency time.Duration, adjust func([]*proxy.Subscription)) {
+func benchDeliveryKeyed(b *testing.B, fan int, body []byte, keys int, latency time.Duration, adjust func([]*delivery.Subscription)) {
 	benchDeliveryHeaders(b, fan, body, keys, latency, nil, adjust)
 }
 
 // benchDeliveryHeaders is benchDeliveryKeyed with hdr on every ingest
 // request.
-func benchDeliveryHeaders(b *testing.B, fan int, body []byte, keys int, latency time.Duration, hdr map[string]string, adjust func([]*proxy.Subscription)) {
+func benchDeliveryHeaders(b *testing.B, fan int, body []byte, keys int, latency time.Duration, hdr map[string]string, adjust func([]*delivery.Subscription)) {
 	// A lean receiver, polled through its cheap totals: the allocations
 	// counted are the process's, and the testbed's Stats (a copy of every
 	// path's maps per change) would otherwise be most of them.
@@ -187,7 +188,7 @@ func benchDeliveryHeaders(b *testing.B, fan int, body []byte, keys int, latency 
 		b.Fatal(err)
 	}
 	defer tb.Close()
-	var subs []*proxy.Subscription
+	var subs []*delivery.Subscription
 	for i := range fan {
 		sb := sub(fmt.Sprintf("s%d", i), fmt.Sprintf("%s/s%d", tb.URL(), i))
 		sb.MaxConcurrency = 32
@@ -236,7 +237,7 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func benchServer(b *testing.B, sync bool, subs ...*proxy.Subscription) *proxy.Server {
+func benchServer(b *testing.B, sync bool, subs ...*delivery.Subscription) *proxy.Server {
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: b.TempDir(), Sync: sync,
 		Subscriptions: subs, Logger: quietLogger()})
 	if err := s.Open(); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -49,7 +50,7 @@ func TestClockStepBackDoesNotStallRetries(t *testing.T) {
 	sb := sub("s", rcv.URL)
 	sb.Retry = policy.RetryPolicy{MaxAttempts: 5, MaxAge: 24 * time.Hour, Backoff: policy.Backoff{Base: time.Second, Cap: 2 * time.Second}}
 	reg := prometheus.NewRegistry()
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Now: clk.Now, Registry: reg})
+	s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb}, Now: clk.Now, Registry: reg})
 	publish(t, s, "t", "e", 1)
 	eventually(t, "the retry scheduled", func() bool { return lane(s, "s").Scheduled == 1 })
 	clk.Step(-time.Hour)
@@ -106,7 +107,7 @@ func TestClockStepForwardReleasesRetriesPacedByTheBudget(t *testing.T) {
 	sb.Retry = policy.RetryPolicy{MaxAttempts: 5, MaxAge: 24 * time.Hour, Backoff: policy.Backoff{Base: time.Second, Cap: time.Hour}}
 	sb.Breaker = policy.BreakerConfig{MinRequests: 1 << 30, ConsecutiveTimeouts: 1 << 30} // isolate the budget
 	budget := policy.BudgetConfig{Ratio: 0.1, MinPerSecond: 4, Window: time.Second}
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Now: clk.Now, RetryBudget: budget})
+	s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb}, Now: clk.Now, RetryBudget: budget})
 	publish(t, s, "t", "e", n)
 	eventually(t, "every first attempt refused for an hour", func() bool { return lane(s, "s").Scheduled == n })
 
@@ -179,7 +180,7 @@ func TestClockSignatureCarriesTheWallClock(t *testing.T) {
 			tb := startTestbed(t, testbed.ModeOK) // verifies with time.Now and signing.DefaultTolerance
 			verified := sub("verified", tb.URL()+"/v")
 			verified.Retry = fastRetry(3)
-			s := startServerWith(t, proxy.Options{Now: clk.Now, Subscriptions: []*proxy.Subscription{sub("raw", raw.URL), verified}})
+			s := startServerWith(t, proxy.Options{Now: clk.Now, Subscriptions: []*delivery.Subscription{sub("raw", raw.URL), verified}})
 
 			before := clk.Now().Unix()
 			publish(t, s, "t", "e", 1)

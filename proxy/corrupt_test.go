@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/synclog"
+	"github.com/sluicehq/sluice/proxy/delivery"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -60,7 +61,7 @@ func TestUnreadableEventsAreDeadLettered(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true,
 		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: dir, Sync: true, Registry: reg,
-		Subscriptions: []*proxy.Subscription{sub("all", tb.URL()+"/all"), sub("typed", tb.URL()+"/typed", "t.a")},
+		Subscriptions: []*delivery.Subscription{sub("all", tb.URL()+"/all"), sub("typed", tb.URL()+"/typed", "t.a")},
 		Logger:        slog.New(slog.NewTextHandler(&logs, nil)), CursorInterval: 10 * time.Millisecond,
 	})
 	if err := s.Open(); err != nil {

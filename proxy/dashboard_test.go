@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -93,7 +94,7 @@ func TestDashboardInChromium(t *testing.T) {
 	tb.SetMode("/fail", testbed.ModeFail)
 	hole := sub("hole", tb.URL()+"/hole")
 	hole.MaxConcurrency, hole.Timeout = 4, time.Minute // holds all 4 slots for the whole test
-	subs := []*proxy.Subscription{hole}
+	subs := []*delivery.Subscription{hole}
 	healthy := []string{"ok0", "ok1", "ok2"}
 	for _, id := range healthy {
 		subs = append(subs, sub(id, tb.URL()+"/"+id))
@@ -404,8 +405,8 @@ func TestDashboardTenantPortalInChromium(t *testing.T) {
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(),
 		AdminToken: opToken, TenantTokens: []proxy.TenantToken{{Token: acmeToken, Tenant: "acme"}},
 		// Platform events both tenants receive: type t is shared with each.
-		Tenants: []proxy.Tenant{{ID: "acme", SharedTypes: []string{"t"}}, {ID: "other", SharedTypes: []string{"t"}}},
-		Logger:  quietLogger(), CursorInterval: 10 * time.Millisecond, Subscriptions: []*proxy.Subscription{a, b, x}})
+		Tenants: []delivery.Tenant{{ID: "acme", SharedTypes: []string{"t"}}, {ID: "other", SharedTypes: []string{"t"}}},
+		Logger:  quietLogger(), CursorInterval: 10 * time.Millisecond, Subscriptions: []*delivery.Subscription{a, b, x}})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}

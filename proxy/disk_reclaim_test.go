@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/tmpfs"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -40,7 +41,7 @@ func TestDiskFullOfItsOwnLogComesBack(t *testing.T) {
 	a.Retry = policy.RetryPolicy{MaxAttempts: 1 << 20, MaxAge: time.Hour, Backoff: policy.Backoff{Base: 5 * time.Millisecond, Cap: 100 * time.Millisecond}}
 	a.Breaker = policy.BreakerConfig{CoolDown: 50 * time.Millisecond, MaxCoolDown: 200 * time.Millisecond}
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: filepath.Join(mnt, "data"), Sync: true,
-		Subscriptions: []*proxy.Subscription{a}, Logger: quietLogger()})
+		Subscriptions: []*delivery.Subscription{a}, Logger: quietLogger()})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}

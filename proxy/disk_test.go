@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/tmpfs"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -74,7 +75,7 @@ func TestDiskQuota507KeepsEverythingAccepted(t *testing.T) {
 	dir := t.TempDir()
 	open := func(quota int64) *proxy.Server {
 		s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: dir, Sync: true,
-			Subscriptions: []*proxy.Subscription{sub("a", tb.URL()+"/a")}, Logger: quietLogger(),
+			Subscriptions: []*delivery.Subscription{sub("a", tb.URL()+"/a")}, Logger: quietLogger(),
 			MaxDiskBytes: quota, MinFreeDiskBytes: -1})
 		if err := s.Open(); err != nil {
 			t.Fatal(err)
@@ -119,7 +120,7 @@ func TestDiskFullFilesystem(t *testing.T) {
 
 	tb := startTestbed(t, testbed.ModeOK)
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: filepath.Join(mnt, "data"), Sync: true,
-		Subscriptions: []*proxy.Subscription{sub("a", tb.URL()+"/a")}, Logger: quietLogger()})
+		Subscriptions: []*delivery.Subscription{sub("a", tb.URL()+"/a")}, Logger: quietLogger()})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}

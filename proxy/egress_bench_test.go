@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/egress"
 )
 
@@ -65,7 +66,7 @@ func BenchmarkEgress(b *testing.B) {
 				sb.TLS = &egress.ClientTLS{CAFile: caFile}
 			}
 			opts := proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: b.TempDir(), Sync: true,
-				Subscriptions: []*proxy.Subscription{sb}, Logger: quietLogger()}
+				Subscriptions: []*delivery.Subscription{sb}, Logger: quietLogger()}
 			if c.proxied {
 				px := startTestProxy(b, "", "")
 				opts.Egress = &egress.Egress{Proxy: px.URL()}

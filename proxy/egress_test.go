@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/egress"
 )
 
@@ -31,7 +32,7 @@ func TestEgressHTTPSThroughProxyUsesCONNECT(t *testing.T) {
 	dir := t.TempDir()
 	sb := sub("https", ep.URL+"/hook")
 	sb.TLS = &egress.ClientTLS{CAFile: writeTemp(t, dir, "ca.pem", ca.pem)}
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb},
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb},
 		Egress: &egress.Egress{Proxy: px.URL(), CredentialsFile: writeTemp(t, dir, "proxy-credentials", []byte("sluice:s3cret\n"))}}, true)
 
 	publish(t, s, "t", "e", 20)
@@ -65,7 +66,7 @@ func TestEgressHTTPThroughProxyUsesAbsoluteForm(t *testing.T) {
 	ep := startEndpoint(t, guardedAddr, nil, rec)
 	px := startTestProxy(t, "sluice", "s3cret")
 	sb := sub("plain", ep.URL+"/hook?tenant=a")
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb},
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb},
 		Egress: &egress.Egress{Proxy: px.URL(), CredentialsFile: writeTemp(t, t.TempDir(), "creds", []byte("sluice:s3cret"))}}, true)
 
 	publish(t, s, "t", "e", 10)
@@ -104,7 +105,7 @@ func TestEgressNoProxyHostGoesDirect(t *testing.T) {
 	own.Egress = &egress.Egress{} // direct
 	proxied := sub("proxied", ep.URL+"/proxied")
 	proxied.Egress = &egress.Egress{Proxy: px.URL()} // its own, without the top level's no_proxy
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{listed, own, proxied},
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*delivery.Subscription{listed, own, proxied},
 		Egress: &egress.Egress{Proxy: px.URL(), NoProxy: []string{"example.com", guardedAddr.String()}}}, false)
 
 	publish(t, s, "t", "e", 5)
@@ -137,7 +138,7 @@ func TestEgressGuardRefusesTargetThroughProxy(t *testing.T) {
 	ep := startEndpoint(t, netipLoopback, nil, rec)
 	port := ep.URL[strings.LastIndexByte(ep.URL, ':')+1:]
 	px := startTestProxy(t, "", "")
-	var subs []*proxy.Subscription
+	var subs []*delivery.Subscription
 	for id, u := range map[string]string{
 		"loopback-http":  "http://127.0.0.1:" + port + "/hook",
 		"loopback-https": "https://127.0.0.1:" + port + "/hook",
@@ -176,10 +177,10 @@ func TestEgressProxyAuthRequired(t *testing.T) {
 	px := startTestProxy(t, "sluice", "s3cret")
 	a, b := sub("http", plain.URL+"/hook"), sub("https", secure.URL+"/hook")
 	b.TLS = &egress.ClientTLS{CAFile: writeTemp(t, t.TempDir(), "ca.pem", ca.pem)}
-	for _, sb := range []*proxy.Subscription{a, b} {
+	for _, sb := range []*delivery.Subscription{a, b} {
 		sb.Retry, sb.Breaker = fastRetry(2), noBreaker
 	}
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{a, b}, Egress: &egress.Egress{Proxy: px.URL()}}, true)
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*delivery.Subscription{a, b}, Egress: &egress.Egress{Proxy: px.URL()}}, true)
 	publish(t, s, "t", "e", 2)
 	checkDeadLetters(t, deadLettered(t, s, "http", 2), "proxy_auth", 2)
 	checkDeadLetters(t, deadLettered(t, s, "https", 2), "proxy_auth", 2)
@@ -199,7 +200,7 @@ func TestEgressProxyDown(t *testing.T) {
 	ln.Close()
 	sb := sub("down", "http://"+guardedAddr.String()+":9/hook")
 	sb.Retry, sb.Breaker = fastRetry(2), noBreaker
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Egress: &egress.Egress{Proxy: "http://" + addr}}, true)
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb}, Egress: &egress.Egress{Proxy: "http://" + addr}}, true)
 	publish(t, s, "t", "e", 1)
 	checkDeadLetters(t, deadLettered(t, s, "down", 1), "proxy", 2)
 }

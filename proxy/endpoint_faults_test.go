@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -162,7 +163,7 @@ func TestEndpointBlackHoleTimesOut(t *testing.T) {
 			tb := startTestbed(t, testbed.ModeOK)
 			bh := sub("hole", c.scheme+"://"+c.addr(t)+"/hook")
 			bh.Timeout, bh.Retry, bh.Breaker = 200*time.Millisecond, fastRetry(2), noBreaker
-			s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{bh, sub("healthy", tb.URL()+"/ok")}, RetryBudget: ampleBudget})
+			s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{bh, sub("healthy", tb.URL()+"/ok")}, RetryBudget: ampleBudget})
 			publish(t, s, "t", "e", 3)
 			waitFor(t, tb, "healthy subscription got every event", uniqueAt("/ok", 3))
 			checkDeadLetters(t, deadLettered(t, s, "hole", 3), "timeout", 2)
@@ -241,7 +242,7 @@ func TestEndpointSlowDripIsBoundedByTimeout(t *testing.T) {
 			})
 			sb := sub("drip", drip.URL()+"/hook")
 			sb.Timeout, sb.Retry, sb.MaxConcurrency, sb.Breaker = 200*time.Millisecond, fastRetry(3), 4, noBreaker
-			s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, RetryBudget: ampleBudget})
+			s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb}, RetryBudget: ampleBudget})
 			hungUp := func() bool { return drip.open() == 0 }
 
 			// A first round starts what is kept for good: the lane's
@@ -325,7 +326,7 @@ func TestEndpointHugeResponseBodyIsBounded(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			sb := sub("huge", c.endpoint(t)+"/hook")
 			sb.MaxConcurrency = 2
-			s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}})
+			s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb}})
 			publish(t, s, "warm", "w", 1) // lazily built state is not what is measured
 			eventually(t, "warm-up delivered", func() bool { return lane(s, "huge").Delivered == 1 })
 			heap0, alloc0 := memStats()
@@ -380,7 +381,7 @@ func TestEndpointRedirectIsNotFollowed(t *testing.T) {
 	}))
 	t.Cleanup(from.Close)
 	codes := []int{301, 302, 303, 307, 308}
-	var subs []*proxy.Subscription
+	var subs []*delivery.Subscription
 	for _, code := range codes {
 		sb := sub(fmt.Sprintf("r%d", code), fmt.Sprintf("%s/%d", from.URL, code))
 		sb.Retry = fastRetry(3)
@@ -510,7 +511,7 @@ func TestEndpointDNSFailure(t *testing.T) {
 	}
 	sb := sub("nxdomain", "http://"+host+"/hook")
 	sb.Retry, sb.Breaker = fastRetry(3), noBreaker
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, RetryBudget: ampleBudget})
+	s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb}, RetryBudget: ampleBudget})
 	publish(t, s, "t", "e", 2)
 	checkDeadLetters(t, deadLettered(t, s, "nxdomain", 2), "dns", 3)
 	if l := lane(s, "nxdomain"); l.Retried != 4 || l.Delivered != 0 {
@@ -557,7 +558,7 @@ func TestEndpointResetMidBody(t *testing.T) {
 	recovers.Retry, recovers.Breaker = fastRetry(5), noBreaker
 	never := sub("never", broken.URL()+"/hook")
 	never.Retry, never.Breaker = fastRetry(2), noBreaker
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{recovers, never}, RetryBudget: ampleBudget})
+	s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{recovers, never}, RetryBudget: ampleBudget})
 
 	body := `{"pad":"` + strings.Repeat("p", 256<<10) + `"}` // far more than the endpoint reads before the reset
 	if code, a := post(t, s, "t", "big-0", body); code != http.StatusAccepted {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/natscluster"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/jetstream"
 	"github.com/sluicehq/sluice/testbed"
@@ -40,7 +41,7 @@ func (f *fleet) options(node string) jetstream.Options {
 }
 
 // node starts one sidecar of the fleet.
-func (f *fleet) node(id string, subs ...*proxy.Subscription) *proxy.Server {
+func (f *fleet) node(id string, subs ...*delivery.Subscription) *proxy.Server {
 	f.t.Helper()
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
 		Subscriptions: subs, Logger: quietLogger(), CursorInterval: 10 * time.Millisecond,
@@ -122,7 +123,7 @@ func TestFleetCommitsWhileTheStoreOpens(t *testing.T) {
 
 	const n = 20
 	b := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
-		Subscriptions: []*proxy.Subscription{sub("s1", tb.URL()+"/s1", "*")}, Logger: quietLogger(),
+		Subscriptions: []*delivery.Subscription{sub("s1", tb.URL()+"/s1", "*")}, Logger: quietLogger(),
 		CursorInterval: 10 * time.Millisecond,
 		OpenStore: func(onCommit func([]*queue.Event), reg prometheus.Registerer) (queue.Store, error) {
 			o := f.options("b")

@@ -14,9 +14,11 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/internal/testwait"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -30,24 +32,12 @@ func TestMain(m *testing.M) {
 	httpClient.CloseIdleConnections()
 	http.DefaultClient.CloseIdleConnections()
 	if code == 0 {
-		if err := goleak.Find(leakOptions...); err != nil {
+		if err := goleak.Find(testwait.LeakOptions...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}
 	}
 	os.Exit(code)
-}
-
-var leakOptions = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/dgraph-io/ristretto/v2.(*defaultPolicy[...]).processItems"),
-	goleak.IgnoreAnyFunction("github.com/dgraph-io/ristretto/v2.(*Cache[...]).processItems"),
-	// fasthttp's client and server keep package-level cleaners.
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.init.func1"),
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 }
 
 var testSecret = mustSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
@@ -72,12 +62,12 @@ func fastRetry(attempts int) policy.RetryPolicy {
 	return policy.RetryPolicy{MaxAttempts: attempts, MaxAge: time.Hour, Backoff: policy.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond}}
 }
 
-func sub(id, url string, types ...string) *proxy.Subscription {
-	return &proxy.Subscription{ID: id, URL: url, Secrets: []signing.Secret{testSecret}, Types: types, Timeout: 2 * time.Second, Retry: fastRetry(5)}
+func sub(id, url string, types ...string) *delivery.Subscription {
+	return &delivery.Subscription{ID: id, URL: url, Secrets: []signing.Secret{testSecret}, Types: types, Timeout: 2 * time.Second, Retry: fastRetry(5)}
 }
 
 // startServer opens a sidecar on loopback over dir (a new temp dir if "").
-func startServer(t *testing.T, dir string, subs ...*proxy.Subscription) *proxy.Server {
+func startServer(t *testing.T, dir string, subs ...*delivery.Subscription) *proxy.Server {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()

@@ -9,9 +9,12 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/testwait"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -148,13 +151,14 @@ func TestIngestInvalidTraceParentIgnored(t *testing.T) {
 // TestIngestEventContextReachesDeadLetter: a dead letter keeps the event's
 // ordering key and trace context (a replay must carry the trace context).
 func TestIngestEventContextReachesDeadLetter(t *testing.T) {
-	url, _ := endpoint(t, http.StatusBadRequest)
-	s := openTestServer(t, Options{Subscriptions: []*Subscription{testSub("a", url)}}, nil)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadRequest) }))
+	t.Cleanup(rcv.Close)
+	s := openTestServer(t, Options{Subscriptions: []*delivery.Subscription{{ID: "a", URL: rcv.URL}}}, nil)
 	status, msg, seq := postHeaders(t, s, map[string][]string{"Ordering-Key": {"vehicle-17"}, "traceparent": {exampleTraceParent}, "tracestate": {exampleTraceState}})
 	if status != http.StatusAccepted {
 		t.Fatalf("status %d (%s)", status, msg)
 	}
-	await(t, "the dead letter written", func() bool { return laneOf(s, "a").DeadLettered == 1 })
+	testwait.Await(t, "the dead letter written", func() bool { return s.Lanes()[0].DeadLettered == 1 })
 	d, err := s.q.DeadLetter("a", seq)
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +27,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testwait"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
@@ -35,7 +36,7 @@ import (
 )
 
 // startFaultServer opens a sidecar with fsync durability on loopback.
-func startFaultServer(t *testing.T, maxBody int, subs ...*Subscription) *Server {
+func startFaultServer(t *testing.T, maxBody int, subs ...*delivery.Subscription) *Server {
 	t.Helper()
 	return openTestServer(t, Options{MaxBodyBytes: maxBody, Subscriptions: subs}, nil)
 }
@@ -77,21 +78,6 @@ func dial(t *testing.T, s *Server) net.Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-// await polls cond (the sidecar's own state, which has no notification)
-// until it holds, failing the test after 20 s.
-func await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
 }
 
 type faultAnswer struct {
@@ -398,7 +384,7 @@ func TestIngestFaultIdleConnections(t *testing.T) {
 			}
 			idle = append(idle, c)
 		}
-		await(t, "the server to hold every idle connection", func() bool { return int(s.ingest.OpenConnections()) >= n })
+		testwait.Await(t, "the server to hold every idle connection", func() bool { return int(s.ingest.OpenConnections()) >= n })
 		// Both ends of each connection are in this process. An idle one
 		// may keep its read buffer (ingest.DefaultMaxHeaderBytes) and a write
 		// buffer, nothing that grows: with the connection cap that bounds
@@ -425,7 +411,7 @@ func TestIngestFaultIdleConnections(t *testing.T) {
 		for _, ic := range idle {
 			ic.Close()
 		}
-		await(t, "the server to release the idle connections", func() bool { return s.ingest.OpenConnections() == 0 })
+		testwait.Await(t, "the server to release the idle connections", func() bool { return s.ingest.OpenConnections() == 0 })
 	})
 
 	t.Run("past the connection cap", func(t *testing.T) {
@@ -457,7 +443,7 @@ func TestIngestFaultIdleConnections(t *testing.T) {
 			t.Fatalf("%d refused, %d held: want the connections past %d refused", refused, timedOut, limit)
 		}
 		// Once the idle ones are closed, a producer is served again.
-		await(t, "the server to release the idle connections", func() bool { return s.ingest.OpenConnections() == 0 })
+		testwait.Await(t, "the server to release the idle connections", func() bool { return s.ingest.OpenConnections() == 0 })
 		c := dial(t, s)
 		if err := postRaw(c, "after-flood", []byte(`{}`)); err != nil {
 			t.Fatal(err)
@@ -482,7 +468,7 @@ func TestIngestFaultMalformedChunked(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tb.Close() })
-	s := startFaultServer(t, maxBody, &Subscription{ID: "a", URL: tb.URL() + "/a", Secrets: []signing.Secret{secret}, Types: []string{"*"}})
+	s := startFaultServer(t, maxBody, &delivery.Subscription{ID: "a", URL: tb.URL() + "/a", Secrets: []signing.Secret{secret}, Types: []string{"*"}})
 	head0 := s.q.Head()
 
 	cases := []struct {
@@ -545,7 +531,7 @@ func TestIngestFaultMalformedChunked(t *testing.T) {
 	if err := tb.Wait(ctx, func(m map[string]testbed.PathStats) bool { return m["/a"].Unique >= 1 }); err != nil {
 		t.Fatalf("waiting for the delivery: %v", err)
 	}
-	await(t, "the lane to record the delivery", func() bool {
+	testwait.Await(t, "the lane to record the delivery", func() bool {
 		for _, l := range s.Lanes() {
 			if l.Subscription == "a" {
 				return l.Delivered >= 1 && l.InFlight == 0
@@ -561,8 +547,8 @@ func TestIngestFaultMalformedChunked(t *testing.T) {
 // holdLog is a paused subscription to every type: its lane never moves, so
 // the log keeps every event (with no entitled lane, events are compacted
 // at once) and a test can read back what was accepted.
-func holdLog() *Subscription {
-	return &Subscription{ID: "hold", URL: "http://127.0.0.1:1/", Types: []string{"*"}, Paused: true}
+func holdLog() *delivery.Subscription {
+	return &delivery.Subscription{ID: "hold", URL: "http://127.0.0.1:1/", Types: []string{"*"}, Paused: true}
 }
 
 // burstResult is what a burst of producers saw.
@@ -671,18 +657,6 @@ func burst(t *testing.T, s *Server, conns, total, size int) burstResult {
 	return res
 }
 
-// raceEnabled reports whether the test binary was built with -race.
-func raceEnabled() bool {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "-race" {
-				return s.Value == "true"
-			}
-		}
-	}
-	return false
-}
-
 // procStatusBytes reads a "kB" field of /proc/self/status (0 if absent).
 func procStatusBytes(field string) uint64 {
 	b, err := os.ReadFile("/proc/self/status")
@@ -739,11 +713,11 @@ func TestIngestFaultBurst(t *testing.T) {
 	// The race detector makes each request about 10× dearer on both sides;
 	// a smaller burst still saturates 32 admitted appends.
 	total := 20000
-	if testing.Short() || raceEnabled() {
+	if testing.Short() || testwait.RaceEnabled() {
 		total = 6000
 	}
 	const conns, size = 500, 16 << 10
-	opts := Options{Subscriptions: []*Subscription{holdLog()}}
+	opts := Options{Subscriptions: []*delivery.Subscription{holdLog()}}
 	opts.ingestGate.events, opts.ingestGate.bytes = 32, 32*size
 	s := openTestServer(t, opts, nil)
 	head0 := s.q.Head()
@@ -807,7 +781,7 @@ func TestIngestFaultBurstRSS(t *testing.T) {
 	}
 	conns, total, size := env("SLUICE_MEASURE_CONNS", 500), env("SLUICE_MEASURE_REQUESTS", 20000), env("SLUICE_MEASURE_BODY", 16<<10)
 	conns = raiseNoFile(t, conns)
-	var subs []*Subscription
+	var subs []*delivery.Subscription
 	paused := os.Getenv("SLUICE_MEASURE_PAUSED") == "1"
 	if paused {
 		subs = append(subs, holdLog())

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
@@ -83,7 +84,7 @@ func TestSSRFGuardRefusesIPv6LoopbackAtConnect(t *testing.T) {
 	v6 := startTestbedOn(t, "[::1]:0")
 	v4 := startTestbed(t, testbed.ModeOK)
 	_, v4port, _ := net.SplitHostPort(v4.Addr())
-	subs := []*proxy.Subscription{sub("v6", v6.URL()+"/v6"), sub("mapped", "http://[::ffff:127.0.0.1]:"+v4port+"/mapped")}
+	subs := []*delivery.Subscription{sub("v6", v6.URL()+"/v6"), sub("mapped", "http://[::ffff:127.0.0.1]:"+v4port+"/mapped")}
 	for _, sb := range subs {
 		sb.Retry = fastRetry(2)
 	}
@@ -125,7 +126,7 @@ func TestEgressProxyOnIPv6(t *testing.T) {
 	px := startTestProxyOn(t, ipv6Loopback, "", "")
 	sb := sub("via-v6", ep.URL+"/hook")
 	sb.Retry = fastRetry(2)
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Egress: &egress.Egress{Proxy: px.URL()}}, true)
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb}, Egress: &egress.Egress{Proxy: px.URL()}}, true)
 
 	publish(t, s, "t", "e", 3)
 	settled(t, s, "via-v6", 3)

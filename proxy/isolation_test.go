@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -63,7 +64,7 @@ func TestBlackHoleAmongNineHealthy(t *testing.T) {
 	hole := sub("hole", tb.URL()+"/hole")
 	hole.MaxConcurrency, hole.Timeout, hole.Retry = 4, 200*time.Millisecond, fastRetry(1000)
 	hole.Breaker = fastBreaker
-	subs := []*proxy.Subscription{hole}
+	subs := []*delivery.Subscription{hole}
 	for i := range 9 {
 		ok := sub(fmt.Sprintf("ok%d", i), fmt.Sprintf("%s/ok%d", tb.URL(), i))
 		// A healthy lane's timeout is not under test. On a starved machine
@@ -117,7 +118,7 @@ func TestBreakerTripsProbesAndCloses(t *testing.T) {
 	bad.Breaker = fastBreaker
 	bad.Breaker.CoolDown, bad.Breaker.MaxCoolDown = 300*time.Millisecond, time.Second
 	bad.Retry = fastRetry(1000)
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{bad}, RetryBudget: policy.BudgetConfig{MinPerSecond: 1000}})
+	s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{bad}, RetryBudget: policy.BudgetConfig{MinPerSecond: 1000}})
 	publish(t, s, "t", "e", 20)
 	eventually(t, "breaker open", func() bool { return lane(s, "bad").Breaker == "open" })
 	// While open, nothing is sent: the count stays put until the probe.
@@ -144,12 +145,12 @@ func TestReloadKeepsAnOpenBreakerUnlessItsSettingsChange(t *testing.T) {
 	bad.Breaker = fastBreaker
 	bad.Breaker.CoolDown, bad.Breaker.MaxCoolDown = time.Hour, time.Hour // stays open for the test
 	bad.Retry = fastRetry(1000)
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{bad}, RetryBudget: policy.BudgetConfig{MinPerSecond: 1000}})
+	s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{bad}, RetryBudget: policy.BudgetConfig{MinPerSecond: 1000}})
 	publish(t, s, "t", "e", 20)
 	eventually(t, "breaker open", func() bool { return lane(s, "bad").Breaker == "open" })
 
 	same := *bad
-	if err := s.Reload([]*proxy.Subscription{&same}); err != nil {
+	if err := s.Reload([]*delivery.Subscription{&same}); err != nil {
 		t.Fatal(err)
 	}
 	if l := lane(s, "bad"); l.Breaker != "open" {
@@ -159,7 +160,7 @@ func TestReloadKeepsAnOpenBreakerUnlessItsSettingsChange(t *testing.T) {
 
 	changed := *bad
 	changed.Breaker.MinRequests, changed.Breaker.ConsecutiveTimeouts = 1<<30, 1<<30 // cannot trip
-	if err := s.Reload([]*proxy.Subscription{&changed}); err != nil {
+	if err := s.Reload([]*delivery.Subscription{&changed}); err != nil {
 		t.Fatal(err)
 	}
 	if l := lane(s, "bad"); l.Breaker != "closed" {
@@ -172,8 +173,8 @@ func TestBacklogQuotaDeadLettersTheOldest(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeBlackhole)
 	hole := sub("hole", tb.URL()+"/hole")
 	hole.MaxConcurrency, hole.Timeout = 2, time.Minute
-	hole.Backlog = proxy.BacklogQuota{MaxEvents: 10}
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{hole}})
+	hole.Backlog = delivery.BacklogQuota{MaxEvents: 10}
+	s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{hole}})
 	publish(t, s, "t", "e", 40)
 	// 2 in flight, 10 may wait: the 28 oldest waiting are dead-lettered.
 	eventually(t, "quota enforced", func() bool { return lane(s, "hole").QuotaDropped >= 28 })
@@ -201,7 +202,7 @@ func TestBacklogQuotaDeadLettersTheOldest(t *testing.T) {
 
 func TestRetryBudgetDefersDuringOutage(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeFail)
-	var subs []*proxy.Subscription
+	var subs []*delivery.Subscription
 	for i := range 3 {
 		sb := sub(fmt.Sprintf("s%d", i), fmt.Sprintf("%s/s%d", tb.URL(), i))
 		sb.Retry = fastRetry(1000)
@@ -267,7 +268,7 @@ func TestGonePausesTheSubscription(t *testing.T) {
 	dir := t.TempDir()
 	gone := sub("gone", rcv.URL)
 	gone.MaxConcurrency = 1
-	s := startServerWith(t, proxy.Options{DataDir: dir, Subscriptions: []*proxy.Subscription{gone}})
+	s := startServerWith(t, proxy.Options{DataDir: dir, Subscriptions: []*delivery.Subscription{gone}})
 	publish(t, s, "t", "e", 5)
 	eventually(t, "paused", func() bool { return lane(s, "gone").State == "paused" })
 	if n := requests.Load(); n != 1 {
@@ -281,7 +282,7 @@ func TestGonePausesTheSubscription(t *testing.T) {
 		t.Fatalf("lane %+v: the rest waits, with the reason recorded", l)
 	}
 	closeServer(t, s, time.Second)
-	s = startServerWith(t, proxy.Options{DataDir: dir, Subscriptions: []*proxy.Subscription{sub("gone", rcv.URL)}})
+	s = startServerWith(t, proxy.Options{DataDir: dir, Subscriptions: []*delivery.Subscription{sub("gone", rcv.URL)}})
 	if l := lane(s, "gone"); l.State != "paused" {
 		t.Fatalf("pause lost across a restart: %+v", l)
 	}
@@ -290,8 +291,8 @@ func TestGonePausesTheSubscription(t *testing.T) {
 func TestRateLimitHoldsBackBeforeASlot(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeOK)
 	limited := sub("slow", tb.URL()+"/slow")
-	limited.Rate = proxy.RateLimit{PerSecond: 50, Burst: 1}
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{limited}})
+	limited.Rate = delivery.RateLimit{PerSecond: 50, Burst: 1}
+	s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{limited}})
 	start := time.Now()
 	publish(t, s, "t", "e", 20)
 	waitFor(t, tb, "all delivered", uniqueAt("/slow", 20))
@@ -315,7 +316,7 @@ func TestAutoCapLaneDeliversWithinBounds(t *testing.T) {
 	t.Cleanup(func() { tb.Close() })
 	auto := sub("auto", tb.URL()+"/a")
 	auto.Auto = &policy.AutoCapConfig{Min: 2, Max: 8, Headroom: 1, Interval: 50 * time.Millisecond}
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{auto}})
+	s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{auto}})
 	stop := make(chan struct{})
 	peak := sampleMax(func() int { return lane(s, "auto").InFlight }, stop)
 	publish(t, s, "t", "e", 60)
@@ -354,7 +355,7 @@ func TestRetryStormStaysWithinTheBudget(t *testing.T) {
 		}
 	}))
 	t.Cleanup(rcv.Close)
-	var subs []*proxy.Subscription
+	var subs []*delivery.Subscription
 	for i := range 4 {
 		sb := sub(fmt.Sprintf("s%d", i), fmt.Sprintf("%s/s%d", rcv.URL, i))
 		sb.Retry = fastRetry(1000)
@@ -401,7 +402,7 @@ func TestOpenBreakerSpendsNoRetryBudget(t *testing.T) {
 	bad := sub("bad", tb.URL()+"/bad")
 	bad.Retry = fastRetry(1000)
 	bad.Breaker = policy.BreakerConfig{MinRequests: 4, FailureRatio: 0.5, CoolDown: time.Minute, MaxCoolDown: time.Minute}
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{bad}, RetryBudget: policy.BudgetConfig{MinPerSecond: 1000}})
+	s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{bad}, RetryBudget: policy.BudgetConfig{MinPerSecond: 1000}})
 	publish(t, s, "t", "e", 20)
 	eventually(t, "breaker open", func() bool { return lane(s, "bad").Breaker == "open" })
 	before := s.RetryBudget().Retries

@@ -1,10 +1,6 @@
 package proxy
 
 import (
-	"errors"
-	"fmt"
-	"time"
-
 	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -20,200 +16,18 @@ func (s *Server) Pause(id, reason string) error {
 	if reason == "" {
 		reason = "paused by an operator"
 	}
-	return s.setPaused(id, reason)
+	return s.d.SetPaused(id, reason)
 }
 
 // Resume lifts a run-time pause (an operator's, or a 410 Gone's).
-func (s *Server) Resume(id string) error { return s.setPaused(id, "") }
+func (s *Server) Resume(id string) error { return s.d.SetPaused(id, "") }
 
-// setPaused writes the pause and applies it under the lane's lock, as a
-// 410 Gone's pause is (lane.finish): whichever comes last wins on disk and
-// in memory alike.
-func (s *Server) setPaused(id, reason string) error {
-	l := s.d.lane(id)
-	if l == nil {
-		return fmt.Errorf("subscription %q: %w", id, ErrNotFound)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := s.q.SetPaused(id, reason); err != nil {
-		return err
-	}
-	if reason != "" && reason != l.pausedBy {
-		s.d.ops.paused(id, reason, pausedByOperator)
-	}
-	l.pausedBy = reason
-	if reason == "" {
-		l.pumpLocked()
-	}
-	return nil
-}
+// Event answers the completion ledger for an event id still in the dedup
+// window (delivery.Dispatcher.Event).
+func (s *Server) Event(id string) (*api.EventStatus, error) { return s.d.Event(id) }
 
-// Event answers the ledger for an event id still in the dedup window.
-func (s *Server) Event(id string) (*api.EventStatus, error) {
-	seq, typ, tenant, err := s.q.Lookup(id)
-	if errors.Is(err, queue.ErrNotFound) {
-		return nil, fmt.Errorf("event %q (ids are kept for dedup_window): %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	st := &api.EventStatus{ID: id, Seq: seq, Type: typ, Deliveries: []api.Delivery{}}
-	ev, evErr := s.d.feed.event(seq)
-	if evErr == nil {
-		st.Type = ev.Type
-		at := ev.AcceptedAt
-		st.AcceptedAt = &at
-	}
-	cursors := s.d.ownersCursors()
-	for _, l := range s.d.laneList() {
-		dl, d := l.ledger(seq, tenant, st.Type, cursors)
-		if !dl {
-			continue
-		}
-		l.mu.Lock()
-		sub := l.sub
-		l.mu.Unlock()
-		if evErr == nil && !sub.passes(ev) {
-			d.State = "filtered" // resolved without a delivery: the body filter passed it over
-		}
-		if d.State == "" {
-			// Resolved (at or below the cursor), and neither retrying nor
-			// dead: acknowledged, or not of this lane's types.
-			if err := s.resolvedState(l.id, seq, &d); err != nil {
-				return nil, fmt.Errorf("event %q, subscription %s: %w", id, l.id, err)
-			}
-		}
-		st.Deliveries = append(st.Deliveries, d)
-	}
-	return st, nil
-}
-
-// resolvedState fills d for a delivery at or below its lane's cursor,
-// from the retry schedule and the dead letters. A read that fails is an
-// error, never reported as "delivered".
-func (s *Server) resolvedState(sub string, seq uint64, d *api.Delivery) error {
-	r, err := s.q.RetryOf(sub, seq)
-	if err != nil {
-		return err
-	}
-	if r != nil {
-		due := r.Due
-		d.State, d.Attempt, d.DueAt, d.LastStatus = "retry_scheduled", r.Attempt, &due, r.LastStatus
-		return nil
-	}
-	dead, err := s.q.DeadLetter(sub, seq)
-	switch {
-	case errors.Is(err, queue.ErrNotFound):
-		d.State = "delivered"
-	case err != nil:
-		return err
-	case !dead.DeliveredAt.IsZero():
-		at := dead.DeliveredAt
-		d.State, d.Reason, d.At = "delivered", "replayed dead letter", &at
-	default:
-		at := dead.DeadAt
-		d.State, d.Reason, d.Attempt, d.LastStatus, d.At = "dead_lettered", dead.Reason, dead.Attempts, dead.LastStatus, &at
-	}
-	return nil
-}
-
-// ledger says whether the lane is entitled to seq of tenant ("" for a
-// platform event: the dedup index keeps it, so it is known after
-// compaction too) and type typ ("" when unknown: an event compacted away
-// whose dedup entry predates format 2) and, when it knows from memory, the
-// state. A lane's entitlement follows the tenant rule, so a
-// tenant's ledger tells it nothing of another tenant's events.
-//
-// A foreign lane (fleet mode) knows nothing in memory: its owner's
-// published cursor (cursors) says whether seq is still pending.
-func (l *lane) ledger(seq uint64, tenant, typ string, cursors map[string]uint64) (entitled bool, d api.Delivery) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	d.Subscription = l.id
-	if l.left && seq > l.until {
-		return false, d
-	}
-	if seq < l.fromSeq {
-		return false, d
-	}
-	switch {
-	case typ != "" && !l.wants(tenant, typ):
-		return false, d
-	case typ == "" && !l.e.feed.entitled(l.sub.Tenant, tenant, typ):
-		return false, d // its type unknown: the tenant rule still holds
-	}
-	if l.foreign {
-		if c, ok := cursors[l.id]; !ok || seq > c {
-			d.State = "pending" // or in flight on its owner
-		}
-		return true, d
-	}
-	if _, ok := l.retrying[seq]; ok {
-		d.State = "in_flight"
-		return true, d
-	}
-	for _, w := range l.window {
-		if w.seq == seq && !w.done {
-			d.State = "in_flight"
-			return true, d
-		}
-	}
-	if seq > l.cursor {
-		d.State = "pending"
-	}
-	return true, d
-}
-
-// Replay schedules one dead letter for delivery again. A dead letter
-// already replayed is skipped unless force: replaying twice must not
-// deliver twice by accident. The check and the replay are one atomic step
-// of the store (queue.State.Replay), so concurrent replays of one letter
-// schedule it once, and the retry record survives a crash.
+// Replay schedules one dead letter for delivery again; one already
+// replayed is skipped unless force (delivery.Dispatcher.Replay).
 func (s *Server) Replay(sub string, seq uint64, force bool) (api.ReplayResult, error) {
-	res := api.ReplayResult{Subscription: sub, Seq: seq}
-	l := s.d.lane(sub)
-	if l == nil {
-		return res, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
-	}
-	// A letter goes back only to the tenant it was written for, and only
-	// to a lane entitled to its event (tenant isolation): were a subscription
-	// id ever held by another tenant than the letter's, the letter must
-	// not reach that tenant's URL. Letters written before owners were
-	// recorded (not Scoped) carry no such record and replay as before.
-	if dl, err := s.q.DeadLetter(sub, seq); err == nil && dl.Scoped {
-		l.mu.Lock()
-		// The tenant rule only: the subscription may have changed its
-		// types since, and a replay of what it was owed is still its own.
-		ok := dl.Owner == l.sub.Tenant && l.e.feed.entitled(l.sub.Tenant, dl.Tenant, dl.Type)
-		l.mu.Unlock()
-		if !ok {
-			return res, fmt.Errorf("dead letter %s/%d: %w", sub, seq, ErrNotFound)
-		}
-	}
-	now := s.opts.Now()
-	dl, err := s.q.Replay(sub, seq, now, force)
-	if dl != nil {
-		res.EventID = dl.EventID // the store answers a refusal with the letter too
-	}
-	switch {
-	case errors.Is(err, queue.ErrReplayed):
-		res.Skipped = "already replayed at " + dl.ReplayedAt.UTC().Format(time.RFC3339) + "; " + api.ReplayForceHint
-		return res, nil
-	case errors.Is(err, queue.ErrRetryScheduled):
-		res.Skipped = "a retry is already scheduled"
-		return res, nil
-	case err != nil:
-		return res, err
-	}
-	res.EventID = dl.EventID
-	l.scheduled.Add(1)
-	l.mu.Lock()
-	if l.nextDue.IsZero() || now.Before(l.nextDue) {
-		l.nextDue = now
-	}
-	l.pumpLocked()
-	l.mu.Unlock()
-	res.Replayed = true
-	return res, nil
+	return s.d.Replay(sub, seq, force)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/testbed"
 )
 
@@ -22,10 +23,10 @@ func TestMetricsPerSubscription(t *testing.T) {
 	tb.SetMode("/hole", testbed.ModeBlackhole)
 	hole := sub("hole", tb.URL()+"/hole")
 	hole.MaxConcurrency, hole.Timeout = 2, time.Minute
-	hole.Backlog = proxy.BacklogQuota{MaxEvents: 3}
+	hole.Backlog = delivery.BacklogQuota{MaxEvents: 3}
 	reg := prometheus.NewRegistry()
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quietLogger(),
-		Registry: reg, Subscriptions: []*proxy.Subscription{sub("ok", tb.URL()+"/ok"), hole}})
+		Registry: reg, Subscriptions: []*delivery.Subscription{sub("ok", tb.URL()+"/ok"), hole}})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestMetricsPassPromtoolCheck(t *testing.T) {
 	}
 	tb := startTestbed(t, testbed.ModeOK)
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: quietLogger(),
-		Subscriptions: []*proxy.Subscription{sub("ok", tb.URL()+"/ok")}})
+		Subscriptions: []*delivery.Subscription{sub("ok", tb.URL()+"/ok")}})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}

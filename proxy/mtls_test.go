@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/egress"
 )
 
@@ -65,10 +66,10 @@ func TestMTLSClientCertificateRequired(t *testing.T) {
 	other := newTestCA(t, "another CA")
 	c, k := other.issue(t, leaf{cn: "stranger", client: true})
 	stranger.TLS = &egress.ClientTLS{CertFile: writeTemp(t, f.dir, "s-cert.pem", c), KeyFile: writeTemp(t, f.dir, "s-key.pem", k), CAFile: f.caFile}
-	for _, sb := range []*proxy.Subscription{without, stranger} {
+	for _, sb := range []*delivery.Subscription{without, stranger} {
 		sb.Retry, sb.Breaker = fastRetry(2), noBreaker
 	}
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{with, without, stranger}}, false)
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*delivery.Subscription{with, without, stranger}}, false)
 	publish(t, s, "t", "e", 3)
 	eventually(t, "3 deliveries with the certificate", func() bool { return lane(s, "with").Delivered == 3 })
 	checkDeadLetters(t, deadLettered(t, s, "without", 3), "tls_client_cert", 2)
@@ -87,20 +88,20 @@ func TestMTLSClientCertificateRequired(t *testing.T) {
 // still serves (the periodic check is off here).
 func TestMTLSCertificateRotatedOnReload(t *testing.T) {
 	f := newMTLSFixture(t)
-	mk := func() *proxy.Subscription {
+	mk := func() *delivery.Subscription {
 		sb := sub("mtls", f.ep.URL+"/hook")
 		sb.TLS = &egress.ClientTLS{CertFile: f.dir + "/cert.pem", KeyFile: f.dir + "/key.pem", CAFile: f.caFile}
 		return sb
 	}
 	f.clientFiles(t, f.clientCA, "client-1")
-	s := startEgressServerEvery(t, proxy.Options{Subscriptions: []*proxy.Subscription{mk()}}, false, time.Hour)
+	s := startEgressServerEvery(t, proxy.Options{Subscriptions: []*delivery.Subscription{mk()}}, false, time.Hour)
 	publish(t, s, "t", "a", 3)
 	eventually(t, "3 deliveries", func() bool { return lane(s, "mtls").Delivered == 3 })
 
 	f.clientFiles(t, f.clientCA, "client-2")
 	publish(t, s, "t", "b", 2)
 	eventually(t, "5 deliveries", func() bool { return lane(s, "mtls").Delivered == 5 })
-	if err := s.Reload([]*proxy.Subscription{mk()}); err != nil {
+	if err := s.Reload([]*delivery.Subscription{mk()}); err != nil {
 		t.Fatal(err)
 	}
 	publish(t, s, "t", "c", 3)
@@ -127,7 +128,7 @@ func TestMTLSCertificateRotatedWhenFilesChange(t *testing.T) {
 	sb := sub("mtls", f.ep.URL+"/hook")
 	sb.TLS = files
 	var logs capture
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Logger: logs.logger()}, false)
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb}, Logger: logs.logger()}, false)
 	var n atomic.Int64
 	deliver := func() string {
 		t.Helper()
@@ -182,7 +183,7 @@ func TestHTTPSCertificateErrorsAreNamed(t *testing.T) {
 		{"not-yet-valid", trusted, leaf{cn: "endpoint", ips: loop, notBefore: time.Now().Add(time.Hour)}, "tls_expired"},
 	}
 	var handled atomic.Int64
-	var subs []*proxy.Subscription
+	var subs []*delivery.Subscription
 	for _, c := range cases {
 		srv := startEndpoint(t, netipLoopback, &tls.Config{Certificates: []tls.Certificate{c.ca.serverCert(t, c.leaf)}},
 			http.HandlerFunc(func(http.ResponseWriter, *http.Request) { handled.Add(1) }))
@@ -213,7 +214,7 @@ func TestHTTPSServerNameAndCAFile(t *testing.T) {
 		http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { sni.Store(r.TLS.ServerName) }))
 	sb := sub("named", srv.URL+"/hook")
 	sb.TLS = &egress.ClientTLS{CAFile: writeTemp(t, t.TempDir(), "ca.pem", ca.pem), ServerName: "hooks.internal"}
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}}, false)
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb}}, false)
 	publish(t, s, "t", "e", 2)
 	eventually(t, "2 deliveries", func() bool { return lane(s, "named").Delivered == 2 })
 	if got := sni.Load(); got != "hooks.internal" {
@@ -235,7 +236,7 @@ func TestMTLSThroughProxy(t *testing.T) {
 	c, k := clientCA.issue(t, leaf{cn: "client-1", client: true})
 	sb := sub("mtls", srv.URL+"/hook")
 	sb.TLS = &egress.ClientTLS{CertFile: writeTemp(t, dir, "c.pem", c), KeyFile: writeTemp(t, dir, "k.pem", k), CAFile: writeTemp(t, dir, "ca.pem", serverCA.pem)}
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}, Egress: &egress.Egress{Proxy: px.URL()}}, true)
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb}, Egress: &egress.Egress{Proxy: px.URL()}}, true)
 	publish(t, s, "t", "e", 3)
 	eventually(t, "3 deliveries", func() bool { return lane(s, "mtls").Delivered == 3 })
 	for _, r := range log.all() {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/egress"
 )
 
@@ -127,7 +128,7 @@ func (c *capture) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(c, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-func oauthSub(t *testing.T, id, url, tokenURL string) *proxy.Subscription {
+func oauthSub(t *testing.T, id, url, tokenURL string) *delivery.Subscription {
 	sb := sub(id, url)
 	sb.Auth = &egress.OAuth2{TokenURL: tokenURL, ClientID: oauthClientID, Scopes: []string{"webhooks:write", "events"},
 		ClientSecretFile: writeTemp(t, t.TempDir(), "client-secret", []byte(oauthClientSecret+"\n"))}
@@ -144,7 +145,7 @@ func TestOAuthBearerTokenReusedAndRefreshedOn401(t *testing.T) {
 	log := &endpointLog{}
 	ep := startEndpoint(t, netipLoopback, nil, te.webhook(log))
 	var logs capture
-	s := startEgressServer(t, proxy.Options{Logger: logs.logger(), Subscriptions: []*proxy.Subscription{oauthSub(t, "oauth", ep.URL+"/hook", tokenURL)}}, false)
+	s := startEgressServer(t, proxy.Options{Logger: logs.logger(), Subscriptions: []*delivery.Subscription{oauthSub(t, "oauth", ep.URL+"/hook", tokenURL)}}, false)
 
 	publish(t, s, "t", "a", 10)
 	eventually(t, "10 deliveries", func() bool { return lane(s, "oauth").Delivered == 10 })
@@ -189,7 +190,7 @@ func TestOAuthTokenRefreshedBeforeExpiry(t *testing.T) {
 	te, tokenURL := startTokenEndpoint(t, 1)
 	log := &endpointLog{}
 	ep := startEndpoint(t, netipLoopback, nil, te.webhook(log))
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{oauthSub(t, "oauth", ep.URL+"/hook", tokenURL)}}, false)
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*delivery.Subscription{oauthSub(t, "oauth", ep.URL+"/hook", tokenURL)}}, false)
 	deadline := time.Now().Add(2500 * time.Millisecond)
 	n := 0
 	for time.Now().Before(deadline) {
@@ -216,7 +217,7 @@ func TestOAuthTokenEndpointFailureIsNamed(t *testing.T) {
 	var logs capture
 	sb := oauthSub(t, "oauth", ep.URL+"/hook", tokenURL)
 	sb.Retry, sb.Breaker = fastRetry(2), noBreaker
-	s := startEgressServer(t, proxy.Options{Logger: logs.logger(), Subscriptions: []*proxy.Subscription{sb}}, false)
+	s := startEgressServer(t, proxy.Options{Logger: logs.logger(), Subscriptions: []*delivery.Subscription{sb}}, false)
 	publish(t, s, "t", "e", 2)
 	checkDeadLetters(t, deadLettered(t, s, "oauth", 2), "oauth2_token", 2)
 	if n := log.count(); n != 0 {
@@ -240,7 +241,7 @@ func TestOAuthSecondUnauthorizedIsDeadLettered(t *testing.T) {
 		w.WriteHeader(http.StatusUnauthorized)
 	}))
 	sb := oauthSub(t, "oauth", ep.URL+"/hook", tokenURL)
-	s := startEgressServer(t, proxy.Options{Subscriptions: []*proxy.Subscription{sb}}, false)
+	s := startEgressServer(t, proxy.Options{Subscriptions: []*delivery.Subscription{sb}}, false)
 	publish(t, s, "t", "e", 1)
 	dls := deadLettered(t, s, "oauth", 1)
 	if d := dls[0]; d.LastStatus != 401 || d.Attempts != 1 || d.Reason != "rejected" {

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -131,8 +132,8 @@ func (r *recorder) await(t *testing.T, typ, sub string, match func(received) boo
 }
 
 // opsWebhook is the operational webhook at r's /ops, retrying quickly.
-func opsWebhook(r *recorder) *proxy.Subscription {
-	return &proxy.Subscription{URL: r.url("/ops"), Secrets: []signing.Secret{opsSecret}, Timeout: 2 * time.Second, Retry: fastRetry(5)}
+func opsWebhook(r *recorder) *delivery.Subscription {
+	return &delivery.Subscription{URL: r.url("/ops"), Secrets: []signing.Secret{opsSecret}, Timeout: 2 * time.Second, Retry: fastRetry(5)}
 }
 
 // checkOpsBodies fails if an operational event names an endpoint or a
@@ -197,7 +198,7 @@ func TestOperationalPaused(t *testing.T) {
 	goneSub := sub("gone", gone.URL)
 	goneSub.MaxConcurrency = 1
 	s := startServerWith(t, proxy.Options{Registry: reg, OperationalWebhook: opsWebhook(ops),
-		Subscriptions: []*proxy.Subscription{goneSub, sub("other", ep.URL()+"/other")}})
+		Subscriptions: []*delivery.Subscription{goneSub, sub("other", ep.URL()+"/other")}})
 	ids := publish(t, s, "t", "e", 3)
 
 	ev := ops.await(t, "subscription.paused", "gone", nil)
@@ -243,7 +244,7 @@ func TestOperationalBreaker(t *testing.T) {
 	bad := sub("bad", ep.URL()+"/bad")
 	bad.Breaker = fastBreaker
 	bad.Retry = policy.RetryPolicy{MaxAttempts: 1000, MaxAge: time.Hour, Backoff: policy.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond}}
-	s := startServerWith(t, proxy.Options{OperationalWebhook: opsWebhook(ops), Subscriptions: []*proxy.Subscription{bad}})
+	s := startServerWith(t, proxy.Options{OperationalWebhook: opsWebhook(ops), Subscriptions: []*delivery.Subscription{bad}})
 	publish(t, s, "t", "e", 10)
 
 	opened := ops.await(t, "subscription.breaker_opened", "bad", nil)
@@ -277,7 +278,7 @@ func TestOperationalDeadLettersCoalesced(t *testing.T) {
 	rejecting := sub("rej", rej.URL)
 	rejecting.MaxConcurrency = 1 // dead letters in seq order, for the seqs below
 	s := startServerWith(t, proxy.Options{Now: clk.Now, OperationalWebhook: opsWebhook(ops),
-		Subscriptions: []*proxy.Subscription{rejecting}})
+		Subscriptions: []*delivery.Subscription{rejecting}})
 	ids := publish(t, s, "t", "e", 50)
 	eventually(t, "50 dead letters", func() bool { return lane(s, "rej").DeadLettered == 50 })
 	ops.await(t, "dead_letter.created", "rej", nil) // the first, at once
@@ -322,8 +323,8 @@ func TestOperationalBacklogQuota(t *testing.T) {
 	ep.SetMode("/hole", testbed.ModeBlackhole)
 	hole := sub("hole", ep.URL()+"/hole")
 	hole.MaxConcurrency, hole.Timeout = 2, time.Minute
-	hole.Backlog = proxy.BacklogQuota{MaxEvents: 3}
-	s := startServerWith(t, proxy.Options{OperationalWebhook: opsWebhook(ops), Subscriptions: []*proxy.Subscription{hole}})
+	hole.Backlog = delivery.BacklogQuota{MaxEvents: 3}
+	s := startServerWith(t, proxy.Options{OperationalWebhook: opsWebhook(ops), Subscriptions: []*delivery.Subscription{hole}})
 	publish(t, s, "t", "e", 10)
 	eventually(t, "quota enforced", func() bool { return lane(s, "hole").QuotaDropped == 5 })
 	total := func() (n float64) {
@@ -354,8 +355,8 @@ func TestOperationalNotForOtherSubscriptions(t *testing.T) {
 	ops := newRecorder(t, opsSecret)
 	ep := newRecorder(t, testSecret)
 	dir := t.TempDir()
-	subs := func() []*proxy.Subscription {
-		return []*proxy.Subscription{
+	subs := func() []*delivery.Subscription {
+		return []*delivery.Subscription{
 			sub("all", ep.url("/all")),
 			sub("exact", ep.url("/exact"), "subscription.paused", "dead_letter.created", "t"),
 			sub("pattern", ep.url("/pattern"), "subscription.*", "t"),
@@ -402,7 +403,7 @@ func TestOperationalNotForOtherSubscriptions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(st.Deliveries) != 1 || st.Deliveries[0].Subscription != proxy.OperationalID {
+		if len(st.Deliveries) != 1 || st.Deliveries[0].Subscription != delivery.OperationalID {
 			t.Fatalf("ledger of operational event %s: %+v, want the operational subscription alone", opsEv.ID, st.Deliveries)
 		}
 		eventually(t, "the lanes past the operational event", func() bool {
@@ -449,7 +450,7 @@ func TestOperationalEndpointDown(t *testing.T) {
 	hook.Retry = fastRetry(3)
 	hook.Breaker = fastBreaker
 	reg := prometheus.NewRegistry()
-	s := startServerWith(t, proxy.Options{Registry: reg, OperationalWebhook: hook, Subscriptions: []*proxy.Subscription{sub("x", ep.URL()+"/x")}})
+	s := startServerWith(t, proxy.Options{Registry: reg, OperationalWebhook: hook, Subscriptions: []*delivery.Subscription{sub("x", ep.URL()+"/x")}})
 
 	ops.failNext.Store(2)
 	if err := s.Pause("x", "r1"); err != nil {
@@ -466,7 +467,7 @@ func TestOperationalEndpointDown(t *testing.T) {
 		}
 	}
 	eventually(t, "the operational lane dead-letters, its breaker open", func() bool {
-		l := lane(s, proxy.OperationalID)
+		l := lane(s, delivery.OperationalID)
 		return l.DeadLettered > 0 && l.Breaker != "closed"
 	})
 	ops.refuse.Store(0)
@@ -475,11 +476,11 @@ func TestOperationalEndpointDown(t *testing.T) {
 	}
 	ops.await(t, "subscription.paused", "x", func(d received) bool { return d.Data["reason"] == "final" })
 	eventually(t, "the operational lane settled", func() bool {
-		l := lane(s, proxy.OperationalID)
+		l := lane(s, delivery.OperationalID)
 		return l.InFlight == 0 && l.Scheduled == 0 && l.Backlog == 0
 	})
 	for _, d := range ops.all("/ops") {
-		if d.subscription() == proxy.OperationalID {
+		if d.subscription() == delivery.OperationalID {
 			t.Errorf("an event about the operational subscription itself: %s", d.Body)
 		}
 	}
@@ -496,15 +497,15 @@ func TestOperationalEndpointDown(t *testing.T) {
 func TestOperationalSurvivesReload(t *testing.T) {
 	ops := newRecorder(t, opsSecret)
 	ep := startTestbed(t, testbed.ModeOK)
-	s := startServerWith(t, proxy.Options{OperationalWebhook: opsWebhook(ops), Subscriptions: []*proxy.Subscription{sub("a", ep.URL()+"/a")}})
-	if err := s.Reload([]*proxy.Subscription{sub("b", ep.URL()+"/b")}); err != nil {
+	s := startServerWith(t, proxy.Options{OperationalWebhook: opsWebhook(ops), Subscriptions: []*delivery.Subscription{sub("a", ep.URL()+"/a")}})
+	if err := s.Reload([]*delivery.Subscription{sub("b", ep.URL()+"/b")}); err != nil {
 		t.Fatal(err)
 	}
-	if l := lane(s, proxy.OperationalID); l.State != "active" || l.ManagedBy != api.ManagedByFile || l.Tenant != "" {
+	if l := lane(s, delivery.OperationalID); l.State != "active" || l.ManagedBy != api.ManagedByFile || l.Tenant != "" {
 		t.Fatalf("operational lane after a reload: %+v", l)
 	}
-	if err := s.Reload([]*proxy.Subscription{sub(proxy.OperationalID, ep.URL()+"/c")}); err == nil || !strings.Contains(err.Error(), "reserved") {
-		t.Fatalf("reload naming %s: %v, want refused as reserved", proxy.OperationalID, err)
+	if err := s.Reload([]*delivery.Subscription{sub(delivery.OperationalID, ep.URL()+"/c")}); err == nil || !strings.Contains(err.Error(), "reserved") {
+		t.Fatalf("reload naming %s: %v, want refused as reserved", delivery.OperationalID, err)
 	}
 	if err := s.Pause("b", "after the reload"); err != nil {
 		t.Fatal(err)

@@ -15,30 +15,16 @@
 //     rest waits in the log, not in memory.
 //
 // Its rooms: package ingest (the producer's POST, knowing the log only
-// as an Appender), package egress (one outbound exchange: the client,
-// the SSRF guard, proxies, endpoint TLS, OAuth2) and package api (the
-// admin API's wire types) stand alone; this
-// package wires them to the delivery engine and the admin API, which
-// still share it. Imports run one way (TestImportDirection): nothing
-// under proxy/ imports proxy, and the rooms import no other package of
-// proxy/.
-//
-// Where things are here: lane.go (one subscription's consumption, with
-// lane_gates.go, lane_pump.go, lane_read.go, lane_cursor.go and
-// lane_status.go: what a delivery must pass, starting deliveries, reading
-// the log, the cursor and backlog quota, the status), memory.go (the
-// memory budget's shares), outcome.go (decide, record, update: one
-// attempt's resolution), dispatcher.go (the lane set, reconciliation with
-// the config, flushing, retirement, compaction), engine.go with feed.go
-// and slots.go (what the lanes share: commits, in-flight slots and
-// workers, the retry timer), deliver.go (one attempt: its request,
-// signature and result), ledger.go (pause, replay, the completion
-// ledger), admin.go (the admin API; its wire types are package api),
-// adminlimits.go (what a client may hold of the admin listener before and
-// after showing a token), operational.go (the operational webhook:
-// sluice's own events, appended to the log and delivered by their own
-// lane), metrics.go, tracing.go (trace context out to endpoints, the
-// attempts' OpenTelemetry spans).
+// as an Appender), package delivery (the engine: lanes, dispatcher,
+// outcomes, the completion ledger), package egress (one outbound
+// exchange: the client, the SSRF guard, proxies, endpoint TLS, OAuth2)
+// and package api (the admin API's wire types). This package wires them
+// (proxy.go: open, reload, close; memory.go: the memory budget's shares)
+// and serves the admin API over the engine's exported view of it
+// (admin*.go, registry.go: subscriptions made through the API, tenant.go
+// and tokens.go: who may see what, ledger.go, dashboard.go). Imports run
+// one way (TestImportDirection): nothing under proxy/ imports proxy, and
+// a room imports only the rooms below it.
 //
 // A Server is created with New, started with Open and stopped with Close.
 package proxy
@@ -64,6 +50,7 @@ import (
 	"github.com/sluicehq/sluice/internal/freshconn"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/queue"
@@ -112,7 +99,7 @@ type Options struct {
 	CursorInterval time.Duration
 	// RetryBudget is shared by every lane; zero fields take policy's defaults.
 	RetryBudget   policy.BudgetConfig
-	Subscriptions []*Subscription
+	Subscriptions []*delivery.Subscription
 	Logger        *slog.Logger
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
@@ -150,12 +137,12 @@ type Options struct {
 	Specs SpecParser
 	// Tenants are the tenants' own limits, above their subscriptions'.
 	// A zero field takes TenantDefaults' value.
-	Tenants []Tenant
+	Tenants []delivery.Tenant
 	// TenantDefaults are the limits of every tenant Tenants does not
 	// list (a subscription or a token may name any tenant), and the
 	// base of those it does. A zero field takes its DefaultTenant*
 	// constant; ID and SharedTypes are not used.
-	TenantDefaults Tenant
+	TenantDefaults delivery.Tenant
 	// TenantTokens are admin tokens scoped to one tenant each (from the
 	// config; SetTenantTokens replaces them); tokens issued through the
 	// API are kept in the store.
@@ -167,7 +154,7 @@ type Options struct {
 	// the operational event types, no tenant and no filter, and makes it
 	// the file's (the API cannot change it); URL, Secrets and the delivery
 	// settings are used as given.
-	OperationalWebhook *Subscription
+	OperationalWebhook *delivery.Subscription
 
 	// forbiddenTarget replaces policy.ForbiddenTarget in the egress proxy's
 	// SSRF guard (tests in this package only: everything they reach is
@@ -200,7 +187,7 @@ type SpecParser interface {
 	// its error names the key. Secrets must be inline (secret, secrets):
 	// an API client may not make the sidecar read its files or its
 	// environment.
-	Parse(doc []byte) (*Subscription, error)
+	Parse(doc []byte) (*delivery.Subscription, error)
 	// Check reads a request's body, a document or a merge patch, as the
 	// config file's JSON is read, before the registry decodes, merges or
 	// re-encodes it: a key given twice in one object is refused there,
@@ -212,63 +199,11 @@ type SpecParser interface {
 	Redact(doc []byte) map[string]any
 }
 
-// Tenant is one tenant's limits. A zero field takes the default
-// (Options.TenantDefaults); a negative one means no limit.
-type Tenant struct {
-	ID string
-	// MaxSubscriptions bounds how many subscriptions name the tenant.
-	MaxSubscriptions int
-	// MaxConcurrency bounds the in-flight requests of all its
-	// subscriptions together: a bulkhead per tenant above the one per
-	// subscription.
-	MaxConcurrency int
-	// MaxSubscriptionConcurrency bounds the concurrency cap (concurrency.max,
-	// the highest cap of concurrency: auto) a tenant's token may give one
-	// of the tenant's subscriptions: past it, a create or update is
-	// refused. The operator's own subscriptions of the tenant are not
-	// bounded by it (the bulkhead bounds them all).
-	MaxSubscriptionConcurrency int
-	// SharedTypes are the platform event types (exact or patterns) the
-	// tenant's subscriptions may receive besides the tenant's own events
-	// (feed.entitlement); nil for none.
-	SharedTypes []string
-	// Backlog bounds what may wait for each of the tenant's
-	// subscriptions, above their own backlog quota, which may only be
-	// tighter; its MaxAge also bounds their retries' max age. A zero field
-	// takes DefaultTenantBacklog's: a tenant never goes unbounded, so a
-	// stalled, paused or throttled endpoint of one tenant cannot pin the
-	// log until the disk guard refuses every producer: nothing a tenant
-	// sets can stall ingest or the other tenants.
-	Backlog BacklogQuota
-	// MaxDeadLetters bounds the dead letters kept for each of the
-	// tenant's subscriptions: past it the oldest are deleted (those a
-	// replay in flight needs excepted), as the backlog bound turns a
-	// stalled endpoint's events into dead letters, each with its body.
-	// 0 takes DefaultTenantMaxDeadLetters. The lane's owner trims
-	// (queue.DeadLetterTrimmer), in either backend.
-	MaxDeadLetters int
-}
-
-// DefaultTenantMaxDeadLetters is the dead-letter bound of each tenant's
-// subscription where the operator set none (Tenant.MaxDeadLetters): a
-// tenth of DefaultTenantBacklog, room for a day's failures of a busy
-// endpoint while replay stays useful.
-const DefaultTenantMaxDeadLetters = 100_000
-
-// DefaultTenantBacklog is the backlog bound of every tenant's
-// subscriptions where the operator set none (Tenant.Backlog): a million
-// events (about 1 GiB of 1 KiB bodies per subscription) and three days,
-// which outlasts a weekend's outage of an endpoint.
-var DefaultTenantBacklog = BacklogQuota{MaxEvents: 1_000_000, MaxAge: 72 * time.Hour}
-
 // TenantToken is an admin token scoped to Tenant.
 type TenantToken struct {
 	Token  string
 	Tenant string
 }
-
-// OperationalID is the subscription id of the operational webhook's lane.
-const OperationalID = "sluice.operational"
 
 // Server is a running sidecar: ingest, lanes and admin API.
 type Server struct {
@@ -276,7 +211,7 @@ type Server struct {
 	mem    MemoryShares // opts.MemoryBytes, split
 	log    *slog.Logger
 	q      queue.Store
-	d      *dispatcher
+	d      *delivery.Dispatcher
 	ingest *ingest.Server
 	// adminFresh: the admin API's connections that have not sent a
 	// request yet.
@@ -290,7 +225,7 @@ type Server struct {
 	adminSwitch handlerSwitch
 	// ingestServing: the ingest server's Serve has been started.
 	ingestServing bool
-	trace         tracer     // tracing.go
+	trace         delivery.Tracer
 	tokens        tokenCache // tenant tokens by tokenKey
 	// wrapStore, when set (by tests in this package only), wraps the
 	// store the engine drives, to inject faults the real one cannot be
@@ -330,14 +265,14 @@ func New(opts Options) *Server {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
-	opts.TenantDefaults = opts.TenantDefaults.or(Tenant{MaxSubscriptions: DefaultTenantMaxSubscriptions,
-		MaxConcurrency: DefaultTenantMaxConcurrency, MaxSubscriptionConcurrency: DefaultTenantMaxSubscriptionConcurrency})
-	tenants := make([]Tenant, len(opts.Tenants))
+	opts.TenantDefaults = opts.TenantDefaults.Or(delivery.Tenant{MaxSubscriptions: delivery.DefaultTenantMaxSubscriptions,
+		MaxConcurrency: delivery.DefaultTenantMaxConcurrency, MaxSubscriptionConcurrency: delivery.DefaultTenantMaxSubscriptionConcurrency})
+	tenants := make([]delivery.Tenant, len(opts.Tenants))
 	for i, t := range opts.Tenants { // copies: the caller's stay as given
-		tenants[i] = t.or(opts.TenantDefaults)
+		tenants[i] = t.Or(opts.TenantDefaults)
 	}
 	opts.Tenants = tenants
-	s := &Server{opts: opts, mem: SplitMemory(opts.MemoryBytes), log: opts.Logger, trace: newTracer(opts)}
+	s := &Server{opts: opts, mem: SplitMemory(opts.MemoryBytes), log: opts.Logger, trace: delivery.NewTracer(opts.TracerProvider, opts.DropTraceContext)}
 	s.tokens.setConfig(opts.TenantTokens)
 	return s
 }
@@ -397,22 +332,19 @@ func (s *Server) Open() (err error) {
 	}
 	subs := s.opts.Subscriptions
 	s.opts.Subscriptions = nil // the lanes own them now
-	for _, sub := range subs {
-		sub.withDefaults()
-	}
 	// A shared log's follower may commit other nodes' events while the
 	// store is still opening, before the dispatcher exists (a nil d here
 	// crashed a node joining a busy fleet). Those commits only move the
 	// head: the lanes read from their cursors in the store, up to the
 	// feed's head, which starts at the last seq committed meanwhile.
 	var (
-		dp        atomic.Pointer[dispatcher]
+		dp        atomic.Pointer[delivery.Dispatcher]
 		earlyMu   sync.Mutex
 		earlyHead uint64
 	)
 	onCommit := func(evs []*queue.Event) {
 		if d := dp.Load(); d != nil {
-			d.feed.onCommit(evs)
+			d.OnCommit(evs)
 			return
 		}
 		earlyMu.Lock()
@@ -422,7 +354,7 @@ func (s *Server) Open() (err error) {
 		}
 		earlyMu.Unlock()
 		if d != nil {
-			d.feed.onCommit(evs)
+			d.OnCommit(evs)
 		}
 	}
 	// A local first: a failed open must leave s.q nil (an interface
@@ -440,47 +372,23 @@ func (s *Server) Open() (err error) {
 	if s.wrapStore != nil {
 		s.q = s.wrapStore(q)
 	}
-	d := newDispatcher(s.q, egress.NewClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets), s.log, s.opts.Now, s.opts.MaxInFlight, s.mem.Ring, s.opts.CursorInterval, s.opts.RetryBudget)
+	d := delivery.New(delivery.Config{
+		Store: s.q, Client: egress.NewClient(s.opts.MaxConnsPerHost, s.opts.AllowPrivateTargets),
+		Routes: egress.NewRoutes(egress.Config{
+			Default: s.opts.Egress, MaxConnsPerHost: s.opts.MaxConnsPerHost, AllowPrivateTargets: s.opts.AllowPrivateTargets,
+			Logger: s.log, Now: s.opts.Now, CheckInterval: s.opts.egressCheckInterval, ForbiddenTarget: s.opts.forbiddenTarget,
+		}),
+		Logger: s.log, Now: s.opts.Now, MaxInFlight: s.opts.MaxInFlight, RingBytes: s.mem.Ring,
+		CursorInterval: s.opts.CursorInterval, RetryBudget: s.opts.RetryBudget, Tracer: s.trace,
+		TenantDefaults: s.opts.TenantDefaults, Tenants: s.opts.Tenants, Operational: s.opts.OperationalWebhook,
+		Registry: s.opts.Registry, OnMaintain: s.retireExpiredSecrets,
+	})
 	earlyMu.Lock()
-	if earlyHead > d.feed.head.Load() {
-		d.feed.head.Store(earlyHead)
-	}
+	d.RaiseHead(earlyHead)
 	dp.Store(d)
 	earlyMu.Unlock()
 	s.d = d
-	d.routes = egress.NewRoutes(egress.Config{
-		Default: s.opts.Egress, MaxConnsPerHost: s.opts.MaxConnsPerHost, AllowPrivateTargets: s.opts.AllowPrivateTargets,
-		Logger: s.log, Now: s.opts.Now, CheckInterval: s.opts.egressCheckInterval, ForbiddenTarget: s.opts.forbiddenTarget,
-	})
-	d.wg.Go(func() { d.routes.Run(d.quit, d.bindings) })
-	d.trace = s.trace
-	d.defaultBulkhead = s.opts.TenantDefaults.MaxConcurrency
-	for _, t := range s.opts.Tenants {
-		var b *bulkhead // none: no limit, not the default's
-		if t.MaxConcurrency > 0 {
-			b = newBulkhead(t.ID, t.MaxConcurrency)
-		}
-		d.bulkheads[t.ID] = b                    // before any lane exists
-		d.tenantBacklog[t.ID] = t.Backlog        // before any lane exists
-		d.tenantLetters[t.ID] = t.MaxDeadLetters // before any lane exists
-		if len(t.SharedTypes) > 0 {
-			m := policy.MatchTypes(t.SharedTypes) // nil for "*": every type
-			if m == nil {
-				m = func([]byte) bool { return true }
-			}
-			d.feed.shared[t.ID] = m // before any lane exists
-		}
-	}
-	d.onMaintain = s.retireExpiredSecrets
-	d.m = newMetrics(s.opts.Registry, d)
-	d.ops = newOperational(s.opts.OperationalWebhook, s.q, s.log, s.opts.Now, s.opts.Registry)
-	d.ops.start()
-	if subs, err = d.ops.with(subs); err == nil {
-		err = d.start(subs)
-	}
-	if err != nil {
-		d.stop(context.Background())
-		d.ops.stop()
+	if err := d.Start(subs); err != nil {
 		s.q.Close()
 		s.q, s.d = nil, nil // Close closes only what is open
 		return err
@@ -514,7 +422,7 @@ func (s *Server) newIngest() {
 	s.ingest = ingest.New(ingest.Config{
 		Limits: s.opts.Ingest, MaxBodyBytes: s.opts.MaxBodyBytes,
 		MaxPendingEvents: s.opts.ingestGate.events, MaxPendingBytes: cmp.Or(s.opts.ingestGate.bytes, s.mem.Gate),
-		Now: s.opts.Now, Logger: s.log, Registry: s.opts.Registry, Tracer: s.trace.t, Reserved: operationalType,
+		Now: s.opts.Now, Logger: s.log, Registry: s.opts.Registry, Tracer: s.trace.Spans(), Reserved: delivery.OperationalType,
 	})
 }
 
@@ -608,26 +516,13 @@ func baseURL(ln net.Listener) string {
 // were entitled to, changed ones deliver with their new settings. The
 // operational webhook stays whatever subs hold; a subscription with its
 // id (OperationalID) is refused.
-func (s *Server) Reload(subs []*Subscription) error {
-	subs, err := s.d.ops.with(subs) // the operational webhook stays
-	if err != nil {
-		return err
-	}
-	for _, sub := range subs {
-		sub.withDefaults()
-	}
-	if err := s.d.apply(subs, nil); err != nil {
-		return err
-	}
-	s.d.routes.Check() // changed certificate and credentials files take effect with the reload
-	return nil
-}
+func (s *Server) Reload(subs []*delivery.Subscription) error { return s.d.Reload(subs) }
 
 // Lanes returns a status line per subscription, sorted by id.
-func (s *Server) Lanes() []api.LaneStatus { return s.d.statuses(nil) }
+func (s *Server) Lanes() []api.LaneStatus { return s.d.Statuses() }
 
 // RetryBudget returns the shared retry budget's state over its window.
-func (s *Server) RetryBudget() policy.BudgetStats { return s.d.budget.Stats() }
+func (s *Server) RetryBudget() policy.BudgetStats { return s.d.RetryBudget() }
 
 // DeadLetters lists the dead letters of sub ("" for all), at most limit.
 func (s *Server) DeadLetters(sub string, limit int) ([]*queue.DeadLetter, error) {
@@ -653,7 +548,7 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 	}
 	if s.d != nil {
-		if n := s.d.stop(ctx); n > 0 {
+		if n := s.d.Stop(ctx); n > 0 {
 			s.log.Warn("deliveries abandoned at shutdown; they run again after restart", "count", n)
 		}
 	}
@@ -676,14 +571,14 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 	}
 	if s.d != nil {
-		s.d.ops.stop() // it appends: before the log closes
+		s.d.StopOperational() // it appends: before the log closes
 	}
 	if s.q != nil {
 		if err := s.q.Close(); err != nil {
 			keep(fmt.Errorf("close log: %w", err))
 		}
 	}
-	if err := s.trace.shutdown(); err != nil {
+	if err := s.trace.Shutdown(); err != nil {
 		keep(fmt.Errorf("tracing shutdown: %w", err))
 	}
 	return first

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -427,12 +428,12 @@ func TestInvariant7_MembershipCutoffAcrossReload(t *testing.T) {
 	s := startServer(t, "", old)
 	before := publish(t, s, "t", "before", 10)
 
-	if err := s.Reload([]*proxy.Subscription{old, sub("new", tb.URL()+"/new")}); err != nil {
+	if err := s.Reload([]*delivery.Subscription{old, sub("new", tb.URL()+"/new")}); err != nil {
 		t.Fatal(err)
 	}
 	after := publish(t, s, "t", "after", 5)
 	// Remove old while its endpoint still fails: it must not lose its due.
-	if err := s.Reload([]*proxy.Subscription{sub("new", tb.URL()+"/new")}); err != nil {
+	if err := s.Reload([]*delivery.Subscription{sub("new", tb.URL()+"/new")}); err != nil {
 		t.Fatal(err)
 	}
 	if l := lane(s, "old"); l.State != "draining" {
@@ -470,7 +471,7 @@ func TestInvariant3_InFlightDeliveriesRunAgainAfterRestart(t *testing.T) {
 	hole := sub("s", tb.URL()+"/s")
 	hole.MaxConcurrency, hole.Timeout = 4, time.Minute
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: dir, Sync: true,
-		Subscriptions: []*proxy.Subscription{hole}, Logger: quietLogger()})
+		Subscriptions: []*delivery.Subscription{hole}, Logger: quietLogger()})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -513,7 +514,7 @@ func TestShutdownAnswers503WhileDraining(t *testing.T) {
 	hole := sub("a", tb.URL())
 	hole.Timeout = time.Minute
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(),
-		Subscriptions: []*proxy.Subscription{hole}, Logger: quietLogger()})
+		Subscriptions: []*delivery.Subscription{hole}, Logger: quietLogger()})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +573,7 @@ func TestCloseShutsUnusedIngestConnections(t *testing.T) {
 // the sum of the caps, lanes wait for slots and every event still arrives.
 func TestGlobalInFlightLimitStarvesNoLane(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeOK)
-	var subs []*proxy.Subscription
+	var subs []*delivery.Subscription
 	for i := range 5 {
 		subs = append(subs, sub(fmt.Sprintf("s%d", i), fmt.Sprintf("%s/s%d", tb.URL(), i)))
 	}
@@ -597,7 +598,7 @@ func TestUnixSocketIngestWithMode(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeOK)
 	sock := filepath.Join(t.TempDir(), "ingest.sock")
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "unix://" + sock, SocketMode: 0o600, AdminListen: "-", DataDir: t.TempDir(),
-		Logger: quietLogger(), Subscriptions: []*proxy.Subscription{sub("a", tb.URL()+"/a")}})
+		Logger: quietLogger(), Subscriptions: []*delivery.Subscription{sub("a", tb.URL()+"/a")}})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -639,7 +640,7 @@ func TestFreedSlotPassesOnWhenAWaitingLaneIsPaused(t *testing.T) {
 		}
 	})
 	tb := startTestbed(t, testbed.ModeOK)
-	subs := []*proxy.Subscription{sub("holder", slow.URL)}
+	subs := []*delivery.Subscription{sub("holder", slow.URL)}
 	for i := range 6 {
 		subs = append(subs, sub(fmt.Sprintf("p%d", i), tb.URL()+fmt.Sprintf("/p%d", i)))
 	}

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/queue/queuetest"
@@ -57,8 +57,8 @@ func TestRetryAboveDurableCursorIsSentOnce(t *testing.T) {
 func TestLedgerKnowsTypesAfterCompaction(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeOK)
 	dir := t.TempDir()
-	subs := func() []*proxy.Subscription {
-		return []*proxy.Subscription{sub("all", tb.URL()+"/all"), sub("typed", tb.URL()+"/typed", "t.a")}
+	subs := func() []*delivery.Subscription {
+		return []*delivery.Subscription{sub("all", tb.URL()+"/all"), sub("typed", tb.URL()+"/typed", "t.a")}
 	}
 	s := startServer(t, dir, subs()...)
 	publish(t, s, "t.b", "b", 1)

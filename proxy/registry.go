@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
 )
@@ -37,9 +39,6 @@ var (
 	// ErrManagedByFile: the config file owns the subscription; the API may
 	// not change it (409).
 	ErrManagedByFile = errors.New("managed by the config file")
-	// ErrManagedByAPI: the API owns the subscription; the file may not
-	// name it (a reload naming one is refused).
-	ErrManagedByAPI = errors.New("managed by the admin API")
 	// ErrLimit: a tenant's limit refuses the request (409).
 	ErrLimit = errors.New("over a tenant's limit")
 	// ErrVariantLimit: the subscription would add a distinct body
@@ -101,7 +100,7 @@ func (s *Server) checkBody(body []byte) error {
 
 // parseSpec validates doc through the SpecParser, names the key in its
 // error, and marks the result as the API's.
-func (s *Server) parseSpec(doc []byte) (*Subscription, error) {
+func (s *Server) parseSpec(doc []byte) (*delivery.Subscription, error) {
 	if s.opts.Specs == nil {
 		return nil, ErrNoSpecs
 	}
@@ -109,11 +108,11 @@ func (s *Server) parseSpec(doc []byte) (*Subscription, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if sub.ID == OperationalID {
-		return nil, invalidf("id: %q is the operational webhook's", OperationalID)
+	if sub.ID == delivery.OperationalID {
+		return nil, invalidf("id: %q is the operational webhook's", delivery.OperationalID)
 	}
 	sub.ManagedBy, sub.Spec = api.ManagedByAPI, doc
-	return sub.withDefaults(), nil
+	return sub.WithDefaults(), nil
 }
 
 // CreateSubscription makes an API subscription from doc (JSON in the
@@ -156,8 +155,8 @@ func (s *Server) CreateSubscription(p principal, body []byte) (api.SubscriptionI
 		return api.SubscriptionInfo{}, err
 	}
 	d := s.d
-	d.reg.Lock()
-	defer d.reg.Unlock()
+	d.LockSet()
+	defer d.UnlockSet()
 	// The tenant's room first: at its limit a tenant hears "over the
 	// limit" whether or not the id is taken, or the two answers would tell
 	// it which of another tenant's ids exist.
@@ -186,36 +185,33 @@ func (s *Server) CreateSubscription(p principal, body []byte) (api.SubscriptionI
 	}
 	// Create-only: checkFree saw no membership, but in fleet mode another
 	// node's create of the id may land between that read and this write
-	// (d.reg serialises this node's creates only).
-	if err := d.join([]*Subscription{sub}, nil, true); errors.Is(err, queue.ErrExists) {
+	// (the set's lock serialises this node's creates only).
+	if err := d.Join(sub, true); errors.Is(err, queue.ErrExists) {
 		return api.SubscriptionInfo{}, fmt.Errorf("subscription %s: %w (made through another node at the same time)", sub.ID, ErrExists)
 	} else if err != nil {
 		return api.SubscriptionInfo{}, err
 	}
 	s.log.Info("subscription created through the API", "subscription", sub.ID, "tenant", sub.Tenant)
-	info, err := s.subscriptionInfo(d.lane(sub.ID))
+	info, err := s.subscriptionInfo(sub.ID)
 	info.Secret = generated
 	return info, err
 }
 
 // checkFree refuses an id that is taken: by a lane here (even one still
 // draining after a delete), or in fleet mode by a membership another
-// node wrote that this one has not heard of yet. d.reg is held.
+// node wrote that this one has not heard of yet. the set is locked (LockSet).
 func (s *Server) checkFree(id string) error {
-	if l := s.d.lane(id); l != nil {
-		l.mu.Lock()
-		left, byAPI := l.left, l.sub.managedByAPI()
-		l.mu.Unlock()
+	if v, ok := s.d.View(id); ok {
 		switch {
-		case left:
+		case v.Left:
 			return fmt.Errorf("subscription %s: %w: it was deleted and still drains what it was owed; use another id, or wait until it retires", id, ErrExists)
-		case !byAPI:
+		case !v.Sub.ManagedByAPI():
 			return fmt.Errorf("subscription %s: %w in the config file", id, ErrExists)
 		default:
 			return fmt.Errorf("subscription %s: %w", id, ErrExists)
 		}
 	}
-	if f := s.d.fleet; f != nil {
+	if f := s.d.Fleet(); f != nil {
 		if _, err := f.Member(id); err == nil {
 			return fmt.Errorf("subscription %s: %w (made through another node)", id, ErrExists)
 		} else if !errors.Is(err, queue.ErrNotFound) {
@@ -241,8 +237,8 @@ type ownerRecord struct {
 
 // checkReserved refuses id to tenant when another tenant (or the
 // operator) used it: by its owner record, or, for an id used before owner
-// records existed, by dead letters under it owned by someone else. d.reg
-// is held.
+// records existed, by dead letters under it owned by someone else. The
+// set is locked (LockSet).
 func (s *Server) checkReserved(id, tenant string) error {
 	taken := fmt.Errorf("subscription %s: %w: the id was used before, by another owner, and stays reserved to it", id, ErrExists)
 	if recs, ok := s.q.(queue.Records); ok {
@@ -273,7 +269,7 @@ func (s *Server) checkReserved(id, tenant string) error {
 	return nil
 }
 
-// reserve writes id's owner record (see ownerKey). d.reg is held.
+// reserve writes id's owner record (see ownerKey). the set is locked (LockSet).
 func (s *Server) reserve(id, tenant string) error {
 	recs, ok := s.q.(queue.Records)
 	if !ok {
@@ -288,19 +284,17 @@ func (s *Server) reserve(id, tenant string) error {
 
 // checkTenantRoom refuses a subscription of tenant past the tenant's
 // max_subscriptions; except is a subscription that moves within the
-// tenant (an update), not counted twice. d.reg is held.
+// tenant (an update), not counted twice. the set is locked (LockSet).
 func (s *Server) checkTenantRoom(tenant, except string) error {
 	t := s.tenantLimits(tenant)
 	if t == nil || t.MaxSubscriptions <= 0 {
 		return nil
 	}
 	n := 0
-	for _, l := range s.d.laneList() {
-		l.mu.Lock()
-		if !l.left && l.sub.Tenant == tenant && l.id != except && l.id != OperationalID {
+	for _, v := range s.d.Views() {
+		if id := v.Sub.ID; !v.Left && v.Sub.Tenant == tenant && id != except && id != delivery.OperationalID {
 			n++
 		}
-		l.mu.Unlock()
 	}
 	if n >= t.MaxSubscriptions {
 		return fmt.Errorf("tenant %s has %d subscriptions, its max_subscriptions: %w", tenant, n, ErrLimit)
@@ -319,13 +313,13 @@ func (s *Server) checkTenantRoom(tenant, except string) error {
 // so a tenant at its bound can still change a variant, and the file's
 // subscriptions putting a count over a bound stall no update. Deleted
 // subscriptions still draining do not count: they take no new events.
-// d.reg is held.
+// the set is locked (LockSet).
 //
 // Equal variants count once in all, whoever uses them, since an event
 // shared with several tenants carries one rendering of each. So a tenant
 // refused by the bound in all can learn that a variant it tries is
 // another's; that tells it a field list, never an event.
-func (s *Server) checkVariantRoom(sub, cur *Subscription) error {
+func (s *Server) checkVariantRoom(sub, cur *delivery.Subscription) error {
 	key := sub.Variant.Key()
 	if key == "" {
 		return nil
@@ -334,10 +328,8 @@ func (s *Server) checkVariantRoom(sub, cur *Subscription) error {
 	// The lane of sub, on an update, still holds cur: left out here,
 	// and counted as the state before the request below.
 	mine, all := map[string]struct{}{}, map[string]struct{}{}
-	for _, l := range s.d.laneList() {
-		l.mu.Lock()
-		k, t, skip := l.sub.Variant.Key(), l.sub.Tenant, l.left || (cur != nil && l.id == cur.ID)
-		l.mu.Unlock()
+	for _, v := range s.d.Views() {
+		k, t, skip := v.Sub.Variant.Key(), v.Sub.Tenant, v.Left || (cur != nil && v.Sub.ID == cur.ID)
 		if skip || k == "" {
 			continue
 		}
@@ -373,22 +365,20 @@ func (s *Server) checkVariantRoom(sub, cur *Subscription) error {
 	return nil
 }
 
-// apiLane returns the lane of id if p may see it and the API manages it.
-func (s *Server) apiLane(p principal, id string) (*lane, *Subscription, error) {
-	l := s.d.lane(id)
-	if l == nil || !s.canSee(p, id) {
-		return nil, nil, fmt.Errorf("subscription %q: %w", id, ErrNotFound)
+// apiSubscription returns subscription id if p may see it and the API
+// manages it.
+func (s *Server) apiSubscription(p principal, id string) (*delivery.Subscription, error) {
+	v, ok := s.d.View(id)
+	if !ok || !s.canSee(p, id) {
+		return nil, fmt.Errorf("subscription %q: %w", id, ErrNotFound)
 	}
-	l.mu.Lock()
-	sub, left := l.sub, l.left
-	l.mu.Unlock()
 	switch {
-	case !sub.managedByAPI():
-		return nil, nil, fmt.Errorf("subscription %s: %w: change it in the file and reload (SIGHUP, or save the file)", id, ErrManagedByFile)
-	case left:
-		return nil, nil, fmt.Errorf("subscription %s: %w: it was deleted and drains what it was owed", id, ErrNotFound)
+	case !v.Sub.ManagedByAPI():
+		return nil, fmt.Errorf("subscription %s: %w: change it in the file and reload (SIGHUP, or save the file)", id, ErrManagedByFile)
+	case v.Left:
+		return nil, fmt.Errorf("subscription %s: %w: it was deleted and drains what it was owed", id, ErrNotFound)
 	}
-	return l, sub, nil
+	return v.Sub, nil
 }
 
 // UpdateSubscription applies a JSON merge patch (RFC 7386) to an API
@@ -403,9 +393,9 @@ func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (api.S
 		return api.SubscriptionInfo{}, err
 	}
 	d := s.d
-	d.reg.Lock()
-	defer d.reg.Unlock()
-	l, cur, err := s.apiLane(p, id)
+	d.LockSet()
+	defer d.UnlockSet()
+	cur, err := s.apiSubscription(p, id)
 	if err != nil {
 		return api.SubscriptionInfo{}, err
 	}
@@ -459,11 +449,11 @@ func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (api.S
 	if err := s.checkVariantRoom(sub, cur); err != nil {
 		return api.SubscriptionInfo{}, err
 	}
-	if err := d.join([]*Subscription{sub}, nil, false); err != nil {
+	if err := d.Join(sub, false); err != nil {
 		return api.SubscriptionInfo{}, err
 	}
 	s.log.Info("subscription updated through the API", "subscription", id)
-	return s.subscriptionInfo(l)
+	return s.subscriptionInfo(id)
 }
 
 // replacedSecretKey is the secret key a merge patch replaces: "secret"
@@ -485,16 +475,15 @@ func replacedSecretKey(patch map[string]any) (string, bool) {
 // retires.
 func (s *Server) DeleteSubscription(p principal, id string) (api.SubscriptionInfo, error) {
 	d := s.d
-	d.reg.Lock()
-	defer d.reg.Unlock()
-	l, _, err := s.apiLane(p, id)
-	if err != nil {
+	d.LockSet()
+	defer d.UnlockSet()
+	if _, err := s.apiSubscription(p, id); err != nil {
 		return api.SubscriptionInfo{}, err
 	}
-	if _, err := d.leave(l); err != nil {
+	if err := d.Leave(id); err != nil {
 		return api.SubscriptionInfo{}, err
 	}
-	return s.subscriptionInfo(l)
+	return s.subscriptionInfo(id)
 }
 
 // RotateSecret gives an API subscription a new secret. The old ones keep
@@ -505,9 +494,9 @@ func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (api.
 		return api.RotateAnswer{}, invalidf("grace: want 0s to %s, got %s", maxRotationGrace, grace)
 	}
 	d := s.d
-	d.reg.Lock()
-	defer d.reg.Unlock()
-	_, cur, err := s.apiLane(p, id)
+	d.LockSet()
+	defer d.UnlockSet()
+	cur, err := s.apiSubscription(p, id)
 	if err != nil {
 		return api.RotateAnswer{}, err
 	}
@@ -528,7 +517,7 @@ func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (api.
 	secrets := []signing.Secret{k}
 	expiry := []time.Time{{}}
 	if grace > 0 {
-		for i, old := range cur.liveSecrets(now) {
+		for i, old := range cur.LiveSecrets(now) {
 			exp := until
 			if cur.SecretExpiry != nil && !cur.SecretExpiry[i].IsZero() && cur.SecretExpiry[i].Before(until) {
 				exp = cur.SecretExpiry[i] // an earlier rotation's deadline stands
@@ -542,7 +531,7 @@ func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (api.
 	if err != nil {
 		return api.RotateAnswer{}, err
 	}
-	if err := d.join([]*Subscription{sub}, nil, false); err != nil {
+	if err := d.Join(sub, false); err != nil {
 		return api.RotateAnswer{}, err
 	}
 	s.log.Info("subscription secret rotated", "subscription", id, "old_secrets_until", until)
@@ -558,7 +547,7 @@ func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (api.
 
 // withSecrets is cur with these secrets (in Subscription.SecretExpiry's
 // order) and their deadlines: its document lists them under "secrets".
-func (s *Server) withSecrets(cur *Subscription, secrets []signing.Secret, expiry []time.Time) (*Subscription, error) {
+func (s *Server) withSecrets(cur *delivery.Subscription, secrets []signing.Secret, expiry []time.Time) (*delivery.Subscription, error) {
 	doc, err := document(cur.Spec)
 	if err != nil {
 		return nil, err
@@ -608,49 +597,45 @@ func sortExpiring(secrets []signing.Secret, expiry []time.Time) {
 // grace ended without the old secrets (they stopped signing already:
 // liveSecrets); only the lane's owner does it, once.
 func (s *Server) retireExpiredSecrets(now time.Time) {
-	if !s.d.rotating.Swap(false) {
+	if !s.d.TakeRotating() {
 		return
 	}
 	pending := false
-	for _, l := range s.d.laneList() {
-		l.mu.Lock()
-		sub, foreign, left := l.sub, l.foreign, l.left
-		l.mu.Unlock()
+	for _, v := range s.d.Views() {
+		sub := v.Sub
 		if sub.SecretExpiry == nil {
 			continue
 		}
-		if foreign || left || !sub.managedByAPI() {
+		if v.Foreign || v.Left || !sub.ManagedByAPI() {
 			pending = true // its owner retires them; it may be this node later
 			continue
 		}
-		if live := sub.liveSecrets(now); len(live) < len(sub.Secrets) {
-			s.dropSecrets(l.id, now)
+		if live := sub.LiveSecrets(now); len(live) < len(sub.Secrets) {
+			s.dropSecrets(sub.ID, now)
 		}
-		pending = pending || len(sub.liveSecrets(now)) > 1
+		pending = pending || len(sub.LiveSecrets(now)) > 1
 	}
 	if pending {
-		s.d.rotating.Store(true)
+		s.d.MarkRotating()
 	}
 }
 
 func (s *Server) dropSecrets(id string, now time.Time) {
 	d := s.d
-	d.reg.Lock()
-	defer d.reg.Unlock()
-	l := d.lane(id)
-	if l == nil {
+	d.LockSet()
+	defer d.UnlockSet()
+	v, ok := d.View(id)
+	if !ok {
 		return
 	}
-	l.mu.Lock()
-	cur := l.sub
-	l.mu.Unlock()
-	live := cur.liveSecrets(now)
+	cur := v.Sub
+	live := cur.LiveSecrets(now)
 	sub, err := s.withSecrets(cur, live, cur.SecretExpiry[:len(live)])
 	if err != nil {
 		s.log.Error("retire expired secrets", "subscription", id, "err", err)
 		return
 	}
-	if err := d.join([]*Subscription{sub}, nil, false); err != nil {
+	if err := d.Join(sub, false); err != nil {
 		s.log.Error("retire expired secrets", "subscription", id, "err", err)
 		return
 	}
@@ -661,7 +646,7 @@ func (s *Server) dropSecrets(id string, now time.Time) {
 // [since, until), each once (a letter already replayed is skipped).
 func (s *Server) Recover(p principal, sub string, since, until time.Time) (api.RecoverAnswer, error) {
 	ans := api.RecoverAnswer{Subscription: sub}
-	if s.d.lane(sub) == nil || !s.canSee(p, sub) {
+	if _, ok := s.d.View(sub); !ok || !s.canSee(p, sub) {
 		return ans, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
 	}
 	if until.IsZero() {
@@ -705,7 +690,7 @@ func (s *Server) Recover(p principal, sub string, since, until time.Time) (api.R
 // is the Next of the previous page.
 func (s *Server) Undelivered(p principal, sub string, since time.Time, limit int, cursor string) (api.UndeliveredPage, error) {
 	page := api.UndeliveredPage{Subscription: sub, Events: []api.UndeliveredEvent{}}
-	if s.d.lane(sub) == nil || !s.canSee(p, sub) {
+	if _, ok := s.d.View(sub); !ok || !s.canSee(p, sub) {
 		return page, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
 	}
 	phase, after, err := parseUndeliveredCursor(cursor)
@@ -720,13 +705,13 @@ func (s *Server) Undelivered(p principal, sub string, since time.Time, limit int
 		if err != nil {
 			return page, err
 		}
-		slices.SortFunc(rs, func(a, b queue.Retry) int { return cmpSeq(a.Seq, b.Seq) })
+		slices.SortFunc(rs, func(a, b queue.Retry) int { return cmp.Compare(a.Seq, b.Seq) })
 		for _, r := range rs {
 			if r.Seq <= after {
 				continue
 			}
 			u := api.UndeliveredEvent{Seq: r.Seq, State: "retrying", Attempts: r.Attempt, LastStatus: r.LastStatus, LastError: r.LastError, Due: r.Due}
-			if ev, err := s.d.feed.event(r.Seq); err == nil {
+			if ev, err := s.d.LoggedEvent(r.Seq); err == nil {
 				u.EventID, u.Type, u.AcceptedAt = ev.ID, ev.Type, ev.AcceptedAt
 			}
 			if !since.IsZero() && u.AcceptedAt.Before(since) {
@@ -768,16 +753,6 @@ func (s *Server) Undelivered(p principal, sub string, since time.Time, limit int
 // maxUndeliveredRetries bounds the retries Undelivered reads at once.
 const maxUndeliveredRetries = 100_000
 
-func cmpSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 func parseUndeliveredCursor(c string) (phase string, after uint64, err error) {
 	if c == "" {
 		return "retry", 0, nil
@@ -791,20 +766,20 @@ func parseUndeliveredCursor(c string) (phase string, after uint64, err error) {
 	return "", 0, invalidf("cursor: want the next of a previous page (retry/SEQ or dead/SEQ), got %q", c)
 }
 
-// subscriptionInfo is l as GET /v1/subscriptions/{id} shows it.
-func (s *Server) subscriptionInfo(l *lane) (api.SubscriptionInfo, error) {
-	if l == nil {
+// subscriptionInfo is subscription id as GET /v1/subscriptions/{id} shows
+// it.
+func (s *Server) subscriptionInfo(id string) (api.SubscriptionInfo, error) {
+	v, ok := s.d.View(id)
+	if !ok {
 		return api.SubscriptionInfo{}, ErrNotFound
 	}
 	var info api.SubscriptionInfo
-	info.LaneStatus = s.d.statusOf(l)
-	l.mu.Lock()
-	sub := l.sub
-	l.mu.Unlock()
+	info.LaneStatus, _ = s.d.Status(id)
+	sub := v.Sub
 	if len(sub.Spec) > 0 {
 		if s.opts.Specs != nil {
 			info.Config = s.opts.Specs.Redact(sub.Spec)
-		} else if sub.managedByAPI() {
+		} else if sub.ManagedByAPI() {
 			info.Config = map[string]any{"secrets_count": len(sub.Secrets)} // never the secrets themselves
 		} else {
 			json.Unmarshal(sub.Spec, &info.Config) // already redacted
@@ -813,7 +788,7 @@ func (s *Server) subscriptionInfo(l *lane) (api.SubscriptionInfo, error) {
 	if sub.SecretExpiry != nil && info.Config != nil {
 		info.Config["secrets_expire"] = sub.SecretExpiry
 	}
-	for _, k := range sub.liveSecrets(s.opts.Now()) {
+	for _, k := range sub.LiveSecrets(s.opts.Now()) {
 		if pk, ok := k.PublicKey(); ok {
 			info.PublicKeys = append(info.PublicKeys, pk.Encode())
 		}

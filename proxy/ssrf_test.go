@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -21,10 +22,10 @@ func TestSSRFGuardRefusesPrivateTargetsAtConnect(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeOK)
 	u, _ := url.Parse(tb.URL())
 	byName := "http://localhost:" + u.Port() + "/name"
-	subs := func() []*proxy.Subscription {
+	subs := func() []*delivery.Subscription {
 		ip, name := sub("ip", tb.URL()+"/ip"), sub("name", byName)
 		ip.Retry, name.Retry = fastRetry(2), fastRetry(2)
-		return []*proxy.Subscription{ip, name}
+		return []*delivery.Subscription{ip, name}
 	}
 
 	guarded := proxy.New(proxy.Options{Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(),

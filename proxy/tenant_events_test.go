@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -38,8 +39,8 @@ func TestTenantBacklogBoundsPausedSubscription(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeOK)
 	mine := sub("acme-all", tb.URL()+"/acme", "*")
 	mine.Tenant = "acme"
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{mine},
-		Tenants: []proxy.Tenant{{ID: "acme", Backlog: proxy.BacklogQuota{MaxEvents: 5}}}})
+	s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{mine},
+		Tenants: []delivery.Tenant{{ID: "acme", Backlog: delivery.BacklogQuota{MaxEvents: 5}}}})
 	if err := s.Pause("acme-all", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -77,24 +78,24 @@ func TestTenantBacklogBoundsPausedSubscription(t *testing.T) {
 func TestTenantBoundTightensOnly(t *testing.T) {
 	tb := startTestbed(t, testbed.ModeOK)
 	loose := sub("loose", tb.URL()+"/a", "*")
-	loose.Tenant, loose.Backlog, loose.Retry.MaxAge = "acme", proxy.BacklogQuota{MaxEvents: 1 << 40, MaxAge: 1000 * time.Hour}, 1000*time.Hour
+	loose.Tenant, loose.Backlog, loose.Retry.MaxAge = "acme", delivery.BacklogQuota{MaxEvents: 1 << 40, MaxAge: 1000 * time.Hour}, 1000*time.Hour
 	tight := sub("tight", tb.URL()+"/b", "*")
-	tight.Tenant, tight.Backlog = "acme", proxy.BacklogQuota{MaxEvents: 3, MaxAge: time.Minute}
+	tight.Tenant, tight.Backlog = "acme", delivery.BacklogQuota{MaxEvents: 3, MaxAge: time.Minute}
 	unlisted := sub("unlisted", tb.URL()+"/c", "*")
 	unlisted.Tenant, unlisted.Retry.MaxAge = "initech", 1000*time.Hour
 	ops := sub("ops", tb.URL()+"/d", "*")
 	ops.Retry.MaxAge = 1000 * time.Hour
-	startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{loose, tight, unlisted, ops},
-		Tenants: []proxy.Tenant{{ID: "acme", Backlog: proxy.BacklogQuota{MaxEvents: 100, MaxAge: time.Hour}}}})
+	startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{loose, tight, unlisted, ops},
+		Tenants: []delivery.Tenant{{ID: "acme", Backlog: delivery.BacklogQuota{MaxEvents: 100, MaxAge: time.Hour}}}})
 	for _, c := range []struct {
-		s      *proxy.Subscription
-		want   proxy.BacklogQuota
+		s      *delivery.Subscription
+		want   delivery.BacklogQuota
 		maxAge time.Duration
 	}{
-		{loose, proxy.BacklogQuota{MaxEvents: 100, MaxAge: time.Hour}, time.Hour},
-		{tight, proxy.BacklogQuota{MaxEvents: 3, MaxAge: time.Minute}, time.Hour},
-		{unlisted, proxy.DefaultTenantBacklog, proxy.DefaultTenantBacklog.MaxAge},
-		{ops, proxy.BacklogQuota{}, 1000 * time.Hour},
+		{loose, delivery.BacklogQuota{MaxEvents: 100, MaxAge: time.Hour}, time.Hour},
+		{tight, delivery.BacklogQuota{MaxEvents: 3, MaxAge: time.Minute}, time.Hour},
+		{unlisted, delivery.DefaultTenantBacklog, delivery.DefaultTenantBacklog.MaxAge},
+		{ops, delivery.BacklogQuota{}, 1000 * time.Hour},
 	} {
 		if c.s.Backlog != c.want || c.s.Retry.MaxAge != c.maxAge {
 			t.Errorf("%s: backlog %+v, retry max age %v; want %+v, %v", c.s.ID, c.s.Backlog, c.s.Retry.MaxAge, c.want, c.maxAge)
@@ -114,8 +115,8 @@ func TestTenantDeadLettersBounded(t *testing.T) {
 	ops := sub("ops-hook", tb.URL()+"/ops", "*")
 	ops.Retry = fastRetry(1)
 	reg := prometheus.NewRegistry()
-	s := startServerWith(t, proxy.Options{Subscriptions: []*proxy.Subscription{mine, ops}, Registry: reg,
-		Tenants: []proxy.Tenant{{ID: "acme", MaxDeadLetters: 5}}})
+	s := startServerWith(t, proxy.Options{Subscriptions: []*delivery.Subscription{mine, ops}, Registry: reg,
+		Tenants: []delivery.Tenant{{ID: "acme", MaxDeadLetters: 5}}})
 	publishAs(t, s, "acme", "order.created", "acme", 20)
 	eventually(t, "every event dead-lettered", func() bool {
 		return lane(s, "acme-hook").DeadLettered == 20 && lane(s, "ops-hook").DeadLettered == 20
@@ -133,7 +134,11 @@ func TestTenantDeadLettersBounded(t *testing.T) {
 			t.Fatalf("letter %d is %s, want the newest five, %s first", i, d.EventID, "acme-15")
 		}
 	}
-	// The deletions are counted, never silent.
+	// The deletions are counted, never silent: the count follows the
+	// store's deletion, so it is awaited, and then must be exact.
+	eventually(t, "the 15 deletions counted", func() bool {
+		return counter(t, reg, "sluice_dead_letters_trimmed_total", "subscription", "acme-hook") >= 15
+	})
 	if got := counter(t, reg, "sluice_dead_letters_trimmed_total", "subscription", "acme-hook"); got != 15 {
 		t.Fatalf("sluice_dead_letters_trimmed_total{subscription=acme-hook} = %v, want 15", got)
 	}

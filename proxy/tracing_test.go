@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/otlptest"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 )
 
 const (
@@ -96,7 +97,7 @@ func newOTLPProvider(t *testing.T, r *otlptest.Receiver) *sdktrace.TracerProvide
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
 }
 
-func startTracingServer(t *testing.T, tp trace.TracerProvider, drop bool, subs ...*proxy.Subscription) *proxy.Server {
+func startTracingServer(t *testing.T, tp trace.TracerProvider, drop bool, subs ...*delivery.Subscription) *proxy.Server {
 	t.Helper()
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true,
 		Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(), Sync: true,
@@ -322,7 +323,7 @@ func TestTracingExportFailureKeepsDelivering(t *testing.T) {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(10*time.Millisecond)))
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(), Sync: true,
-		Subscriptions: []*proxy.Subscription{sub("ok", ep.URL+"/ok")}, Logger: quietLogger(), TracerProvider: tp})
+		Subscriptions: []*delivery.Subscription{sub("ok", ep.URL+"/ok")}, Logger: quietLogger(), TracerProvider: tp})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}

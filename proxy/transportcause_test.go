@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 )
 
 // TestUnclassifiedTransportErrorIsLoggedWithItsCause: an endpoint that
@@ -40,7 +41,7 @@ func TestUnclassifiedTransportErrorIsLoggedWithItsCause(t *testing.T) {
 	sb := sub("garbled", "http://"+ln.Addr().String()+"/hooks/tok_s3cr3t?key=k3y")
 	sb.Retry = fastRetry(1)
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "-", DataDir: t.TempDir(),
-		Subscriptions: []*proxy.Subscription{sb}, Logger: logs.logger()})
+		Subscriptions: []*delivery.Subscription{sb}, Logger: logs.logger()})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}

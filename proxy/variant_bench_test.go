@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 )
 
 // BenchmarkDeliveryVariants is fan-out 40 of a 512-byte JSON body, sent as
@@ -31,7 +31,7 @@ func BenchmarkDeliveryVariants(b *testing.B) {
 	}
 	for _, n := range []int{0, len(variants)} {
 		b.Run(fmt.Sprintf("variants=%d", n), func(b *testing.B) {
-			benchDelivery(b, 40, body, func(subs []*proxy.Subscription) {
+			benchDelivery(b, 40, body, func(subs []*delivery.Subscription) {
 				for i, s := range subs {
 					if n > 0 {
 						s.Variant = variants[i%n]

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -24,8 +25,8 @@ import (
 // does not render is dead-lettered without an attempt; a replay sends the
 // same bytes again; the snapshot keeps a removed subscription's variant.
 
-// delivery is one webhook request as the variantReceiver got it.
-type delivery struct {
+// variantHit is one webhook request as the variantReceiver got it.
+type variantHit struct {
 	path, id, contentType, attempt string
 	body                           []byte
 	status                         int // the testbed's answer before the hook: 401 for a bad signature
@@ -36,15 +37,15 @@ type delivery struct {
 type variantReceiver struct {
 	*testbed.Server
 	mu     sync.Mutex
-	got    []delivery
-	answer atomic.Pointer[func(r delivery) int]
+	got    []variantHit
+	answer atomic.Pointer[func(r variantHit) int]
 }
 
 func startVariantReceiver(t *testing.T) *variantReceiver {
 	t.Helper()
 	rc := &variantReceiver{}
 	rc.Server = testbed.New(testbed.Options{Secrets: []signing.Secret{testSecret}, Hook: func(r testbed.Request, status int) int {
-		got := delivery{path: string(r.Path()), id: string(r.Header(signing.HeaderID)), contentType: string(r.Header("Content-Type")),
+		got := variantHit{path: string(r.Path()), id: string(r.Header(signing.HeaderID)), contentType: string(r.Header("Content-Type")),
 			attempt: string(r.Header("X-Attempt")), body: bytes.Clone(r.Body()), status: status}
 		rc.mu.Lock()
 		rc.got = append(rc.got, got)
@@ -61,13 +62,13 @@ func startVariantReceiver(t *testing.T) *variantReceiver {
 	return rc
 }
 
-func (rc *variantReceiver) answerWith(f func(r delivery) int) { rc.answer.Store(&f) }
+func (rc *variantReceiver) answerWith(f func(r variantHit) int) { rc.answer.Store(&f) }
 
 // at returns the requests to path, in order.
-func (rc *variantReceiver) at(path string) []delivery {
+func (rc *variantReceiver) at(path string) []variantHit {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	var out []delivery
+	var out []variantHit
 	for _, r := range rc.got {
 		if r.path == path {
 			out = append(out, r)
@@ -76,10 +77,10 @@ func (rc *variantReceiver) at(path string) []delivery {
 	return out
 }
 
-func (rc *variantReceiver) all() []delivery {
+func (rc *variantReceiver) all() []variantHit {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	return append([]delivery(nil), rc.got...)
+	return append([]variantHit(nil), rc.got...)
 }
 
 func mustVariant(t *testing.T, spec policy.VariantSpec) *policy.Variant {
@@ -133,7 +134,7 @@ func series(t *testing.T, reg *prometheus.Registry, name string, labels ...strin
 	return 0
 }
 
-func variantServer(t *testing.T, dir string, reg *prometheus.Registry, subs ...*proxy.Subscription) *proxy.Server {
+func variantServer(t *testing.T, dir string, reg *prometheus.Registry, subs ...*delivery.Subscription) *proxy.Server {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -172,7 +173,7 @@ func TestVariantFanOutRendersOncePerVariant(t *testing.T) {
 	}
 	const perVariant, raw, events = 40, 3, 25
 	rc := startVariantReceiver(t)
-	var subs []*proxy.Subscription
+	var subs []*delivery.Subscription
 	variants := make([]*policy.Variant, len(specs))
 	for i, spec := range specs {
 		variants[i] = mustVariant(t, spec)
@@ -324,9 +325,9 @@ func TestVariantFailedIsDeadLetteredWithoutAnAttempt(t *testing.T) {
 // current variant.
 func TestVariantReplaySendsTheSameBytes(t *testing.T) {
 	rc := startVariantReceiver(t)
-	rc.answerWith(func(delivery) int { return http.StatusNotFound }) // dead-letter at once
+	rc.answerWith(func(variantHit) int { return http.StatusNotFound }) // dead-letter at once
 	spec := policy.VariantSpec{Envelope: policy.EnvelopeStandardWebhooks, Fields: []string{"data.id", "data.depot"}}
-	mk := func(spec policy.VariantSpec) *proxy.Subscription {
+	mk := func(spec policy.VariantSpec) *delivery.Subscription {
 		a := sub("a", rc.URL()+"/a")
 		a.Variant = mustVariant(t, spec)
 		return a
@@ -344,7 +345,7 @@ func TestVariantReplaySendsTheSameBytes(t *testing.T) {
 	closeServer(t, s, time.Second)
 
 	// Another process, the same variant: the same bytes.
-	rc.answerWith(func(delivery) int { return http.StatusOK })
+	rc.answerWith(func(variantHit) int { return http.StatusOK })
 	s = startAdminServer(t, dir, "", mk(spec))
 	if r, err := s.Replay("a", a.Seq, false); err != nil || !r.Replayed {
 		t.Fatalf("replay: %+v %v", r, err)
@@ -412,8 +413,8 @@ func TestVariantFailedOnRetry(t *testing.T) {
 	rc := startVariantReceiver(t)
 	// 429 with Retry-After: 1 (the testbed's): the retry is due a second
 	// later, whatever the jitter, long after the reload.
-	rc.answerWith(func(delivery) int { return http.StatusTooManyRequests })
-	mk := func(v *policy.Variant) *proxy.Subscription {
+	rc.answerWith(func(variantHit) int { return http.StatusTooManyRequests })
+	mk := func(v *policy.Variant) *delivery.Subscription {
 		a := sub("a", rc.URL()+"/a")
 		a.Retry = policy.RetryPolicy{MaxAttempts: 5, MaxAge: time.Hour, Backoff: policy.Backoff{Base: time.Minute, Cap: time.Minute}}
 		a.Variant = v
@@ -422,7 +423,7 @@ func TestVariantFailedOnRetry(t *testing.T) {
 	s := startServer(t, "", mk(nil))
 	postAs(t, s, "t", "plain", "text/plain", "not json")
 	eventually(t, "a retry scheduled", func() bool { return lane(s, "a").Scheduled == 1 })
-	if err := s.Reload([]*proxy.Subscription{mk(mustVariant(t, policy.VariantSpec{Envelope: policy.EnvelopeStandardWebhooks}))}); err != nil {
+	if err := s.Reload([]*delivery.Subscription{mk(mustVariant(t, policy.VariantSpec{Envelope: policy.EnvelopeStandardWebhooks}))}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the dead letter", func() bool { return lane(s, "a").DeadLettered == 1 })

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -239,8 +240,8 @@ func TestAPIEveryRow(t *testing.T) {
 	log := newDeliveryLog()
 	tb := startDeliveryTestbed(t, log)
 	k, _ := signing.ParseSecret(e2eSecret)
-	filed := &proxy.Subscription{ID: "filed", URL: tb.URL() + "/filed", Secrets: []signing.Secret{k}, Types: []string{"file.*"}}
-	s := openAPISidecar(t, proxy.Options{AdminToken: apiOpToken, Subscriptions: []*proxy.Subscription{filed},
+	filed := &delivery.Subscription{ID: "filed", URL: tb.URL() + "/filed", Secrets: []signing.Secret{k}, Types: []string{"file.*"}}
+	s := openAPISidecar(t, proxy.Options{AdminToken: apiOpToken, Subscriptions: []*delivery.Subscription{filed},
 		TenantTokens: []proxy.TenantToken{{Token: apiAcmeToken, Tenant: "acme"}}})
 	doc := func(id string, kv ...any) string {
 		m := map[string]any{"id": id, "url": tb.URL() + "/" + id}
@@ -315,8 +316,8 @@ func TestAPIEveryRow(t *testing.T) {
 			{name: "empty type segment", method: "POST", path: "/v1/subscriptions", body: doc("x", "types", []string{"geofence..*"}), status: 400, want: []string{"types"}},
 			{name: "secret_file", method: "POST", path: "/v1/subscriptions", body: doc("x", "secret_file", "/etc/passwd"), status: 400, want: []string{"secret_file"}},
 			{name: "secret_env", method: "POST", path: "/v1/subscriptions", body: doc("x", "secret_env", "HOME"), status: 400, want: []string{"secret_env"}},
-			{name: "the operational webhook's id", method: "POST", path: "/v1/subscriptions", body: doc(proxy.OperationalID), status: 400,
-				want: []string{"id", proxy.OperationalID, "operational"}},
+			{name: "the operational webhook's id", method: "POST", path: "/v1/subscriptions", body: doc(delivery.OperationalID), status: 400,
+				want: []string{"id", delivery.OperationalID, "operational"}},
 			{name: "bad tenant", method: "POST", path: "/v1/subscriptions", body: doc("x", "tenant", "Not A Tenant"), status: 400, want: []string{"tenant"}},
 			{name: "another tenant with a tenant's token", token: apiAcmeToken, method: "POST", path: "/v1/subscriptions", body: doc("x", "tenant", "other"),
 				status: 400, want: []string{"tenant"}},

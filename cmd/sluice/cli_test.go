@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -298,7 +299,7 @@ func TestCLIRidesOutARestart(t *testing.T) {
 	started := make(chan *proxy.Server, 1)
 	late := time.AfterFunc(300*time.Millisecond, func() {
 		srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: admin, AdminToken: cliToken, DataDir: filepath.Join(dir, "data"),
-			Subscriptions: []*proxy.Subscription{{ID: "late", URL: "http://127.0.0.1:1/"}},
+			Subscriptions: []*delivery.Subscription{{ID: "late", URL: "http://127.0.0.1:1/"}},
 			Logger:        slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err := srv.Open(); err != nil {
 			t.Errorf("open: %v", err)

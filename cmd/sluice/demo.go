@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -67,15 +68,15 @@ mid-stream, and a count showing nothing was lost.`, stdout)
 	tb.SetMode("/blackhole", testbed.ModeBlackhole)
 
 	fast := policy.RetryPolicy{MaxAttempts: 3, Backoff: policy.Backoff{Base: 50 * time.Millisecond, Cap: 200 * time.Millisecond}}
-	sub := func(id string, types ...string) *proxy.Subscription {
-		return &proxy.Subscription{ID: id, URL: tb.URL() + "/" + id, Secrets: []signing.Secret{secret}, Types: types,
+	sub := func(id string, types ...string) *delivery.Subscription {
+		return &delivery.Subscription{ID: id, URL: tb.URL() + "/" + id, Secrets: []signing.Secret{secret}, Types: types,
 			Timeout: 2 * time.Second, MaxConcurrency: 8, Retry: fast}
 	}
 	hole := sub("blackhole")
 	hole.Timeout, hole.MaxConcurrency = time.Hour, 4 // never answers: its cap is all it may hold
 	flaky := sub("flaky")
 	flaky.Retry.MaxAttempts = 20 // every other request to the path fails: an event almost never loses 20 draws
-	subs := []*proxy.Subscription{sub("healthy"), sub("geofence-only", "geofence.enter"), flaky, sub("failing"), hole}
+	subs := []*delivery.Subscription{sub("healthy"), sub("geofence-only", "geofence.enter"), flaky, sub("failing"), hole}
 	// Breakers and the retry budget at demo scale: the tour lasts seconds,
 	// not the minutes of the production defaults.
 	for _, s := range subs {

@@ -12,7 +12,7 @@ import (
 )
 
 // TestEgressWiring: the top-level egress becomes Options.Egress, and a
-// subscription's own egress, tls and auth reach its proxy.Subscription.
+// subscription's own egress, tls and auth reach its delivery.Subscription.
 func TestEgressWiring(t *testing.T) {
 	dir := t.TempDir()
 	creds, secret := filepath.Join(dir, "creds"), filepath.Join(dir, "secret")

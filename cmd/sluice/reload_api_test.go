@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -27,10 +28,10 @@ import (
 func TestReloadNeverTouchesAPISubscriptions(t *testing.T) {
 	tb := startReceiver(t)
 	k, _ := signing.ParseSecret(e2eSecret)
-	file := func(id, path string) *proxy.Subscription {
-		return &proxy.Subscription{ID: id, URL: tb.URL() + path, Secrets: []signing.Secret{k}}
+	file := func(id, path string) *delivery.Subscription {
+		return &delivery.Subscription{ID: id, URL: tb.URL() + path, Secrets: []signing.Secret{k}}
 	}
-	s := openAPISidecar(t, proxy.Options{AdminToken: apiOpToken, Subscriptions: []*proxy.Subscription{file("filed", "/filed")}})
+	s := openAPISidecar(t, proxy.Options{AdminToken: apiOpToken, Subscriptions: []*delivery.Subscription{file("filed", "/filed")}})
 	s.mustCall(t, "", "POST", "/v1/subscriptions", jsonOf(map[string]any{"id": "api", "url": tb.URL() + "/api", "secret": e2eSecret,
 		"headers": map[string]string{"X-From": "api"}}), 201, nil)
 	apiLine := func() string {
@@ -71,7 +72,7 @@ func TestReloadNeverTouchesAPISubscriptions(t *testing.T) {
 	}
 
 	// A file that does not name it (it never does) keeps it.
-	if err := s.srv.Reload([]*proxy.Subscription{file("filed", "/filed"), file("added", "/added")}); err != nil {
+	if err := s.srv.Reload([]*delivery.Subscription{file("filed", "/filed"), file("added", "/added")}); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
 	if got := apiLine(); got != apiBefore {
@@ -82,8 +83,8 @@ func TestReloadNeverTouchesAPISubscriptions(t *testing.T) {
 
 	// A file that names it is refused whole.
 	before := s.state(t)
-	err := s.srv.Reload([]*proxy.Subscription{file("filed", "/filed-moved"), file("api", "/hijack"), file("added", "/added"), file("brandnew", "/brandnew")})
-	if !errors.Is(err, proxy.ErrManagedByAPI) || !strings.Contains(err.Error(), "api") {
+	err := s.srv.Reload([]*delivery.Subscription{file("filed", "/filed-moved"), file("api", "/hijack"), file("added", "/added"), file("brandnew", "/brandnew")})
+	if !errors.Is(err, delivery.ErrManagedByAPI) || !strings.Contains(err.Error(), "api") {
 		t.Fatalf("a reload naming the API's subscription: %v, want ErrManagedByAPI naming it", err)
 	}
 	if after := s.state(t); after != before {

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/jetstream"
@@ -221,7 +222,7 @@ func (f serveFlags) overrides() map[string]any {
 func countSubscriptions(lanes []api.LaneStatus) (file, viaAPI int) {
 	for _, l := range lanes {
 		switch {
-		case l.Subscription == proxy.OperationalID:
+		case l.Subscription == delivery.OperationalID:
 		case l.ManagedBy == api.ManagedByAPI:
 			viaAPI++
 		default:
@@ -291,7 +292,7 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 // serverOptions copies the config onto the proxy's plain options. Closing
 // stop makes a fleet store that is still waiting for its NATS servers give
 // up.
-func serverOptions(cfg *config.Config, subs []*proxy.Subscription, log *slog.Logger, stop <-chan struct{}) proxy.Options {
+func serverOptions(cfg *config.Config, subs []*delivery.Subscription, log *slog.Logger, stop <-chan struct{}) proxy.Options {
 	opts := proxy.Options{
 		Listen:       cfg.Listen,
 		SocketMode:   socketMode(cfg.SocketMode),

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 )
 
 // BenchmarkStartupSubscriptions50k is the start-up work of the config for
@@ -58,7 +58,7 @@ func BenchmarkStartupSubscriptions50k(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
-			var subs []*proxy.Subscription
+			var subs []*delivery.Subscription
 			for b.Loop() {
 				cfg, err := config.Load(path, nil, nil)
 				if err != nil {
@@ -86,7 +86,7 @@ func BenchmarkStartupSubscriptions50k(b *testing.B) {
 
 // fieldBytes returns the []byte field name of s, or nil when s has none
 // (so the benchmark also builds on a tree from before Spec).
-func fieldBytes(s *proxy.Subscription, name string) []byte {
+func fieldBytes(s *delivery.Subscription, name string) []byte {
 	f := reflect.ValueOf(s).Elem().FieldByName(name)
 	if !f.IsValid() {
 		return nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/signing"
 )
@@ -90,8 +91,8 @@ func startAPISidecar(t *testing.T, filedURL string) *apiSidecar {
 	if err != nil {
 		t.Fatal(err)
 	}
-	filed := &proxy.Subscription{ID: "filed", URL: filedURL, Secrets: []signing.Secret{k}, MaxConcurrency: 2, Timeout: 2 * time.Second}
-	return openAPISidecar(t, proxy.Options{AdminToken: cliToken, Subscriptions: []*proxy.Subscription{filed}})
+	filed := &delivery.Subscription{ID: "filed", URL: filedURL, Secrets: []signing.Secret{k}, MaxConcurrency: 2, Timeout: 2 * time.Second}
+	return openAPISidecar(t, proxy.Options{AdminToken: cliToken, Subscriptions: []*delivery.Subscription{filed}})
 }
 
 // openAPISidecar opens a sidecar with opts, filling in what these tests
@@ -128,7 +129,7 @@ func openAPISidecar(t *testing.T, opts proxy.Options) *apiSidecar {
 	return s
 }
 
-func (s *apiSidecar) open(t *testing.T, subs []*proxy.Subscription) {
+func (s *apiSidecar) open(t *testing.T, subs []*delivery.Subscription) {
 	t.Helper()
 	o := s.opts
 	o.Subscriptions = subs
@@ -146,7 +147,7 @@ func (s *apiSidecar) open(t *testing.T, subs []*proxy.Subscription) {
 
 // reopen closes the sidecar and opens a new one on the same data dir and
 // admin address, with subs as the config file's.
-func (s *apiSidecar) reopen(t *testing.T, subs ...*proxy.Subscription) {
+func (s *apiSidecar) reopen(t *testing.T, subs ...*delivery.Subscription) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -59,17 +60,17 @@ func TestTenantCapHoldsAgainstABlackHole(t *testing.T) {
 
 	k, _ := signing.ParseSecret(e2eSecret)
 	retry := policy.RetryPolicy{MaxAttempts: 100, MaxAge: time.Hour, Backoff: policy.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond}}
-	fileSub := func(id, tenant, url string) *proxy.Subscription {
-		return &proxy.Subscription{ID: id, Tenant: tenant, URL: url, Secrets: []signing.Secret{k}, MaxConcurrency: 4, Timeout: 2 * time.Second, Retry: retry}
+	fileSub := func(id, tenant, url string) *delivery.Subscription {
+		return &delivery.Subscription{ID: id, Tenant: tenant, URL: url, Secrets: []signing.Secret{k}, MaxConcurrency: 4, Timeout: 2 * time.Second, Retry: retry}
 	}
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken,
 		TenantTokens: []proxy.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}},
 		// The events are platform events both tenants receive: the operator
 		// shares every type with them (the tenant rule, docs/security.md).
-		Tenants: []proxy.Tenant{{ID: "acme", MaxConcurrency: tenantCap, SharedTypes: []string{"*"}}, {ID: "other", SharedTypes: []string{"*"}}},
+		Tenants: []delivery.Tenant{{ID: "acme", MaxConcurrency: tenantCap, SharedTypes: []string{"*"}}, {ID: "other", SharedTypes: []string{"*"}}},
 		// Retries are not what this test is about: let them all through.
 		RetryBudget: policy.BudgetConfig{Ratio: 1, MinPerSecond: 10_000},
-		Subscriptions: []*proxy.Subscription{
+		Subscriptions: []*delivery.Subscription{
 			fileSub("acme-1", "acme", hole.URL()+"/acme-1"), fileSub("acme-2", "acme", hole.URL()+"/acme-2"),
 			fileSub("other-ok", "other", healthy.URL()+"/other-ok"),
 		}})
@@ -175,8 +176,8 @@ func TestTenantMaxSubscriptions(t *testing.T) {
 	k, _ := signing.ParseSecret(e2eSecret)
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken,
 		TenantTokens:  []proxy.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}},
-		Tenants:       []proxy.Tenant{{ID: "acme", MaxSubscriptions: 2}},
-		Subscriptions: []*proxy.Subscription{{ID: "acme-file", Tenant: "acme", URL: tb.URL() + "/acme-file", Secrets: []signing.Secret{k}}}})
+		Tenants:       []delivery.Tenant{{ID: "acme", MaxSubscriptions: 2}},
+		Subscriptions: []*delivery.Subscription{{ID: "acme-file", Tenant: "acme", URL: tb.URL() + "/acme-file", Secrets: []signing.Secret{k}}}})
 	doc := func(id string, kv ...any) string {
 		m := map[string]any{"id": id, "url": tb.URL() + "/" + id, "secret": e2eSecret}
 		for i := 0; i < len(kv); i += 2 {
@@ -219,10 +220,10 @@ func TestTenantCapPassesOnWhenAWaitingLaneIsPaused(t *testing.T) {
 	t.Cleanup(func() { slow.Close() })
 	tb := startReceiver(t)
 	k, _ := signing.ParseSecret(e2eSecret)
-	mk := func(id, url, typ string) *proxy.Subscription {
-		return &proxy.Subscription{ID: id, Tenant: "acme", URL: url, Secrets: []signing.Secret{k}, Types: []string{typ}, Timeout: 5 * time.Second}
+	mk := func(id, url, typ string) *delivery.Subscription {
+		return &delivery.Subscription{ID: id, Tenant: "acme", URL: url, Secrets: []signing.Secret{k}, Types: []string{typ}, Timeout: 5 * time.Second}
 	}
-	subs := []*proxy.Subscription{mk("holder", slow.URL()+"/holder", "hold.e"), mk("active", tb.URL()+"/active", "x.e")}
+	subs := []*delivery.Subscription{mk("holder", slow.URL()+"/holder", "hold.e"), mk("active", tb.URL()+"/active", "x.e")}
 	var paused []string
 	for i := range 8 {
 		id := fmt.Sprintf("paused-%d", i)
@@ -230,7 +231,7 @@ func TestTenantCapPassesOnWhenAWaitingLaneIsPaused(t *testing.T) {
 		subs = append(subs, mk(id, tb.URL()+"/"+id, "x.e"))
 	}
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken, Subscriptions: subs,
-		Tenants: []proxy.Tenant{{ID: "acme", MaxConcurrency: 1, SharedTypes: []string{"*"}}}}) // platform events shared with acme
+		Tenants: []delivery.Tenant{{ID: "acme", MaxConcurrency: 1, SharedTypes: []string{"*"}}}}) // platform events shared with acme
 	s.publish(t, "hold.e", "hold-1") // holder takes acme's one slot for 300ms
 	eventually(t, "the holder in flight", func() bool { return s.laneOf(t, "holder").InFlight == 1 })
 	s.publish(t, "x.e", "x-1") // every other lane waits for the slot
@@ -255,8 +256,8 @@ func TestTenantCapPassesOnWhenAWaitingLaneIsPaused(t *testing.T) {
 func TestTenantDefaultsBoundUnlistedTenants(t *testing.T) {
 	tb := startReceiver(t)
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken,
-		Tenants:        []proxy.Tenant{{ID: "acme", MaxSubscriptionConcurrency: 20}},
-		TenantDefaults: proxy.Tenant{MaxSubscriptions: 3, MaxSubscriptionConcurrency: 8}})
+		Tenants:        []delivery.Tenant{{ID: "acme", MaxSubscriptionConcurrency: 20}},
+		TenantDefaults: delivery.Tenant{MaxSubscriptions: 3, MaxSubscriptionConcurrency: 8}})
 	var tok api.TokenAnswer
 	s.mustCall(t, "", "POST", "/v1/tenants/initech/tokens", "", 201, &tok)
 	doc := func(id string, kv ...any) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
@@ -38,16 +39,16 @@ func TestTenantEventsReachOnlyTheirTenant(t *testing.T) {
 	t.Cleanup(func() { tb.Close() })
 	tb.SetMode("/acme-dead", testbed.ModeFail)
 	k, _ := signing.ParseSecret(e2eSecret)
-	ops := &proxy.Subscription{ID: "ops-all", URL: tb.URL() + "/ops", Secrets: []signing.Secret{k}, Types: []string{"*"},
+	ops := &delivery.Subscription{ID: "ops-all", URL: tb.URL() + "/ops", Secrets: []signing.Secret{k}, Types: []string{"*"},
 		Timeout: 2 * time.Second, Retry: policy.RetryPolicy{MaxAttempts: 1}}
 	// initech is shared every platform type; the operational webhook's
 	// events (acme-dead's dead letters make some) still reach only the
 	// operator's webhook.
-	opsHook := &proxy.Subscription{URL: tb.URL() + "/operational", Secrets: []signing.Secret{k}, Timeout: 2 * time.Second}
-	all := &proxy.Subscription{ID: "initech-all", Tenant: "initech", URL: tb.URL() + "/initech", Secrets: []signing.Secret{k}, Types: []string{"*"},
+	opsHook := &delivery.Subscription{URL: tb.URL() + "/operational", Secrets: []signing.Secret{k}, Timeout: 2 * time.Second}
+	all := &delivery.Subscription{ID: "initech-all", Tenant: "initech", URL: tb.URL() + "/initech", Secrets: []signing.Secret{k}, Types: []string{"*"},
 		Timeout: 2 * time.Second}
-	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken, Subscriptions: []*proxy.Subscription{ops, all}, OperationalWebhook: opsHook,
-		Tenants:      []proxy.Tenant{{ID: "acme", SharedTypes: []string{"status.*"}}, {ID: "globex"}, {ID: "initech", SharedTypes: []string{"*"}}},
+	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken, Subscriptions: []*delivery.Subscription{ops, all}, OperationalWebhook: opsHook,
+		Tenants:      []delivery.Tenant{{ID: "acme", SharedTypes: []string{"status.*"}}, {ID: "globex"}, {ID: "initech", SharedTypes: []string{"*"}}},
 		TenantTokens: []proxy.TenantToken{{Token: teAcmeToken, Tenant: "acme"}, {Token: teGlobexToken, Tenant: "globex"}}})
 
 	// The attack of the finding: a tenant subscribes to everything.
@@ -176,7 +177,7 @@ func TestTenantLimitAnswersAlike(t *testing.T) {
 	}
 	t.Cleanup(func() { tb.Close() })
 	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken,
-		Tenants:      []proxy.Tenant{{ID: "acme", MaxSubscriptions: 1}, {ID: "globex"}},
+		Tenants:      []delivery.Tenant{{ID: "acme", MaxSubscriptions: 1}, {ID: "globex"}},
 		TenantTokens: []proxy.TenantToken{{Token: teAcmeToken, Tenant: "acme"}, {Token: teGlobexToken, Tenant: "globex"}}})
 	doc := func(id string) string {
 		return jsonOf(map[string]any{"id": id, "url": tb.URL() + "/x", "types": []string{"*"}})
@@ -203,7 +204,7 @@ func TestTenantMoveStopsOldTenantsRetries(t *testing.T) {
 	t.Cleanup(func() { tb.Close() })
 	tb.SetMode("/mover", testbed.ModeFail)
 	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken,
-		Tenants:      []proxy.Tenant{{ID: "acme"}, {ID: "globex"}},
+		Tenants:      []delivery.Tenant{{ID: "acme"}, {ID: "globex"}},
 		TenantTokens: []proxy.TenantToken{{Token: teAcmeToken, Tenant: "acme"}}})
 	s.mustCall(t, "", "POST", "/v1/subscriptions", jsonOf(map[string]any{"id": "mover", "url": tb.URL() + "/mover", "types": []string{"*"},
 		"retry": map[string]any{"max_attempts": 50, "base": "20ms", "cap": "50ms"}}), 201, nil)

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -97,13 +98,13 @@ type isoWorld struct {
 
 // isoFileSubs are the file's subscriptions of the isolation tests: one per
 // tenant, at a failing endpoint, one attempt each.
-func isoFileSubs(tb *testbed.Server) []*proxy.Subscription {
+func isoFileSubs(tb *testbed.Server) []*delivery.Subscription {
 	k, _ := signing.ParseSecret(e2eSecret)
-	mk := func(id, tenant, path string, types ...string) *proxy.Subscription {
-		return &proxy.Subscription{ID: id, Tenant: tenant, URL: tb.URL() + path, Secrets: []signing.Secret{k}, Types: types,
+	mk := func(id, tenant, path string, types ...string) *delivery.Subscription {
+		return &delivery.Subscription{ID: id, Tenant: tenant, URL: tb.URL() + path, Secrets: []signing.Secret{k}, Types: types,
 			Timeout: 2 * time.Second, Retry: policy.RetryPolicy{MaxAttempts: 1}}
 	}
-	return []*proxy.Subscription{
+	return []*delivery.Subscription{
 		mk("acme-file", "acme", "/acme-file-hook", "acme.*", "shared.*"),
 		mk("other-file", "other", "/other-file-hook-7f3a", "other.*", "shared.*"),
 	}
@@ -119,7 +120,7 @@ func startIsoWorld(t *testing.T) *isoWorld {
 	tb.SetMode("/acme-file-hook", testbed.ModeFail)
 	tb.SetMode("/other-file-hook-7f3a", testbed.ModeFail)
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken, Subscriptions: isoFileSubs(tb),
-		Tenants:      []proxy.Tenant{{ID: "acme", SharedTypes: []string{"shared.*"}}, {ID: "other", SharedTypes: []string{"shared.*"}}},
+		Tenants:      []delivery.Tenant{{ID: "acme", SharedTypes: []string{"shared.*"}}, {ID: "other", SharedTypes: []string{"shared.*"}}},
 		TenantTokens: []proxy.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}, {Token: isoOtherToken, Tenant: "other"}}})
 	w := &isoWorld{apiSidecar: s, tb: tb, deadSeq: map[string]uint64{}}
 	s.mustCall(t, isoAcmeToken, "POST", "/v1/subscriptions", jsonOf(map[string]any{"id": "acme-api", "url": tb.URL() + "/acme-api-hook",

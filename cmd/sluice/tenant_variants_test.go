@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -29,7 +30,7 @@ func TestVariantBounds(t *testing.T) {
 	}
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken,
 		TenantTokens: []proxy.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}, {Token: isoOtherToken, Tenant: "other"}},
-		Subscriptions: []*proxy.Subscription{{ID: "acme-file", Tenant: "acme", URL: tb.URL() + "/acme-file",
+		Subscriptions: []*delivery.Subscription{{ID: "acme-file", Tenant: "acme", URL: tb.URL() + "/acme-file",
 			Secrets: []signing.Secret{k}, Variant: fileVariant}}})
 	doc := func(id, tenant string, fields ...string) string {
 		m := map[string]any{"id": id, "url": tb.URL() + "/" + id, "secret": e2eSecret}

@@ -7,6 +7,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -22,8 +23,8 @@ import (
 // while the file was decoded: no work here, and the bytes of that
 // document kept per lane (117 for the lanes-50k bench's subscriptions,
 // 128 of heap; BenchmarkStartupSubscriptions50k).
-func subscriptions(cfg *config.Config) []*proxy.Subscription {
-	out := make([]*proxy.Subscription, 0, len(cfg.Subscriptions))
+func subscriptions(cfg *config.Config) []*delivery.Subscription {
+	out := make([]*delivery.Subscription, 0, len(cfg.Subscriptions))
 	in := newInterner()
 	for i := range cfg.Subscriptions {
 		sc := &cfg.Subscriptions[i]
@@ -34,12 +35,12 @@ func subscriptions(cfg *config.Config) []*proxy.Subscription {
 
 // newSubscription copies one validated subscription onto the proxy's;
 // in, if not nil, shares secrets and type lists with the others it saw.
-func newSubscription(sc *config.SubscriptionConfig, managedBy string, spec []byte, in *interner) *proxy.Subscription {
+func newSubscription(sc *config.SubscriptionConfig, managedBy string, spec []byte, in *interner) *delivery.Subscription {
 	secrets, types := sc.Resolved, sc.Types
 	if in != nil {
 		secrets, types = in.secrets(secrets), in.types(types)
 	}
-	return &proxy.Subscription{
+	return &delivery.Subscription{
 		ID:             sc.ID,
 		URL:            sc.URL,
 		Secrets:        secrets,
@@ -50,9 +51,9 @@ func newSubscription(sc *config.SubscriptionConfig, managedBy string, spec []byt
 		Headers:        sc.Headers,
 		Classify:       sc.ClassifyOverrides,
 		Paused:         sc.Paused,
-		Rate:           proxy.RateLimit{PerSecond: sc.Rate.PerSecond, Burst: sc.Rate.Burst},
+		Rate:           delivery.RateLimit{PerSecond: sc.Rate.PerSecond, Burst: sc.Rate.Burst},
 		Auto:           sc.Concurrency.AutoCap(),
-		Backlog:        proxy.BacklogQuota{MaxEvents: sc.Backlog.MaxEvents, MaxAge: sc.Backlog.MaxAge},
+		Backlog:        delivery.BacklogQuota{MaxEvents: sc.Backlog.MaxEvents, MaxAge: sc.Backlog.MaxAge},
 		Breaker:        sc.Breaker.Policy(),
 		Tenant:         sc.Tenant,
 		Filter:         sc.ParsedFilter,
@@ -112,7 +113,7 @@ var _ proxy.SpecParser = specParser{}
 
 // Parse validates doc (config.ParseSubscription); the subscription's Spec
 // is doc as given, secrets included: it is what a PATCH merges into.
-func (p specParser) Parse(doc []byte) (*proxy.Subscription, error) {
+func (p specParser) Parse(doc []byte) (*delivery.Subscription, error) {
 	sc, err := config.ParseSubscription(doc)
 	if err != nil {
 		return nil, err
@@ -135,25 +136,25 @@ func (specParser) Redact(doc []byte) map[string]any { return config.RedactSubscr
 
 // tenants copies the tenants' limits; a key left out stays 0, which the
 // proxy fills from tenantDefaults.
-func tenants(cfg *config.Config) []proxy.Tenant {
-	var out []proxy.Tenant
+func tenants(cfg *config.Config) []delivery.Tenant {
+	var out []delivery.Tenant
 	for _, t := range cfg.Tenants {
-		out = append(out, proxy.Tenant{ID: t.ID, MaxSubscriptions: t.SubscriptionsLimit(), MaxConcurrency: t.Concurrency.Max,
+		out = append(out, delivery.Tenant{ID: t.ID, MaxSubscriptions: t.SubscriptionsLimit(), MaxConcurrency: t.Concurrency.Max,
 			MaxSubscriptionConcurrency: t.MaxSubscriptionConcurrency, SharedTypes: t.SharedTypes,
-			Backlog: proxy.BacklogQuota{MaxEvents: t.Backlog.MaxEvents, MaxAge: t.Backlog.MaxAge}, MaxDeadLetters: t.MaxDeadLetters})
+			Backlog: delivery.BacklogQuota{MaxEvents: t.Backlog.MaxEvents, MaxAge: t.Backlog.MaxAge}, MaxDeadLetters: t.MaxDeadLetters})
 	}
 	return out
 }
 
 // tenantDefaults copies tenant_defaults; its max_subscriptions 0 (no
 // limit) is the proxy's -1, since the proxy reads 0 as its default.
-func tenantDefaults(cfg *config.Config) proxy.Tenant {
+func tenantDefaults(cfg *config.Config) delivery.Tenant {
 	d := cfg.TenantDefaults
 	maxSubs := d.MaxSubscriptions
 	if maxSubs == 0 {
 		maxSubs = -1
 	}
-	return proxy.Tenant{MaxSubscriptions: maxSubs, MaxConcurrency: d.Concurrency.Max, MaxSubscriptionConcurrency: d.MaxSubscriptionConcurrency}
+	return delivery.Tenant{MaxSubscriptions: maxSubs, MaxConcurrency: d.Concurrency.Max, MaxSubscriptionConcurrency: d.MaxSubscriptionConcurrency}
 }
 
 // tenantTokens copies admin.tokens as config resolved them.
@@ -169,10 +170,10 @@ func tenantTokens(cfg *config.Config) []proxy.TenantToken {
 // nil when none is configured. Its types match every event: the proxy
 // decides which of its own events go there; its delivery settings are the
 // proxy's defaults.
-func operationalWebhook(cfg *config.Config) *proxy.Subscription {
+func operationalWebhook(cfg *config.Config) *delivery.Subscription {
 	w := cfg.Admin.OperationalWebhook
 	if w.URL == "" {
 		return nil
 	}
-	return &proxy.Subscription{ID: proxy.OperationalID, URL: w.URL, Secrets: w.Resolved, Types: []string{"*"}, ManagedBy: api.ManagedByFile}
+	return &delivery.Subscription{ID: delivery.OperationalID, URL: w.URL, Secrets: w.Resolved, Types: []string{"*"}, ManagedBy: api.ManagedByFile}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/api"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -145,14 +146,14 @@ func TestSpecParser(t *testing.T) {
 func TestServerOptionsTenants(t *testing.T) {
 	cfg := loadWiringConfig(t)
 	opts := serverOptions(cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if want := []proxy.Tenant{{ID: "acme", MaxSubscriptions: 5, MaxConcurrency: 40}, {ID: "globex"}}; !reflect.DeepEqual(opts.Tenants, want) {
+	if want := []delivery.Tenant{{ID: "acme", MaxSubscriptions: 5, MaxConcurrency: 40}, {ID: "globex"}}; !reflect.DeepEqual(opts.Tenants, want) {
 		t.Errorf("Tenants = %+v, want %+v", opts.Tenants, want)
 	}
 	if want := []proxy.TenantToken{{Token: "acme-token-1-7d3a", Tenant: "acme"}}; !slices.Equal(opts.TenantTokens, want) || opts.AdminToken != "operator-token-1" {
 		t.Errorf("TenantTokens = %+v, AdminToken %q", opts.TenantTokens, opts.AdminToken)
 	}
 	ow := opts.OperationalWebhook
-	if ow == nil || ow.ID != proxy.OperationalID || ow.URL != "https://ops.example.com/sluice" ||
+	if ow == nil || ow.ID != delivery.OperationalID || ow.URL != "https://ops.example.com/sluice" ||
 		!slices.Equal(encodeSecrets(ow.Secrets), []string{opsSecret}) || !slices.Equal(ow.Types, []string{"*"}) {
 		t.Errorf("OperationalWebhook = %+v", ow)
 	}
@@ -168,8 +169,8 @@ func TestServerOptionsTenants(t *testing.T) {
 	if opts.OperationalWebhook != nil || opts.Tenants != nil || opts.TenantTokens != nil {
 		t.Errorf("defaults: webhook %v, tenants %v, tokens %v", opts.OperationalWebhook, opts.Tenants, opts.TenantTokens)
 	}
-	if want := (proxy.Tenant{MaxSubscriptions: proxy.DefaultTenantMaxSubscriptions, MaxConcurrency: proxy.DefaultTenantMaxConcurrency,
-		MaxSubscriptionConcurrency: proxy.DefaultTenantMaxSubscriptionConcurrency}); !reflect.DeepEqual(opts.TenantDefaults, want) {
+	if want := (delivery.Tenant{MaxSubscriptions: delivery.DefaultTenantMaxSubscriptions, MaxConcurrency: delivery.DefaultTenantMaxConcurrency,
+		MaxSubscriptionConcurrency: delivery.DefaultTenantMaxSubscriptionConcurrency}); !reflect.DeepEqual(opts.TenantDefaults, want) {
 		t.Errorf("default TenantDefaults = %+v, want %+v", opts.TenantDefaults, want)
 	}
 
@@ -181,7 +182,7 @@ func TestServerOptionsTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts = serverOptions(unbounded, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if want := []proxy.Tenant{{ID: "acme", MaxSubscriptions: -1, MaxSubscriptionConcurrency: 7}, {ID: "globex"}}; !reflect.DeepEqual(opts.Tenants, want) {
+	if want := []delivery.Tenant{{ID: "acme", MaxSubscriptions: -1, MaxSubscriptionConcurrency: 7}, {ID: "globex"}}; !reflect.DeepEqual(opts.Tenants, want) {
 		t.Errorf("Tenants = %+v, want %+v", opts.Tenants, want)
 	}
 	if opts.TenantDefaults.MaxSubscriptions != -1 {
@@ -197,7 +198,7 @@ func encodeSecrets(ss []signing.Secret) []string {
 	return out
 }
 
-// TestOrderingWiring: a subscription's ordering reaches proxy.Subscription
+// TestOrderingWiring: a subscription's ordering reaches delivery.Subscription
 // from the file and from the API; left out, it is none.
 func TestOrderingWiring(t *testing.T) {
 	for _, mode := range []string{"key", "fifo", "none", ""} {
@@ -210,7 +211,7 @@ func TestOrderingWiring(t *testing.T) {
 			t.Fatalf("ordering %q: %v", mode, err)
 		}
 		if got.Ordering != mode {
-			t.Errorf("ordering %q: proxy.Subscription.Ordering = %q", mode, got.Ordering)
+			t.Errorf("ordering %q: delivery.Subscription.Ordering = %q", mode, got.Ordering)
 		}
 	}
 }

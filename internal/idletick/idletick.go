@@ -30,4 +30,3 @@ func (t *Ticker) RunIf(busy bool) {
 		t.ticking = true
 	}
 }
-

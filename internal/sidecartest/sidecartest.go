@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -37,12 +38,12 @@ func Start(t *testing.T, adminListen, token, secret string) (*proxy.Server, *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub := func(id string) *proxy.Subscription {
-		return &proxy.Subscription{ID: id, URL: tb.URL() + "/" + id, Secrets: []signing.Secret{k}, Timeout: 2 * time.Second, MaxConcurrency: 4,
+	sub := func(id string) *delivery.Subscription {
+		return &delivery.Subscription{ID: id, URL: tb.URL() + "/" + id, Secrets: []signing.Secret{k}, Timeout: 2 * time.Second, MaxConcurrency: 4,
 			Retry: policy.RetryPolicy{MaxAttempts: 2, Backoff: policy.Backoff{Base: time.Millisecond, Cap: 5 * time.Millisecond}}}
 	}
 	srv := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: adminListen, AdminToken: token,
-		DataDir: filepath.Join(t.TempDir(), "data"), Subscriptions: []*proxy.Subscription{sub("ok"), sub("failing")},
+		DataDir: filepath.Join(t.TempDir(), "data"), Subscriptions: []*delivery.Subscription{sub("ok"), sub("failing")},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err := srv.Open(); err != nil {
 		t.Fatal(err)
