@@ -394,7 +394,9 @@ func (h *harness) checkAPI(ctx context.Context, sc *sidecar, scenario string, n 
 	}
 	before := h.recv.snapshotPaths(n)
 	body := []byte(`{"check":"api","n":` + fmt.Sprint(n) + `}`)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+sc.ingest+eventsPath, bytes.NewReader(body))
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(pctx, http.MethodPost, "http://"+sc.ingest+eventsPath, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -140,7 +140,10 @@ func (h *harness) tryStartSidecar(ctx context.Context, spec sidecarSpec, id stri
 		dataDir: filepath.Join(h.tmp, id+"-data"),
 		cfgPath: filepath.Join(h.tmp, id+".yaml"),
 		logPath: filepath.Join(h.tmp, id+".log"),
-		http:    &http.Client{Timeout: 30 * time.Second},
+		// No client-wide timeout: each request carries its own deadline
+		// (get's), and a CPU profile of a 30 s window takes longer than
+		// any fixed one would allow (it was cut off at 30 s).
+		http: &http.Client{},
 	}
 	if spec.JSON {
 		s.cfgPath = filepath.Join(h.tmp, id+".json") // sluice picks the parser by the extension

@@ -303,7 +303,7 @@ type AdminConfig struct {
 	// Token, when set, is the bearer token the admin API requires. Set
 	// Token or TokenFile, not both; neither means no authentication, which
 	// Validate allows only on a loopback address or a unix socket (see
-	// InsecureNoToken). At least proxy.MinTokenBytes long.
+	// InsecureNoToken). At least admin.MinTokenBytes long.
 	Token string `koanf:"token" json:"-"`
 	// TokenFile names a file holding the token; surrounding whitespace is
 	// ignored.

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -111,15 +111,15 @@ func (a *AdminConfig) resolveTenantTokens() error {
 }
 
 // checkToken requires a token that fits an Authorization header unchanged
-// and is long enough not to be guessed (proxy.MinTokenBytes).
+// and is long enough not to be guessed (admin.MinTokenBytes).
 func checkToken(tok string) error {
 	for i := 0; i < len(tok); i++ {
 		if tok[i] < 0x21 || tok[i] > 0x7e {
 			return invalidf("token must be printable ASCII without spaces")
 		}
 	}
-	if len(tok) < proxy.MinTokenBytes {
-		return invalidf("token must be at least %d bytes (a random one: openssl rand -hex 32)", proxy.MinTokenBytes)
+	if len(tok) < admin.MinTokenBytes {
+		return invalidf("token must be at least %d bytes (a random one: openssl rand -hex 32)", admin.MinTokenBytes)
 	}
 	return nil
 }

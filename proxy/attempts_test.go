@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/testbed"
@@ -150,7 +151,7 @@ func TestAttemptsScopedByTenantToken(t *testing.T) {
 	mine, theirs := sub("mine", tb.URL()+"/mine"), sub("theirs", tb.URL()+"/theirs")
 	mine.Tenant, theirs.Tenant = "acme", "other"
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(),
-		AdminToken: "op", TenantTokens: []proxy.TenantToken{{Token: "acme-tok", Tenant: "acme"}},
+		AdminToken: "op", TenantTokens: []admin.TenantToken{{Token: "acme-tok", Tenant: "acme"}},
 		Logger: quietLogger(), CursorInterval: 10 * time.Millisecond, Subscriptions: []*delivery.Subscription{mine, theirs}})
 	if err := s.Open(); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/testbed"
 )
@@ -403,7 +404,7 @@ func TestDashboardTenantPortalInChromium(t *testing.T) {
 	b.Retry, x.Retry = fastRetry(1), fastRetry(1)
 	const opToken, acmeToken = "op-s3cret", "acme-s3cret"
 	s := proxy.New(proxy.Options{AllowPrivateTargets: true, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(),
-		AdminToken: opToken, TenantTokens: []proxy.TenantToken{{Token: acmeToken, Tenant: "acme"}},
+		AdminToken: opToken, TenantTokens: []admin.TenantToken{{Token: acmeToken, Tenant: "acme"}},
 		// Platform events both tenants receive: type t is shared with each.
 		Tenants: []delivery.Tenant{{ID: "acme", SharedTypes: []string{"t"}}, {ID: "other", SharedTypes: []string{"t"}}},
 		Logger:  quietLogger(), CursorInterval: 10 * time.Millisecond, Subscriptions: []*delivery.Subscription{a, b, x}})

@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/rawconn"
 	"github.com/sluicehq/sluice/internal/testwait"
 	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/ingest"
@@ -80,64 +80,6 @@ func dial(t *testing.T, s *Server) net.Conn {
 	return c
 }
 
-type faultAnswer struct {
-	status     int
-	retryAfter string
-	close      bool
-	ID         string `json:"id"`
-	Seq        uint64 `json:"seq"`
-	Error      string `json:"error"`
-}
-
-// readAnswer reads one response from br and decodes its JSON body; every
-// ingest answer, error or not, is JSON.
-func readAnswer(br *bufio.Reader) (faultAnswer, error) {
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		return faultAnswer{}, fmt.Errorf("read response: %w", err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return faultAnswer{}, fmt.Errorf("read response body: %w", err)
-	}
-	a := faultAnswer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), close: resp.Close}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		return a, fmt.Errorf("answer %d has Content-Type %q, body %q", resp.StatusCode, ct, b)
-	}
-	if err := json.Unmarshal(b, &a); err != nil {
-		return a, fmt.Errorf("answer %d is not JSON: %q", resp.StatusCode, b)
-	}
-	return a, nil
-}
-
-// mustAnswer reads one answer from c, allowing 10 s: far longer than any
-// limit the tests set, so hitting it means the server never answered.
-func mustAnswer(t *testing.T, c net.Conn, br *bufio.Reader) faultAnswer {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	a, err := readAnswer(br)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
-// assertClosed checks the server closed c: a read ends with EOF or a reset,
-// not with our own 10 s deadline.
-func assertClosed(t *testing.T, c net.Conn, br *bufio.Reader) {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	n, err := io.Copy(io.Discard, br)
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("connection still open after the answer (read %d more bytes)", n)
-	}
-	if n > 0 {
-		t.Fatalf("%d unexpected bytes after the answer", n)
-	}
-}
-
 // postRaw writes one request with a Content-Length body on c.
 func postRaw(c net.Conn, key string, body []byte) error {
 	h := "POST /v1/events/fault.test HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n" +
@@ -145,31 +87,6 @@ func postRaw(c net.Conn, key string, body []byte) error {
 	bufs := net.Buffers{[]byte(h), body}
 	_, err := bufs.WriteTo(c)
 	return err
-}
-
-// trickle writes b to c one byte every 20 ms, then p forever (when p is
-// not empty), until a write fails: the server closed c, or the test did.
-// started is done after the first byte.
-func trickle(c net.Conn, b, p []byte, started *sync.WaitGroup) {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	first := true
-	for i := 0; i < len(b) || len(p) > 0; i++ {
-		<-tick.C
-		var err error
-		if i < len(b) {
-			_, err = c.Write(b[i : i+1])
-		} else {
-			_, err = c.Write(p)
-		}
-		if first {
-			started.Done()
-			first = false
-		}
-		if err != nil {
-			return
-		}
-	}
 }
 
 // TestIngestFaultSlowloris: clients that trickle their headers, or their
@@ -209,7 +126,7 @@ func TestIngestFaultSlowloris(t *testing.T) {
 		writers.Add(1)
 		go func() {
 			defer writers.Done()
-			trickle(c, nil, []byte{'a'}, &started)
+			rawconn.Trickle(c, nil, []byte{'a'}, &started)
 		}()
 	}
 	// A slow but finite body: 40 bytes over about 800 ms, past the header
@@ -223,7 +140,7 @@ func TestIngestFaultSlowloris(t *testing.T) {
 	writers.Add(1)
 	go func() {
 		defer writers.Done()
-		trickle(patient, body, nil, &started)
+		rawconn.Trickle(patient, body, nil, &started)
 	}()
 
 	// While every slow client is mid-request, a normal producer is served.
@@ -234,20 +151,20 @@ func TestIngestFaultSlowloris(t *testing.T) {
 		if err := postRaw(pc, "fast-"+strconv.Itoa(i), []byte(`{"ok":true}`)); err != nil {
 			t.Fatal(err)
 		}
-		if a := mustAnswer(t, pc, pbr); a.status != http.StatusAccepted {
-			t.Fatalf("normal producer during slowloris: %d %+v", a.status, a)
+		if a := rawconn.MustAnswer(t, pc, pbr); a.Status != http.StatusAccepted {
+			t.Fatalf("normal producer during slowloris: %d %+v", a.Status, a)
 		}
 	}
 	for i, sc := range conns {
-		a := mustAnswer(t, sc.c, sc.br)
-		if a.status != http.StatusRequestTimeout || !strings.Contains(a.Error, "not received in time") || !a.close {
-			t.Fatalf("slow %s client %d: %d close=%v %q, want 408 naming the timeout, then close", sc.phase, i, a.status, a.close, a.Error)
+		a := rawconn.MustAnswer(t, sc.c, sc.br)
+		if a.Status != http.StatusRequestTimeout || !strings.Contains(a.Error, "not received in time") || !a.Close {
+			t.Fatalf("slow %s client %d: %d close=%v %q, want 408 naming the timeout, then close", sc.phase, i, a.Status, a.Close, a.Error)
 		}
-		assertClosed(t, sc.c, sc.br)
+		rawconn.AssertClosed(t, sc.c, sc.br)
 		sc.c.Close()
 	}
-	if a := mustAnswer(t, patient, bufio.NewReader(patient)); a.status != http.StatusAccepted {
-		t.Fatalf("slow but finite body: %d %+v, want 202", a.status, a)
+	if a := rawconn.MustAnswer(t, patient, bufio.NewReader(patient)); a.Status != http.StatusAccepted {
+		t.Fatalf("slow but finite body: %d %+v, want 202", a.Status, a)
 	}
 	patient.Close()
 	writers.Wait()
@@ -258,8 +175,8 @@ func TestIngestFaultSlowloris(t *testing.T) {
 	if err := postRaw(pc, "fast-after", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	if a := mustAnswer(t, pc, pbr); a.status != http.StatusAccepted {
-		t.Fatalf("normal producer after slowloris: %d %+v", a.status, a)
+	if a := rawconn.MustAnswer(t, pc, pbr); a.Status != http.StatusAccepted {
+		t.Fatalf("normal producer after slowloris: %d %+v", a.Status, a)
 	}
 }
 
@@ -284,8 +201,8 @@ func TestIngestFaultOversizedHeaders(t *testing.T) {
 		if _, err := io.WriteString(c, req); err != nil {
 			t.Fatal(err)
 		}
-		if a := mustAnswer(t, c, bufio.NewReader(c)); a.status != http.StatusAccepted {
-			t.Fatalf("%d %+v, want 202 for %d bytes of headers", a.status, a, len(req))
+		if a := rawconn.MustAnswer(t, c, bufio.NewReader(c)); a.Status != http.StatusAccepted {
+			t.Fatalf("%d %+v, want 202 for %d bytes of headers", a.Status, a, len(req))
 		}
 	})
 	t.Run("64 KiB of headers", func(t *testing.T) {
@@ -299,12 +216,12 @@ func TestIngestFaultOversizedHeaders(t *testing.T) {
 			io.WriteString(c, req)
 		}()
 		br := bufio.NewReader(c)
-		a := mustAnswer(t, c, br)
+		a := rawconn.MustAnswer(t, c, br)
 		want := "request headers exceed " + strconv.Itoa(ingest.DefaultMaxHeaderBytes) + " bytes"
-		if a.status != http.StatusRequestHeaderFieldsTooLarge || a.Error != want || !a.close {
-			t.Fatalf("%d close=%v %q, want 431 %q and close", a.status, a.close, a.Error, want)
+		if a.Status != http.StatusRequestHeaderFieldsTooLarge || a.Error != want || !a.Close {
+			t.Fatalf("%d close=%v %q, want 431 %q and close", a.Status, a.Close, a.Error, want)
 		}
-		assertClosed(t, c, br)
+		rawconn.AssertClosed(t, c, br)
 		c.Close()
 		<-done
 	})
@@ -314,12 +231,12 @@ func TestIngestFaultOversizedHeaders(t *testing.T) {
 			t.Fatal(err)
 		}
 		br := bufio.NewReader(c)
-		a := mustAnswer(t, c, br)
+		a := rawconn.MustAnswer(t, c, br)
 		const want = "malformed request: invalid request line or headers"
-		if a.status != http.StatusBadRequest || a.Error != want || !a.close {
-			t.Fatalf("%d close=%v %q, want 400 %q, then close", a.status, a.close, a.Error, want)
+		if a.Status != http.StatusBadRequest || a.Error != want || !a.Close {
+			t.Fatalf("%d close=%v %q, want 400 %q, then close", a.Status, a.Close, a.Error, want)
 		}
-		assertClosed(t, c, br)
+		rawconn.AssertClosed(t, c, br)
 	})
 	if got := s.q.Head() - head0; got != 1 {
 		t.Fatalf("log grew by %d events, want 1", got)
@@ -403,8 +320,8 @@ func TestIngestFaultIdleConnections(t *testing.T) {
 			if err := postRaw(c, "idle-"+strconv.Itoa(i), []byte(`{}`)); err != nil {
 				t.Fatal(err)
 			}
-			if a := mustAnswer(t, c, br); a.status != http.StatusAccepted {
-				t.Fatalf("producer among %d idle connections: %d %+v", n, a.status, a)
+			if a := rawconn.MustAnswer(t, c, br); a.Status != http.StatusAccepted {
+				t.Fatalf("producer among %d idle connections: %d %+v", n, a.Status, a)
 			}
 		}
 		c.Close()
@@ -448,8 +365,8 @@ func TestIngestFaultIdleConnections(t *testing.T) {
 		if err := postRaw(c, "after-flood", []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
-		if a := mustAnswer(t, c, bufio.NewReader(c)); a.status != http.StatusAccepted {
-			t.Fatalf("producer after the flood: %d %+v", a.status, a)
+		if a := rawconn.MustAnswer(t, c, bufio.NewReader(c)); a.Status != http.StatusAccepted {
+			t.Fatalf("producer after the flood: %d %+v", a.Status, a)
 		}
 	})
 }
@@ -499,11 +416,11 @@ func TestIngestFaultMalformedChunked(t *testing.T) {
 				c.(*net.TCPConn).CloseWrite()
 			}
 			br := bufio.NewReader(c)
-			a := mustAnswer(t, c, br)
-			if a.status != tc.want || !strings.Contains(a.Error, tc.errHas) || !a.close {
-				t.Fatalf("%d close=%v %q, want %d with %q and close", a.status, a.close, a.Error, tc.want, tc.errHas)
+			a := rawconn.MustAnswer(t, c, br)
+			if a.Status != tc.want || !strings.Contains(a.Error, tc.errHas) || !a.Close {
+				t.Fatalf("%d close=%v %q, want %d with %q and close", a.Status, a.Close, a.Error, tc.want, tc.errHas)
 			}
-			assertClosed(t, c, br)
+			rawconn.AssertClosed(t, c, br)
 			if _, _, _, err := s.q.Lookup("chunked-" + strconv.Itoa(i)); !errors.Is(err, queue.ErrNotFound) {
 				t.Fatalf("rejected event is in the log: %v", err)
 			}
@@ -518,9 +435,9 @@ func TestIngestFaultMalformedChunked(t *testing.T) {
 	c := dial(t, s)
 	io.WriteString(c, "POST /v1/events/fault.test HTTP/1.1\r\nHost: sluice\r\nContent-Type: text/plain\r\n"+
 		"Idempotency-Key: chunked-ok\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n")
-	a := mustAnswer(t, c, bufio.NewReader(c))
-	if a.status != http.StatusAccepted || a.Seq != head0+1 {
-		t.Fatalf("well-formed chunked post: %d %+v, want 202 with seq %d", a.status, a, head0+1)
+	a := rawconn.MustAnswer(t, c, bufio.NewReader(c))
+	if a.Status != http.StatusAccepted || a.Seq != head0+1 {
+		t.Fatalf("well-formed chunked post: %d %+v, want 202 with seq %d", a.Status, a, head0+1)
 	}
 	ev, err := s.q.Event(a.Seq)
 	if err != nil || string(ev.Body) != "hello world" {
@@ -625,16 +542,16 @@ func burst(t *testing.T, s *Server, conns, total, size int) burstResult {
 					break
 				}
 				c.SetReadDeadline(time.Now().Add(30 * time.Second))
-				a, err := readAnswer(br)
+				a, err := rawconn.ReadAnswer(br)
 				switch {
 				case err != nil:
 					bad = append(bad, key+": "+err.Error())
-				case a.status == http.StatusAccepted && a.ID == key:
+				case a.Status == http.StatusAccepted && a.ID == key:
 					local[key] = a.Seq
-				case a.status == http.StatusServiceUnavailable && a.retryAfter == "1" && a.Error == "ingest is saturated; retry":
+				case a.Status == http.StatusServiceUnavailable && a.RetryAfter == "1" && a.Error == "ingest is saturated; retry":
 					saturated++
 				default:
-					bad = append(bad, fmt.Sprintf("%s: %d Retry-After=%q %+v", key, a.status, a.retryAfter, a))
+					bad = append(bad, fmt.Sprintf("%s: %d Retry-After=%q %+v", key, a.Status, a.RetryAfter, a))
 				}
 				if err != nil {
 					break
@@ -743,8 +660,8 @@ func TestIngestFaultBurst(t *testing.T) {
 	if err := postRaw(c, "after-burst", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	if a := mustAnswer(t, c, bufio.NewReader(c)); a.status != http.StatusAccepted {
-		t.Fatalf("producer after the burst: %d %+v", a.status, a)
+	if a := rawconn.MustAnswer(t, c, bufio.NewReader(c)); a.Status != http.StatusAccepted {
+		t.Fatalf("producer after the burst: %d %+v", a.Status, a)
 	}
 	// A fixed budget, whatever the burst's size: the dispatcher's ring of
 	// recent events (≤ 64 MiB), Badger's memtables and table builders
@@ -826,14 +743,14 @@ func TestIngestFaultContentLengthAndTransferEncoding(t *testing.T) {
 			if _, err := io.WriteString(conn, req); err != nil {
 				t.Fatal(err)
 			}
-			a := mustAnswer(t, conn, br)
-			if a.status != http.StatusBadRequest || !strings.Contains(a.Error, "Content-Length") || !strings.Contains(a.Error, "Transfer-Encoding") {
-				t.Fatalf("answer %d %q, want 400 naming Content-Length and Transfer-Encoding", a.status, a.Error)
+			a := rawconn.MustAnswer(t, conn, br)
+			if a.Status != http.StatusBadRequest || !strings.Contains(a.Error, "Content-Length") || !strings.Contains(a.Error, "Transfer-Encoding") {
+				t.Fatalf("answer %d %q, want 400 naming Content-Length and Transfer-Encoding", a.Status, a.Error)
 			}
-			if !a.close {
+			if !a.Close {
 				t.Error("answer without Connection: close")
 			}
-			assertClosed(t, conn, br)
+			rawconn.AssertClosed(t, conn, br)
 		})
 	}
 	if got := s.q.Head(); got != head0 {
@@ -848,8 +765,8 @@ func TestIngestFaultContentLengthAndTransferEncoding(t *testing.T) {
 		if _, err := io.WriteString(conn, req); err != nil {
 			t.Fatal(err)
 		}
-		if a := mustAnswer(t, conn, bufio.NewReader(conn)); a.status != http.StatusAccepted {
-			t.Errorf("%s alone: %d %q, want 202", c.name, a.status, a.Error)
+		if a := rawconn.MustAnswer(t, conn, bufio.NewReader(conn)); a.Status != http.StatusAccepted {
+			t.Errorf("%s alone: %d %q, want 202", c.name, a.Status, a.Error)
 		}
 	}
 }

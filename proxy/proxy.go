@@ -1,8 +1,25 @@
-// Package proxy serves and delivers: the ingest server producers POST to,
-// the lanes that deliver each event to every entitled subscription, the
-// shared outbound HTTP client, and the admin API.
+// Package proxy is the sidecar's Server: it wires its rooms together and
+// owns their lifecycle (New, Open, Reload, Close) and the memory budget's
+// shares (memory.go); nothing else.
 //
-// Guarantees:
+// The rooms, each a package under proxy/:
+//
+//   - ingest: the producer's POST /v1/events/{type}; it knows the log
+//     only as an Appender.
+//   - delivery: the engine between the log and an HTTP exchange (lanes,
+//     dispatcher, outcomes, ordering, variants, fleet ownership, the
+//     completion ledger, the operational webhook's events).
+//   - egress: one outbound exchange (the client, the SSRF guard,
+//     proxies, endpoint TLS, OAuth2).
+//   - admin: the admin API, the registry of API subscriptions, tenants'
+//     tokens and what each may see, the dashboard; it sees the engine
+//     through admin.Engine, in subscription ids.
+//   - api: the admin API's wire types, shared with package client.
+//
+// Imports run one way (TestImportDirection): admin → delivery → egress,
+// ingest → queue, and nothing under proxy/ imports proxy.
+//
+// Guarantees of the whole:
 //
 //   - Ingest answers 202 only after the event is in the log (fsynced with
 //     durability fsync), and a repeated Idempotency-Key within the dedup
@@ -13,30 +30,14 @@
 //     flush are sent again (receivers deduplicate on webhook-id).
 //   - A subscription never has more than its concurrency cap in flight; the
 //     rest waits in the log, not in memory.
-//
-// Its rooms: package ingest (the producer's POST, knowing the log only
-// as an Appender), package delivery (the engine: lanes, dispatcher,
-// outcomes, the completion ledger), package egress (one outbound
-// exchange: the client, the SSRF guard, proxies, endpoint TLS, OAuth2)
-// and package api (the admin API's wire types). This package wires them
-// (proxy.go: open, reload, close; memory.go: the memory budget's shares)
-// and serves the admin API over the engine's exported view of it
-// (admin*.go, registry.go: subscriptions made through the API, tenant.go
-// and tokens.go: who may see what, ledger.go, dashboard.go). Imports run
-// one way (TestImportDirection): nothing under proxy/ imports proxy, and
-// a room imports only the rooms below it.
-//
-// A Server is created with New, started with Open and stopped with Close.
 package proxy
 
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"strings"
@@ -47,8 +48,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluicehq/sluice/internal/freshconn"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/egress"
@@ -134,7 +135,7 @@ type Options struct {
 	// Specs parses the subscription documents of the API (POST and PATCH
 	// of /v1/subscriptions) with the config file's validation; cmd wires
 	// config's. Nil: the API cannot create or change subscriptions.
-	Specs SpecParser
+	Specs admin.SpecParser
 	// Tenants are the tenants' own limits, above their subscriptions'.
 	// A zero field takes TenantDefaults' value.
 	Tenants []delivery.Tenant
@@ -146,7 +147,7 @@ type Options struct {
 	// TenantTokens are admin tokens scoped to one tenant each (from the
 	// config; SetTenantTokens replaces them); tokens issued through the
 	// API are kept in the store.
-	TenantTokens []TenantToken
+	TenantTokens []admin.TenantToken
 	// OperationalWebhook, when set, receives sluice's own events
 	// (subscription.paused, breaker changes, dead letters, backlog quota),
 	// appended to the log and delivered through a lane like any
@@ -180,53 +181,24 @@ type Options struct {
 	DropTraceContext bool
 }
 
-// SpecParser turns subscription documents (JSON in the config file's
-// keys) into Subscriptions.
-type SpecParser interface {
-	// Parse validates doc as the config file validates a subscription;
-	// its error names the key. Secrets must be inline (secret, secrets):
-	// an API client may not make the sidecar read its files or its
-	// environment.
-	Parse(doc []byte) (*delivery.Subscription, error)
-	// Check reads a request's body, a document or a merge patch, as the
-	// config file's JSON is read, before the registry decodes, merges or
-	// re-encodes it: a key given twice in one object is refused there,
-	// and decoding would quietly keep the last one. Its error names the
-	// key and the line.
-	Check(body []byte) error
-	// Redact returns doc as shown to API clients: no secret, no
-	// credential-like header value.
-	Redact(doc []byte) map[string]any
-}
-
-// TenantToken is an admin token scoped to Tenant.
-type TenantToken struct {
-	Token  string
-	Tenant string
-}
-
 // Server is a running sidecar: ingest, lanes and admin API.
 type Server struct {
-	opts   Options
-	mem    MemoryShares // opts.MemoryBytes, split
-	log    *slog.Logger
-	q      queue.Store
-	d      *delivery.Dispatcher
-	ingest *ingest.Server
-	// adminFresh: the admin API's connections that have not sent a
-	// request yet.
-	adminFresh freshconn.Set
-	ingestLn   net.Listener
-	admin      *http.Server
-	adminLn    net.Listener
-	draining   atomic.Bool
-	// adminSwitch serves the admin API of a store opened through
-	// OpenStore: the starting handler until the store is open.
-	adminSwitch handlerSwitch
+	opts     Options
+	mem      MemoryShares // opts.MemoryBytes, split
+	log      *slog.Logger
+	q        queue.Store
+	d        *delivery.Dispatcher
+	ingest   *ingest.Server
+	ingestLn net.Listener
+	// admin serves the admin API on adminLn (nil: disabled), api's once
+	// the log is open.
+	admin    *admin.Server
+	adminLn  net.Listener
+	api      *admin.API
+	draining atomic.Bool
 	// ingestServing: the ingest server's Serve has been started.
 	ingestServing bool
 	trace         delivery.Tracer
-	tokens        tokenCache // tenant tokens by tokenKey
 	// wrapStore, when set (by tests in this package only), wraps the
 	// store the engine drives, to inject faults the real one cannot be
 	// made to have on demand.
@@ -273,7 +245,6 @@ func New(opts Options) *Server {
 	}
 	opts.Tenants = tenants
 	s := &Server{opts: opts, mem: SplitMemory(opts.MemoryBytes), log: opts.Logger, trace: delivery.NewTracer(opts.TracerProvider, opts.DropTraceContext)}
-	s.tokens.setConfig(opts.TenantTokens)
 	return s
 }
 
@@ -306,7 +277,7 @@ func (s *Server) Open() (err error) {
 		if s.adminLn, err = listen(s.opts.AdminListen, s.opts.SocketMode); err != nil {
 			return fmt.Errorf("admin listen %s: %w", s.opts.AdminListen, err)
 		}
-		s.adminLn = &capListener{Listener: s.adminLn, max: int64(adminMaxConns)}
+		s.adminLn = admin.Listener(s.adminLn)
 	}
 	if s.opts.OpenStore != nil {
 		// Producers of a sidecar whose shared log is away (NATS still
@@ -320,15 +291,7 @@ func (s *Server) Open() (err error) {
 		// A shared log may take a while to reach (NATS still starting,
 		// retried with backoff): serve /healthz and a 503 /readyz that
 		// says so meanwhile, rather than refusing connections.
-		s.adminSwitch.Store(&startingHandler)
-		s.admin = s.newAdminServer(&s.adminSwitch)
-		adminDone = make(chan struct{})
-		go func() {
-			defer close(adminDone)
-			if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.log.Error("admin server", "err", err)
-			}
-		}()
+		s.serveAdmin(&adminDone, nil)
 	}
 	subs := s.opts.Subscriptions
 	s.opts.Subscriptions = nil // the lanes own them now
@@ -381,7 +344,14 @@ func (s *Server) Open() (err error) {
 		Logger: s.log, Now: s.opts.Now, MaxInFlight: s.opts.MaxInFlight, RingBytes: s.mem.Ring,
 		CursorInterval: s.opts.CursorInterval, RetryBudget: s.opts.RetryBudget, Tracer: s.trace,
 		TenantDefaults: s.opts.TenantDefaults, Tenants: s.opts.Tenants, Operational: s.opts.OperationalWebhook,
-		Registry: s.opts.Registry, OnMaintain: s.retireExpiredSecrets,
+		Registry: s.opts.Registry, OnMaintain: func(now time.Time) { s.api.RetireExpiredSecrets(now) },
+	})
+	// The admin API before the engine starts: its maintenance retires
+	// the API's rotated secrets through it.
+	s.api = admin.New(admin.Config{
+		Engine: d, Store: s.q, Logger: s.log, Now: s.opts.Now, AdminListen: s.opts.AdminListen, AdminToken: s.opts.AdminToken,
+		Registry: s.opts.Registry, Specs: s.opts.Specs, Tenants: s.opts.Tenants, TenantDefaults: s.opts.TenantDefaults,
+		TenantTokens: s.opts.TenantTokens, Draining: &s.draining,
 	})
 	earlyMu.Lock()
 	d.RaiseHead(earlyHead)
@@ -404,17 +374,27 @@ func (s *Server) Open() (err error) {
 		s.serveIngest()
 	}
 	if s.admin != nil {
-		h := s.adminHandler()
-		s.adminSwitch.Store(&h)
+		s.admin.Ready(s.api)
 	} else if s.adminLn != nil {
-		s.admin = s.newAdminServer(s.adminHandler())
-		go func() {
-			if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.log.Error("admin server", "err", err)
-			}
-		}()
+		s.serveAdmin(&adminDone, s.api)
 	}
 	return nil
+}
+
+// serveAdmin serves the admin listener: a's API, or the starting handler
+// until Ready when a is nil; done is closed when it stops serving.
+func (s *Server) serveAdmin(done *chan struct{}, a *admin.API) {
+	s.admin = admin.NewServer()
+	if a != nil {
+		s.admin.Ready(a)
+	}
+	*done = make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		if err := s.admin.Serve(s.adminLn); err != nil {
+			s.log.Error("admin server", "err", err)
+		}
+	}(*done)
 }
 
 // newIngest makes the ingest server; it answers 503 until Start.
@@ -435,25 +415,6 @@ func (s *Server) serveIngest() {
 		}
 	}()
 }
-
-// handlerSwitch is an http.Handler that can be replaced while it serves.
-type handlerSwitch struct{ h atomic.Pointer[http.Handler] }
-
-func (h *handlerSwitch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	(*h.h.Load()).ServeHTTP(w, r)
-}
-
-func (h *handlerSwitch) Store(x *http.Handler) { h.h.Store(x) }
-
-// startingHandler answers while the log is being opened.
-var startingHandler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/healthz" {
-		writeJSON(w, http.StatusOK, api.HealthAnswer{Status: "ok"})
-		return
-	}
-	w.Header().Set("Retry-After", "1")
-	writeJSON(w, http.StatusServiceUnavailable, api.HealthAnswer{Status: "starting: connecting to the log"})
-})
 
 // openBadger opens the embedded log; a nil *badger.Log must not become a
 // non-nil queue.Store, so the error path returns a nil interface.
@@ -566,7 +527,7 @@ func (s *Server) Close(ctx context.Context) error {
 		s.ingestLn.Close()
 	}
 	if s.admin != nil {
-		if err := freshconn.Shutdown(sctx, s.admin.Shutdown, &s.adminFresh); err != nil {
+		if err := s.admin.Shutdown(sctx); err != nil {
 			keep(fmt.Errorf("admin shutdown: %w", err))
 		}
 	}

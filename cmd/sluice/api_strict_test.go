@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/signing"
 )
@@ -19,7 +20,7 @@ import (
 func TestAPIDocumentsAreStrict(t *testing.T) {
 	tb := startDeliveryTestbed(t, newDeliveryLog())
 	s := openAPISidecar(t, proxy.Options{AdminToken: apiOpToken,
-		TenantTokens: []proxy.TenantToken{{Token: apiAcmeToken, Tenant: "acme"}}})
+		TenantTokens: []admin.TenantToken{{Token: apiAcmeToken, Tenant: "acme"}}})
 	u := tb.URL() + "/x"
 	s.mustCall(t, apiAcmeToken, "POST", "/v1/subscriptions", `{"id": "mine", "url": "`+u+`"}`, 201, nil)
 
@@ -76,7 +77,7 @@ func TestAPIDocumentsAreStrict(t *testing.T) {
 func TestAPIPatchSecretsReplacesGeneratedSecret(t *testing.T) {
 	tb := startDeliveryTestbed(t, newDeliveryLog())
 	s := openAPISidecar(t, proxy.Options{AdminToken: apiOpToken,
-		TenantTokens: []proxy.TenantToken{{Token: apiAcmeToken, Tenant: "acme"}}})
+		TenantTokens: []admin.TenantToken{{Token: apiAcmeToken, Tenant: "acme"}}})
 	var info api.SubscriptionInfo
 	s.mustCall(t, apiAcmeToken, "POST", "/v1/subscriptions", `{"id": "mine", "url": "`+tb.URL()+`/mine"}`, 201, &info)
 	if info.Secret == "" {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
@@ -242,7 +243,7 @@ func TestAPIEveryRow(t *testing.T) {
 	k, _ := signing.ParseSecret(e2eSecret)
 	filed := &delivery.Subscription{ID: "filed", URL: tb.URL() + "/filed", Secrets: []signing.Secret{k}, Types: []string{"file.*"}}
 	s := openAPISidecar(t, proxy.Options{AdminToken: apiOpToken, Subscriptions: []*delivery.Subscription{filed},
-		TenantTokens: []proxy.TenantToken{{Token: apiAcmeToken, Tenant: "acme"}}})
+		TenantTokens: []admin.TenantToken{{Token: apiAcmeToken, Tenant: "acme"}}})
 	doc := func(id string, kv ...any) string {
 		m := map[string]any{"id": id, "url": tb.URL() + "/" + id}
 		for i := 0; i < len(kv); i += 2 {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
 )
 
@@ -276,7 +276,7 @@ does not deliver twice; a dead letter that does not exist is an error.`), stdout
 	// One named dead letter that does not exist is an error; a skip
 	// because it was replayed already is not (running a replay twice is
 	// safe, and scripts may).
-	if single && len(res.Results) == 1 && !res.Results[0].Replayed && strings.HasSuffix(res.Results[0].Skipped, proxy.ErrNotFound.Error()) {
+	if single && len(res.Results) == 1 && !res.Results[0].Replayed && strings.HasSuffix(res.Results[0].Skipped, admin.ErrNotFound.Error()) {
 		return fmt.Errorf("dlq replay: %s", res.Results[0].Skipped)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
@@ -64,7 +65,7 @@ func TestTenantCapHoldsAgainstABlackHole(t *testing.T) {
 		return &delivery.Subscription{ID: id, Tenant: tenant, URL: url, Secrets: []signing.Secret{k}, MaxConcurrency: 4, Timeout: 2 * time.Second, Retry: retry}
 	}
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken,
-		TenantTokens: []proxy.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}},
+		TenantTokens: []admin.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}},
 		// The events are platform events both tenants receive: the operator
 		// shares every type with them (the tenant rule, docs/security.md).
 		Tenants: []delivery.Tenant{{ID: "acme", MaxConcurrency: tenantCap, SharedTypes: []string{"*"}}, {ID: "other", SharedTypes: []string{"*"}}},
@@ -175,7 +176,7 @@ func TestTenantMaxSubscriptions(t *testing.T) {
 	tb := startReceiver(t)
 	k, _ := signing.ParseSecret(e2eSecret)
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken,
-		TenantTokens:  []proxy.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}},
+		TenantTokens:  []admin.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}},
 		Tenants:       []delivery.Tenant{{ID: "acme", MaxSubscriptions: 2}},
 		Subscriptions: []*delivery.Subscription{{ID: "acme-file", Tenant: "acme", URL: tb.URL() + "/acme-file", Secrets: []signing.Secret{k}}}})
 	doc := func(id string, kv ...any) string {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/ingest"
@@ -49,7 +50,7 @@ func TestTenantEventsReachOnlyTheirTenant(t *testing.T) {
 		Timeout: 2 * time.Second}
 	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken, Subscriptions: []*delivery.Subscription{ops, all}, OperationalWebhook: opsHook,
 		Tenants:      []delivery.Tenant{{ID: "acme", SharedTypes: []string{"status.*"}}, {ID: "globex"}, {ID: "initech", SharedTypes: []string{"*"}}},
-		TenantTokens: []proxy.TenantToken{{Token: teAcmeToken, Tenant: "acme"}, {Token: teGlobexToken, Tenant: "globex"}}})
+		TenantTokens: []admin.TenantToken{{Token: teAcmeToken, Tenant: "acme"}, {Token: teGlobexToken, Tenant: "globex"}}})
 
 	// The attack of the finding: a tenant subscribes to everything.
 	create := func(token, id, path string, extra map[string]any) {
@@ -178,7 +179,7 @@ func TestTenantLimitAnswersAlike(t *testing.T) {
 	t.Cleanup(func() { tb.Close() })
 	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken,
 		Tenants:      []delivery.Tenant{{ID: "acme", MaxSubscriptions: 1}, {ID: "globex"}},
-		TenantTokens: []proxy.TenantToken{{Token: teAcmeToken, Tenant: "acme"}, {Token: teGlobexToken, Tenant: "globex"}}})
+		TenantTokens: []admin.TenantToken{{Token: teAcmeToken, Tenant: "acme"}, {Token: teGlobexToken, Tenant: "globex"}}})
 	doc := func(id string) string {
 		return jsonOf(map[string]any{"id": id, "url": tb.URL() + "/x", "types": []string{"*"}})
 	}
@@ -205,7 +206,7 @@ func TestTenantMoveStopsOldTenantsRetries(t *testing.T) {
 	tb.SetMode("/mover", testbed.ModeFail)
 	s := openAPISidecar(t, proxy.Options{AdminToken: teOpToken,
 		Tenants:      []delivery.Tenant{{ID: "acme"}, {ID: "globex"}},
-		TenantTokens: []proxy.TenantToken{{Token: teAcmeToken, Tenant: "acme"}}})
+		TenantTokens: []admin.TenantToken{{Token: teAcmeToken, Tenant: "acme"}}})
 	s.mustCall(t, "", "POST", "/v1/subscriptions", jsonOf(map[string]any{"id": "mover", "url": tb.URL() + "/mover", "types": []string{"*"},
 		"retry": map[string]any{"max_attempts": 50, "base": "20ms", "cap": "50ms"}}), 201, nil)
 	s.postAs(t, "globex", "invoice.paid", "globex-ev", `{"email":"someone@globex.example"}`)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
@@ -31,16 +32,16 @@ const (
 	isoOtherToken = "iso-other-token"
 )
 
-// adminRoutes reads the admin API's routes from package proxy's source:
+// adminRoutes reads the admin API's routes from package admin's source:
 // every pattern given to a mux's Handle or HandleFunc, and the keys of
 // tenantRoutes, the routes a tenant's token may use. Read from the
 // source, so that a route added later is seen by the isolation test
 // without anyone remembering to list it there.
 func adminRoutes(t *testing.T) (registered, tenant []string) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "..", "proxy", "*.go"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "proxy", "admin", "*.go"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("proxy's sources: %v", err)
+		t.Fatalf("the admin API's sources: %v", err)
 	}
 	fset := token.NewFileSet()
 	literal := func(e ast.Expr) string {
@@ -79,7 +80,7 @@ func adminRoutes(t *testing.T) (registered, tenant []string) {
 		})
 	}
 	if len(tenant) == 0 {
-		t.Fatal("no tenantRoutes in proxy's source")
+		t.Fatal("no tenantRoutes in the admin API's source")
 	}
 	slices.Sort(registered)
 	slices.Sort(tenant)
@@ -121,7 +122,7 @@ func startIsoWorld(t *testing.T) *isoWorld {
 	tb.SetMode("/other-file-hook-7f3a", testbed.ModeFail)
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken, Subscriptions: isoFileSubs(tb),
 		Tenants:      []delivery.Tenant{{ID: "acme", SharedTypes: []string{"shared.*"}}, {ID: "other", SharedTypes: []string{"shared.*"}}},
-		TenantTokens: []proxy.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}, {Token: isoOtherToken, Tenant: "other"}}})
+		TenantTokens: []admin.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}, {Token: isoOtherToken, Tenant: "other"}}})
 	w := &isoWorld{apiSidecar: s, tb: tb, deadSeq: map[string]uint64{}}
 	s.mustCall(t, isoAcmeToken, "POST", "/v1/subscriptions", jsonOf(map[string]any{"id": "acme-api", "url": tb.URL() + "/acme-api-hook",
 		"types": []string{"acme.*", "shared.*"}, "headers": map[string]string{"X-Who": "acme-header"}}), 201, nil)
@@ -342,7 +343,7 @@ var isoOperatorRoutes = map[string]isoReq{
 var isoPublicRoutes = []string{"GET /healthz", "/"}
 
 // TestTenantIsolationEveryRoute: the route lists of this test are the
-// admin API's (read from proxy's source: a route added later fails the
+// admin API's (read from package admin's source: a route added later fails the
 // test until it is listed here, as a tenant's or the operator's). With
 // acme's token (a configured one, an issued one, and the issued one after
 // a restart on the same data dir, whose hash the store keeps) every

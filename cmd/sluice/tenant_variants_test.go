@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
 )
@@ -29,7 +30,7 @@ func TestVariantBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := openAPISidecar(t, proxy.Options{AdminToken: isoOpToken,
-		TenantTokens: []proxy.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}, {Token: isoOtherToken, Tenant: "other"}},
+		TenantTokens: []admin.TenantToken{{Token: isoAcmeToken, Tenant: "acme"}, {Token: isoOtherToken, Tenant: "other"}},
 		Subscriptions: []*delivery.Subscription{{ID: "acme-file", Tenant: "acme", URL: tb.URL() + "/acme-file",
 			Secrets: []signing.Secret{k}, Variant: fileVariant}}})
 	doc := func(id, tenant string, fields ...string) string {

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
@@ -100,7 +100,7 @@ func (in *interner) types(ts []string) []string {
 	return ts
 }
 
-// specParser is proxy.SpecParser over config's parser: the API's
+// specParser is admin.SpecParser over config's parser: the API's
 // subscription documents are checked exactly as the file's subscriptions
 // are, and converted by newSubscription.
 type specParser struct {
@@ -109,7 +109,7 @@ type specParser struct {
 	allowPrivate bool
 }
 
-var _ proxy.SpecParser = specParser{}
+var _ admin.SpecParser = specParser{}
 
 // Parse validates doc (config.ParseSubscription); the subscription's Spec
 // is doc as given, secrets included: it is what a PATCH merges into.
@@ -158,10 +158,10 @@ func tenantDefaults(cfg *config.Config) delivery.Tenant {
 }
 
 // tenantTokens copies admin.tokens as config resolved them.
-func tenantTokens(cfg *config.Config) []proxy.TenantToken {
-	var out []proxy.TenantToken
+func tenantTokens(cfg *config.Config) []admin.TenantToken {
+	var out []admin.TenantToken
 	for _, t := range cfg.Admin.ResolvedTenantTokens {
-		out = append(out, proxy.TenantToken{Token: t.Token, Tenant: t.Tenant})
+		out = append(out, admin.TenantToken{Token: t.Token, Tenant: t.Tenant})
 	}
 	return out
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/signing"
@@ -149,7 +149,7 @@ func TestServerOptionsTenants(t *testing.T) {
 	if want := []delivery.Tenant{{ID: "acme", MaxSubscriptions: 5, MaxConcurrency: 40}, {ID: "globex"}}; !reflect.DeepEqual(opts.Tenants, want) {
 		t.Errorf("Tenants = %+v, want %+v", opts.Tenants, want)
 	}
-	if want := []proxy.TenantToken{{Token: "acme-token-1-7d3a", Tenant: "acme"}}; !slices.Equal(opts.TenantTokens, want) || opts.AdminToken != "operator-token-1" {
+	if want := []admin.TenantToken{{Token: "acme-token-1-7d3a", Tenant: "acme"}}; !slices.Equal(opts.TenantTokens, want) || opts.AdminToken != "operator-token-1" {
 		t.Errorf("TenantTokens = %+v, AdminToken %q", opts.TenantTokens, opts.AdminToken)
 	}
 	ow := opts.OperationalWebhook

@@ -1,6 +1,6 @@
 // Package observability holds the Grafana dashboard and Prometheus alert
 // rules of examples/observability; this test keeps them in step with the
-// metrics sluice emits (proxy/metrics.go).
+// metrics sluice emits (proxy/delivery/metrics.go, proxy/ingest/metrics.go).
 package observability
 
 import (
@@ -14,7 +14,7 @@ import (
 	"testing"
 )
 
-// metricNames are the series proxy/metrics.go, queue/badger/metrics.go and
+// metricNames are the series proxy/delivery/metrics.go, proxy/ingest/metrics.go, queue/badger/metrics.go and
 // queue/jetstream (own.go, append.go) define. Histograms are listed by their base name.
 var metricNames = []string{
 	"sluice_ingest_events_total",
@@ -64,12 +64,12 @@ func baseName(s string) string {
 	return s
 }
 
-// The list above is the one proxy/metrics.go and queue/badger/metrics.go
+// The list above is the one proxy/delivery/metrics.go, proxy/ingest/metrics.go and queue/badger/metrics.go
 // register: a metric renamed or added there fails here until the list
 // (and the dashboard) follow.
 func TestMetricListMatchesProxy(t *testing.T) {
 	var defined []string
-	for _, file := range []string{"../../proxy/metrics.go", "../../queue/badger/metrics.go", "../../queue/metrics.go", "../../queue/jetstream/own.go", "../../queue/jetstream/append.go"} {
+	for _, file := range []string{"../../proxy/delivery/metrics.go", "../../proxy/ingest/metrics.go", "../../queue/badger/metrics.go", "../../queue/metrics.go", "../../queue/jetstream/own.go", "../../queue/jetstream/append.go"} {
 		src, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
@@ -82,7 +82,7 @@ func TestMetricListMatchesProxy(t *testing.T) {
 	defined = slices.Compact(defined)
 	want := slices.Sorted(slices.Values(metricNames))
 	if !slices.Equal(defined, want) {
-		t.Errorf("proxy/metrics.go and queue/badger/metrics.go define\n  %v\nthis test lists\n  %v", defined, want)
+		t.Errorf("the metrics files define\n  %v\nthis test lists\n  %v", defined, want)
 	}
 }
 
@@ -178,7 +178,7 @@ func TestGrafanaDashboard(t *testing.T) {
 				for _, n := range names {
 					b := baseName(n)
 					if _, ok := known[b]; !ok {
-						t.Errorf("panel %q: %s is not a metric sluice emits (proxy/metrics.go)", p.Title, n)
+						t.Errorf("panel %q: %s is not a metric sluice emits (proxy/delivery/metrics.go, proxy/ingest/metrics.go)", p.Title, n)
 						continue
 					}
 					known[b] = true
@@ -208,7 +208,7 @@ func TestAlertMetricNames(t *testing.T) {
 		}
 		for _, n := range metricRE.FindAllString(string(src), -1) {
 			if !slices.Contains(metricNames, baseName(n)) {
-				t.Errorf("%s: %s is not a metric sluice emits (proxy/metrics.go)", file, n)
+				t.Errorf("%s: %s is not a metric sluice emits (proxy/delivery/metrics.go, proxy/ingest/metrics.go)", file, n)
 			}
 		}
 	}

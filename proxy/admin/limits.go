@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"net"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/freshconn"
 )
 
 // Limits of the admin listener, which anyone who can reach its address can
@@ -54,13 +56,13 @@ var (
 // longer than the server's WriteTimeout, and a ReadTimeout also expires
 // the read net/http keeps pending while a handler runs, which cancels
 // the request's context: a 30 s CPU profile would stop early.
-func (s *Server) newAdminServer(h http.Handler) *http.Server {
+func newAdminServer(h http.Handler, fresh *freshconn.Set) *http.Server {
 	return &http.Server{
 		Handler:           adminDeadlines(h),
 		ReadHeaderTimeout: adminHeaderTimeout,
 		IdleTimeout:       adminIdleTimeout,
 		MaxHeaderBytes:    adminMaxHeaderBytes,
-		ConnState:         s.adminFresh.TrackHTTP,
+		ConnState:         fresh.TrackHTTP,
 	}
 }
 

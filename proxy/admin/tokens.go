@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"cmp"
@@ -184,7 +184,7 @@ func (c *tokenCache) drop(key string) {
 // a token no longer among them is refused from the next request, a new
 // one works from then. A reload calls it; issued tokens are not touched.
 // Safe for concurrent use.
-func (s *Server) SetTenantTokens(toks []TenantToken) {
+func (s *API) SetTenantTokens(toks []TenantToken) {
 	s.tokens.setConfig(toks)
 }
 
@@ -196,7 +196,7 @@ type tokenVerdict struct {
 
 // tenantOfToken judges tok: a config token's tenant, or an issued
 // token's read from the store (cached for tokenRecheck), unless expired.
-func (s *Server) tenantOfToken(tok string) (tokenVerdict, error) {
+func (s *API) tenantOfToken(tok string) (tokenVerdict, error) {
 	key := tokenKey(tok)
 	if t, ok := s.tokens.configured(key); ok {
 		return tokenVerdict{tenant: t.tenant}, nil
@@ -232,7 +232,7 @@ func (s *Server) tenantOfToken(tok string) (tokenVerdict, error) {
 // tokenRoutes registers the tenant tokens' routes, the operator's only
 // (none is in tenantRoutes): a tenant neither issues tokens nor sees
 // which exist.
-func (s *Server) tokenRoutes(mux *http.ServeMux) {
+func (s *API) tokenRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/tenants/{tenant}/tokens", s.issueTenantToken)
 	mux.HandleFunc("GET /v1/tenants/{tenant}/tokens", s.listTenantTokens)
 	mux.HandleFunc("GET /v1/tokens", s.listTenantTokens)
@@ -252,7 +252,7 @@ func pathTenant(w http.ResponseWriter, r *http.Request) (string, bool) {
 
 // tokenStore is the store as queue.Records, answered 501 when it keeps
 // no records.
-func (s *Server) tokenStore(w http.ResponseWriter) (queue.Records, bool) {
+func (s *API) tokenStore(w http.ResponseWriter) (queue.Records, bool) {
 	recs, ok := s.q.(queue.Records)
 	if !ok {
 		writeError(w, http.StatusNotImplemented, "this log keeps no records: tenant tokens can only come from admin.tokens")
@@ -264,7 +264,7 @@ func (s *Server) tokenStore(w http.ResponseWriter) (queue.Records, bool) {
 // optional IssueTokenRequest: a new token scoped to the tenant, shown
 // once; the store keeps only its SHA-256. A tenant not listed in the
 // config's tenants may have tokens: tenant_defaults bound it.
-func (s *Server) issueTenantToken(w http.ResponseWriter, r *http.Request) {
+func (s *API) issueTenantToken(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := pathTenant(w, r)
 	if !ok {
 		return
@@ -328,7 +328,7 @@ func tokenExpiry(req api.IssueTokenRequest, now time.Time) (*time.Time, error) {
 
 // listTenantTokens serves GET /v1/tokens (every tenant's) and GET
 // /v1/tenants/{tenant}/tokens: a TokenList.
-func (s *Server) listTenantTokens(w http.ResponseWriter, r *http.Request) {
+func (s *API) listTenantTokens(w http.ResponseWriter, r *http.Request) {
 	tenant := ""
 	if r.PathValue("tenant") != "" {
 		var ok bool
@@ -383,7 +383,7 @@ func issuedInfo(key string, rec tokenRecord, now time.Time) api.TokenInfo {
 // issued token stops working at once on this node, and on the others of
 // a fleet within tokenRecheck. A config token is revoked by removing it
 // from admin.tokens and reloading.
-func (s *Server) revokeTenantToken(w http.ResponseWriter, r *http.Request) {
+func (s *API) revokeTenantToken(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := pathTenant(w, r)
 	if !ok {
 		return

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 // subscriptionRoutes registers the subscription API (the
 // endpoint API, recovery and the undelivered list; tenant tokens are
 // tokenRoutes').
-func (s *Server) subscriptionRoutes(mux *http.ServeMux) {
+func (s *API) subscriptionRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
 		body, ok := readBody(w, r, maxSpecBytes)
 		if !ok {
@@ -161,7 +161,7 @@ func registryResult(w http.ResponseWriter, status int, err error, v any) {
 
 // listUndelivered serves GET /v1/undelivered?subscription=S[&since=T]
 // [&limit=N][&cursor=C].
-func (s *Server) listUndelivered(w http.ResponseWriter, r *http.Request) {
+func (s *API) listUndelivered(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for k := range q {
 		switch k {

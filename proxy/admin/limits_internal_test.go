@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 // Misbehaving clients of the admin listener over real loopback TCP, as
 // ingest_faults_test.go does for ingest: raw bytes on net.Conn. In package
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/rawconn"
 	"github.com/sluicehq/sluice/internal/testwait"
 )
 
@@ -28,12 +29,12 @@ func setLimit[T any](t *testing.T, p *T, v T) {
 	t.Cleanup(func() { *p = old })
 }
 
-func startAdminLimitsServer(t *testing.T) *Server {
+func startAdminLimitsServer(t *testing.T) *sidecar {
 	t.Helper()
-	return openTestServer(t, Options{AdminListen: "127.0.0.1:0", AdminToken: adminLimitsToken}, nil)
+	return openTestServer(t, Options{AdminListen: "127.0.0.1:0", AdminToken: adminLimitsToken})
 }
 
-func dialAdmin(t *testing.T, s *Server) net.Conn {
+func dialAdmin(t *testing.T, s *sidecar) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(s.AdminURL(), "http://"))
 	if err != nil {
@@ -74,7 +75,7 @@ func TestAdminLimitsRefuseBeforeTheBody(t *testing.T) {
 				t.Fatal(err)
 			}
 			started.Add(1)
-			writers.Go(func() { trickle(c, nil, []byte{'a'}, &started) })
+			writers.Go(func() { rawconn.Trickle(c, nil, []byte{'a'}, &started) })
 			wg.Go(func() {
 				br := bufio.NewReader(c)
 				c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -119,7 +120,7 @@ func TestAdminLimitsSlowBody(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		trickle(c, nil, []byte{' '}, &started)
+		rawconn.Trickle(c, nil, []byte{' '}, &started)
 	}()
 	start := time.Now()
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -144,11 +145,11 @@ func TestAdminLimitsIdleKeepAlive(t *testing.T) {
 	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	if a := mustAnswer(t, c, br); a.status != http.StatusOK || a.close {
-		t.Fatalf("healthz: %d, close %v; want 200 on a kept-alive connection", a.status, a.close)
+	if a := rawconn.MustAnswer(t, c, br); a.Status != http.StatusOK || a.Close {
+		t.Fatalf("healthz: %d, close %v; want 200 on a kept-alive connection", a.Status, a.Close)
 	}
 	start := time.Now()
-	assertClosed(t, c, br)
+	rawconn.AssertClosed(t, c, br)
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("idle connection closed after %v, want about 300ms", took)
 	}
@@ -169,10 +170,10 @@ func TestAdminLimitsConnectionCap(t *testing.T) {
 	testwait.Await(t, "the server to hold every connection", func() bool { return capped.open.Load() == limit })
 	extra := dialAdmin(t, s)
 	br := bufio.NewReader(extra)
-	if a := mustAnswer(t, extra, br); a.status != http.StatusServiceUnavailable || a.retryAfter == "" || !strings.Contains(a.Error, "connections") {
-		t.Fatalf("connection past the cap: %d %+v, want 503 with Retry-After", a.status, a)
+	if a := rawconn.MustAnswer(t, extra, br); a.Status != http.StatusServiceUnavailable || a.RetryAfter == "" || !strings.Contains(a.Error, "connections") {
+		t.Fatalf("connection past the cap: %d %+v, want 503 with Retry-After", a.Status, a)
 	}
-	assertClosed(t, extra, br)
+	rawconn.AssertClosed(t, extra, br)
 
 	held[0].Close()
 	testwait.Await(t, "the server to release a slot", func() bool { return capped.open.Load() < limit })
@@ -180,8 +181,8 @@ func TestAdminLimitsConnectionCap(t *testing.T) {
 	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	if a := mustAnswer(t, c, bufio.NewReader(c)); a.status != http.StatusOK {
-		t.Fatalf("healthz after a slot was released: %d %+v", a.status, a)
+	if a := rawconn.MustAnswer(t, c, bufio.NewReader(c)); a.Status != http.StatusOK {
+		t.Fatalf("healthz after a slot was released: %d %+v", a.Status, a)
 	}
 }
 

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"mime"
@@ -24,7 +24,7 @@ import (
 // body is not JSON: a page of another origin cannot send JSON without the
 // browser asking first (CORS preflight), which this listener never
 // allows. It returns whether the request may go on.
-func (s *Server) adminGuard(w http.ResponseWriter, r *http.Request, tokenRequired bool) bool {
+func (s *API) adminGuard(w http.ResponseWriter, r *http.Request, tokenRequired bool) bool {
 	if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) {
 		refuseUnread(w, r, http.StatusForbidden, "Origin "+strconv.Quote(o)+" does not match Host "+strconv.Quote(r.Host)+": the admin API answers no other site's pages")
 		return false
@@ -67,7 +67,7 @@ func sameOrigin(origin, host string) bool {
 // without a name someone else controls: an IP address (a rebinding page
 // has a host name), localhost, or the host name of admin.listen. A unix
 // socket cannot be reached by a browser: anything goes.
-func (s *Server) localHost(host string) bool {
+func (s *API) localHost(host string) bool {
 	if strings.HasPrefix(s.opts.AdminListen, "unix://") {
 		return true
 	}

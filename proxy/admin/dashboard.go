@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"embed"
@@ -31,7 +31,7 @@ const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; c
 // the page, GET /assets/{name} its script and style sheet. The page polls
 // GET /v1/subscriptions, /v1/retry-budget and /v1/dead-letters once a second
 // and replays through POST /v1/dead-letters/replay.
-func (s *Server) dashboardRoutes(mux *http.ServeMux) {
+func (s *API) dashboardRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		serveDashboardFile(w, r, "index.html")
 	})

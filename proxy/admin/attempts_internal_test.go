@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"net/http"
@@ -18,9 +18,9 @@ func TestAttemptRoutesScopedToTheTenant(t *testing.T) {
 	t.Cleanup(rcv.Close)
 	mine := &delivery.Subscription{ID: "mine", URL: rcv.URL, Tenant: "acme"}
 	theirs := &delivery.Subscription{ID: "theirs", URL: rcv.URL, Tenant: "other"}
-	s := openTestServer(t, Options{Subscriptions: []*delivery.Subscription{mine, theirs}}, nil)
+	s := openTestServer(t, Options{Subscriptions: []*delivery.Subscription{mine, theirs}})
 	mux := http.NewServeMux()
-	s.attemptRoutes(mux)
+	s.api.attemptRoutes(mux)
 	get := func(p principal, path string) (int, string) {
 		r := withPrincipal(httptest.NewRequest("GET", path, nil), p)
 		w := httptest.NewRecorder()

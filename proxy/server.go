@@ -1,14 +1,9 @@
 package proxy
 
 import (
+	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
-	"github.com/sluicehq/sluice/queue"
 )
-
-// ErrNotFound is returned for an unknown subscription, event or dead
-// letter. It is queue.ErrNotFound itself, so one errors.Is serves whether
-// the engine or the store found nothing.
-var ErrNotFound = queue.ErrNotFound
 
 // Pause stops a subscription's deliveries (its events wait on disk) and
 // records why; the pause survives restarts until Resume.
@@ -30,4 +25,15 @@ func (s *Server) Event(id string) (*api.EventStatus, error) { return s.d.Event(i
 // replayed is skipped unless force (delivery.Dispatcher.Replay).
 func (s *Server) Replay(sub string, seq uint64, force bool) (api.ReplayResult, error) {
 	return s.d.Replay(sub, seq, force)
+}
+
+// SetTenantTokens replaces the tenant tokens of the config (admin.tokens)
+// on a reload: a token no longer among them is refused from the next
+// request, a new one works from then; issued tokens are not touched.
+func (s *Server) SetTenantTokens(toks []admin.TenantToken) {
+	if s.api == nil {
+		s.opts.TenantTokens = toks // not open yet: Open gives them to the API
+		return
+	}
+	s.api.SetTenantTokens(toks)
 }

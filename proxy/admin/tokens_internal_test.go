@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"encoding/json"
@@ -17,14 +17,14 @@ import (
 // tokenWorld is a sidecar with an operator token, acme's config token
 // and a clock the test moves.
 type tokenWorld struct {
-	s   *Server
+	s   *sidecar
 	off atomic.Int64
 }
 
 func startTokenWorld(t *testing.T) *tokenWorld {
 	t.Helper()
 	w := &tokenWorld{}
-	w.s = New(Options{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", DataDir: t.TempDir(),
+	w.s = newSidecar(Options{AdminListen: "127.0.0.1:0", DataDir: t.TempDir(),
 		AdminToken: "op", TenantTokens: []TenantToken{{Token: "acme-conf", Tenant: "acme"}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:    func() time.Time { return time.Now().Add(time.Duration(w.off.Load())) }})

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"cmp"
@@ -37,7 +37,7 @@ func withPrincipal(r *http.Request, p principal) *http.Request {
 // canSee reports whether p may see subscription sub (and its dead
 // letters, attempts, ledger entries): the operator sees every one, a
 // tenant those that name it.
-func (s *Server) canSee(p principal, sub string) bool {
+func (s *API) canSee(p principal, sub string) bool {
 	if p.operator() {
 		return true
 	}
@@ -49,7 +49,7 @@ func (s *Server) canSee(p principal, sub string) bool {
 // recorded on the letter, never by whoever holds its subscription id now
 // (tenant isolation judges by owner). A letter written before owners were recorded (not
 // Scoped) is judged by its subscription, as before.
-func (s *Server) canRead(p principal, d *queue.DeadLetter) bool {
+func (s *API) canRead(p principal, d *queue.DeadLetter) bool {
 	switch {
 	case p.operator():
 		return true
@@ -61,7 +61,7 @@ func (s *Server) canRead(p principal, d *queue.DeadLetter) bool {
 
 // tenantLimits returns tenant's limits: its own, or the defaults for a
 // tenant Options.Tenants does not list; nil for the operator ("").
-func (s *Server) tenantLimits(tenant string) *delivery.Tenant {
+func (s *API) tenantLimits(tenant string) *delivery.Tenant {
 	if tenant == "" {
 		return nil
 	}
@@ -80,7 +80,7 @@ func (s *Server) tenantLimits(tenant string) *delivery.Tenant {
 // parsed, gets concurrency.max = the bound when it sets no max and the
 // default cap would exceed it (the tenant did not ask for more);
 // checkConcurrency then refuses what the tenant did ask for.
-func (s *Server) boundConcurrency(p principal, doc map[string]any) {
+func (s *API) boundConcurrency(p principal, doc map[string]any) {
 	t := s.tenantLimits(p.tenant)
 	if p.operator() || t == nil || t.MaxSubscriptionConcurrency <= 0 {
 		return
@@ -108,7 +108,7 @@ func (s *Server) boundConcurrency(p principal, doc map[string]any) {
 
 // checkConcurrency refuses a subscription a tenant's token made or
 // changed whose cap is above the tenant's MaxSubscriptionConcurrency.
-func (s *Server) checkConcurrency(p principal, sub *delivery.Subscription) error {
+func (s *API) checkConcurrency(p principal, sub *delivery.Subscription) error {
 	t := s.tenantLimits(p.tenant)
 	if p.operator() || t == nil || t.MaxSubscriptionConcurrency <= 0 {
 		return nil

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ func notFoundSubscription(id string) error {
 
 // attemptRoutes registers GET /v1/subscriptions/{id}/attempts and
 // /series, scoped to what the request's principal may see.
-func (s *Server) attemptRoutes(mux *http.ServeMux) {
+func (s *API) attemptRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/subscriptions/{id}/attempts", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		if !s.canSee(principalOf(r), id) {

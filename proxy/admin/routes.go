@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"cmp"
@@ -23,7 +23,7 @@ import (
 // not a hot path, and the standard tooling fits it best). Every answer is
 // one of the wire types of package api, so that package client decodes exactly
 // what is encoded here.
-func (s *Server) adminHandler() http.Handler {
+func (s *API) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, api.HealthAnswer{Status: "ok"})
@@ -193,7 +193,7 @@ var tenantRoutes = map[string]bool{
 // looked up by their SHA-256, which leaks nothing of the token. Before
 // any of it, adminGuard refuses what a browser page of another site could
 // send (adminguard.go); a refused request's body is never read.
-func (s *Server) requireToken(mux *http.ServeMux) http.Handler {
+func (s *API) requireToken(mux *http.ServeMux) http.Handler {
 	op := []byte(s.opts.AdminToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.adminGuard(w, r, len(op) > 0) {
@@ -300,7 +300,7 @@ func pageLimit(w http.ResponseWriter, v string) (int, bool) {
 
 // listDeadLetters serves GET /v1/dead-letters?subscription=&reason=&limit=&cursor=.
 // cursor is the "next" value of the previous page.
-func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (s *API) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for k := range q {
 		switch k {
@@ -356,7 +356,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 // ReplayRequest: {"subscription": S, "seq": N}, {"items": [{"subscription",
 // "seq"}...]}, or {"filter": {"subscription": S, "reason": R}}; "force"
 // replays dead letters already replayed.
-func (s *Server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (s *API) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 	var req api.ReplayRequest
 	p := principalOf(r)
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"bytes"
@@ -88,7 +88,7 @@ func encodeDocument(doc map[string]any) []byte {
 
 // checkBody refuses a request body the config file's JSON reader refuses
 // (SpecParser.Check).
-func (s *Server) checkBody(body []byte) error {
+func (s *API) checkBody(body []byte) error {
 	if s.opts.Specs == nil {
 		return ErrNoSpecs
 	}
@@ -100,7 +100,7 @@ func (s *Server) checkBody(body []byte) error {
 
 // parseSpec validates doc through the SpecParser, names the key in its
 // error, and marks the result as the API's.
-func (s *Server) parseSpec(doc []byte) (*delivery.Subscription, error) {
+func (s *API) parseSpec(doc []byte) (*delivery.Subscription, error) {
 	if s.opts.Specs == nil {
 		return nil, ErrNoSpecs
 	}
@@ -119,7 +119,7 @@ func (s *Server) parseSpec(doc []byte) (*delivery.Subscription, error) {
 // config file's keys) for p. Without a secret one is generated and
 // returned in the answer, once. A tenant's token makes subscriptions of
 // its own tenant only.
-func (s *Server) CreateSubscription(p principal, body []byte) (api.SubscriptionInfo, error) {
+func (s *API) CreateSubscription(p principal, body []byte) (api.SubscriptionInfo, error) {
 	doc, err := document(body)
 	if err != nil {
 		return api.SubscriptionInfo{}, err
@@ -200,7 +200,7 @@ func (s *Server) CreateSubscription(p principal, body []byte) (api.SubscriptionI
 // checkFree refuses an id that is taken: by a lane here (even one still
 // draining after a delete), or in fleet mode by a membership another
 // node wrote that this one has not heard of yet. the set is locked (LockSet).
-func (s *Server) checkFree(id string) error {
+func (s *API) checkFree(id string) error {
 	if v, ok := s.d.View(id); ok {
 		switch {
 		case v.Left:
@@ -239,7 +239,7 @@ type ownerRecord struct {
 // operator) used it: by its owner record, or, for an id used before owner
 // records existed, by dead letters under it owned by someone else. The
 // set is locked (LockSet).
-func (s *Server) checkReserved(id, tenant string) error {
+func (s *API) checkReserved(id, tenant string) error {
 	taken := fmt.Errorf("subscription %s: %w: the id was used before, by another owner, and stays reserved to it", id, ErrExists)
 	if recs, ok := s.q.(queue.Records); ok {
 		v, err := recs.GetRecord(ownerKey(id))
@@ -270,7 +270,7 @@ func (s *Server) checkReserved(id, tenant string) error {
 }
 
 // reserve writes id's owner record (see ownerKey). the set is locked (LockSet).
-func (s *Server) reserve(id, tenant string) error {
+func (s *API) reserve(id, tenant string) error {
 	recs, ok := s.q.(queue.Records)
 	if !ok {
 		return nil
@@ -285,7 +285,7 @@ func (s *Server) reserve(id, tenant string) error {
 // checkTenantRoom refuses a subscription of tenant past the tenant's
 // max_subscriptions; except is a subscription that moves within the
 // tenant (an update), not counted twice. the set is locked (LockSet).
-func (s *Server) checkTenantRoom(tenant, except string) error {
+func (s *API) checkTenantRoom(tenant, except string) error {
 	t := s.tenantLimits(tenant)
 	if t == nil || t.MaxSubscriptions <= 0 {
 		return nil
@@ -319,7 +319,7 @@ func (s *Server) checkTenantRoom(tenant, except string) error {
 // shared with several tenants carries one rendering of each. So a tenant
 // refused by the bound in all can learn that a variant it tries is
 // another's; that tells it a field list, never an event.
-func (s *Server) checkVariantRoom(sub, cur *delivery.Subscription) error {
+func (s *API) checkVariantRoom(sub, cur *delivery.Subscription) error {
 	key := sub.Variant.Key()
 	if key == "" {
 		return nil
@@ -367,7 +367,7 @@ func (s *Server) checkVariantRoom(sub, cur *delivery.Subscription) error {
 
 // apiSubscription returns subscription id if p may see it and the API
 // manages it.
-func (s *Server) apiSubscription(p principal, id string) (*delivery.Subscription, error) {
+func (s *API) apiSubscription(p principal, id string) (*delivery.Subscription, error) {
 	v, ok := s.d.View(id)
 	if !ok || !s.canSee(p, id) {
 		return nil, fmt.Errorf("subscription %q: %w", id, ErrNotFound)
@@ -384,7 +384,7 @@ func (s *Server) apiSubscription(p principal, id string) (*delivery.Subscription
 // UpdateSubscription applies a JSON merge patch (RFC 7386) to an API
 // subscription's document. The new settings apply from the next dispatch;
 // the lane keeps its place, so nothing owed is lost.
-func (s *Server) UpdateSubscription(p principal, id string, patch []byte) (api.SubscriptionInfo, error) {
+func (s *API) UpdateSubscription(p principal, id string, patch []byte) (api.SubscriptionInfo, error) {
 	pd, err := document(patch)
 	if err != nil {
 		return api.SubscriptionInfo{}, err
@@ -473,7 +473,7 @@ func replacedSecretKey(patch map[string]any) (string, bool) {
 // it takes no new events, drains what it is owed (what was accepted
 // while it was a member), then
 // retires.
-func (s *Server) DeleteSubscription(p principal, id string) (api.SubscriptionInfo, error) {
+func (s *API) DeleteSubscription(p principal, id string) (api.SubscriptionInfo, error) {
 	d := s.d
 	d.LockSet()
 	defer d.UnlockSet()
@@ -489,7 +489,7 @@ func (s *Server) DeleteSubscription(p principal, id string) (api.SubscriptionInf
 // RotateSecret gives an API subscription a new secret. The old ones keep
 // signing beside it until grace ends, so a receiver verifies either while
 // it moves to the new one; then only the new one signs.
-func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (api.RotateAnswer, error) {
+func (s *API) RotateSecret(p principal, id string, grace time.Duration) (api.RotateAnswer, error) {
 	if grace < 0 || grace > maxRotationGrace {
 		return api.RotateAnswer{}, invalidf("grace: want 0s to %s, got %s", maxRotationGrace, grace)
 	}
@@ -547,7 +547,7 @@ func (s *Server) RotateSecret(p principal, id string, grace time.Duration) (api.
 
 // withSecrets is cur with these secrets (in Subscription.SecretExpiry's
 // order) and their deadlines: its document lists them under "secrets".
-func (s *Server) withSecrets(cur *delivery.Subscription, secrets []signing.Secret, expiry []time.Time) (*delivery.Subscription, error) {
+func (s *API) withSecrets(cur *delivery.Subscription, secrets []signing.Secret, expiry []time.Time) (*delivery.Subscription, error) {
 	doc, err := document(cur.Spec)
 	if err != nil {
 		return nil, err
@@ -593,10 +593,10 @@ func sortExpiring(secrets []signing.Secret, expiry []time.Time) {
 	}
 }
 
-// retireExpiredSecrets rewrites the API subscriptions whose rotation
+// RetireExpiredSecrets rewrites the API subscriptions whose rotation
 // grace ended without the old secrets (they stopped signing already:
 // liveSecrets); only the lane's owner does it, once.
-func (s *Server) retireExpiredSecrets(now time.Time) {
+func (s *API) RetireExpiredSecrets(now time.Time) {
 	if !s.d.TakeRotating() {
 		return
 	}
@@ -620,7 +620,7 @@ func (s *Server) retireExpiredSecrets(now time.Time) {
 	}
 }
 
-func (s *Server) dropSecrets(id string, now time.Time) {
+func (s *API) dropSecrets(id string, now time.Time) {
 	d := s.d
 	d.LockSet()
 	defer d.UnlockSet()
@@ -644,7 +644,7 @@ func (s *Server) dropSecrets(id string, now time.Time) {
 
 // Recover replays every dead letter of sub whose event was accepted in
 // [since, until), each once (a letter already replayed is skipped).
-func (s *Server) Recover(p principal, sub string, since, until time.Time) (api.RecoverAnswer, error) {
+func (s *API) Recover(p principal, sub string, since, until time.Time) (api.RecoverAnswer, error) {
 	ans := api.RecoverAnswer{Subscription: sub}
 	if _, ok := s.d.View(sub); !ok || !s.canSee(p, sub) {
 		return ans, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
@@ -688,7 +688,7 @@ func (s *Server) Recover(p principal, sub string, since, until time.Time) (api.R
 // those with a retry scheduled, in seq order, then its dead letters not
 // delivered by a replay, in seq order; accepted at or after since. cursor
 // is the Next of the previous page.
-func (s *Server) Undelivered(p principal, sub string, since time.Time, limit int, cursor string) (api.UndeliveredPage, error) {
+func (s *API) Undelivered(p principal, sub string, since time.Time, limit int, cursor string) (api.UndeliveredPage, error) {
 	page := api.UndeliveredPage{Subscription: sub, Events: []api.UndeliveredEvent{}}
 	if _, ok := s.d.View(sub); !ok || !s.canSee(p, sub) {
 		return page, fmt.Errorf("subscription %q: %w", sub, ErrNotFound)
@@ -768,7 +768,7 @@ func parseUndeliveredCursor(c string) (phase string, after uint64, err error) {
 
 // subscriptionInfo is subscription id as GET /v1/subscriptions/{id} shows
 // it.
-func (s *Server) subscriptionInfo(id string) (api.SubscriptionInfo, error) {
+func (s *API) subscriptionInfo(id string) (api.SubscriptionInfo, error) {
 	v, ok := s.d.View(id)
 	if !ok {
 		return api.SubscriptionInfo{}, ErrNotFound
