@@ -151,8 +151,10 @@ func FuzzParsePubAck(f *testing.F) {
 	})
 }
 
-// BenchmarkPubAck: reading a PubAck by hand against encoding/json (what
-// nats.go's asynchronous publisher did), in the same run.
+// BenchmarkPubAck: reading a PubAck by hand against encoding/json alone
+// (parsePubAckJSON), in the same run. A loop keeps the library's caches
+// warm: about 0.85 µs a parse here (0.1 µs by hand), about 5 µs in a
+// fleet node's CPU profile at 1,000 events/s (append.go, "Publishing").
 //
 //	go test ./queue/jetstream -run '^$' -bench BenchmarkPubAck -benchmem
 func BenchmarkPubAck(b *testing.B) {
@@ -168,11 +170,7 @@ func BenchmarkPubAck(b *testing.B) {
 	b.Run("json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			var resp struct {
-				Error *jetstream.APIError `json:"error"`
-				*jetstream.PubAck
-			}
-			if err := json.Unmarshal(in, &resp); err != nil {
+			if _, err := parsePubAckJSON(in); err != nil {
 				b.Fatal(err)
 			}
 		}
