@@ -1,11 +1,14 @@
 package inject
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/config"
@@ -405,4 +408,118 @@ func deepCopy(n *yaml.Node) *yaml.Node {
 		return c
 	}
 	return cp(n)
+}
+
+// jsonNode is the JSON value raw as the yaml.Node yaml.v3 makes of it:
+// mappings, sequences, and scalars tagged !!str, !!int, !!float, !!bool
+// or !!null, a number keeping its text. encoding/json reads it, not
+// yaml.v3's parser: that refuses a string holding DEL or a C1 control
+// character, which JSON allows and the API server writes unescaped.
+func jsonNode(raw []byte) (*yaml.Node, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	n, err := readNode(dec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("more than one JSON value")
+	}
+	return n, nil
+}
+
+// readNode reads one value of jsonNode's.
+func readNode(dec *json.Decoder) (*yaml.Node, error) {
+	t, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	scalar := func(tag, value string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: value} }
+	switch t := t.(type) {
+	case json.Delim: // an opening one: Token refuses a misplaced closing one
+		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		if t == '[' {
+			n.Kind, n.Tag = yaml.SequenceNode, "!!seq"
+		}
+		for dec.More() {
+			if n.Kind == yaml.MappingNode {
+				k, err := dec.Token() // a string: Token refuses any other key
+				if err != nil {
+					return nil, err
+				}
+				n.Content = append(n.Content, scalar("!!str", k.(string)))
+			}
+			v, err := readNode(dec)
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, v)
+		}
+		_, err := dec.Token() // the closing delimiter
+		return n, err
+	case string:
+		n := scalar("!!str", t)
+		n.Style = yaml.DoubleQuotedStyle
+		return n, nil
+	case json.Number:
+		if _, err := t.Int64(); err == nil {
+			return scalar("!!int", t.String()), nil
+		}
+		return scalar("!!float", t.String()), nil
+	case bool:
+		return scalar("!!bool", strconv.FormatBool(t)), nil
+	}
+	return scalar("!!null", "null"), nil
+}
+
+// nodeJSON is n as JSON: what Node.Decode and json.Marshal make of it, but
+// a mapping keeps its keys' order (decoded into a map, they would be
+// sorted) and a number its text when that is JSON (1.0 stays 1.0).
+func nodeJSON(n *yaml.Node) (json.RawMessage, error) {
+	switch n.Kind {
+	case yaml.MappingNode, yaml.SequenceNode:
+		open, end := byte('['), byte(']')
+		if n.Kind == yaml.MappingNode {
+			open, end = '{', '}'
+		}
+		b := []byte{open}
+		for i, c := range n.Content {
+			key := n.Kind == yaml.MappingNode && i%2 == 0
+			if key && (c.Kind != yaml.ScalarNode || c.ShortTag() != "!!str") {
+				return decodedJSON(n) // a key JSON holds only as a string
+			}
+			switch {
+			case i == 0:
+			case n.Kind == yaml.MappingNode && !key:
+				b = append(b, ':')
+			default:
+				b = append(b, ',')
+			}
+			j, err := nodeJSON(c)
+			if err != nil {
+				return nil, err
+			}
+			b = append(b, j...)
+		}
+		return append(b, end), nil
+	case yaml.ScalarNode:
+		switch v := n.Value; n.ShortTag() {
+		case "!!str":
+			return json.Marshal(v)
+		case "!!int", "!!float":
+			if v != "" && (v[0] == '-' || v[0] >= '0' && v[0] <= '9') && json.Valid([]byte(v)) {
+				return json.RawMessage(v), nil
+			}
+		}
+	}
+	return decodedJSON(n)
+}
+
+// decodedJSON is n as JSON by Node.Decode and json.Marshal.
+func decodedJSON(n *yaml.Node) (json.RawMessage, error) {
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
 }

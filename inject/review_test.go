@@ -2,6 +2,7 @@ package inject
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"os"
@@ -633,6 +634,35 @@ func TestDiff(t *testing.T) {
 			if !jsonpatch.Equal(out, []byte(`{"s":`+c.new+`}`)) {
 				t.Errorf("applied: %s, want %s", out, c.new)
 			}
+		}
+	}
+}
+
+// TestJSONNode: nodeJSON writes back what jsonNode read, keys in their
+// order and numbers as written; both take JSON that yaml.v3's parser
+// refuses, a raw DEL or C1 control character in a string, which the API
+// server's encoder does not escape.
+func TestJSONNode(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"b":1,"a":[2,-0,1.5e3,1.0,18446744073709551615]}`, ""},
+		{`[true,false,null,{},[],""]`, ""},
+		{"{\"env\":\"del\x7f c1\u0080\u0085\"}", ""},
+		{` { "a" : [ 1 , "x" ] } `, `{"a":[1,"x"]}`},
+		{`"\u00e9\"\\\/<>&\u2028"`, `"é\"\\/\u003c\u003e\u0026\u2028"`},
+	} {
+		n, err := jsonNode([]byte(c.in))
+		if err != nil {
+			t.Errorf("jsonNode(%q): %v", c.in, err)
+			continue
+		}
+		got, err := nodeJSON(n)
+		if want := cmp.Or(c.want, c.in); err != nil || string(got) != want {
+			t.Errorf("nodeJSON(jsonNode(%q)) = %q, %v; want %q", c.in, got, err, want)
+		}
+	}
+	for _, bad := range []string{``, `{"a":}`, `{"a":1}{}`, `[1,]`, `{a:1}`} {
+		if n, err := jsonNode([]byte(bad)); err == nil {
+			t.Errorf("jsonNode(%q) = %v, want an error", bad, n)
 		}
 	}
 }

@@ -20,15 +20,6 @@ import (
 // the limit.
 const MaxReviewBytes = 4 << 20
 
-// GCPercent is the garbage collector's target `sluice injector` runs with
-// when GOGC is not set. A review allocates ~100 KiB, so on the small heap
-// an injector has, the default of 100 collected every ~40 reviews and the
-// collections were the latency tail: P99 of a review over TLS 1.15 ms at
-// 100, 0.58 ms at 400 (BenchmarkWebhookLatency, P50 0.15 and 0.12 ms). The
-// heap stays a few MiB with typical pods; with large ones, Limits and the
-// Go memory limit `sluice injector` sets bound it.
-const GCPercent = 400
-
 // Bounds on the reviews in flight (Limits). A review allocates about six
 // times its body: a 4 MiB body, the most that is read, took 24 MiB
 // (measured with one large annotation). With no bound, eight concurrent

@@ -13,8 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -96,13 +94,10 @@ func runInjector(drain, abort context.Context, args []string, stdout, stderr io.
 	if err != nil {
 		return fmt.Errorf("injector: --tls-cert-file, --tls-key-file: %w", err)
 	}
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(inject.GCPercent)
-	}
-	// As `sluice serve` does: with GOGC at GCPercent the heap may grow to
-	// five times the live set before a collection, past the container's
-	// limit under a burst of large reviews; the soft limit makes the
-	// collector work harder before then.
+	// As `sluice serve` does: the heap may grow to twice the live set
+	// before a collection, past the container's limit under a burst of
+	// large reviews; the soft limit makes the collector work harder before
+	// then.
 	if soft := setMemoryLimit(cgroupMemoryFiles); soft > 0 {
 		log.Info("Go memory limit set from the container's", "gomemlimit_bytes", soft)
 	}

@@ -1,11 +1,10 @@
 // Package jsonscan reads JSON's tokens straight from the bytes, for the fast
-// paths in front of encoding/json: config's reader of JSON config files and
-// inject's reader of a reviewed pod's spec. encoding/json's Decoder.Token
-// boxes every token, which was most of both paths' cost. Each caller builds
-// its own tree from these tokens and is fuzzed against encoding/json
-// (config.FuzzJSONFast, inject.FuzzJSONNode). A string that is not plain
-// ASCII goes to encoding/json to decode, so both agree on escapes and on
-// invalid UTF-8.
+// path in front of encoding/json in config's reader of JSON config files.
+// encoding/json's Decoder.Token boxes every token, which was most of that
+// path's cost. The caller builds its own tree from these tokens and is
+// fuzzed against encoding/json (config.FuzzJSONFast). A string that is not
+// plain ASCII goes to encoding/json to decode, so both agree on escapes and
+// on invalid UTF-8.
 package jsonscan
 
 import (
