@@ -1,10 +1,8 @@
 package config
 
-// The fast readers of JSON (jsonfast.go) and of YAML flow items
-// (yamlflow.go) differ in their spaces, separators, keys and scalars, and
-// read a collection alike, past its opening bracket: one loop for both. A
-// key given twice gives up, as either reader does on anything unusual
-// (the slow reader words the error).
+// The fast reader of YAML flow items (yamlflow.go) reads a collection,
+// past its opening bracket, with these loops. A key given twice gives up,
+// as the reader does on anything unusual (yaml.v3 words the error).
 
 type collectionScanner interface {
 	space()
