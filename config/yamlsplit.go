@@ -37,8 +37,6 @@ import (
 //     key left empty before the list, nor a lone scalar); the rest must
 //     not set subscriptions again.
 //
-// A piece made only of one-line flow mappings, as programs write them, is
-// read by fastFlowItems (yamlflow.go) rather than yaml.v3 where it can.
 // Anything else, and any error, and the whole file is parsed in one piece,
 // which reports errors with their lines as before. TestParseYAMLSplit and
 // FuzzParseYAMLSplit check that both give equal maps wherever the split
@@ -64,7 +62,7 @@ func parseYAMLSplit(b []byte, n int) (map[string]any, bool) {
 	if bytes.ContainsAny(b, "\t\r&") || bytes.HasPrefix(b, []byte("\xef\xbb\xbf")) {
 		return nil, false
 	}
-	head, items, indent, end, ok := findSubscriptionItems(b)
+	head, items, _, end, ok := findSubscriptionItems(b)
 	if !ok || len(items) < 2*n {
 		return nil, false
 	}
@@ -94,10 +92,6 @@ func parseYAMLSplit(b []byte, n int) (map[string]any, bool) {
 			to = items[len(items)*(i+1)/n]
 		}
 		wg.Go(func() {
-			if l, ok := fastFlowItems(b[from:to], indent); ok {
-				pieces[i], oks[i] = l, true
-				return
-			}
 			var v any
 			if yamlv3.Unmarshal(b[from:to], &v) == nil {
 				pieces[i], oks[i] = v.([]any)
@@ -222,6 +216,17 @@ func startsWithKey(s []byte) bool {
 			k++
 		}
 		return k > 0 && k < len(line) && line[k] == ':' && (k+1 == len(line) || line[k+1] == ' ')
+	}
+	return true
+}
+
+// printableASCII reports whether s is only printable ASCII (spaces
+// included), which yaml.v3 takes anywhere.
+func printableASCII(s []byte) bool {
+	for _, c := range s {
+		if c < 0x20 || c > 0x7e {
+			return false
+		}
 	}
 	return true
 }
