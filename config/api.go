@@ -320,7 +320,7 @@ func specOf(raw any) []byte {
 	default:
 		return nil
 	}
-	b, err := specJSON(redactDoc(m))
+	b, err := json.Marshal(redactDoc(m))
 	if err != nil {
 		return nil
 	}

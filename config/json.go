@@ -16,9 +16,7 @@ import (
 // thousands of generated subscriptions are usually written by a program,
 // and yaml.v3 read them about four times slower than encoding/json (7 MiB,
 // 50,000 subscriptions: about 0.8 s against 0.2 s), which was most of
-// start-up at that size. See docs/benchmarks.md, lanes-50k. (Since then
-// such YAML is split and scanned too, yamlsplit.go and yamlflow.go, and
-// this JSON goes through a scanner first, jsonfast.go.)
+// start-up at that size. See docs/benchmarks.md, lanes-50k.
 //
 // The result has the shapes the YAML parser gives, so everything after
 // parsing (unknown keys, decoding, validation) is shared: objects become
@@ -32,17 +30,8 @@ func isJSONConfig(path string) bool {
 }
 
 // parseJSONConfig decodes a JSON config document whose top level is an
-// object. Errors name the line.
+// object, with encoding/json's token reader. Errors name the line.
 func parseJSONConfig(b []byte) (map[string]any, error) {
-	if m, ok := fastJSONConfig(b); ok {
-		return m, nil
-	}
-	return parseJSONTokens(b)
-}
-
-// parseJSONTokens is parseJSONConfig by encoding/json's token reader,
-// which words every error (jsonfast.go).
-func parseJSONTokens(b []byte) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	v, err := jsonValue(dec, b)

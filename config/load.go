@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/env/v2"
 	"github.com/knadh/koanf/providers/file"
@@ -106,7 +107,7 @@ func Load(path string, environ []string, overrides map[string]any) (*Config, err
 		var m map[string]any
 		if isJSONConfig(path) {
 			m, err = parseJSONConfig(b)
-		} else if m, err = parseYAMLConfig(b); err != nil {
+		} else if m, err = yaml.Parser().Unmarshal(b); err != nil {
 			err = errors.New(redactYAMLError(err))
 		}
 		if err != nil {

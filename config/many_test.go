@@ -12,12 +12,12 @@ import (
 )
 
 // TestLoadManySubscriptions: a list long enough for the paths that work
-// on every core (the YAML split, the chunked decoding, the checks of each
-// subscription) loads to the same subscriptions as on one core, and each
-// bad file gives the same error as on one core, naming the first bad
-// subscription in list order.
+// on every core (the chunked decoding, the checks of each subscription)
+// loads to the same subscriptions as on one core, and each bad file gives
+// the same error as on one core, naming the first bad subscription in list
+// order.
 func TestLoadManySubscriptions(t *testing.T) {
-	const n = 4200 // past the 4096 and 256 KiB where the work is shared
+	const n = 4200 // past the 4096 where the work is shared
 	item := func(i int) map[string]any {
 		return map[string]any{"id": fmt.Sprintf("s%d", i), "url": fmt.Sprintf("https://h%d.example/s%d", i, i), "secret": secretA,
 			"types": []any{"t.a"}, "concurrency": map[string]any{"max": 8}, "timeout": "5s"}

@@ -8,11 +8,16 @@ import (
 // The subscriptions of a file are decoded by hand rather than by
 // mapstructure: with 50,000 of them, mapstructure's reflection (a struct
 // tag split for every field of every subscription) was 40% of the CPU of
-// start-up. The hand-written path is a fast path only, never a
+// start-up. It is the one hand-written path left in front of a library
+// here because the bound needs it: 50,000 file subscriptions must start in
+// at most 3 s on 2 cores, and without it the lanes-50k start (process
+// start to /readyz) was 2.6 s (YAML) and 2.8 s (JSON), medians on a loaded
+// machine, against 1.3 s and 1.0 s with it; config.Load alone took 2.2 s
+// against 0.5-0.7 s. The hand-written path is a fast path only, never a
 // second set of rules: it takes a subscription only when every key and
 // every value is of a shape that mapstructure decodes to the same value
-// without help (a string into a string field, an int into an int field,
-// a duration string that parses), and gives up on anything else (a key it
+// without help (a string into a string field, an int into an int field, a
+// duration string that parses), and gives up on anything else (a key it
 // does not know, a value of another type, a bad duration, null). A
 // subscription it gives up on goes through mapstructure and decodeHook as
 // before, and any error is reported by that path, so the checks and their
