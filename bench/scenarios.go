@@ -299,6 +299,13 @@ func (h *harness) drainTimeout() time.Duration {
 // subscriptions (1% of them active) against one with none, idle CPU, then
 // a steady open loop whose events each go to the active 1%.
 //
+// lanesStartTarget is how long 50,000 file subscriptions may take to
+// start, in seconds: the bound that judged which hand-written parsers of
+// the config stay. It was 2 s while five of them shaved start-up; with
+// yaml.v3 and encoding/json reading the file (one hand-written decoder of
+// subscriptions kept) start-up is about 1.0-1.5 s on the bench machine.
+const lanesStartTarget = 3
+
 // /readyz answers before start-up work is over: with 50,000 lanes the live
 // heap was measured shrinking from 133 to 51 MiB in the 2-3 s after it,
 // while Badger flushes the memtable holding the memberships written at
@@ -338,7 +345,7 @@ func (h *harness) scenarioLanes(ctx context.Context, name string) error {
 	lanesLabel := fmt.Sprintf("%d lanes", lanes)
 	if errors.Is(err, errNotReady) {
 		r.add(name, "start-up (process start → /readyz), "+lanesLabel, h.opts.startTimeout.Seconds(), "s").
-			want(onValue, "<=", 2).fail(fmt.Sprintf("not ready within %s (-start-timeout); the value is that lower bound", h.opts.startTimeout))
+			want(onValue, "<=", lanesStartTarget).fail(fmt.Sprintf("not ready within %s (-start-timeout); the value is that lower bound", h.opts.startTimeout))
 		return err
 	}
 	if err != nil {
@@ -346,13 +353,13 @@ func (h *harness) scenarioLanes(ctx context.Context, name string) error {
 	}
 	defer h.stopSidecar(sc)
 	r.add(name, "start-up (process start → /readyz), "+lanesLabel, sc.ready.Seconds(), "s").
-		want(onValue, "<=", 2).note(fmt.Sprintf("YAML config, %.1f MiB; 0 subscriptions: %.3f s", float64(sc.cfgBytes)/(1<<20), empty.ready.Seconds()))
+		want(onValue, "<=", lanesStartTarget).note(fmt.Sprintf("YAML config, %.1f MiB; 0 subscriptions: %.3f s", float64(sc.cfgBytes)/(1<<20), empty.ready.Seconds()))
 	if jsonReady > 0 {
 		r.add(name, "start-up (process start → /readyz), "+lanesLabel+", JSON", jsonReady.Seconds(), "s").
-			want(onValue, "<=", 2).vsValue("YAML config", sc.ready.Seconds()).note(fmt.Sprintf("JSON config, %.1f MiB", float64(jsonBytes)/(1<<20)))
+			want(onValue, "<=", lanesStartTarget).vsValue("YAML config", sc.ready.Seconds()).note(fmt.Sprintf("JSON config, %.1f MiB", float64(jsonBytes)/(1<<20)))
 	} else {
 		r.add(name, "start-up (process start → /readyz), "+lanesLabel+", JSON", h.opts.startTimeout.Seconds(), "s").
-			want(onValue, "<=", 2).fail(fmt.Sprintf("not ready within %s (-start-timeout); the value is that lower bound", h.opts.startTimeout))
+			want(onValue, "<=", lanesStartTarget).fail(fmt.Sprintf("not ready within %s (-start-timeout); the value is that lower bound", h.opts.startTimeout))
 	}
 	m1, err := h.idleState(ctx, sc, h.opts.idle)
 	if err != nil {
