@@ -402,9 +402,13 @@ func (s *Server) newIngest() {
 	s.ingest = ingest.New(ingest.Config{
 		Limits: s.opts.Ingest, MaxBodyBytes: s.opts.MaxBodyBytes,
 		MaxPendingEvents: s.opts.ingestGate.events, MaxPendingBytes: cmp.Or(s.opts.ingestGate.bytes, s.mem.Gate),
-		Now: s.opts.Now, Logger: s.log, Registry: s.opts.Registry, Tracer: s.trace.Spans(), Reserved: delivery.OperationalType,
+		Now: s.opts.Now, Logger: s.log, Registry: s.opts.Registry, Tracer: s.trace.Spans(), Reserved: reservedType,
 	})
 }
+
+// reservedType is ingest's Reserved: the operational webhook's types.
+// OperationalType compares string(typ) in place once inlined here.
+func reservedType(typ []byte) bool { return delivery.OperationalType(string(typ)) }
 
 // serveIngest serves the ingest listener.
 func (s *Server) serveIngest() {

@@ -148,7 +148,7 @@ func (s *Server) Open() error {
 		s.Close(context.Background())
 		return err
 	}
-	s.in = ingest.New(ingest.Config{Now: s.opts.Now, Logger: s.opts.Logger, Reserved: OperationalType, MaxBodyBytes: 1 << 20})
+	s.in = ingest.New(ingest.Config{Now: s.opts.Now, Logger: s.opts.Logger, Reserved: func(typ []byte) bool { return OperationalType(string(typ)) }, MaxBodyBytes: 1 << 20})
 	s.in.Start(s.q)
 	go s.in.Serve(s.ln)
 	return nil

@@ -166,8 +166,10 @@ type Config struct {
 	// Tracer makes the ingest spans; nil makes none.
 	Tracer trace.Tracer
 	// Reserved reports the event types producers may not post (the
-	// operational webhook's); nil reserves none.
-	Reserved func(typ string) bool
+	// operational webhook's); nil reserves none. It takes the request's
+	// bytes: a string made of them to call through a func value would be
+	// an allocation per event (measured: +1 of about 23).
+	Reserved func(typ []byte) bool
 }
 
 // Server serves ingest on one listener.
@@ -476,7 +478,7 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		jsonError(ctx, fasthttp.StatusBadRequest, "invalid event type "+strconv.Quote(string(typ))+": "+msg)
 		return
 	}
-	if s.cfg.Reserved != nil && s.cfg.Reserved(string(typ)) {
+	if s.cfg.Reserved != nil && s.cfg.Reserved(typ) {
 		// Always, configured or not: the operational webhook's types.
 		jsonError(ctx, fasthttp.StatusBadRequest, "event type "+strconv.Quote(string(typ))+" is reserved for sluice's operational webhook")
 		return
