@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/sluicehq/sluice/internal/testwait"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
@@ -23,22 +21,7 @@ import (
 	"github.com/sluicehq/sluice/testbed"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	// The tests' own HTTP clients keep idle connections, each with a
-	// goroutine parked on its socket; close them, so that a goroutine
-	// sluice leaked on a socket shows (ignoring internal/poll's wait, as
-	// this once did, let every such leak pass).
-	httpClient.CloseIdleConnections()
-	http.DefaultClient.CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(testwait.LeakOptions...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testwait.Main(m, httpClient) }
 
 var testSecret = mustSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
 

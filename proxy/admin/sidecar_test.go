@@ -4,17 +4,12 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/internal/testwait"
 	"github.com/sluicehq/sluice/proxy/delivery"
@@ -52,17 +47,7 @@ type sidecar struct {
 	draining atomic.Bool
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	http.DefaultClient.CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(testwait.LeakOptions...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testwait.Main(m) }
 
 func newSidecar(opts Options) *sidecar {
 	if opts.Logger == nil {

@@ -8,14 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	"go.uber.org/goleak"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluicehq/sluice/internal/testwait"
@@ -68,20 +66,7 @@ type Server struct {
 	closed    atomic.Bool
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	// The tests' own HTTP clients keep idle connections, each with a
-	// goroutine parked on its socket; closed, a goroutine the engine
-	// leaked on a socket shows.
-	http.DefaultClient.CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(testwait.LeakOptions...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testwait.Main(m) }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
