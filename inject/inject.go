@@ -32,17 +32,20 @@ import (
 // Names and paths that inject owns in a pod spec. Running inject again finds
 // them by these names and replaces them instead of adding a second copy.
 const (
-	ContainerName     = "sluice"
-	DataVolume        = "sluice-data"
-	ConfigVolume      = "sluice-config"
-	SecretsVolume     = "sluice-secrets"
-	DataDir           = "/var/lib/sluice"
-	ConfigDir         = "/etc/sluice"
-	ConfigFile        = ConfigDir + "/sluice.yaml"
-	SecretsDir        = "/etc/sluice-secrets"
-	DefaultImage      = "ghcr.io/sluicehq/sluice:latest"
-	DefaultConfigMap  = "sluice-config"
-	graceHeadroom     = 5 // seconds beyond the drain grace for the kubelet
+	ContainerName    = "sluice"
+	DataVolume       = "sluice-data"
+	ConfigVolume     = "sluice-config"
+	SecretsVolume    = "sluice-secrets"
+	DataDir          = "/var/lib/sluice"
+	ConfigDir        = "/etc/sluice"
+	ConfigFile       = ConfigDir + "/sluice.yaml"
+	SecretsDir       = "/etc/sluice-secrets"
+	DefaultImage     = "ghcr.io/sluicehq/sluice:latest"
+	DefaultConfigMap = "sluice-config"
+	graceHeadroom    = 5 // seconds beyond the drain grace for the kubelet
+	// apiServerGrace is the terminationGracePeriodSeconds the API server
+	// gives a pod that sets none: a manifest without one already has it.
+	apiServerGrace    = 30
 	imageUID          = 65532
 	DefaultIngestPort = 8700
 	DefaultAdminPort  = 8701
@@ -303,6 +306,13 @@ func PodSpec(spec *yaml.Node, o Options, claimTemplate string) error {
 	if c := mapGet(spec, "containers"); c == nil || c.Kind != yaml.SequenceNode || len(c.Content) == 0 {
 		return errors.New("containers is missing or not a list")
 	}
+	// A pod the StatefulSet controller made from a volumeClaimTemplate
+	// named --pvc (what the webhook sees) already has a volume of that
+	// name bound to the replica's own claim ("sluice-queue-ledger-0"):
+	// the sidecar mounts it, as sluice inject does for the template.
+	if claimTemplate == "" && o.PVC != "" && claimVolume(spec, o.PVC) {
+		claimTemplate = o.PVC
+	}
 	sidecar, err := toNode(sidecarContainer(o, cmp.Or(claimTemplate, DataVolume)))
 	if err != nil {
 		return err
@@ -332,6 +342,10 @@ func PodSpec(spec *yaml.Node, o Options, claimTemplate string) error {
 			return err
 		}
 	}
+	// The grace is only ever raised. A spec without one has the API
+	// server's 30 s (the webhook sees it defaulted, sluice inject sees it
+	// absent): it gets one written only when the drain needs more, so
+	// both paths leave the same pod.
 	want := o.terminationGrace()
 	if g := mapGet(spec, "terminationGracePeriodSeconds"); g != nil {
 		have, err := strconv.Atoi(g.Value)
@@ -341,10 +355,25 @@ func PodSpec(spec *yaml.Node, o Options, claimTemplate string) error {
 		if have < want {
 			g.Value, g.Tag, g.Style = strconv.Itoa(want), "!!int", 0
 		}
-	} else {
+	} else if want > apiServerGrace {
 		mapSet(spec, "terminationGracePeriodSeconds", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(want)})
 	}
 	return nil
+}
+
+// claimVolume reports whether spec has a volume called name that is a
+// persistentVolumeClaim.
+func claimVolume(spec *yaml.Node, name string) bool {
+	vols := mapGet(spec, "volumes")
+	if vols == nil || vols.Kind != yaml.SequenceNode {
+		return false
+	}
+	for _, v := range vols.Content {
+		if n := mapGet(v, "name"); n != nil && n.Value == name && mapGet(v, "persistentVolumeClaim") != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // upsertNamed replaces the item called name in the list spec[key], or
@@ -570,11 +599,19 @@ type (
 		Limits   map[string]string `yaml:"limits,omitempty"`
 	}
 	securityContext struct {
-		RunAsNonRoot             bool `yaml:"runAsNonRoot"`
-		RunAsUser                int  `yaml:"runAsUser"`
-		RunAsGroup               int  `yaml:"runAsGroup"`
-		ReadOnlyRootFilesystem   bool `yaml:"readOnlyRootFilesystem"`
-		AllowPrivilegeEscalation bool `yaml:"allowPrivilegeEscalation"`
+		RunAsNonRoot             bool           `yaml:"runAsNonRoot"`
+		RunAsUser                int            `yaml:"runAsUser"`
+		RunAsGroup               int            `yaml:"runAsGroup"`
+		ReadOnlyRootFilesystem   bool           `yaml:"readOnlyRootFilesystem"`
+		AllowPrivilegeEscalation bool           `yaml:"allowPrivilegeEscalation"`
+		Capabilities             capabilities   `yaml:"capabilities"`
+		SeccompProfile           seccompProfile `yaml:"seccompProfile"`
+	}
+	capabilities struct {
+		Drop []string `yaml:"drop,flow"`
+	}
+	seccompProfile struct {
+		Type string `yaml:"type"`
 	}
 	volume struct {
 		Name                  string           `yaml:"name"`
@@ -637,9 +674,16 @@ func sidecarContainer(o Options, dataVolume string) container {
 			Requests: quantities(o.CPURequest, o.MemoryRequest),
 			Limits:   quantities(o.CPULimit, o.MemoryLimit),
 		},
+		// What Pod Security "restricted" asks of every container: no
+		// capabilities and the runtime's seccomp profile, besides running
+		// as non-root without privilege escalation. sluice needs neither
+		// (its ports are above 1024), and an injected pod in a namespace
+		// enforcing the profile is otherwise refused.
 		SecurityContext: securityContext{
 			RunAsNonRoot: true, RunAsUser: imageUID, RunAsGroup: imageUID,
 			ReadOnlyRootFilesystem: true, AllowPrivilegeEscalation: false,
+			Capabilities:   capabilities{Drop: []string{"ALL"}},
+			SeccompProfile: seccompProfile{Type: "RuntimeDefault"},
 		},
 	}
 	if o.Secret != "" {

@@ -196,8 +196,10 @@ var reviewCases = []reviewCase{
 		}},
 	{name: "bare-pod", pod: barePod(), want: Injected,
 		check: func(t *testing.T, s *corev1.Container, p *corev1.Pod) {
-			if *p.Spec.TerminationGracePeriodSeconds != 15 {
-				t.Errorf("grace %d, want 15", *p.Spec.TerminationGracePeriodSeconds)
+			// No grace written: the API server's default of 30 s covers
+			// the drain (10 s + 5), and a lower one would shorten it.
+			if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
+				t.Errorf("grace %d written, want none (the API server's 30 s)", *g)
 			}
 		}},
 	{name: "existing-init-containers", want: Injected, pod: with(barePod(), func(p *corev1.Pod) {
@@ -227,6 +229,27 @@ var reviewCases = []reviewCase{
 		check: func(t *testing.T, s *corev1.Container, p *corev1.Pod) {
 			if v := podVolume(p, DataVolume); v == nil || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "debug-queue" {
 				t.Errorf("data volume %+v", v)
+			}
+		}},
+	// A StatefulSet's pod: the controller turned the volumeClaimTemplate
+	// "sluice-queue" into a volume of that name bound to the replica's
+	// claim. The sidecar mounts it; no claim called "sluice-queue", which
+	// does not exist, is added.
+	{name: "statefulset-pod-claim-template", want: Injected, pod: with(barePod(), annotate("sluice.io/pvc", "sluice-queue"),
+		func(p *corev1.Pod) {
+			p.Name = "ledger-0"
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "sluice-queue",
+				VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "sluice-queue-ledger-0"}}})
+		}),
+		check: func(t *testing.T, s *corev1.Container, p *corev1.Pod) {
+			if v := podVolume(p, "sluice-queue"); v == nil || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "sluice-queue-ledger-0" {
+				t.Errorf("the replica's claim volume %+v", v)
+			}
+			if v := podVolume(p, DataVolume); v != nil {
+				t.Errorf("a %s volume was added beside the replica's claim: %+v", DataVolume, v)
+			}
+			if !slices.ContainsFunc(s.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "sluice-queue" && m.MountPath == DataDir }) {
+				t.Errorf("the sidecar does not mount the replica's claim at %s: %+v", DataDir, s.VolumeMounts)
 			}
 		}},
 	{name: "annotation-secret", want: Injected, pod: with(barePod(), annotate("sluice.io/secret", "debug-secrets")),
@@ -591,7 +614,7 @@ func TestReviewPatchOps(t *testing.T) {
 		pod  *corev1.Pod
 		want []string
 	}{
-		{barePod(), []string{"add /spec/initContainers", "add /spec/volumes", "add /spec/terminationGracePeriodSeconds"}},
+		{barePod(), []string{"add /spec/initContainers", "add /spec/volumes"}}, // no grace: the API server's 30 s covers the drain
 		{deploymentPod(), []string{"add /spec/volumes/-", "add /spec/volumes/-", "add /spec/initContainers"}},
 		{with(barePod(), func(p *corev1.Pod) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "m"}}
