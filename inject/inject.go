@@ -32,17 +32,27 @@ import (
 // Names and paths that inject owns in a pod spec. Running inject again finds
 // them by these names and replaces them instead of adding a second copy.
 const (
-	ContainerName    = "sluice"
-	DataVolume       = "sluice-data"
-	ConfigVolume     = "sluice-config"
-	SecretsVolume    = "sluice-secrets"
-	DataDir          = "/var/lib/sluice"
-	ConfigDir        = "/etc/sluice"
-	ConfigFile       = ConfigDir + "/sluice.yaml"
-	SecretsDir       = "/etc/sluice-secrets"
-	DefaultImage     = "ghcr.io/sluicehq/sluice:latest"
-	DefaultConfigMap = "sluice-config"
-	graceHeadroom    = 5 // seconds beyond the drain grace for the kubelet
+	ContainerName = "sluice"
+	DataVolume    = "sluice-data"
+	ConfigVolume  = "sluice-config"
+	SecretsVolume = "sluice-secrets"
+	// NoTokenVolume is an empty volume the sidecar mounts where the
+	// service account's token would go (serviceAccountDir): sluice calls
+	// no Kubernetes API, so it has no token. A container with a mount
+	// there is one the API server's ServiceAccount plugin leaves alone,
+	// so it does not change the pod after the injector did, and the
+	// injector is not called a second time (reinvocationPolicy: IfNeeded
+	// re-runs the webhooks only when a later plugin changed the pod).
+	// automountServiceAccountToken is pod-wide: the app keeps its token.
+	NoTokenVolume     = "sluice-no-token"
+	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	DataDir           = "/var/lib/sluice"
+	ConfigDir         = "/etc/sluice"
+	ConfigFile        = ConfigDir + "/sluice.yaml"
+	SecretsDir        = "/etc/sluice-secrets"
+	DefaultImage      = "ghcr.io/sluicehq/sluice:latest"
+	DefaultConfigMap  = "sluice-config"
+	graceHeadroom     = 5 // seconds beyond the drain grace for the kubelet
 	// apiServerGrace is the terminationGracePeriodSeconds the API server
 	// gives a pod that sets none: a manifest without one already has it.
 	apiServerGrace    = 30
@@ -323,6 +333,7 @@ func PodSpec(spec *yaml.Node, o Options, claimTemplate string) error {
 	volumes := []any{
 		volume{Name: DataVolume, EmptyDir: &struct{}{}},
 		volume{Name: ConfigVolume, ConfigMap: &configMapSource{Name: o.ConfigMap}},
+		volume{Name: NoTokenVolume, EmptyDir: &struct{}{}},
 	}
 	switch {
 	case claimTemplate != "":
@@ -663,6 +674,7 @@ func sidecarContainer(o Options, dataVolume string) container {
 		VolumeMounts: []volumeMount{
 			{Name: dataVolume, MountPath: DataDir},
 			{Name: ConfigVolume, MountPath: ConfigDir, ReadOnly: true},
+			{Name: NoTokenVolume, MountPath: serviceAccountDir, ReadOnly: true},
 		},
 		// The kubelet starts the app containers once the startup probe
 		// passes, so the app's first POST finds ingest listening.

@@ -190,8 +190,20 @@ var reviewCases = []reviewCase{
 			if *p.Spec.TerminationGracePeriodSeconds != 30 {
 				t.Errorf("grace lowered to %d", *p.Spec.TerminationGracePeriodSeconds)
 			}
-			if len(p.Spec.Volumes) != 4 || p.Spec.Volumes[2].Name != DataVolume || p.Spec.Volumes[3].Name != ConfigVolume {
+			if len(p.Spec.Volumes) != 5 || p.Spec.Volumes[2].Name != DataVolume || p.Spec.Volumes[3].Name != ConfigVolume || p.Spec.Volumes[4].Name != NoTokenVolume {
 				t.Errorf("volumes %v", p.Spec.Volumes)
+			}
+			// The ServiceAccount plugin mounts the token into every
+			// container without a mount at its path: the sidecar has one,
+			// so the plugin leaves the pod alone after the injector and the
+			// injector is not called again; the app keeps its token.
+			if !slices.ContainsFunc(s.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.MountPath == "/var/run/secrets/kubernetes.io/serviceaccount" && m.Name == NoTokenVolume && m.ReadOnly
+			}) {
+				t.Errorf("the sidecar has no mount at the service account's token path: %+v", s.VolumeMounts)
+			}
+			if v := podVolume(p, NoTokenVolume); v == nil || v.EmptyDir == nil {
+				t.Errorf("%s is not an empty volume: %+v", NoTokenVolume, v)
 			}
 		}},
 	{name: "bare-pod", pod: barePod(), want: Injected,
@@ -615,11 +627,11 @@ func TestReviewPatchOps(t *testing.T) {
 		want []string
 	}{
 		{barePod(), []string{"add /spec/initContainers", "add /spec/volumes"}}, // no grace: the API server's 30 s covers the drain
-		{deploymentPod(), []string{"add /spec/volumes/-", "add /spec/volumes/-", "add /spec/initContainers"}},
+		{deploymentPod(), []string{"add /spec/volumes/-", "add /spec/volumes/-", "add /spec/volumes/-", "add /spec/initContainers"}},
 		{with(barePod(), func(p *corev1.Pod) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "migrate", Image: "m"}}
 			p.Spec.TerminationGracePeriodSeconds = &short
-		}, addVolume("tmp")), []string{"add /spec/volumes/-", "add /spec/volumes/-", "add /spec/initContainers/-", "replace /spec/terminationGracePeriodSeconds"}},
+		}, addVolume("tmp")), []string{"add /spec/volumes/-", "add /spec/volumes/-", "add /spec/volumes/-", "add /spec/initContainers/-", "replace /spec/terminationGracePeriodSeconds"}},
 	} {
 		if got := ops(c.pod); !slices.Equal(got, c.want) {
 			t.Errorf("ops %q, want %q", got, c.want)
