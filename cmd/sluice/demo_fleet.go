@@ -62,15 +62,14 @@ func demoFleet(events int, maxWait time.Duration, stdout io.Writer) error {
 
 	const leaseTTL = 3 * time.Second
 	nodes := make([]*demoNode, 3)
+	addrs, err := freeAddrs(2 * len(nodes))
+	if err != nil {
+		return err
+	}
 	for i := range nodes {
 		n := &demoNode{id: fmt.Sprintf("node-%d", i), dir: filepath.Join(dir, fmt.Sprintf("node-%d", i))}
 		nodes[i] = n
-		if n.ingest, err = freeAddr(); err != nil {
-			return err
-		}
-		if n.admin, err = freeAddr(); err != nil {
-			return err
-		}
+		n.ingest, n.admin = addrs[2*i], addrs[2*i+1]
 		cfg := fmt.Sprintf(`listen: %s
 admin: {listen: %s}
 data_dir: %s
@@ -311,12 +310,19 @@ func lastLines(s string, n int) string {
 	return strings.Join(ls[max(len(ls)-n, 0):], "\n")
 }
 
-// freeAddr returns a loopback address nothing listens on right now.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// freeAddrs returns n distinct loopback addresses nothing listens on right
+// now. It holds all n listeners open until it has them: one closed before
+// the next was opened could be handed out again (a node's ingest and admin
+// address once came out equal, and the node refused its config).
+func freeAddrs(n int) ([]string, error) {
+	out := make([]string, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		out = append(out, ln.Addr().String())
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return out, nil
 }
