@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -247,43 +245,17 @@ func (h *harness) baselineAppender(ctx context.Context, name string, sync bool) 
 // baselineAppenderAt runs it in an open loop at rate appends/s (128
 // writers, latency from each append's due time) when rate > 0.
 func (h *harness) baselineAppenderAt(ctx context.Context, name string, sync bool, rate float64) (*baselineResult, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
 	dir := filepath.Join(h.tmp, h.nextID(name)+"-data")
 	defer os.RemoveAll(dir)
-	var out bytes.Buffer
 	writers := 64
 	if rate > 0 {
 		writers = openWorkers
 	}
 	args := []string{"_appender", "-dir", dir, "-sync=" + strconv.FormatBool(sync), "-writers", strconv.Itoa(writers), "-size", "512",
 		"-warmup", h.opts.warmup.String(), "-duration", h.opts.duration.String(), "-rate", strconv.FormatFloat(rate, 'f', 0, 64)}
-	logPath := filepath.Join(h.tmp, h.nextID(name)+".log")
-	c, err := h.startChild(name, self, args, logPath, &out)
-	if err != nil {
-		return nil, err
-	}
-	limit := h.opts.warmup + h.opts.duration + 60*time.Second
-	t := time.NewTimer(limit)
-	defer t.Stop()
-	select {
-	case <-c.exited:
-	case <-ctx.Done():
-		c.stop(5 * time.Second)
-		return nil, ctx.Err()
-	case <-t.C:
-		c.stop(5 * time.Second)
-		return nil, fmt.Errorf("appender did not finish within %s", limit)
-	}
-	c.stop(time.Second)
-	if c.err != nil {
-		return nil, fmt.Errorf("appender: %v: %s", c.err, tail(logPath, 1000))
-	}
 	var r appenderResult
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		return nil, fmt.Errorf("appender output %q: %w", out.String(), err)
+	if err := h.runChildJSON(ctx, name, "appender", args, h.opts.warmup+h.opts.duration+60*time.Second, &r); err != nil {
+		return nil, err
 	}
 	b := &baselineResult{Name: name, PerSec: r.PerSec, CPUPerOpUs: r.CPUPerAppendUs, Latency: r.Latency, Seconds: r.Seconds,
 		Extra: map[string]float64{"mean_batch": r.MeanBatch, "batches_per_s": r.BatchesPerSec}}

@@ -5,13 +5,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -57,55 +53,16 @@ func (h *harness) jsBaseline(ctx context.Context, f *fleet, name string, window 
 }
 
 func (h *harness) runJSPub(ctx context.Context, f *fleet, window int, follow bool) (*jspubResult, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	var out strings.Builder
 	args := []string{"_jspub", "-urls", strings.Join(f.nats.urls, ","), "-like", f.stream, "-stream", f.stream + "_BASE",
 		"-publishers", strconv.Itoa(ingestProducers), "-window", strconv.Itoa(window), "-size", "512",
 		"-headers", jsEventHeaders, "-key-prefix", h.runID + "-" + h.nextID("jspub"),
 		"-warmup", h.opts.warmup.String(), "-duration", h.opts.duration.String(), "-nats-pid", strconv.Itoa(f.nats.pid),
 		"-follow=" + strconv.FormatBool(follow)}
-	logPath := filepath.Join(h.tmp, h.nextID("jspub")+".log")
-	c, err := h.startChild("jspub", self, args, logPath, &syncWriter{w: &out})
-	if err != nil {
+	var r jspubResult
+	if err := h.runChildJSON(ctx, "jspub", "publisher", args, h.opts.warmup+h.opts.duration+90*time.Second, &r); err != nil {
 		return nil, err
 	}
-	limit := h.opts.warmup + h.opts.duration + 90*time.Second
-	t := time.NewTimer(limit)
-	defer t.Stop()
-	select {
-	case <-c.exited:
-	case <-ctx.Done():
-		c.stop(5 * time.Second)
-		return nil, ctx.Err()
-	case <-t.C:
-		c.stop(5 * time.Second)
-		return nil, fmt.Errorf("publisher did not finish within %s", limit)
-	}
-	c.stop(time.Second)
-	if c.err != nil {
-		return nil, fmt.Errorf("publisher: %v: %s", c.err, tail(logPath, 1000))
-	}
-	var r jspubResult
-	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
-		return nil, fmt.Errorf("publisher output %q: %w", out.String(), err)
-	}
 	return &r, nil
-}
-
-// syncWriter serialises writes to w (a child's stdout is copied by a
-// goroutine of exec).
-type syncWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 // ---------------------------------------------------------------- fleet-ingest

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -239,6 +241,61 @@ type child struct {
 	err    error // from Wait, valid after exited is closed
 	logf   *os.File
 	once   sync.Once
+}
+
+// runChildJSON runs bench itself as a child with args (a baseline's
+// subcommand), waits at most limit for it to finish, and decodes what it
+// printed (one JSON value) into v. name names its log, what the child in
+// errors.
+func (h *harness) runChildJSON(ctx context.Context, name, what string, args []string, limit time.Duration, v any) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var out syncWriter
+	logPath := filepath.Join(h.tmp, h.nextID(name)+".log")
+	c, err := h.startChild(name, self, args, logPath, &out)
+	if err != nil {
+		return err
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-c.exited:
+	case <-ctx.Done():
+		c.stop(5 * time.Second)
+		return ctx.Err()
+	case <-t.C:
+		c.stop(5 * time.Second)
+		return fmt.Errorf("%s did not finish within %s", what, limit)
+	}
+	c.stop(time.Second)
+	if c.err != nil {
+		return fmt.Errorf("%s: %v: %s", what, c.err, tail(logPath, 1000))
+	}
+	if err := json.Unmarshal(out.bytes(), v); err != nil {
+		return fmt.Errorf("%s output %q: %w", what, out.bytes(), err)
+	}
+	return nil
+}
+
+// syncWriter serialises writes (a child's stdout is copied by a goroutine
+// of exec).
+type syncWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncWriter) bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.buf.Bytes())
 }
 
 // startChild starts bin with args; stderr goes to logPath, stdout to
