@@ -7,15 +7,10 @@ import (
 
 // Pause stops a subscription's deliveries (its events wait on disk) and
 // records why; the pause survives restarts until Resume.
-func (s *Server) Pause(id, reason string) error {
-	if reason == "" {
-		reason = "paused by an operator"
-	}
-	return s.d.SetPaused(id, reason)
-}
+func (s *Server) Pause(id, reason string) error { return s.d.Pause(id, reason) }
 
 // Resume lifts a run-time pause (an operator's, or a 410 Gone's).
-func (s *Server) Resume(id string) error { return s.d.SetPaused(id, "") }
+func (s *Server) Resume(id string) error { return s.d.Resume(id) }
 
 // Event answers the completion ledger for an event id still in the dedup
 // window (delivery.Dispatcher.Event).

@@ -291,7 +291,7 @@ func (s *API) checkTenantRoom(tenant, except string) error {
 		return nil
 	}
 	n := 0
-	for _, v := range s.d.Views() {
+	for v := range s.d.Views() {
 		if id := v.Sub.ID; !v.Left && v.Sub.Tenant == tenant && id != except && id != delivery.OperationalID {
 			n++
 		}
@@ -328,7 +328,7 @@ func (s *API) checkVariantRoom(sub, cur *delivery.Subscription) error {
 	// The lane of sub, on an update, still holds cur: left out here,
 	// and counted as the state before the request below.
 	mine, all := map[string]struct{}{}, map[string]struct{}{}
-	for _, v := range s.d.Views() {
+	for v := range s.d.Views() {
 		k, t, skip := v.Sub.Variant.Key(), v.Sub.Tenant, v.Left || (cur != nil && v.Sub.ID == cur.ID)
 		if skip || k == "" {
 			continue
@@ -601,7 +601,7 @@ func (s *API) RetireExpiredSecrets(now time.Time) {
 		return
 	}
 	pending := false
-	for _, v := range s.d.Views() {
+	for v := range s.d.Views() {
 		sub := v.Sub
 		if sub.SecretExpiry == nil {
 			continue
@@ -671,7 +671,7 @@ func (s *API) Recover(p principal, sub string, since, until time.Time) (api.Reco
 				continue
 			}
 			ans.Matched++
-			res, err := s.Replay(sub, dl.Seq, false)
+			res, err := s.d.Replay(sub, dl.Seq, false)
 			if err == nil && res.Replayed {
 				ans.Replayed++
 			} else {

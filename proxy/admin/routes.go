@@ -43,7 +43,7 @@ func (s *API) adminHandler() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("GET /v1/retry-budget", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.RetryBudget())
+		writeJSON(w, http.StatusOK, s.d.RetryBudget())
 	})
 	mux.HandleFunc("GET /v1/subscriptions", func(w http.ResponseWriter, r *http.Request) {
 		p, tenant := principalOf(r), r.URL.Query().Get("tenant")
@@ -82,17 +82,17 @@ func (s *API) adminHandler() http.Handler {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("subscription %q: not found", r.PathValue("id")))
 			return
 		}
-		adminResult(w, s.Pause(r.PathValue("id"), body.Reason), api.StateAnswer{Subscription: r.PathValue("id"), State: "paused"})
+		adminResult(w, s.d.Pause(r.PathValue("id"), body.Reason), api.StateAnswer{Subscription: r.PathValue("id"), State: "paused"})
 	})
 	mux.HandleFunc("POST /v1/subscriptions/{id}/resume", func(w http.ResponseWriter, r *http.Request) {
 		if !s.canSee(principalOf(r), r.PathValue("id")) {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("subscription %q: not found", r.PathValue("id")))
 			return
 		}
-		adminResult(w, s.Resume(r.PathValue("id")), api.StateAnswer{Subscription: r.PathValue("id"), State: "active"})
+		adminResult(w, s.d.Resume(r.PathValue("id")), api.StateAnswer{Subscription: r.PathValue("id"), State: "active"})
 	})
 	mux.HandleFunc("GET /v1/events/{id}", func(w http.ResponseWriter, r *http.Request) {
-		st, err := s.Event(r.PathValue("id"))
+		st, err := s.d.Event(r.PathValue("id"))
 		if p := principalOf(r); err == nil && !p.operator() {
 			// A tenant sees its own deliveries of the event, and the event
 			// only when one of them is entitled to it.
@@ -402,7 +402,7 @@ func (s *API) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		var res api.ReplayResult
 		var err error
 		if s.canSee(p, it.Subscription) {
-			res, err = s.Replay(it.Subscription, it.Seq, req.Force)
+			res, err = s.d.Replay(it.Subscription, it.Seq, req.Force)
 		} else {
 			// Exactly what a subscription that does not exist answers.
 			res, err = api.ReplayResult{Subscription: it.Subscription, Seq: it.Seq}, fmt.Errorf("subscription %q: %w", it.Subscription, ErrNotFound)

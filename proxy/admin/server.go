@@ -17,6 +17,7 @@ package admin
 
 import (
 	"context"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
@@ -37,7 +38,7 @@ import (
 // to the set of subscriptions under its lock, and the answers it keeps.
 type Engine interface {
 	View(id string) (delivery.View, bool)
-	Views() []delivery.View
+	Views() iter.Seq[delivery.View]
 	Status(id string) (api.LaneStatus, bool)
 	Statuses() []api.LaneStatus
 	StatusesOfTenant(tenant string) []api.LaneStatus
@@ -50,7 +51,8 @@ type Engine interface {
 	Leave(id string) error
 	TakeRotating() bool
 	MarkRotating()
-	SetPaused(id, reason string) error
+	Pause(id, reason string) error
+	Resume(id string) error
 	Event(id string) (*api.EventStatus, error)
 	Replay(sub string, seq uint64, force bool) (api.ReplayResult, error)
 	Attempts(id string) (api.AttemptList, bool)
@@ -101,31 +103,6 @@ func New(c Config) *API {
 
 // Handler is the admin API, behind its guard and tokens.
 func (s *API) Handler() http.Handler { return s.adminHandler() }
-
-// Pause stops a subscription's deliveries (its events wait on disk) and
-// records why; the pause survives restarts until Resume.
-func (s *API) Pause(id, reason string) error {
-	if reason == "" {
-		reason = "paused by an operator"
-	}
-	return s.d.SetPaused(id, reason)
-}
-
-// Resume lifts a run-time pause (an operator's, or a 410 Gone's).
-func (s *API) Resume(id string) error { return s.d.SetPaused(id, "") }
-
-// Event answers the completion ledger for an event id still in the dedup
-// window.
-func (s *API) Event(id string) (*api.EventStatus, error) { return s.d.Event(id) }
-
-// Replay schedules one dead letter for delivery again; one already
-// replayed is skipped unless force.
-func (s *API) Replay(sub string, seq uint64, force bool) (api.ReplayResult, error) {
-	return s.d.Replay(sub, seq, force)
-}
-
-// RetryBudget returns the shared retry budget's state over its window.
-func (s *API) RetryBudget() policy.BudgetStats { return s.d.RetryBudget() }
 
 // ErrNotFound is returned for an unknown subscription, event or dead
 // letter. It is queue.ErrNotFound itself, so one errors.Is serves whether

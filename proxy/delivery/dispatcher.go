@@ -251,11 +251,8 @@ func (d *Dispatcher) laneList() []*lane {
 // bindings yields the egress binding of every lane's subscription, for
 // the egress routes' sweep: what no lane holds is dropped.
 func (d *Dispatcher) bindings(yield func(egress.Binding) bool) {
-	for _, l := range d.laneList() {
-		l.mu.Lock()
-		b := l.sub.binding
-		l.mu.Unlock()
-		if !yield(b) {
+	for v := range d.Views() {
+		if !yield(v.Sub.binding) {
 			return
 		}
 	}

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -9,12 +10,20 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// SetPaused stops a subscription's deliveries (its events wait on disk)
-// and records why, reason "" lifting a run-time pause (an operator's, or
-// a 410 Gone's); the pause survives restarts. It writes the pause and
-// applies it under the lane's lock, as a 410 Gone's pause is
-// (lane.finish): whichever comes last wins on disk and in memory alike.
-func (d *Dispatcher) SetPaused(id, reason string) error {
+// Pause stops a subscription's deliveries (its events wait on disk) and
+// records why ("" says "paused by an operator"); the pause survives
+// restarts until Resume.
+func (d *Dispatcher) Pause(id, reason string) error {
+	return d.setPaused(id, cmp.Or(reason, "paused by an operator"))
+}
+
+// Resume lifts a run-time pause (an operator's, or a 410 Gone's).
+func (d *Dispatcher) Resume(id string) error { return d.setPaused(id, "") }
+
+// setPaused writes the pause (reason "" lifts it) and applies it under
+// the lane's lock, as a 410 Gone's pause is (lane.finish): whichever
+// comes last wins on disk and in memory alike.
+func (d *Dispatcher) setPaused(id, reason string) error {
 	l := d.lane(id)
 	if l == nil {
 		return fmt.Errorf("subscription %q: %w", id, queue.ErrNotFound)

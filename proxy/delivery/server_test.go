@@ -172,10 +172,8 @@ func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
 func (s *Server) Lanes() []api.LaneStatus                   { return s.d.Statuses() }
 func (s *Server) Reload(subs []*Subscription) error         { return s.d.Reload(subs) }
 func (s *Server) Event(id string) (*api.EventStatus, error) { return s.d.Event(id) }
-func (s *Server) Pause(id, reason string) error {
-	return s.d.SetPaused(id, cmp.Or(reason, "paused by an operator"))
-}
-func (s *Server) Resume(id string) error { return s.d.SetPaused(id, "") }
+func (s *Server) Pause(id, reason string) error             { return s.d.Pause(id, reason) }
+func (s *Server) Resume(id string) error                    { return s.d.Resume(id) }
 func (s *Server) Replay(sub string, seq uint64, force bool) (api.ReplayResult, error) {
 	return s.d.Replay(sub, seq, force)
 }
