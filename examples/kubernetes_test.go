@@ -22,6 +22,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -280,6 +281,8 @@ func TestKubernetesManifestsStrict(t *testing.T) {
 type injector struct {
 	namespace  *corev1.Namespace
 	account    *corev1.ServiceAccount
+	role       *rbacv1.ClusterRole
+	binding    *rbacv1.ClusterRoleBinding
 	service    *corev1.Service
 	deployment *appsv1.Deployment
 	pdb        *policyv1.PodDisruptionBudget
@@ -315,6 +318,12 @@ func loadInjector(t *testing.T) *injector {
 		case *corev1.ServiceAccount:
 			once(m, in.account != nil)
 			in.account = o
+		case *rbacv1.ClusterRole:
+			once(m, in.role != nil)
+			in.role = o
+		case *rbacv1.ClusterRoleBinding:
+			once(m, in.binding != nil)
+			in.binding = o
 		case *corev1.Service:
 			once(m, in.service != nil)
 			in.service = o
@@ -343,12 +352,14 @@ func loadInjector(t *testing.T) *injector {
 		default:
 			t.Fatalf("%v: not expected in injector/", m)
 		}
-		if o, ok := m.obj.(metav1.Object); ok && m.kind != "v1/Namespace" && m.kind != "admissionregistration.k8s.io/v1/MutatingWebhookConfiguration" {
+		if o, ok := m.obj.(metav1.Object); ok && m.kind != "v1/Namespace" && m.kind != "admissionregistration.k8s.io/v1/MutatingWebhookConfiguration" &&
+			!strings.HasPrefix(m.kind, "rbac.authorization.k8s.io/v1/Cluster") {
 			in.namespaced = append(in.namespaced, o)
 		}
 	}
 	for name, missing := range map[string]bool{
 		"Namespace": in.namespace == nil, "ServiceAccount": in.account == nil, "Service": in.service == nil,
+		"ClusterRole": in.role == nil, "ClusterRoleBinding": in.binding == nil,
 		"Deployment": in.deployment == nil, "PodDisruptionBudget": in.pdb == nil, "NetworkPolicy": in.netpol == nil,
 		"MutatingWebhookConfiguration": in.webhooks == nil, "Kustomization": in.kustomize == nil,
 	} {
@@ -519,6 +530,26 @@ func TestKubernetesInjector(t *testing.T) {
 		}
 	})
 
+	t.Run("rbac", func(t *testing.T) {
+		// Read-only, and no more than the scan reads: list pods and
+		// namespaces, get the one webhook configuration.
+		want := []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods", "namespaces"}, Verbs: []string{"list"}},
+			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"},
+				ResourceNames: []string{in.webhooks.Name}, Verbs: []string{"get"}},
+		}
+		if !equality.Semantic.DeepEqual(in.role.Rules, want) {
+			t.Errorf("ClusterRole rules %+v, want %+v", in.role.Rules, want)
+		}
+		b := in.binding
+		if b.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: in.role.Name}) {
+			t.Errorf("ClusterRoleBinding roleRef %+v, want the ClusterRole %s", b.RoleRef, in.role.Name)
+		}
+		if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: in.account.Name, Namespace: in.account.Namespace}}; !slices.Equal(b.Subjects, want) {
+			t.Errorf("ClusterRoleBinding subjects %+v, want the injector's ServiceAccount", b.Subjects)
+		}
+	})
+
 	t.Run("deployment", func(t *testing.T) {
 		spec := pod.Spec
 		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
@@ -537,10 +568,13 @@ func TestKubernetesInjector(t *testing.T) {
 		if spec.ServiceAccountName != in.account.Name {
 			t.Errorf("serviceAccountName %q, rbac.yaml has %q", spec.ServiceAccountName, in.account.Name)
 		}
-		for what, b := range map[string]*bool{"ServiceAccount": in.account.AutomountServiceAccountToken, "pod": spec.AutomountServiceAccountToken} {
-			if b == nil || *b {
-				t.Errorf("%s: automountServiceAccountToken must be false", what)
-			}
+		// The token is the scan's (rbac.yaml): mounted in the injector's
+		// pod only, not for every pod of the ServiceAccount.
+		if b := in.account.AutomountServiceAccountToken; b == nil || *b {
+			t.Error("ServiceAccount: automountServiceAccountToken must be false")
+		}
+		if b := spec.AutomountServiceAccountToken; b == nil || !*b {
+			t.Error("pod: automountServiceAccountToken must be true, for the scan")
 		}
 		if spec.PriorityClassName != "" {
 			t.Errorf("priorityClassName %q: see the comment in deployment.yaml", spec.PriorityClassName)
@@ -574,6 +608,9 @@ func TestKubernetesInjector(t *testing.T) {
 				t.Fatalf("%s=%q: want host:port", flag, flags[flag])
 			}
 			return int32(n)
+		}
+		if flags["--scan-interval"] != "1m" {
+			t.Errorf("--scan-interval=%q, want 1m", flags["--scan-interval"])
 		}
 		if flags["--listen"] != "0.0.0.0:8443" || flags["--admin-listen"] != "0.0.0.0:8702" {
 			t.Errorf("--listen=%s --admin-listen=%s, want 0.0.0.0:8443 and 0.0.0.0:8702", flags["--listen"], flags["--admin-listen"])

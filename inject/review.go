@@ -131,10 +131,7 @@ func review(body []byte, defaults Options, byDefault bool, o *outcome) (*admissi
 		}
 	}
 	o.result = Skipped
-	if meta.Annotations[AnnotationInject] == "false" || meta.Labels[AnnotationInject] == "false" {
-		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Skipped
-	}
-	if !byDefault && meta.Annotations[AnnotationInject] != "true" && meta.Labels[AnnotationInject] != "true" {
+	if _, ok := optedIn(&meta, byDefault); !ok {
 		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}, Skipped
 	}
 	if hasSidecar(&spec) {
@@ -143,10 +140,7 @@ func review(body []byte, defaults Options, byDefault bool, o *outcome) (*admissi
 	}
 	o.result = Warned
 	required := meta.Annotations[AnnotationRequired] == "true"
-	opts, err := annotationOptions(meta.Annotations, defaults)
-	if err == nil {
-		err = canTake(&meta, &spec, opts)
-	}
+	opts, err := takes(&meta, &spec, defaults)
 	var patch []byte
 	if err == nil {
 		patch, err = specPatch(pod["spec"], opts)
@@ -216,6 +210,35 @@ type (
 		} `json:"ports"`
 	}
 )
+
+// optedIn says whether a pod whose metadata is meta asked for the sidecar,
+// reviewed at the webhook for opted-in namespaces (byDefault) or at the
+// one for opted-in pods, and why, in words for `sluice check-inject`.
+func optedIn(meta *podMeta, byDefault bool) (why string, ok bool) {
+	switch {
+	case meta.Annotations[AnnotationInject] == "false":
+		return `it is annotated ` + AnnotationInject + `: "false"`, false
+	case meta.Labels[AnnotationInject] == "false":
+		return `it is labelled ` + AnnotationInject + `: "false"`, false
+	case byDefault:
+		return "its namespace is opted in", true
+	case meta.Labels[AnnotationInject] == "true":
+		return `it is labelled ` + AnnotationInject + `: "true"`, true
+	case meta.Annotations[AnnotationInject] == "true":
+		return `it is annotated ` + AnnotationInject + `: "true"`, true
+	}
+	return `its namespace is not opted in and it says no ` + AnnotationInject + `: "true"`, false
+}
+
+// takes is the options a pod opted in gets, its annotations over
+// defaults, or why it cannot take the sidecar: the review's warning.
+func takes(meta *podMeta, spec *podSpec, defaults Options) (Options, error) {
+	opts, err := annotationOptions(meta.Annotations, defaults)
+	if err == nil {
+		err = canTake(meta, spec, opts)
+	}
+	return opts, err
+}
 
 // hasSidecar reports whether spec has a container named like the sidecar,
 // injected by us (an earlier review, or `sluice inject` on the workload) or

@@ -40,7 +40,8 @@ var synopses = []struct{ name, line string }{
 	{"tokens list", "sluice tokens list [TENANT]"},
 	{"tokens revoke", "sluice tokens revoke TENANT ID"},
 	{"inject", "sluice inject [FILE|-] [--image IMG] [--config-map NAME] [--pvc NAME] [--secret NAME] [--grace 10s] [--ingest-port 8700] [--admin-port 8701] [--cpu-request 50m] [--memory-request 64Mi] [--cpu-limit Q] [--memory-limit 1Gi] [--jetstream-url URL]..."},
-	{"injector", "sluice injector --tls-cert-file FILE --tls-key-file FILE [--listen 127.0.0.1:8443] [--admin-listen 127.0.0.1:8702] [--shutdown-delay 5s] [--max-in-flight 2] [--queue-wait 3s] [inject's flags]"},
+	{"injector", "sluice injector --tls-cert-file FILE --tls-key-file FILE [--listen 127.0.0.1:8443] [--admin-listen 127.0.0.1:8702] [--shutdown-delay 5s] [--max-in-flight 2] [--queue-wait 3s] [--scan-interval 1m] [--webhook-configuration NAME] [--kubeconfig FILE] [inject's flags]"},
+	{"check-inject", "sluice check-inject [--namespace|-n NS] [POD] | --all-namespaces|-A [--webhook-configuration NAME] [--kubeconfig FILE] [--context NAME] [inject's flags]"},
 	{"verify", "sluice verify --secret whsec_...|whpk_... [--id ID --timestamp TS --signature SIG | --headers FILE] [--tolerance 5m] < BODY"},
 	{"version", "sluice version"},
 }

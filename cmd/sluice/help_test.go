@@ -60,6 +60,18 @@ func adminFlagNames() map[string]bool {
 // with its usage line, a paragraph on what it does and every one of its
 // flags; the top-level usage names every flag a command has of its own;
 // and each way of asking for help is understood.
+// shortFor reports whether f is a one-letter flag standing for a long one
+// of fs ("short for --namespace"): the long one is documented, and the
+// short one is written beside it as kubectl writes it (-n).
+func shortFor(fs *flag.FlagSet, f *flag.Flag) bool {
+	long, ok := strings.CutPrefix(f.Usage, "short for --")
+	return ok && len(f.Name) == 1 && fs.Lookup(long) != nil
+}
+
+// takesInjectFlags says command name takes inject's flags, which its
+// usage line refers to rather than lists.
+func takesInjectFlags(name string) bool { return name == "injector" || name == "check-inject" }
+
 func TestHelpOfEveryCommand(t *testing.T) {
 	sets, helps := commandFlags(t)
 	admin := adminFlagNames()
@@ -80,7 +92,10 @@ func TestHelpOfEveryCommand(t *testing.T) {
 			}
 			// The admin flags are one set, told once in the usage;
 			// the injector takes inject's flags, which its line refers to.
-			if admin[f.Name] || name == "injector" && sets["inject"].Lookup(f.Name) != nil {
+			if admin[f.Name] || takesInjectFlags(name) && sets["inject"].Lookup(f.Name) != nil {
+				return
+			}
+			if shortFor(fs, f) {
 				return
 			}
 			if !strings.Contains(synopsis(name), "--"+f.Name) {
@@ -308,12 +323,12 @@ func TestDocsAndFlagsAgree(t *testing.T) {
 	adminMissing := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(sets)) {
 		sets[name].VisitAll(func(f *flag.Flag) {
-			if documented[name][f.Name] || admin[f.Name] && adminDocumented[f.Name] {
+			if documented[name][f.Name] || admin[f.Name] && adminDocumented[f.Name] || shortFor(sets[name], f) {
 				return
 			}
 			// The injector takes inject's flags (its usage line says so),
 			// and the docs describe them once, for inject.
-			if name == "injector" && sets["inject"].Lookup(f.Name) != nil && documented["inject"][f.Name] {
+			if takesInjectFlags(name) && sets["inject"].Lookup(f.Name) != nil && documented["inject"][f.Name] {
 				return
 			}
 			if admin[f.Name] {

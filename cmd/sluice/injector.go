@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sluicehq/sluice/inject"
 )
@@ -39,6 +41,28 @@ below. The certificate pair is re-read when its files change (cert-manager's
 rotation). Metrics, /healthz and /readyz are on --admin-listen. SIGTERM or
 SIGINT stops it after --shutdown-delay; a second one stops it at once.
 Manifests: examples/kubernetes/injector/.`
+
+// minScanInterval bounds --scan-interval from below: a scan is a few list
+// calls per opted-in namespace, and a pod missing its sidecar is no
+// emergency measured in seconds.
+const minScanInterval = 10 * time.Second
+
+// scanCluster is the API server the scan reads: kubeconfig's, or the pod's
+// own service account's.
+func scanCluster(kubeconfig string) (*inject.Cluster, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else if cfg, err = rest.InClusterConfig(); errors.Is(err, rest.ErrNotInCluster) {
+		err = errors.New("not in a Kubernetes pod and no --kubeconfig: the scan cannot reach the API server")
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "sluice-injector/" + version
+	return inject.NewCluster(cfg)
+}
 
 // injectorCmd runs the webhook until SIGTERM or SIGINT (a second one stops
 // it without waiting).
@@ -66,6 +90,9 @@ func runInjector(drain, abort context.Context, args []string, stdout, stderr io.
 	limits := inject.DefaultLimits()
 	fs.IntVar(&limits.MaxInFlight, "max-in-flight", limits.MaxInFlight, fmt.Sprintf("reviews read and answered at once (1 to %d); a review can take 6 times its body, up to 24 MiB, so keep this times 24 MiB well under the container's memory limit", inject.MaxMaxInFlight))
 	fs.DurationVar(&limits.QueueWait, "queue-wait", limits.QueueWait, fmt.Sprintf("how long a review past --max-in-flight waits for a slot (0 to %s), never past the API server's timeout less 1s; then it is answered 503 and the webhook's failurePolicy applies", inject.MaxQueueWait))
+	scanInterval := fs.Duration("scan-interval", time.Minute, "how often to look for pods that asked for the sidecar and run without it (sluice_injector_pods_without_sidecar; needs list on pods and namespaces, get on the webhook configuration); 0 turns the scan off")
+	webhookConfig := fs.String("webhook-configuration", inject.DefaultWebhookConfiguration, "the MutatingWebhookConfiguration whose selectors the scan evaluates")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for the scan (default: the pod's service account, in a cluster)")
 	options := injectFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -85,9 +112,19 @@ func runInjector(drain, abort context.Context, args []string, stdout, stderr io.
 		return errors.New("injector: --tls-key-file is required (the key of --tls-cert-file)")
 	case *delay < 0:
 		return fmt.Errorf("injector: --shutdown-delay %s is negative", *delay)
+	case *scanInterval < 0:
+		return fmt.Errorf("injector: --scan-interval %s is negative (0 turns the scan off)", *scanInterval)
+	case *scanInterval > 0 && *scanInterval < minScanInterval:
+		return fmt.Errorf("injector: --scan-interval %s is under %s: each scan lists the opted-in pods from the API server", *scanInterval, minScanInterval)
 	}
 	if err := limits.Validate(); err != nil {
 		return fmt.Errorf("injector: %w", err)
+	}
+	var cluster *inject.Cluster
+	if *scanInterval > 0 {
+		if cluster, err = scanCluster(*kubeconfig); err != nil {
+			return fmt.Errorf("injector: --scan-interval: %w (or set --scan-interval=0 to run without the scan)", err)
+		}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	certs, err := inject.NewCertReloader(*certFile, *keyFile, log)
@@ -107,6 +144,12 @@ func runInjector(drain, abort context.Context, args []string, stdout, stderr io.
 	wh.Limits = limits
 	mux.Handle(inject.PodPath, wh)
 	mux.Handle(inject.NamespacePath, wh)
+	scanCtx, stopScan := context.WithCancel(context.Background())
+	defer stopScan()
+	if cluster != nil {
+		scanner := inject.NewScanner(cluster, *webhookConfig, o, *scanInterval, reg, log)
+		go scanner.Run(scanCtx)
+	}
 	var serving atomic.Bool
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -151,7 +194,8 @@ func runInjector(drain, abort context.Context, args []string, stdout, stderr io.
 	leaf := certs.Certificate().Leaf
 	log.Info("sluice injector serving", "version", version, "listen", ln.Addr().String(), "admin", aln.Addr().String(),
 		"tls_cert_file", *certFile, "tls_key_file", *keyFile, "serial", leaf.SerialNumber.String(), "not_after", leaf.NotAfter,
-		"image", o.Image, "config_map", o.ConfigMap, "max_in_flight", limits.MaxInFlight, "queue_wait", limits.QueueWait)
+		"image", o.Image, "config_map", o.ConfigMap, "max_in_flight", limits.MaxInFlight, "queue_wait", limits.QueueWait,
+		"scan_interval", *scanInterval)
 	if ready != nil {
 		ready(ln.Addr().String(), aln.Addr().String())
 	}
@@ -160,6 +204,7 @@ func runInjector(drain, abort context.Context, args []string, stdout, stderr io.
 	select {
 	case <-drain.Done():
 		serving.Store(false)
+		stopScan()
 		log.Info("stopping: /readyz answers 503; still answering reviews for --shutdown-delay", "signal", signalName(drain), "shutdown_delay", *delay)
 		t := time.NewTimer(*delay)
 		select {

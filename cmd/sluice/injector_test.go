@@ -36,7 +36,9 @@ func startInjector(t *testing.T, args ...string) *startedInjector {
 	abort, stopAbort := context.WithCancel(context.Background())
 	s := &startedInjector{log: &syncBuffer{}, drain: stopDrain, abort: stopAbort, done: make(chan error, 1)}
 	ready := make(chan struct{})
-	args = append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)
+	// No API server here: the scan is tested against a real one
+	// (kubeapi_test.go).
+	args = append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--scan-interval=0"}, args...)
 	go func() {
 		s.done <- runInjector(drain, abort, args, io.Discard, s.log, func(webhook, admin string) {
 			s.webhook, s.admin = webhook, admin
@@ -56,6 +58,17 @@ func startInjector(t *testing.T, args ...string) *startedInjector {
 		<-s.done
 	})
 	return s
+}
+
+// stop drains the injector and waits for it to stop.
+func (s *startedInjector) stop(t *testing.T) {
+	t.Helper()
+	s.drain()
+	err := <-s.done
+	s.done <- err // for the cleanup's wait
+	if err != nil {
+		t.Fatalf("injector: %v", err)
+	}
 }
 
 // adminGet GETs path from the admin listener.
@@ -268,10 +281,18 @@ func TestInjectorStartupErrors(t *testing.T) {
 		{"too many in flight", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--max-in-flight", "257"}, []string{"--max-in-flight 257"}},
 		{"negative queue wait", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--queue-wait", "-1s"}, []string{"--queue-wait -1s"}},
 		{"queue wait past any API server timeout", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--queue-wait", "31s"}, []string{"--queue-wait 31s", "30s"}},
+		{"negative scan interval", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--scan-interval", "-1s"}, []string{"--scan-interval -1s"}},
+		{"scan interval too short", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--scan-interval", "1s"}, []string{"--scan-interval 1s", "10s"}},
+		{"scan outside a cluster", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--scan-interval", "1m"}, []string{"--scan-interval", "not in a Kubernetes pod", "--scan-interval=0"}},
+		{"scan with a missing kubeconfig", []string{"--tls-cert-file", certA, "--tls-key-file", keyA, "--kubeconfig", missing}, []string{"--scan-interval", missing}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			webhook, admin := freePort(t), freePort(t)
-			args := append([]string{"--listen", webhook, "--admin-listen", admin}, c.args...)
+			args := append([]string{"--listen", webhook, "--admin-listen", admin, "--scan-interval=0"}, c.args...)
+			if strings.Contains(c.name, "scan") {
+				args = append([]string{"--listen", webhook, "--admin-listen", admin}, c.args...)
+				t.Setenv("KUBERNETES_SERVICE_HOST", "") // as outside a pod, whatever runs the test
+			}
 			var log bytes.Buffer
 			err := runInjector(context.Background(), context.Background(), args, io.Discard, &log, func(string, string) {
 				t.Error("it serves")

@@ -65,6 +65,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = injectCmd(rest, os.Stdin, stdout, stderr)
 	case "injector":
 		err = injectorCmd(rest, stdout, stderr)
+	case "check-inject":
+		err = checkInjectCmd(rest, stdout)
 	case "version":
 		err = versionCmd(rest, stdout)
 	case "--version", "-version":

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/testwait"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/signing"
@@ -60,34 +61,9 @@ func sluiceCmd(t *testing.T, logTo io.Writer, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// freePort returns a loopback address nothing listens on right now, never
-// one it returned before in this test binary: a port closed before the
-// next call can be handed out again, and a sidecar given the same address
-// for ingest and admin refuses its config (the fleet demo's nodes once did).
-func freePort(t *testing.T) string {
-	t.Helper()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		handedOut.Lock()
-		dup := handedOut.m[addr]
-		handedOut.m[addr] = true
-		handedOut.Unlock()
-		if !dup {
-			return addr
-		}
-	}
-}
-
-// handedOut are the addresses freePort returned.
-var handedOut = struct {
-	sync.Mutex
-	m map[string]bool
-}{m: map[string]bool{}}
+// freePort is testwait.FreePort: the one set of addresses handed out in
+// this test binary.
+func freePort(t *testing.T) string { return testwait.FreePort(t) }
 
 // syncBuffer collects a child's log, for failure messages and for waiting
 // on what the child says.

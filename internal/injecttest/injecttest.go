@@ -71,6 +71,11 @@ func NewCA(tb testing.TB) *CA {
 	return &CA{cert: cert, key: key, Pool: pool}
 }
 
+// PEM is the CA's certificate, PEM-encoded: a webhook's caBundle.
+func (ca *CA) PEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})
+}
+
 // Pair is a serving certificate and its key, PEM-encoded.
 type Pair struct {
 	Cert, Key []byte

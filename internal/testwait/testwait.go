@@ -1,15 +1,18 @@
 // Package testwait holds what the tests of several packages wait with: a
 // poll of a condition that has no notification, whether the binary was
 // built with the race detector (which makes every request dearer, so
-// tests size their load by it), and a TestMain that fails on a leaked
-// goroutine, ignoring those of libraries that outlive a test by design.
+// tests size their load by it), a TestMain that fails on a leaked
+// goroutine, ignoring those of libraries that outlive a test by design,
+// and loopback ports to listen on.
 package testwait
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"runtime/debug"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,3 +80,32 @@ func Main(m *testing.M, clients ...*http.Client) {
 	}
 	os.Exit(code)
 }
+
+// FreePort returns a loopback address nothing listens on right now, never
+// one it returned before in this test binary: a port closed before the
+// next call can be handed out again, and a sidecar given the same address
+// for ingest and admin refuses its config (the fleet demo's nodes once did).
+func FreePort(t testing.TB) string {
+	t.Helper()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		handedOut.Lock()
+		dup := handedOut.m[addr]
+		handedOut.m[addr] = true
+		handedOut.Unlock()
+		if !dup {
+			return addr
+		}
+	}
+}
+
+// handedOut are the addresses FreePort returned.
+var handedOut = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: map[string]bool{}}
