@@ -316,7 +316,7 @@ func nodeIDName(name string) error {
 // (JSON is YAML) and turns what changed into patch operations, so the two
 // paths share every decision.
 func specPatch(raw []byte, o Options) ([]byte, error) {
-	spec, err := jsonNode(raw)
+	spec, err := specNode(raw)
 	if err != nil {
 		return nil, fmt.Errorf("read the pod spec: %w", err)
 	}
@@ -433,6 +433,122 @@ func deepCopy(n *yaml.Node) *yaml.Node {
 	return cp(n)
 }
 
+// rawTag marks a node that stands for JSON the review passes through
+// unread: its Value is the JSON text, which nodeJSON writes back as it is.
+// A raw mapping (a list item PodSpec looks up by name) also holds, in
+// Content, the keys PodSpec reads.
+const rawTag = "!sluice.io/json"
+
+// specNode is the pod spec raw as PodSpec needs it, and no more: a node
+// tree of the whole spec took 30 to 60 times the spec's size (a 3 MiB spec
+// of env vars took 93 MiB; one of 1,500 containers, 124 MiB), and the
+// injector answers reviews of up to 3 MiB. PodSpec reads and changes
+// three keys: initContainers and volumes (each item's name, and whether a
+// volume is a claim) and terminationGracePeriodSeconds; of containers it
+// needs to know only that there is one. Those items are raw mappings,
+// the grace a scalar, and every other value one raw node, so a review
+// takes a few times the spec whatever its shape (BenchmarkReviewLarge).
+func specNode(raw []byte) (*yaml.Node, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil {
+		return nil, err
+	} else if t != json.Delim('{') {
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: rawTag, Value: string(raw)}, nil // not a mapping: specPatch says so
+	}
+	spec := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	for dec.More() {
+		k, err := dec.Token() // a string: Token refuses any other key
+		if err != nil {
+			return nil, err
+		}
+		key := k.(string)
+		var v *yaml.Node
+		switch key {
+		case "terminationGracePeriodSeconds":
+			v, err = readNode(dec)
+		case "initContainers", "volumes", "containers":
+			v, err = rawList(dec, raw, key != "containers")
+		default:
+			v, err = rawValue(dec)
+		}
+		if err != nil {
+			return nil, err
+		}
+		spec.Content = append(spec.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("more than one JSON value")
+	}
+	return spec, nil
+}
+
+// rawValue reads the next value as one raw node.
+func rawValue(dec *json.Decoder) (*yaml.Node, error) {
+	var m json.RawMessage
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: rawTag, Value: string(m)}, nil
+}
+
+// rawList reads a list as a sequence of raw items; named, each item that
+// is an object is a raw mapping holding its name and, for a volume, its
+// persistentVolumeClaim. A value that is not a list is one raw node.
+func rawList(dec *json.Decoder, raw []byte, named bool) (*yaml.Node, error) {
+	if t, ok := peekDelim(dec, raw); !ok || t != '[' {
+		return rawValue(dec)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	list := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+	for dec.More() {
+		var item json.RawMessage
+		if err := dec.Decode(&item); err != nil {
+			return nil, err
+		}
+		n := &yaml.Node{Kind: yaml.ScalarNode, Tag: rawTag, Value: string(item)}
+		if named && item[0] == '{' {
+			var keys map[string]json.RawMessage // exact keys, as mapGet matches them
+			if err := json.Unmarshal(item, &keys); err != nil {
+				return nil, err
+			}
+			n.Kind = yaml.MappingNode
+			for _, k := range []string{"name", "persistentVolumeClaim"} {
+				if v, ok := keys[k]; ok {
+					vn, err := jsonNode(v) // small: a name, or a claim's two fields
+					if err != nil {
+						return nil, err
+					}
+					n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k}, vn)
+				}
+			}
+		}
+		list.Content = append(list.Content, n)
+	}
+	_, err := dec.Token() // the closing bracket
+	return list, err
+}
+
+// peekDelim reports the delimiter the next value of dec, reading raw,
+// starts with, if it is one, without reading it.
+func peekDelim(dec *json.Decoder, raw []byte) (byte, bool) {
+	for _, b := range raw[dec.InputOffset():] {
+		switch b {
+		case ' ', '\t', '\n', '\r', ':', ',':
+			continue
+		case '[', '{':
+			return b, true
+		}
+		return 0, false
+	}
+	return 0, false
+}
+
 // jsonNode is the JSON value raw as the yaml.Node yaml.v3 makes of it:
 // mappings, sequences, and scalars tagged !!str, !!int, !!float, !!bool
 // or !!null, a number keeping its text. encoding/json reads it, not
@@ -499,6 +615,9 @@ func readNode(dec *json.Decoder) (*yaml.Node, error) {
 // a mapping keeps its keys' order (decoded into a map, they would be
 // sorted) and a number its text when that is JSON (1.0 stays 1.0).
 func nodeJSON(n *yaml.Node) (json.RawMessage, error) {
+	if n.Tag == rawTag {
+		return json.RawMessage(n.Value), nil
+	}
 	switch n.Kind {
 	case yaml.MappingNode, yaml.SequenceNode:
 		open, end := byte('['), byte(']')

@@ -5,8 +5,10 @@ import (
 	"cmp"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -737,5 +739,75 @@ func TestReviewRecovers(t *testing.T) {
 		if result != c.want || !resp.Allowed || resp.UID != "u-1" || len(resp.Warnings) != 1 || strings.Contains(string(answer), "secret-in-pod") {
 			t.Errorf("%s: %s %s", c.name, result, answer)
 		}
+	}
+}
+
+// largePods are pods of about 3 MiB, the most the API server accepts, in
+// the shapes that cost a review most: one large value, many small ones in
+// one container, and many containers.
+func largePods() map[string]*corev1.Pod {
+	annotation := deploymentPod()
+	annotation.Annotations = map[string]string{"example.com/blob": strings.Repeat("x", 3<<20)}
+	env := deploymentPod()
+	for i := range 40000 {
+		env.Spec.Containers[0].Env = append(env.Spec.Containers[0].Env, corev1.EnvVar{Name: fmt.Sprintf("VAR_%06d", i), Value: strings.Repeat("v", 50)})
+	}
+	containers := deploymentPod()
+	for i := range 2200 {
+		c := containers.Spec.Containers[0].DeepCopy()
+		c.Name, c.Ports = fmt.Sprintf("c%d", i), nil
+		for j := range 20 {
+			c.Env = append(c.Env, corev1.EnvVar{Name: fmt.Sprintf("E%d", j), Value: "x"})
+		}
+		containers.Spec.Containers = append(containers.Spec.Containers, *c)
+	}
+	return map[string]*corev1.Pod{"annotation": annotation, "env": env, "containers": containers}
+}
+
+// maxReviewFactor bounds what one review allocates, as a multiple of its
+// body: the injector's --max-in-flight sizing (24 MiB for the 3 MiB the
+// API server sends at most) rests on it. The body is held about four
+// times (read, the review's raw object, the pod's keys, the spec's items)
+// and json.Decoder buffers the largest item.
+const maxReviewFactor = 7
+
+// TestReviewMemory: a review of a large pod, whatever its shape, allocates
+// at most maxReviewFactor times its body in all. A node tree of the whole
+// spec took 29 times (env) and 63 times (containers).
+func TestReviewMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 9 MiB of pods")
+	}
+	for shape, pod := range largePods() {
+		body := request(t, pod, nil)
+		if len(body) < 2<<20 || len(body) > MaxReviewBytes {
+			t.Fatalf("%s: body of %d bytes, want 2 MiB to MaxReviewBytes", shape, len(body))
+		}
+		var before, after goruntime.MemStats
+		goruntime.ReadMemStats(&before)
+		_, result := Review(body, Defaults(), true)
+		goruntime.ReadMemStats(&after)
+		if result != Injected {
+			t.Fatalf("%s: %s", shape, result)
+		}
+		alloc := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%-10s body %.2f MiB, allocated %.1f MiB (%.1f times)", shape, float64(len(body))/(1<<20), float64(alloc)/(1<<20), float64(alloc)/float64(len(body)))
+		if alloc > maxReviewFactor*uint64(len(body)) {
+			t.Errorf("%s: a review of %d bytes allocated %d, over %d times its body", shape, len(body), alloc, maxReviewFactor)
+		}
+	}
+}
+
+// BenchmarkReviewLarge is a review of each of largePods.
+func BenchmarkReviewLarge(b *testing.B) {
+	for shape, pod := range largePods() {
+		body := request(b, pod, nil)
+		b.Run(shape, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				Review(body, Defaults(), true)
+			}
+		})
 	}
 }

@@ -20,9 +20,10 @@ import (
 // the limit.
 const MaxReviewBytes = 4 << 20
 
-// Bounds on the reviews in flight (Limits). A review allocates about six
-// times its body: a 4 MiB body, the most that is read, took 24 MiB
-// (measured with one large annotation). With no bound, eight concurrent
+// Bounds on the reviews in flight (Limits). A review allocates up to about
+// seven times its body, whatever the pod's shape (TestReviewMemory: 3 MiB
+// of env vars took 21 MiB, one large annotation 9 MiB): 21 MiB for the
+// 3 MiB the API server sends at most, 28 MiB for the 4 MiB read at most. With no bound, eight concurrent
 // 3 MiB reviews took the injector to 245 MB against the shipped 128Mi
 // limit: an OOM kill, and with failurePolicy Ignore, pods created without
 // the sidecar meanwhile.

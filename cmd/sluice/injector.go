@@ -88,7 +88,7 @@ func runInjector(drain, abort context.Context, args []string, stdout, stderr io.
 	adminListen := fs.String("admin-listen", "127.0.0.1:8702", "admin address (plain HTTP): /metrics, /healthz, /readyz")
 	delay := fs.Duration("shutdown-delay", 5*time.Second, "after SIGTERM, keep answering reviews this long (with /readyz at 503) before closing, so the API server stops calling first")
 	limits := inject.DefaultLimits()
-	fs.IntVar(&limits.MaxInFlight, "max-in-flight", limits.MaxInFlight, fmt.Sprintf("reviews read and answered at once (1 to %d); a review can take 6 times its body, up to 24 MiB, so keep this times 24 MiB well under the container's memory limit", inject.MaxMaxInFlight))
+	fs.IntVar(&limits.MaxInFlight, "max-in-flight", limits.MaxInFlight, fmt.Sprintf("reviews read and answered at once (1 to %d); a review can take 7 times its body, up to 24 MiB, so keep this times 24 MiB well under the container's memory limit", inject.MaxMaxInFlight))
 	fs.DurationVar(&limits.QueueWait, "queue-wait", limits.QueueWait, fmt.Sprintf("how long a review past --max-in-flight waits for a slot (0 to %s), never past the API server's timeout less 1s; then it is answered 503 and the webhook's failurePolicy applies", inject.MaxQueueWait))
 	scanInterval := fs.Duration("scan-interval", time.Minute, "how often to look for pods that asked for the sidecar and run without it (sluice_injector_pods_without_sidecar; needs list on pods and namespaces, get on the webhook configuration); 0 turns the scan off")
 	webhookConfig := fs.String("webhook-configuration", inject.DefaultWebhookConfiguration, "the MutatingWebhookConfiguration whose selectors the scan evaluates")
