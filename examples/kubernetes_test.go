@@ -8,16 +8,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/inject"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -26,175 +23,40 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
+
+	"github.com/sluicehq/sluice/inject"
+	"github.com/sluicehq/sluice/internal/kubetest"
 )
 
-// kubeTypes maps apiVersion and kind to the Go type a manifest must decode
-// into. cert-manager's and kustomize's kinds have no type in k8s.io/api:
-// the local structs below hold the fields the examples use.
-var kubeTypes = map[string]func() any{
-	"v1/Namespace":      func() any { return new(corev1.Namespace) },
-	"v1/ConfigMap":      func() any { return new(corev1.ConfigMap) },
-	"v1/Secret":         func() any { return new(corev1.Secret) },
-	"v1/Service":        func() any { return new(corev1.Service) },
-	"v1/ServiceAccount": func() any { return new(corev1.ServiceAccount) },
-	"v1/Pod":            func() any { return new(corev1.Pod) },
-
-	"apps/v1/Deployment":  func() any { return new(appsv1.Deployment) },
-	"apps/v1/StatefulSet": func() any { return new(appsv1.StatefulSet) },
-	"apps/v1/DaemonSet":   func() any { return new(appsv1.DaemonSet) },
-	"batch/v1/Job":        func() any { return new(batchv1.Job) },
-	"batch/v1/CronJob":    func() any { return new(batchv1.CronJob) },
-
-	"policy/v1/PodDisruptionBudget": func() any { return new(policyv1.PodDisruptionBudget) },
-
-	"networking.k8s.io/v1/NetworkPolicy": func() any { return new(networkingv1.NetworkPolicy) },
-
-	"admissionregistration.k8s.io/v1/MutatingWebhookConfiguration":   func() any { return new(admissionregistrationv1.MutatingWebhookConfiguration) },
-	"admissionregistration.k8s.io/v1/ValidatingWebhookConfiguration": func() any { return new(admissionregistrationv1.ValidatingWebhookConfiguration) },
-
-	"rbac.authorization.k8s.io/v1/Role":               func() any { return new(rbacv1.Role) },
-	"rbac.authorization.k8s.io/v1/RoleBinding":        func() any { return new(rbacv1.RoleBinding) },
-	"rbac.authorization.k8s.io/v1/ClusterRole":        func() any { return new(rbacv1.ClusterRole) },
-	"rbac.authorization.k8s.io/v1/ClusterRoleBinding": func() any { return new(rbacv1.ClusterRoleBinding) },
-
-	"cert-manager.io/v1/Issuer":      func() any { return new(cmIssuer) },
-	"cert-manager.io/v1/Certificate": func() any { return new(cmCertificate) },
-
-	"kustomize.config.k8s.io/v1beta1/Kustomization": func() any { return new(kustomization) },
-}
-
-// cmIssuer is the part of cert-manager.io/v1 Issuer the examples use.
-type cmIssuer struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata"`
-	Spec              struct {
-		SelfSigned *struct{} `json:"selfSigned,omitempty"`
-		CA         *struct {
-			SecretName string `json:"secretName"`
-		} `json:"ca,omitempty"`
-	} `json:"spec"`
-}
-
-// cmCertificate is the part of cert-manager.io/v1 Certificate the examples
-// use.
-type cmCertificate struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata"`
-	Spec              struct {
-		IsCA        bool     `json:"isCA,omitempty"`
-		CommonName  string   `json:"commonName,omitempty"`
-		SecretName  string   `json:"secretName"`
-		DNSNames    []string `json:"dnsNames,omitempty"`
-		Duration    string   `json:"duration,omitempty"`
-		RenewBefore string   `json:"renewBefore,omitempty"`
-		Usages      []string `json:"usages,omitempty"`
-		PrivateKey  *struct {
-			Algorithm      string `json:"algorithm,omitempty"`
-			Size           int    `json:"size,omitempty"`
-			RotationPolicy string `json:"rotationPolicy,omitempty"`
-		} `json:"privateKey,omitempty"`
-		IssuerRef struct {
-			Group string `json:"group,omitempty"`
-			Kind  string `json:"kind,omitempty"`
-			Name  string `json:"name"`
-		} `json:"issuerRef"`
-	} `json:"spec"`
-}
-
-// kustomization is the part of kustomize.config.k8s.io/v1beta1
-// Kustomization the examples use.
-type kustomization struct {
-	metav1.TypeMeta `json:",inline"`
-	Resources       []string `json:"resources"`
-}
+// The cert-manager and kustomize kinds the examples use, by short names.
+type (
+	cmIssuer      = kubetest.Issuer
+	cmCertificate = kubetest.Certificate
+	kustomization = kubetest.Kustomization
+)
 
 // manifest is one decoded YAML document.
 type manifest struct {
 	file string // relative to examples/
 	doc  int    // 1-based document number in file
 	kind string // apiVersion/kind
-	obj  any    // a pointer to the kubeTypes value
+	obj  any    // a pointer to the kubetest.Types value
 }
 
 func (m manifest) String() string { return fmt.Sprintf("%s#%d (%s)", m.file, m.doc, m.kind) }
 
-var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
-
-// decodeStrict decodes one YAML document into obj the way the API server's
-// strict field validation does: an unknown field, a duplicate key or a key
-// in the wrong case is an error. sigs.k8s.io/yaml's UnmarshalStrict catches
-// the first two (its JSON step is encoding/json, which matches keys
-// case-insensitively), sigs.k8s.io/json's UnmarshalStrict (the API
-// server's decoder) the third.
-func decodeStrict(doc []byte, obj any) error {
-	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
-		return err
-	}
-	j, err := yaml.YAMLToJSON(doc)
-	if err != nil {
-		return err
-	}
-	strict, err := kjson.UnmarshalStrict(j, obj)
-	if err != nil {
-		return err
-	}
-	if len(strict) > 0 {
-		return fmt.Errorf("strict decoding: %v", strict)
-	}
-	return nil
-}
-
-// decodeManifests decodes every document of a YAML file. A document with
-// neither apiVersion nor kind is not a Kubernetes object (a Helm values
-// file): it is returned as skipped. One with an apiVersion and kind not in
-// kubeTypes, or with only one of the two, is an error.
+// decodeManifests decodes every document of a YAML file with
+// kubetest.Decode: strictly, each into its API type.
 func decodeManifests(path, name string) (ms []manifest, skipped int, err error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, 0, err
 	}
-	for i, doc := range docSeparator.Split(string(src), -1) {
-		var head struct {
-			APIVersion string `json:"apiVersion"`
-			Kind       string `json:"kind"`
-		}
-		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
-			return nil, 0, fmt.Errorf("%s#%d: %w", name, i+1, err)
-		}
-		if strings.TrimSpace(stripComments(doc)) == "" {
-			continue
-		}
-		if head.APIVersion == "" && head.Kind == "" {
-			skipped++
-			continue
-		}
-		if head.APIVersion == "" || head.Kind == "" {
-			return nil, 0, fmt.Errorf("%s#%d: apiVersion %q, kind %q: want both", name, i+1, head.APIVersion, head.Kind)
-		}
-		kind := head.APIVersion + "/" + head.Kind
-		newObj, ok := kubeTypes[kind]
-		if !ok {
-			return nil, 0, fmt.Errorf("%s#%d: unknown apiVersion/kind %q", name, i+1, kind)
-		}
-		obj := newObj()
-		if err := decodeStrict([]byte(doc), obj); err != nil {
-			return nil, 0, fmt.Errorf("%s#%d (%s): %w", name, i+1, kind, err)
-		}
-		ms = append(ms, manifest{file: name, doc: i + 1, kind: kind, obj: obj})
+	objs, skipped, err := kubetest.Decode(src, name)
+	for _, o := range objs {
+		ms = append(ms, manifest{file: name, doc: o.Doc, kind: o.Kind, obj: o.Obj})
 	}
-	return ms, skipped, nil
-}
-
-func stripComments(doc string) string {
-	var b strings.Builder
-	for line := range strings.Lines(doc) {
-		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
-			b.WriteString(line)
-		}
-	}
-	return b.String()
+	return ms, skipped, err
 }
 
 // loadKubernetes decodes every YAML file under examples/kubernetes.

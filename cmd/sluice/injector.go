@@ -120,16 +120,16 @@ func runInjector(drain, abort context.Context, args []string, stdout, stderr io.
 	if err := limits.Validate(); err != nil {
 		return fmt.Errorf("injector: %w", err)
 	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	certs, err := inject.NewCertReloader(*certFile, *keyFile, log)
+	if err != nil {
+		return fmt.Errorf("injector: --tls-cert-file, --tls-key-file: %w", err)
+	}
 	var cluster *inject.Cluster
 	if *scanInterval > 0 {
 		if cluster, err = scanCluster(*kubeconfig); err != nil {
 			return fmt.Errorf("injector: --scan-interval: %w (or set --scan-interval=0 to run without the scan)", err)
 		}
-	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	certs, err := inject.NewCertReloader(*certFile, *keyFile, log)
-	if err != nil {
-		return fmt.Errorf("injector: --tls-cert-file, --tls-key-file: %w", err)
 	}
 	// As `sluice serve` does: the heap may grow to twice the live set
 	// before a collection, past the container's limit under a burst of
