@@ -33,7 +33,7 @@ func (p secretsProvider) GetClientFor(apiVersion, kind string) (dynamic.Namespac
 // renderAgainst renders the chart's webhook.yaml as helm upgrade does, with
 // lookup answered by p, and returns its Secret and the caBundle of its
 // webhooks (the same for both, or the test fails).
-func renderAgainst(t *testing.T, p secretsProvider) (*corev1.Secret, []byte) {
+func renderAgainst(t *testing.T, p engine.ClientProvider) (*corev1.Secret, []byte) {
 	t.Helper()
 	ch := loadChart(t)
 	caps := common.DefaultCapabilities.Copy()
