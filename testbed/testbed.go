@@ -211,7 +211,13 @@ type PathStats struct {
 	// InFlight is the number of requests being handled now, including
 	// black-holed and slow ones.
 	InFlight int64 `json:"in_flight"`
-	// MaxInFlight is the highest InFlight seen.
+	// MaxInFlight is the highest InFlight seen. A black-holed request whose
+	// client has closed its connection is no longer in flight, even before
+	// the goroutine holding it has noticed: each request that arrives on
+	// the path first asks the kernel which held connections their clients
+	// closed (closedByPeer), so a client that gives up on one request and
+	// then sends the next is never counted twice, however late the holder
+	// runs on a busy machine.
 	MaxInFlight int64 `json:"max_in_flight"`
 	// Attempts counts requests by their X-Attempt header value; requests
 	// without one are not counted here.
@@ -227,16 +233,49 @@ type PathStats struct {
 // shares.
 type pathState struct {
 	requests, inFlight, maxInFlight atomic.Int64
+	nheld                           atomic.Int64 // len(held), read without mu on every request
 	unsigned, badSignatures         atomic.Int64
 	accepted                        atomic.Int64 // written under mu, with the statuses
 
 	mu         sync.Mutex
+	held       map[*heldConn]struct{} // black-holed requests not yet over; nheld counts them
 	attempts   map[string]int64
 	statuses   map[int]int64
 	seen       map[string]struct{} // accepted webhook-id values
 	ids        []string            // the same, in order of first acceptance
 	unique     int64
 	duplicates int64
+}
+
+// heldConn is one black-holed request's connection. over is set by whoever
+// first learns the request is over (the holder, or settle), which takes it
+// out of InFlight.
+type heldConn struct {
+	conn net.Conn
+	over atomic.Bool
+}
+
+// end takes h out of InFlight unless that was done already.
+func (ps *pathState) end(h *heldConn) {
+	if h.over.CompareAndSwap(false, true) {
+		ps.inFlight.Add(-1)
+	}
+}
+
+// settle ends the held requests whose clients have closed their
+// connections, as the kernel knows it now: a request that arrives after
+// its client's previous one gave up finds that one over.
+func (ps *pathState) settle() {
+	if ps.nheld.Load() == 0 {
+		return // the common case: nothing held, no lock
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for h := range ps.held {
+		if !h.over.Load() && closedByPeer(h.conn) {
+			ps.end(h)
+		}
+	}
 }
 
 func (ps *pathState) stats() PathStats {

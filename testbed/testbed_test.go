@@ -596,3 +596,53 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal("server still answers after Close")
 	}
 }
+
+// TestBlackhole_InFlightExact: a client that closes its connection to a
+// held request and then sends another is not counted twice, even when the
+// goroutine holding the first has not yet run to notice (held back here,
+// as a busy machine holds it); a request whose client still waits is
+// counted.
+func TestBlackhole_InFlightExact(t *testing.T) {
+	late := make(chan struct{})
+	defer testbed.SetHolderLate(func() { <-late })()
+	defer close(late)
+	s := mustOpen(t, testbed.Options{})
+	s.SetMode("/hole", testbed.ModeBlackhole)
+	ctx := waitCtx(t)
+
+	// hold sends a request on a connection of its own, closed (at once,
+	// as sluice's client closes one that timed out) by the function it
+	// returns.
+	hold := func() (closeConn func()) {
+		c, err := net.Dial("tcp", strings.TrimPrefix(s.URL(), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(c, "POST /hole HTTP/1.1\r\nHost: testbed\r\nContent-Length: 2\r\n\r\n{}"); err != nil {
+			t.Fatal(err)
+		}
+		return func() { c.Close() }
+	}
+	requests := func(n int64) {
+		t.Helper()
+		if err := s.Wait(ctx, func(m map[string]testbed.PathStats) bool { return m["/hole"].Requests == n }); err != nil {
+			t.Fatalf("request %d never arrived: %v", n, err)
+		}
+	}
+
+	giveUp := hold()
+	requests(1)
+	giveUp() // closed: its holder is held back before counting it over
+	stillWaiting := hold()
+	defer stillWaiting()
+	requests(2)
+	if st := s.Stats()["/hole"]; st.InFlight != 1 || st.MaxInFlight != 1 {
+		t.Errorf("after a client gave up and sent again: in flight %d, at most %d; want 1 and 1", st.InFlight, st.MaxInFlight)
+	}
+	third := hold()
+	defer third()
+	requests(3)
+	if st := s.Stats()["/hole"]; st.InFlight != 2 || st.MaxInFlight != 2 {
+		t.Errorf("two clients waiting: in flight %d, at most %d; want 2 and 2", st.InFlight, st.MaxInFlight)
+	}
+}
