@@ -64,6 +64,7 @@ var chartCases = []chartCase{
 	{"nameOverride", "sluice", "sluice-system", "name-override.yaml", "sluice-relay-injector"},
 	{"custom release name", "edge", "edge-system", "", "edge-sluice-injector"},
 	{"release named after the chart", "sluice-prod", "prod", "", "sluice-prod-injector"},
+	{"revision canary", "sluice-canary", "sluice-system", "revision.yaml", "sluice-canary-injector"},
 }
 
 func caseNamed(t *testing.T, name string) chartCase {

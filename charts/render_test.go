@@ -163,9 +163,16 @@ func checkWebhooks(t *testing.T, r *rendered) {
 		}
 		sels[w.Name] = sel{n, o}
 	}
+	// A revision's opt-in is its label, on a namespace or on a pod; its
+	// pods are reviewed as those of an opted-in namespace.
+	revision := r.str(t, "webhook.revision")
+	nsIn, podIn, podPath := labels.Set{"sluice.io/inject": "enabled"}, labels.Set{"sluice.io/inject": "true"}, inject.PodPath
+	if revision != "" {
+		nsIn, podIn, podPath = labels.Set{"sluice.io/rev": revision}, labels.Set{"sluice.io/rev": revision}, inject.NamespacePath
+	}
 	if want := map[string]string{
 		"namespace.inject.sluice.io": inject.NamespacePath,
-		"pod.inject.sluice.io":       inject.PodPath,
+		"pod.inject.sluice.io":       podPath,
 	}; !maps.Equal(paths, want) {
 		t.Errorf("webhooks and paths %v, want %v", paths, want)
 	}
@@ -179,23 +186,22 @@ func checkWebhooks(t *testing.T, r *rendered) {
 		}
 		return got
 	}
-	podIn := labels.Set{"sluice.io/inject": "true"}
 	for _, ns := range excluded {
-		for _, nsLabels := range []labels.Set{{}, {"sluice.io/inject": "enabled"}} {
+		for _, nsLabels := range []labels.Set{{}, nsIn} {
 			l := labels.Merge(nsLabels, labels.Set{"kubernetes.io/metadata.name": ns})
 			if got := reviewer(l, podIn); len(got) > 0 {
 				t.Errorf("an opted-in pod of namespace %s (labels %v) is reviewed by %q", ns, l, got)
 			}
 		}
 	}
-	if got := reviewer(labels.Set{"kubernetes.io/metadata.name": "team-a", "sluice.io/inject": "enabled"}, labels.Set{}); !slices.Equal(got, []string{"namespace.inject.sluice.io"}) {
+	if got := reviewer(labels.Merge(nsIn, labels.Set{"kubernetes.io/metadata.name": "team-a"}), labels.Set{}); !slices.Equal(got, []string{"namespace.inject.sluice.io"}) {
 		t.Errorf("a pod of an opted-in namespace is reviewed by %q", got)
 	}
 	if got := reviewer(labels.Set{"kubernetes.io/metadata.name": "team-b"}, podIn); !slices.Equal(got, []string{"pod.inject.sluice.io"}) {
 		t.Errorf("an opted-in pod of another namespace is reviewed by %q", got)
 	}
 	// The injector's own pods, wherever they run.
-	if got := reviewer(labels.Set{"kubernetes.io/metadata.name": r.namespace, "sluice.io/inject": "enabled"},
+	if got := reviewer(labels.Merge(nsIn, labels.Set{"kubernetes.io/metadata.name": r.namespace}),
 		labels.Set(r.deployment.Spec.Template.Labels)); len(got) > 0 {
 		t.Errorf("the injector's own pods are reviewed by %q", got)
 	}
@@ -612,6 +618,62 @@ func checkNotes(t *testing.T, r *rendered) {
 	for _, want := range []string{r.fullname, r.namespace, "pod-security.kubernetes.io/enforce=restricted", "failurePolicy is " + r.str(t, "webhook.failurePolicy")} {
 		if !strings.Contains(r.notes, want) {
 			t.Errorf("NOTES.txt does not say %q:\n%s", want, r.notes)
+		}
+	}
+}
+
+// TestChartRevisions: the default release and a revision installed beside
+// it (testdata/revision.yaml) never both review a pod. A namespace's label
+// decides for all its pods; a pod's own label counts only in a namespace
+// that has none.
+func TestChartRevisions(t *testing.T) {
+	type sel struct{ ns, obj labels.Selector }
+	sels := map[string]sel{} // "release/webhook"
+	for _, c := range []chartCase{caseNamed(t, "defaults"), caseNamed(t, "revision canary")} {
+		for _, w := range render(t, c).webhooks.Webhooks {
+			n, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := metav1.LabelSelectorAsSelector(w.ObjectSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sels[c.release+"/"+w.Name] = sel{n, o}
+		}
+	}
+	ns := func(kv ...string) labels.Set {
+		l := labels.Set{"kubernetes.io/metadata.name": "team"}
+		for i := 0; i+1 < len(kv); i += 2 {
+			l[kv[i]] = kv[i+1]
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name    string
+		ns, pod labels.Set
+		want    string // release/webhook, or ""
+	}{
+		{"default namespace", ns("sluice.io/inject", "enabled"), labels.Set{}, "sluice/namespace.inject.sluice.io"},
+		{"canary namespace", ns("sluice.io/rev", "canary"), labels.Set{}, "sluice-canary/namespace.inject.sluice.io"},
+		{"canary namespace, still labelled for the default", ns("sluice.io/rev", "canary", "sluice.io/inject", "enabled"), labels.Set{}, "sluice-canary/namespace.inject.sluice.io"},
+		{"canary namespace, pod opted out", ns("sluice.io/rev", "canary"), labels.Set{"sluice.io/inject": "false"}, ""},
+		{"default namespace, pod of the canary: the namespace decides", ns("sluice.io/inject", "enabled"), labels.Set{"sluice.io/rev": "canary"}, "sluice/namespace.inject.sluice.io"},
+		{"plain namespace, default pod", ns(), labels.Set{"sluice.io/inject": "true"}, "sluice/pod.inject.sluice.io"},
+		{"plain namespace, canary pod", ns(), labels.Set{"sluice.io/rev": "canary"}, "sluice-canary/pod.inject.sluice.io"},
+		{"plain namespace, pod with both labels", ns(), labels.Set{"sluice.io/rev": "canary", "sluice.io/inject": "true"}, "sluice-canary/pod.inject.sluice.io"},
+		{"plain namespace, canary pod opted out", ns(), labels.Set{"sluice.io/rev": "canary", "sluice.io/inject": "false"}, ""},
+		{"another revision's namespace", ns("sluice.io/rev", "stable"), labels.Set{"sluice.io/inject": "true"}, ""},
+		{"plain namespace, plain pod", ns(), labels.Set{}, ""},
+	} {
+		var got []string
+		for name, s := range sels {
+			if s.ns.Matches(tc.ns) && s.obj.Matches(tc.pod) {
+				got = append(got, name)
+			}
+		}
+		if len(got) > 1 || tc.want == "" && len(got) > 0 || tc.want != "" && !slices.Equal(got, []string{tc.want}) {
+			t.Errorf("%s: reviewed by %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }

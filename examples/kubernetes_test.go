@@ -370,6 +370,13 @@ func TestKubernetesInjector(t *testing.T) {
 			{"kube-system, pod opts in", namespace("kube-system"), podIn, ""},
 			{"sluice-system, pod opts in", namespace(ns), podIn, ""},
 			{"the injector's own pods", labels.Merge(in.namespace.Labels, namespace(in.namespace.Name)), labels.Set(pod.Labels), ""},
+			// A revision installed beside this one takes these (the chart's
+			// revision): a namespace labelled sluice.io/rev, whatever else
+			// it says, and a pod so labelled in a plain namespace.
+			{"namespace of a revision", namespace("team-d", "sluice.io/rev", "canary"), plain, ""},
+			{"namespace of a revision, opted in too", namespace("team-d", "sluice.io/rev", "canary", "sluice.io/inject", "enabled"), podIn, ""},
+			{"plain namespace, pod of a revision", namespace("team-b"), labels.Set{"sluice.io/inject": "true", "sluice.io/rev": "canary"}, ""},
+			{"opted-in namespace, pod of a revision: the namespace decides", namespace("team-a", enabled...), labels.Set{"sluice.io/rev": "canary"}, "namespace.inject.sluice.io"},
 		} {
 			var got []string
 			for name, s := range sels {

@@ -72,6 +72,7 @@ func TestCheck(t *testing.T) {
 		{"pod annotated in only: no webhook sees it", storedPod("shop", annotate(AnnotationInject, "true")), plain, "", false, "", "objectSelector"},
 		{"pod not asking", storedPod("shop"), plain, "", false, "", "no webhook selects it"},
 		{"injected by sluice inject, not asked", storedPod("shop", sidecar), plain, "", false, "", "no webhook selects it"},
+		{"a revision's namespace", storedPod("billing"), namespace("billing", "sluice.io/inject", "enabled", "sluice.io/rev", "canary"), "", false, "", "sluice.io/rev"},
 		{"kube-system opted in", storedPod("kube-system"), namespace("kube-system", "sluice.io/inject", "enabled"), "", false, "", "kube-system"},
 		{"the injector's namespace", storedPod("sluice-system", label(AnnotationInject, "true")), namespace("sluice-system"), "", false, "", "sluice-system"},
 		{"hostNetwork: the review warns", storedPod("billing", func(p *corev1.Pod) { p.Spec.HostNetwork = true }), enabled, "namespace.inject.sluice.io", false, BadInput, "hostNetwork"},
