@@ -22,10 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	psaapi "k8s.io/pod-security-admission/api"
-	"k8s.io/pod-security-admission/policy"
 
 	"github.com/sluicehq/sluice/inject"
+	"github.com/sluicehq/sluice/internal/kubetest"
 )
 
 // TestChartRenders: every install of chartCases renders objects that
@@ -247,24 +246,7 @@ func checkDeployment(t *testing.T, r *rendered) {
 		return int32(n)
 	}
 	webhookPort, adminPort := port("--listen"), port("--admin-listen")
-	for _, sp := range r.service.Spec.Ports {
-		target := sp.TargetPort.IntVal
-		if sp.TargetPort.Type == intstr.String {
-			i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == sp.TargetPort.StrVal })
-			if i < 0 {
-				t.Fatalf("Service targetPort %q names no container port", sp.TargetPort.StrVal)
-			}
-			target = c.Ports[i].ContainerPort
-		}
-		if sp.Port != 443 || target != webhookPort {
-			t.Errorf("Service port %d → %d, want 443 → %d (--listen)", sp.Port, target, webhookPort)
-		}
-	}
-	for path, p := range map[string]*corev1.Probe{"/readyz": c.ReadinessProbe, "/healthz": c.LivenessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.IntValue() != int(adminPort) {
-			t.Errorf("want an httpGet probe of %s on port %d (--admin-listen), got %+v", path, adminPort, p)
-		}
-	}
+	kubetest.CheckInjectorPorts(t, r.service, &c, webhookPort, adminPort)
 
 	// The scheduling values, as given.
 	var resources corev1.ResourceRequirements
@@ -302,24 +284,9 @@ func checkDeployment(t *testing.T, r *rendered) {
 		t.Errorf("serviceAccountName %q, the chart's is %q", spec.ServiceAccountName, r.account.Name)
 	}
 	pod := &corev1.Pod{ObjectMeta: dep.Spec.Template.ObjectMeta, Spec: spec}
-	if msg := restricted(t, pod); msg != "" {
+	if msg := kubetest.Restricted(t, pod); msg != "" {
 		t.Errorf("Pod Security restricted refuses the injector's pod: %s", msg)
 	}
-}
-
-// restricted returns what Pod Security "restricted:latest" says of pod, the
-// admission plugin's own checks: "" when it admits it.
-func restricted(t *testing.T, pod *corev1.Pod) string {
-	t.Helper()
-	e, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := policy.AggregateCheckResults(e.EvaluatePod(psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}, &pod.ObjectMeta, &pod.Spec))
-	if res.Allowed {
-		return ""
-	}
-	return res.ForbiddenReason() + ": " + res.ForbiddenDetail()
 }
 
 // checkTLS: the Deployment mounts the Secret that holds the serving

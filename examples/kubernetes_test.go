@@ -486,24 +486,7 @@ func TestKubernetesInjector(t *testing.T) {
 		}
 		// The Service's target port is the webhook listener.
 		webhookPort, adminPort := port("--listen"), port("--admin-listen")
-		for _, sp := range svc.Spec.Ports {
-			target := sp.TargetPort.IntVal
-			if sp.TargetPort.StrVal != "" {
-				i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == sp.TargetPort.StrVal })
-				if i < 0 {
-					t.Fatalf("Service targetPort %q names no container port", sp.TargetPort.StrVal)
-				}
-				target = c.Ports[i].ContainerPort
-			}
-			if sp.Port != 443 || target != webhookPort {
-				t.Errorf("Service port %d → %d, want 443 → %d (--listen)", sp.Port, target, webhookPort)
-			}
-		}
-		for name, p := range map[string]*corev1.Probe{"/readyz": c.ReadinessProbe, "/healthz": c.LivenessProbe} {
-			if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != name || p.HTTPGet.Port.IntValue() != int(adminPort) {
-				t.Errorf("want an httpGet probe on %s port %d (--admin-listen), got %+v", name, adminPort, p)
-			}
-		}
+		kubetest.CheckInjectorPorts(t, svc, &c, webhookPort, adminPort)
 		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 			t.Errorf("resources %+v: want CPU and memory requests and a memory limit", c.Resources)
 		}

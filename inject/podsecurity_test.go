@@ -4,9 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/kubetest"
 	corev1 "k8s.io/api/core/v1"
-	psaapi "k8s.io/pod-security-admission/api"
-	"k8s.io/pod-security-admission/policy"
 )
 
 // restrictedPod is an app pod that Pod Security "restricted" admits: non-root,
@@ -21,28 +20,13 @@ func restrictedPod() *corev1.Pod {
 	return p
 }
 
-// restricted returns what Pod Security "restricted:latest" says of pod, the
-// admission plugin's own checks: "" when it admits it.
-func restricted(t *testing.T, pod *corev1.Pod) string {
-	t.Helper()
-	e, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := policy.AggregateCheckResults(e.EvaluatePod(psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}, &pod.ObjectMeta, &pod.Spec))
-	if res.Allowed {
-		return ""
-	}
-	return res.ForbiddenReason() + ": " + res.ForbiddenDetail()
-}
-
 // TestInjectedPodPassesRestricted: a pod that Pod Security "restricted"
 // admits is still admitted once the sidecar is added, by the webhook and by
 // sluice inject, with each way of holding the data dir and in fleet mode.
 // (The sidecar once set neither capabilities.drop nor a seccomp profile,
 // and a namespace enforcing the profile refused every injected pod.)
 func TestInjectedPodPassesRestricted(t *testing.T) {
-	if msg := restricted(t, restrictedPod()); msg != "" {
+	if msg := kubetest.Restricted(t, restrictedPod()); msg != "" {
 		t.Fatalf("the app pod itself is refused: %s", msg)
 	}
 	for name, edit := range map[string]func(*corev1.Pod){
@@ -59,14 +43,14 @@ func TestInjectedPodPassesRestricted(t *testing.T) {
 			}
 			podJSON, _ := json.Marshal(pod)
 			patched := strictPod(t, applyPatch(t, decodeAnswer(t, answer).Response.Patch, podJSON))
-			if msg := restricted(t, patched); msg != "" {
+			if msg := kubetest.Restricted(t, patched); msg != "" {
 				t.Errorf("the webhook's pod is refused by restricted: %s", msg)
 			}
 			o, err := annotationOptions(pod.Annotations, Defaults())
 			if err != nil {
 				t.Fatal(err)
 			}
-			if msg := restricted(t, injectYAML(t, pod, o)); msg != "" {
+			if msg := kubetest.Restricted(t, injectYAML(t, pod, o)); msg != "" {
 				t.Errorf("sluice inject's pod is refused by restricted: %s", msg)
 			}
 		})
