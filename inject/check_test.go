@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -30,6 +31,25 @@ func shippedWebhooks(t *testing.T) []admissionregistrationv1.MutatingWebhook {
 		t.Fatal(err, strict)
 	}
 	return mwc.Webhooks
+}
+
+// check is Check of k8s.io/api objects, passed as the API server's JSON
+// of them, which is what Check's own types read.
+func check(t *testing.T, pod *corev1.Pod, ns *corev1.Namespace, webhooks []admissionregistrationv1.MutatingWebhook) Verdict {
+	t.Helper()
+	var p Pod
+	var n Namespace
+	var ws []MutatingWebhook
+	for _, c := range []struct{ from, to any }{{pod, &p}, {ns, &n}, {webhooks, &ws}} {
+		b, err := json.Marshal(c.from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, c.to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return Check(&p, &n, ws, Defaults())
 }
 
 func namespace(name string, kv ...string) *corev1.Namespace {
@@ -82,7 +102,7 @@ func TestCheck(t *testing.T) {
 		{"being deleted", storedPod("billing", func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now }), enabled, "", false, "", "deleted"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			v := Check(c.pod, c.ns, webhooks, Defaults())
+			v := check(t, c.pod, c.ns, webhooks)
 			if v.Webhook != c.webhook || v.Want != c.want || v.Cause != c.cause || !strings.Contains(v.Why, c.why) {
 				t.Errorf("got webhook %q want %v cause %q why %q;\nwant webhook %q want %v cause %q, why saying %q",
 					v.Webhook, v.Want, v.Cause, v.Why, c.webhook, c.want, c.cause, c.why)
@@ -138,7 +158,7 @@ func TestCheckWebhooks(t *testing.T) {
 		{"no selectors: everything", []admissionregistrationv1.MutatingWebhook{*nilSelectors}, true, "selects it"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			v := Check(pod, ns, c.webhooks, Defaults())
+			v := check(t, pod, ns, c.webhooks)
 			if v.Want != c.want || !strings.Contains(v.Why, c.why) {
 				t.Errorf("want %v why %q; want %v, why saying %q", v.Want, v.Why, c.want, c.why)
 			}

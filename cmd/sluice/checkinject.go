@@ -15,7 +15,6 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -139,7 +138,7 @@ func checkNamespace(ctx context.Context, cluster *inject.Cluster, webhookConfig,
 		return []inject.Verdict{inject.Check(pod, nsObj, webhooks, o)}, nil
 	}
 	var verdicts []inject.Verdict
-	err = cluster.Pods(ctx, ns, labels.Everything(), func(pod *corev1.Pod) {
+	err = cluster.Pods(ctx, ns, labels.Everything(), func(pod *inject.Pod) {
 		verdicts = append(verdicts, inject.Check(pod, nsObj, webhooks, o))
 	})
 	return verdicts, err
