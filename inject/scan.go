@@ -323,10 +323,19 @@ func (s *Scanner) Scan(ctx context.Context) ([]Verdict, error) {
 	s.mu.Unlock()
 	s.lastSuccess.SetToCurrentTime()
 	if len(found) > 0 && !maps.Equal(before, missing) {
-		for _, v := range found {
+		for _, v := range found[:min(len(found), maxLoggedPods)] {
 			s.log.Warn("pod runs without the sidecar it asked for", "namespace", v.Namespace, "pod", v.Pod,
 				"owner", v.Owner, "cause", string(v.Cause), "why", v.Why)
+		}
+		if len(found) > maxLoggedPods {
+			s.log.Warn("more pods run without the sidecar they asked for: sluice check-inject -A lists them all",
+				"logged", maxLoggedPods, "found", len(found))
 		}
 	}
 	return found, nil
 }
+
+// maxLoggedPods bounds the pods a scan logs by name: an outage that left
+// thousands without their sidecar is one metric and a few lines, not
+// thousands of lines a minute.
+const maxLoggedPods = 20

@@ -145,10 +145,13 @@ func runInjector(drain, abort context.Context, args []string, stdout, stderr io.
 	mux.Handle(inject.PodPath, wh)
 	mux.Handle(inject.NamespacePath, wh)
 	scanCtx, stopScan := context.WithCancel(context.Background())
-	defer stopScan()
+	scanDone := make(chan struct{})
+	defer func() { stopScan(); <-scanDone }() // a list in flight ends with its context
 	if cluster != nil {
 		scanner := inject.NewScanner(cluster, *webhookConfig, o, *scanInterval, reg, log)
-		go scanner.Run(scanCtx)
+		go func() { defer close(scanDone); scanner.Run(scanCtx) }()
+	} else {
+		close(scanDone)
 	}
 	var serving atomic.Bool
 	admin := http.NewServeMux()
