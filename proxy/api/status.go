@@ -30,6 +30,12 @@ type LaneStatus struct {
 	ShortCircuit uint64 `json:"short_circuits"`         // dispatches the open breaker refused
 	RateLimited  uint64 `json:"rate_limited"`           // dispatches the rate limit held back
 	QuotaDropped uint64 `json:"backlog_quota_rejected"` // dead-lettered with reason backlog_quota
+	EndpointHeld uint64 `json:"endpoint_held"`          // dispatches the endpoint's announced limit held back
+	// HeldUntil is set while the endpoint's announced limit holds the
+	// lane: its RateLimit or X-RateLimit-* fields (HeldBy names which)
+	// said it takes no more until then.
+	HeldUntil *time.Time `json:"held_until,omitempty"`
+	HeldBy    string     `json:"held_by,omitempty"`
 	// OldestAge is how long the oldest unresolved log entry past the
 	// cursor has waited, in seconds; 0 when caught up.
 	OldestAge float64 `json:"oldest_age_seconds"`

@@ -126,10 +126,20 @@ func (e *engine) deliver(j *job, w *workerState) result {
 			res.RetryAfter, _ = policy.ParseRetryAfterAt(string(v), e.now(), string(resp.Header.Peek("Date")))
 		}
 	}
+	if res.Status != 0 && announces(&resp.Header) {
+		res.announced, res.announcedOK = policy.ParseAnnounced(func(k string) string { return string(resp.Header.Peek(k)) }, e.now())
+	}
 	if res.Outcome != policy.Ack && res.Status != 0 {
 		res.snippet = snippet(resp.Body())
 	}
 	return res
+}
+
+// announces reports whether h carries an announced limit at all, so that
+// the common response, which does not, costs three lookups and nothing
+// allocated.
+func announces(h *fasthttp.ResponseHeader) bool {
+	return len(h.Peek("RateLimit")) > 0 || len(h.Peek("RateLimit-Remaining")) > 0 || len(h.Peek("X-RateLimit-Remaining")) > 0
 }
 
 // hostGates hold one hostGate per endpoint host of the shared client.

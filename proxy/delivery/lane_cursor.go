@@ -27,6 +27,9 @@ type laneMemo struct {
 	// ord is the per-key ordering state of an ordered lane (ordering.go);
 	// here, not in lane, which is at its 384-byte size class.
 	ord *ordering
+	// held is the endpoint's own announced limit (lane_gates.go), made
+	// when a response first says it takes no more.
+	held *endpointHold
 	// lettersAtTrim is the lane's dead-letter count at its last trim
 	// (trimLetters, tenant.go).
 	lettersAtTrim uint64

@@ -33,7 +33,61 @@ func horizon(sub *Subscription) time.Duration {
 	if r := sub.Rate.PerSecond; r > 0 {
 		h = max(h, tokenWait(rate.Limit(r)))
 	}
+	h = max(h, maxAnnouncedHold)
 	return min(h, neverFar-clockSlack) + clockSlack
+}
+
+// maxAnnouncedHold bounds how long an endpoint's announced reset holds a
+// lane at once: a longer one (a daily quota) is held this long, and the
+// next response says again how long is left.
+const maxAnnouncedHold = time.Hour
+
+// endpointHold is how an endpoint's announced limit (RateLimit,
+// X-RateLimit-*: policy.ParseAnnounced) holds a lane: until when, by
+// which header fields, and how many dispatches it held back. Used under
+// the lane's mu.
+type endpointHold struct {
+	until time.Time
+	by    string
+	count uint64
+}
+
+// hold is the lane's endpointHold, nil when its endpoint never said it
+// takes no more. l.mu is held.
+func (l *lane) hold() *endpointHold {
+	if l.memo == nil {
+		return nil
+	}
+	return l.memo.held
+}
+
+// holding reports whether the endpoint's announced limit holds the lane at
+// now, and if so arms the wake-up for its end. l.mu is held.
+func (l *lane) holding(now time.Time) bool {
+	h := l.hold()
+	if h == nil || !now.Before(h.until) {
+		return false
+	}
+	l.e.timers.add(l, h.until)
+	return true
+}
+
+// noteAnnounced holds the lane until the reset when a response said the
+// endpoint takes no more (any response: an acknowledgement as much as a
+// 429). It only ever holds back: it never sends faster than the
+// subscription's own rate. l.mu is held.
+func (l *lane) noteAnnounced(res result, now time.Time) {
+	a := res.announced
+	if !res.announcedOK || !a.Exhausted() || a.Reset <= 0 {
+		return
+	}
+	m := l.memoized()
+	if m.held == nil {
+		m.held = &endpointHold{}
+	}
+	if until := now.Add(min(a.Reset, maxAnnouncedHold)); until.After(m.held.until) {
+		m.held.until, m.held.by = until, a.Source
+	}
 }
 
 // Bounds of the wake-ups a lane arms for its rate limit. Below minWake a
@@ -110,12 +164,16 @@ func (l *lane) breakerState() policy.BreakerState {
 	return l.breaker.State()
 }
 
-// admit passes one delivery through the gates, in order: the process-wide
-// slot, the rate limit (before a slot is really used), then the breaker
+// admit passes one delivery through the gates, in order: the endpoint's
+// announced limit (noteAnnounced), the process-wide slot, the rate limit (before a slot is really used), then the breaker
 // (last, because a half-open breaker admits exactly one probe). A refusal
 // undoes what earlier gates took and wakes the lane when it may pass.
 func (l *lane) admit(now time.Time) (probe, ok bool) {
 	e := l.e
+	if l.holding(now) {
+		l.hold().count++
+		return false, false
+	}
 	if !e.slots.acquire(l) {
 		return false, false
 	}
@@ -160,6 +218,9 @@ func (l *lane) admit(now time.Time) (probe, ok bool) {
 // rate limit would let a delivery through now; when not, it arranges a
 // wake-up for when they may.
 func (l *lane) mayPass(now time.Time) bool {
+	if l.holding(now) {
+		return false
+	}
 	switch l.breakerState() {
 	case policy.BreakerHalfOpen:
 		return false // a probe is out; its outcome decides

@@ -17,6 +17,13 @@ func (l *lane) status() api.LaneStatus {
 		ShortCircuit: l.shortCircuits.Load(), RateLimited: l.rateLimited.Load(), QuotaDropped: l.quotaRejections.Load(),
 	}
 	st.Cap = l.limit()
+	if h := l.hold(); h != nil {
+		st.EndpointHeld = h.count
+		if l.e.now().Before(h.until) {
+			until := h.until
+			st.HeldUntil, st.HeldBy = &until, h.by
+		}
+	}
 	st.Ordering = l.orderingStatus()
 	if lim := l.limitSeq(); lim > l.cursor {
 		st.Backlog = lim - l.cursor

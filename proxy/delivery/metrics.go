@@ -107,6 +107,7 @@ var (
 	descOldest   = prometheus.NewDesc("sluice_lane_oldest_age_seconds", "Age of the oldest event the lane has not resolved; 0 when caught up.", []string{"subscription"}, nil)
 	descBreaker  = prometheus.NewDesc("sluice_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"subscription"}, nil)
 	descOwned    = prometheus.NewDesc("sluice_lane_owned", "Fleet mode: 1 while this node holds the lane's lease and delivers it, else 0.", []string{"subscription"}, nil)
+	descHeld     = prometheus.NewDesc("sluice_lane_held_until_timestamp_seconds", "Unix time until which the endpoint's own announced limit (RateLimit, X-RateLimit-*) holds the lane; present only while it does.", []string{"subscription"}, nil)
 )
 
 func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -116,6 +117,7 @@ func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descOldest
 	ch <- descBreaker
 	ch <- descOwned
+	ch <- descHeld
 	describeOrdering(ch) // ordering.go
 }
 
@@ -142,6 +144,9 @@ func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, float64(st.Backlog), st.Subscription)
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, oldest, st.Subscription)
 		ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, float64(breakerValue(st.Breaker)), st.Subscription)
+		if st.HeldUntil != nil {
+			ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(st.HeldUntil.UnixMilli())/1e3, st.Subscription)
+		}
 		collectOrdering(ch, st) // ordering.go
 	}
 }

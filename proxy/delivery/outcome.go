@@ -20,6 +20,10 @@ type result struct {
 	policy.Exchange
 	snippet string
 	span    trace.Span // the attempt's span (tracing.go); nil with tracing off
+	// announced is the endpoint's own account of its limit, when the
+	// response gave one (announcedOK).
+	announced   policy.Announced
+	announcedOK bool
 }
 
 // unrecorded is an attempt whose outcome was decided but could not be
@@ -69,6 +73,7 @@ func (l *lane) finish(j *job, res result) {
 		err = l.record(o)
 	}
 	l.inFlight--
+	l.noteAnnounced(res, now)      // lane_gates.go
 	l.noteAttempt(j, res, rs, now) // the attempt log: what was answered, recorded or not
 	l.recordBreaker(res, j.probe)
 	if l.auto != nil {

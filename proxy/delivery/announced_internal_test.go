@@ -1,0 +1,107 @@
+package delivery
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// windowEndpoint enforces a real limit: n requests per fixed window of
+// one second, 429 past it. With announce, every answer says how many are
+// left and when the window resets, in the form header names
+// ("x-ratelimit": X-RateLimit-Remaining and -Reset; "ratelimit": the
+// IETF structured RateLimit field); "" says nothing.
+func windowEndpoint(t *testing.T, n int, announce string) (url string, acked, limited *atomic.Int64) {
+	acked, limited = new(atomic.Int64), new(atomic.Int64)
+	var mu sync.Mutex
+	var windowStart time.Time
+	used := 0
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		now := time.Now()
+		if start := now.Truncate(time.Second); start.After(windowStart) {
+			windowStart, used = start, 0
+		}
+		used++
+		left := max(n-used, 0)
+		// Whole seconds to the reset, rounded up: never early.
+		reset := int(math.Ceil(windowStart.Add(time.Second).Sub(now).Seconds()))
+		over := used > n
+		mu.Unlock()
+		switch announce {
+		case "x-ratelimit":
+			w.Header().Set("X-RateLimit-Remaining", fmt.Sprint(left))
+			w.Header().Set("X-RateLimit-Reset", fmt.Sprint(reset))
+		case "ratelimit":
+			w.Header().Set("RateLimit", fmt.Sprintf(`"default";r=%d;t=%d`, left, reset))
+		}
+		if over {
+			limited.Add(1)
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		acked.Add(1)
+	}))
+	t.Cleanup(rcv.Close)
+	return rcv.URL, acked, limited
+}
+
+// TestAnnouncedLimitHoldsTheLane: against an endpoint that enforces 5
+// requests a second, a lane that reads the endpoint's announced limit
+// waits for the reset instead of spending attempts on 429s; the same
+// endpoint saying nothing gets many. Nothing is lost either way.
+func TestAnnouncedLimitHoldsTheLane(t *testing.T) {
+	const events, perSecond = 15, 5
+	run := func(t *testing.T, announce string) (limited int64, held uint64) {
+		url, acked, lim := windowEndpoint(t, perSecond, announce)
+		sub := testSub("a", url)
+		sub.MaxConcurrency = 1
+		sub.Retry = policy.RetryPolicy{MaxAttempts: 1000, MaxAge: time.Hour, Backoff: policy.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond}}
+		s := startWith(t, nil, sub)
+		for i := range events {
+			ingestOne(t, s, fmt.Sprintf("e-%d", i))
+		}
+		awaitLong(t, "every event acknowledged", func() bool { return acked.Load() >= events })
+		l := laneOf(s, "a")
+		if l.Delivered != events || l.DeadLettered != 0 {
+			t.Fatalf("delivered %d, dead-lettered %d; want %d and 0", l.Delivered, l.DeadLettered, events)
+		}
+		return lim.Load(), l.EndpointHeld
+	}
+	for _, announce := range []string{"x-ratelimit", "ratelimit"} {
+		t.Run(announce, func(t *testing.T) {
+			limited, held := run(t, announce)
+			if limited != 0 {
+				t.Errorf("the endpoint answered 429 %d times to a lane told its limit", limited)
+			}
+			if held == 0 {
+				t.Error("the lane never held a dispatch back for the announced limit")
+			}
+		})
+	}
+	t.Run("silent endpoint", func(t *testing.T) {
+		if limited, _ := run(t, ""); limited < events {
+			t.Errorf("the silent endpoint answered 429 only %d times: the test does not tell the two apart", limited)
+		}
+	})
+}
+
+// awaitLong is testwait.Await for a condition a real clock paces (the
+// endpoint's one-second windows): up to a minute.
+func awaitLong(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // the endpoint's counts have no notification
+	}
+}
