@@ -27,6 +27,7 @@ var metricNames = []string{
 	"sluice_lane_backlog_events",
 	"sluice_lane_oldest_age_seconds",
 	"sluice_lane_rejections_total",
+	"sluice_lane_held_until_timestamp_seconds",
 	"sluice_dead_letters_total",
 	"sluice_dead_letters_trimmed_total",
 	"sluice_breaker_state",

@@ -286,6 +286,14 @@
     setText(c.state, l.state);
     c.state.className = "state-" + l.state;
     c.state.title = l.paused_by || "";
+    if (l.held_until && l.state === "active") {
+      // The endpoint said it takes no more until then (RateLimit,
+      // X-RateLimit-*): the lane waits rather than collect 429s.
+      setText(c.state, "held");
+      c.state.className = "state-held";
+      c.state.title = "held by the endpoint's announced limit (" + (l.held_by || "") + ") until " +
+        new Date(l.held_until).toLocaleTimeString();
+    }
     var breaker = l.breaker || "";
     setText(c.breaker, breaker.replace("_", "-"));
     c.breaker.className = "badge" + (/^(closed|half_open|open)$/.test(breaker) ? " " + breaker : "");
