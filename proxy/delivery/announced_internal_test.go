@@ -105,3 +105,51 @@ func awaitLong(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond) // the endpoint's counts have no notification
 	}
 }
+
+// TestNoteAnnounced: what holds a lane and for how long, on an injected
+// clock. Only "none left" with a reset holds; a reset past an hour holds
+// an hour; a shorter reset never shortens a hold already longer; the hold
+// ends at its time.
+func TestNoteAnnounced(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	s := openTestServer(t, Options{Subscriptions: []*Subscription{testSub("a", "http://127.0.0.1:9/")}, Now: func() time.Time { return now }}, nil)
+	l := s.d.lane("a")
+	note := func(remaining int64, reset time.Duration) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.noteAnnounced(result{announced: policy.Announced{Remaining: remaining, Reset: reset, Source: "X-RateLimit-Remaining"}, announcedOK: true}, now)
+	}
+	until := func() time.Time {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if h := l.hold(); h != nil {
+			return h.until
+		}
+		return time.Time{}
+	}
+	note(3, time.Minute)
+	note(0, 0)
+	if !until().IsZero() {
+		t.Fatalf("held until %v by some left, or none left with a reset now", until())
+	}
+	note(0, 24*time.Hour)
+	if got, want := until(), now.Add(maxAnnouncedHold); !got.Equal(want) {
+		t.Fatalf("a day's reset holds until %v, want %v (an hour at a time)", got, want)
+	}
+	note(0, time.Second)
+	if got, want := until(), now.Add(maxAnnouncedHold); !got.Equal(want) {
+		t.Fatalf("a shorter reset moved the hold to %v, want it kept at %v", got, want)
+	}
+	if h := horizon(l.sub); h < maxAnnouncedHold {
+		t.Fatalf("horizon %v is shorter than the longest hold: the lane would take its wake-up for a clock step", h)
+	}
+	l.mu.Lock()
+	held, after := l.holding(now.Add(maxAnnouncedHold-time.Nanosecond)), l.holding(now.Add(maxAnnouncedHold))
+	l.mu.Unlock()
+	if !held || after {
+		t.Fatalf("holding just before the end %v, at the end %v; want true, false", held, after)
+	}
+	if st := laneOf(s, "a"); st.HeldUntil == nil || !st.HeldUntil.Equal(now.Add(maxAnnouncedHold)) || st.HeldBy != "X-RateLimit-Remaining" {
+		t.Fatalf("status held_until %v by %q", st.HeldUntil, st.HeldBy)
+	}
+}
