@@ -91,7 +91,7 @@ func adminRequest(t *testing.T, s *proxy.Server, method, path, body, token strin
 
 // laneShape is one entry of GET /v1/subscriptions; paused_by only while
 // paused.
-const laneShape = "attempts:n,backlog:n,backlog_quota_rejected:n,breaker:s,cap:n,cursor:n,dead_lettered:n,delivered:n,in_flight:n,last_status:n,managed_by:s,oldest_age_seconds:n,rate_limited:n,retried:n,retries_deferred:n,retries_scheduled:n,short_circuits:n,state:s,subscription:s"
+const laneShape = "attempts:n,backlog:n,backlog_quota_rejected:n,breaker:s,cap:n,cursor:n,dead_lettered:n,delivered:n,endpoint_held:n,in_flight:n,last_status:n,managed_by:s,oldest_age_seconds:n,rate_limited:n,retried:n,retries_deferred:n,retries_scheduled:n,short_circuits:n,state:s,subscription:s"
 
 // deadLetterShape is a dead letter in a list (no body, never replayed).
 const deadLetterShape = "accepted_at:s,attempts:n,body_bytes:n,dead_at:s,event_id:s,last_error:s,last_status:n,reason:s,replays:n,response:s,seq:n,subscription:s,type:s"

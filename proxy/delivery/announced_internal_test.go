@@ -87,8 +87,12 @@ func TestAnnouncedLimitHoldsTheLane(t *testing.T) {
 		})
 	}
 	t.Run("silent endpoint", func(t *testing.T) {
-		if limited, _ := run(t, ""); limited < events {
-			t.Errorf("the silent endpoint answered 429 only %d times: the test does not tell the two apart", limited)
+		// The control: the same limit, unannounced, is met with 429s (14
+		// to dozens, by where the one-second windows fall).
+		limited, _ := run(t, "")
+		t.Logf("the silent endpoint answered 429 %d times", limited)
+		if limited == 0 {
+			t.Error("the silent endpoint never answered 429: the test does not tell the two apart")
 		}
 	})
 }
@@ -109,7 +113,7 @@ func awaitLong(t *testing.T, what string, cond func() bool) {
 // TestNoteAnnounced: what holds a lane and for how long, on an injected
 // clock. Only "none left" with a reset holds; a reset past an hour holds
 // an hour; a shorter reset never shortens a hold already longer; the hold
-// ends at its time.
+// ends at its time, and at once when the clock stepped back past it.
 func TestNoteAnnounced(t *testing.T) {
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	s := openTestServer(t, Options{Subscriptions: []*Subscription{testSub("a", "http://127.0.0.1:9/")}, Now: func() time.Time { return now }}, nil)
@@ -140,9 +144,6 @@ func TestNoteAnnounced(t *testing.T) {
 	if got, want := until(), now.Add(maxAnnouncedHold); !got.Equal(want) {
 		t.Fatalf("a shorter reset moved the hold to %v, want it kept at %v", got, want)
 	}
-	if h := horizon(l.sub); h < maxAnnouncedHold {
-		t.Fatalf("horizon %v is shorter than the longest hold: the lane would take its wake-up for a clock step", h)
-	}
 	l.mu.Lock()
 	held, after := l.holding(now.Add(maxAnnouncedHold-time.Nanosecond)), l.holding(now.Add(maxAnnouncedHold))
 	l.mu.Unlock()
@@ -151,5 +152,13 @@ func TestNoteAnnounced(t *testing.T) {
 	}
 	if st := laneOf(s, "a"); st.HeldUntil == nil || !st.HeldUntil.Equal(now.Add(maxAnnouncedHold)) || st.HeldBy != "X-RateLimit-Remaining" {
 		t.Fatalf("status held_until %v by %q", st.HeldUntil, st.HeldBy)
+	}
+	// The clock stepped back two hours: the hold lies further ahead than
+	// any hold can, and ends rather than lasting two hours more.
+	l.mu.Lock()
+	stepped := l.holding(now.Add(-2 * time.Hour))
+	l.mu.Unlock()
+	if stepped || !until().IsZero() {
+		t.Fatalf("after the clock stepped back: holding %v, until %v; want false and no hold", stepped, until())
 	}
 }

@@ -33,7 +33,6 @@ func horizon(sub *Subscription) time.Duration {
 	if r := sub.Rate.PerSecond; r > 0 {
 		h = max(h, tokenWait(rate.Limit(r)))
 	}
-	h = max(h, maxAnnouncedHold)
 	return min(h, neverFar-clockSlack) + clockSlack
 }
 
@@ -62,13 +61,28 @@ func (l *lane) hold() *endpointHold {
 }
 
 // holding reports whether the endpoint's announced limit holds the lane at
-// now, and if so arms the wake-up for its end. l.mu is held.
+// now, and if so arms a wake-up: at the hold's end, or within the lane's
+// horizon when that is sooner, so that the wake-up never looks like a time
+// the clock stepped back from (dueBy would run it at once, and the lane
+// would spin). The horizon stays the retries' own: widening it to the
+// hour a hold may last would make a clock stepped back an hour stall
+// retries for that hour. A hold further ahead than it can be was made
+// before the clock stepped back, and ends. l.mu is held.
 func (l *lane) holding(now time.Time) bool {
 	h := l.hold()
 	if h == nil || !now.Before(h.until) {
 		return false
 	}
-	l.e.timers.add(l, h.until)
+	left := h.until.Sub(now)
+	if left > maxAnnouncedHold+clockSlack {
+		h.until = time.Time{}
+		return false
+	}
+	wake := h.until
+	if within := time.Duration(l.horizon.Load()) - clockSlack; within > 0 && left > within {
+		wake = now.Add(within)
+	}
+	l.e.timers.add(l, wake)
 	return true
 }
 
