@@ -31,6 +31,14 @@ type Event struct {
 	// subscriptions, and the operator's, may receive it (the tenant
 	// rule, docs/security.md); events written before tenants existed decode with "".
 	Tenant string
+	// CloudEvent is the event's CloudEvents context attributes when it
+	// was posted as a CloudEvent, "" otherwise: a compact JSON object of
+	// every attribute as received (specversion, id, source, type and the
+	// optional and extension ones) except data, data_base64 and
+	// datacontenttype, which are Body and ContentType. It lets a
+	// CloudEvents delivery carry the event as it came. Ingest bounds it
+	// (proxy/cloudevents); events written before it existed decode with "".
+	CloudEvent string
 
 	// doc caches Body decoded for the delivery engine's body filters
 	// (Decoded, CacheDecoded); no backend reads or stores it.
@@ -65,7 +73,7 @@ func (e *Event) CacheDecoded(d *Decoded) *Decoded {
 // Size is an estimate of the memory the event holds, for byte budgets.
 func (e *Event) Size() int {
 	return len(e.Body) + len(e.ID) + len(e.Type) + len(e.ContentType) +
-		len(e.OrderingKey) + len(e.TraceParent) + len(e.TraceState) + len(e.Tenant) + 64
+		len(e.OrderingKey) + len(e.TraceParent) + len(e.TraceState) + len(e.Tenant) + len(e.CloudEvent) + 64
 }
 
 // Membership records which events a subscription is entitled to (the
@@ -166,6 +174,10 @@ type DeadLetter struct {
 	// letter written before owners were recorded has it false, and its
 	// owner is unknown.
 	Scoped bool `json:"scoped,omitempty"`
+	// CloudEvent is the event's (Event.CloudEvent), so that a replay
+	// goes out as the event came; letters written before it decode with
+	// it empty.
+	CloudEvent string `json:"cloudevent,omitempty"`
 }
 
 // DiskUsage is the last measurement of the log's disk use.

@@ -150,7 +150,7 @@ func (l *lane) startRetries(now time.Time, limit int) bool {
 			// own body copy serves.
 			if dl, derr := e.store.DeadLetter(l.id, r.Seq); derr == nil && dl.EventID != "" {
 				ev, err = &queue.Event{Seq: r.Seq, ID: dl.EventID, Type: dl.Type, ContentType: dl.ContentType, AcceptedAt: dl.AcceptedAt, Body: dl.Body,
-					OrderingKey: dl.OrderingKey, TraceParent: dl.TraceParent, TraceState: dl.TraceState, Tenant: dl.Tenant}, nil
+					OrderingKey: dl.OrderingKey, TraceParent: dl.TraceParent, TraceState: dl.TraceState, Tenant: dl.Tenant, CloudEvent: dl.CloudEvent}, nil
 			}
 		}
 		if err != nil {

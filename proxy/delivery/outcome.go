@@ -153,7 +153,7 @@ func (l *lane) outcome(j *job, res result, rs policy.Resolution, now time.Time) 
 func newDeadLetter(sub, owner string, ev *queue.Event, reason string, attempts int, x policy.Exchange, response string, now time.Time) *queue.DeadLetter {
 	return &queue.DeadLetter{
 		Subscription: sub, Owner: owner, Scoped: true, Seq: ev.Seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType,
-		AcceptedAt: ev.AcceptedAt, OrderingKey: ev.OrderingKey, TraceParent: ev.TraceParent, TraceState: ev.TraceState, Tenant: ev.Tenant,
+		AcceptedAt: ev.AcceptedAt, OrderingKey: ev.OrderingKey, TraceParent: ev.TraceParent, TraceState: ev.TraceState, Tenant: ev.Tenant, CloudEvent: ev.CloudEvent,
 		Reason: reason, Attempts: attempts, LastStatus: x.Status,
 		LastError: x.Failure.String(), Response: response, DeadAt: now, Body: ev.Body,
 	}

@@ -18,17 +18,23 @@ import (
 //	           accepted-at | body (each string uvarint len + bytes, as above)
 //	version 4: version(4) | id | type | tenant | content type | ordering key | traceparent |
 //	           tracestate | accepted-at | body
+//	version 5: version(5) | id | type | tenant | content type | ordering key | traceparent |
+//	           tracestate | cloudevent | accepted-at | body
 //
 // An event with no ordering key, trace context or tenant (the common case)
 // is written as version 1, byte for byte what format 3 wrote, so it costs
 // nothing more; version 2 is written for one with an ordering key or trace
-// context (format 4), version 4 for one with a tenant (format 7). All start
-// with id and type, and version 4 has the tenant next, so eventTenantType
-// reads a lane's selection without decoding the rest. (Version 3 is the
-// group record, eventVersionGroup.)
+// context (format 4), version 4 for one with a tenant (format 7), version 5
+// for one posted as a CloudEvent (format 8). All start with id and type,
+// and versions 4 and 5 have the tenant next, so eventTenantType reads a
+// lane's selection without decoding the rest. (Version 3 is the group
+// record, eventVersionGroup.)
 func appendEvent(dst []byte, e *queue.Event) []byte {
 	ext := e.OrderingKey != "" || e.TraceParent != "" || e.TraceState != ""
+	ce := e.CloudEvent != ""
 	switch {
+	case ce:
+		dst = append(dst, eventVersionCloudEvent)
 	case e.Tenant != "":
 		dst = append(dst, eventVersionTenant)
 	case ext:
@@ -38,15 +44,18 @@ func appendEvent(dst []byte, e *queue.Event) []byte {
 	}
 	dst = appendString(dst, e.ID)
 	dst = appendString(dst, e.Type)
-	if e.Tenant != "" {
+	if e.Tenant != "" || ce {
 		dst = appendString(dst, e.Tenant)
-		ext = true // version 4 always carries the extension fields
+		ext = true // versions 4 and 5 always carry the extension fields
 	}
 	dst = appendString(dst, e.ContentType)
 	if ext {
 		dst = appendString(dst, e.OrderingKey)
 		dst = appendString(dst, e.TraceParent)
 		dst = appendString(dst, e.TraceState)
+	}
+	if ce {
+		dst = appendString(dst, e.CloudEvent)
 	}
 	dst = binary.BigEndian.AppendUint64(dst, uint64(e.AcceptedAt.UnixNano()))
 	return append(dst, e.Body...)
@@ -59,12 +68,17 @@ func appendString(dst []byte, s string) []byte {
 
 // eventVersion reports whether v leads a single event record.
 func eventVersion(v byte) bool {
-	return v == recordVersion || v == eventVersionExt || v == eventVersionTenant
+	return v == recordVersion || v == eventVersionExt || v == eventVersionTenant || v == eventVersionCloudEvent
 }
+
+// withTenant reports whether an event record of version v has the tenant
+// field after its type.
+func withTenant(v byte) bool { return v == eventVersionTenant || v == eventVersionCloudEvent }
 
 // decodeEvent decodes an event record of any version (an event written
 // before format 4 decodes with no ordering key or trace context, one
-// before format 7 with no tenant). Body aliases b: pass a buffer the
+// before format 7 with no tenant, one before format 8 with no CloudEvent
+// attributes). Body aliases b: pass a buffer the
 // caller owns (Badger's ValueCopy), never one Badger may reuse.
 func decodeEvent(seq uint64, b []byte) (*queue.Event, error) {
 	e := &queue.Event{Seq: seq}
@@ -81,7 +95,7 @@ func decodeEvent(seq uint64, b []byte) (*queue.Event, error) {
 	if e.Type, b, err = readString(b); err != nil {
 		return nil, fmt.Errorf("event %d: type: %w", seq, err)
 	}
-	if v == eventVersionTenant {
+	if withTenant(v) {
 		if e.Tenant, b, err = readString(b); err != nil {
 			return nil, fmt.Errorf("event %d: tenant: %w", seq, err)
 		}
@@ -98,6 +112,11 @@ func decodeEvent(seq uint64, b []byte) (*queue.Event, error) {
 		}
 		if e.TraceState, b, err = readString(b); err != nil {
 			return nil, fmt.Errorf("event %d: tracestate: %w", seq, err)
+		}
+	}
+	if v == eventVersionCloudEvent {
+		if e.CloudEvent, b, err = readString(b); err != nil {
+			return nil, fmt.Errorf("event %d: cloudevent attributes: %w", seq, err)
 		}
 	}
 	if len(b) < 8 {
@@ -123,7 +142,7 @@ func eventTenantType(b []byte) (tenant, typ []byte, err error) {
 	if typ, b, err = viewString(b); err != nil {
 		return nil, nil, err
 	}
-	if v == eventVersionTenant {
+	if withTenant(v) {
 		if tenant, _, err = viewString(b); err != nil {
 			return nil, nil, err
 		}
@@ -153,7 +172,7 @@ func eventIDType(b []byte) (id, typ, tenant string, err error) {
 	if typ, b, err = readString(b); err != nil {
 		return "", "", "", err
 	}
-	if v == eventVersionTenant {
+	if withTenant(v) {
 		tenant, _, err = readString(b)
 	}
 	return id, typ, tenant, err

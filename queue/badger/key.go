@@ -27,7 +27,7 @@ var (
 
 // formatVersion is written into a new data dir, and over an older one on
 // open; a dir written by a newer sluice is refused rather than misread.
-const formatVersion = 7
+const formatVersion = 8
 
 // Format history. A data dir of an older format is upgraded on open (its
 // m/format rewritten), so an older sluice then refuses it instead of
@@ -63,6 +63,11 @@ const formatVersion = 7
 //	   events are written as before, so an older dir needs no rewrite; an
 //	   older sluice must refuse the dir, as it would read a version-4
 //	   record as damage and, worse, deliver a tenant's event to everyone.
+//	8  an e/<seq> record may be of version 5 (eventVersionCloudEvent),
+//	   carrying the event's CloudEvents attributes after the version-4
+//	   fields. Other events are written as before, so an older dir needs
+//	   no rewrite; an older sluice must refuse the dir, as it would read a
+//	   version-5 record as damage.
 
 // recordVersion leads every value we encode so a record format can evolve.
 const recordVersion = 1
@@ -78,6 +83,11 @@ const eventVersionGroup = 3
 // eventVersionTenant leads an event record that belongs to a tenant
 // (encoding.go appendEvent; format 7).
 const eventVersionTenant = 4
+
+// eventVersionCloudEvent leads an event record posted as a CloudEvent: the
+// version-4 layout (tenant empty for a platform event) with its
+// attributes after the trace context (encoding.go appendEvent; format 8).
+const eventVersionCloudEvent = 5
 
 func eventKey(seq uint64) []byte {
 	k := make([]byte, 2+8)

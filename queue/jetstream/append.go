@@ -40,6 +40,10 @@ const (
 	// it has one; a message written before tenants existed reads as a
 	// platform event.
 	hdrTenant = "Sluice-Tenant"
+	// The event's CloudEvents attributes (queue.Event.CloudEvent), only
+	// when it was posted as a CloudEvent; a message written before they
+	// existed reads without them.
+	hdrCloudEvent = "Sluice-CloudEvent"
 )
 
 // logSide is the state of the event log: the publish window, the stream
@@ -232,7 +236,7 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 // allocation where a value slice per header was one each (BenchmarkAppend).
 type eventMsg struct {
 	m    nats.Msg
-	vals [8]string
+	vals [9]string
 }
 
 // newEventMsg makes ev's message. Every attempt of its Append sends it
@@ -257,6 +261,7 @@ func newEventMsg(subject string, ev *queue.Event) *nats.Msg {
 	set(hdrTraceParent, ev.TraceParent)
 	set(hdrTraceState, ev.TraceState)
 	set(hdrTenant, ev.Tenant)
+	set(hdrCloudEvent, ev.CloudEvent)
 	em.m = nats.Msg{Subject: subject, Data: ev.Body, Header: h}
 	return &em.m
 }

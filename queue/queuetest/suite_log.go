@@ -245,6 +245,7 @@ func testAppendAfterClose(t *testing.T, e *env) {
 const (
 	testTraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	testTraceState  = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
+	testCloudEvent  = `{"specversion":"1.0","id":"A234-1234-1234","source":"/mycontext","type":"t.a","comexampleextension1":"value"}`
 )
 
 // testEventContext: an event's ordering key, trace context and tenant
@@ -275,7 +276,11 @@ func testEventContext(t *testing.T, e *env) {
 	tenanted.Tenant = "acme"
 	tenantKeyed := Event("acme-2", "t.b", `{"n":7}`)
 	tenantKeyed.Tenant, tenantKeyed.OrderingKey, tenantKeyed.TraceParent = "acme", "vehicle-20", testTraceParent
-	want := []*queue.Event{full, keyOnly, plain, traceOnly, tenanted, tenantKeyed}
+	cloud := Event("ce-1", "t.a", `{"n":8}`)
+	cloud.CloudEvent = testCloudEvent
+	cloudTenant := Event("ce-2", "t.b", `{"n":9}`)
+	cloudTenant.CloudEvent, cloudTenant.Tenant, cloudTenant.OrderingKey = testCloudEvent, "acme", "vehicle-21"
+	want := []*queue.Event{full, keyOnly, plain, traceOnly, tenanted, tenantKeyed, cloud, cloudTenant}
 	for _, ev := range want {
 		MustAppend(t, s, ev)
 	}
@@ -287,7 +292,7 @@ func testEventContext(t *testing.T, e *env) {
 		for i, g := range got {
 			w := want[i]
 			if g.ID != w.ID || g.OrderingKey != w.OrderingKey || g.TraceParent != w.TraceParent || g.TraceState != w.TraceState ||
-				g.Tenant != w.Tenant || g.Type != w.Type || g.ContentType != w.ContentType || string(g.Body) != string(w.Body) {
+				g.Tenant != w.Tenant || g.CloudEvent != w.CloudEvent || g.Type != w.Type || g.ContentType != w.ContentType || string(g.Body) != string(w.Body) {
 				t.Fatalf("%s: event %d = %+v\nwant %+v", how, i, g, w)
 			}
 		}
@@ -313,21 +318,21 @@ func testEventContext(t *testing.T, e *env) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(when+": Events of a type", evs, []*queue.Event{full, keyOnly, plain, tenanted})
+		check(when+": Events of a type", evs, []*queue.Event{full, keyOnly, plain, tenanted, cloud})
 		ofAcme := func(tenant, _ []byte) bool { return string(tenant) == "acme" }
 		evs, _, err = s.Events(1, head, 10, ofAcme)
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(when+": Events of a tenant", evs, []*queue.Event{tenanted, tenantKeyed})
+		check(when+": Events of a tenant", evs, []*queue.Event{tenanted, tenantKeyed, cloudTenant})
 		platform := func(tenant, _ []byte) bool { return len(tenant) == 0 }
 		evs, _, err = s.Events(1, head, 10, platform)
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(when+": platform Events", evs, want[:4])
-		if n, err := s.CountEvents(1, head, ofAcme, 100); err != nil || n != 2 {
-			t.Fatalf("%s: CountEvents of a tenant = %d, %v; want 2", when, n, err)
+		check(when+": platform Events", evs, []*queue.Event{full, keyOnly, plain, traceOnly, cloud})
+		if n, err := s.CountEvents(1, head, ofAcme, 100); err != nil || n != 3 {
+			t.Fatalf("%s: CountEvents of a tenant = %d, %v; want 3", when, n, err)
 		}
 	}
 	reads(s, "after append")
@@ -341,11 +346,12 @@ func testEventContext(t *testing.T, e *env) {
 	join(t, s, "partner", nil)
 	ev := Event("dead", "t.a", `{"n":5}`)
 	ev.OrderingKey, ev.TraceParent, ev.TraceState, ev.Tenant = "vehicle-19", testTraceParent, testTraceState, "acme"
+	ev.CloudEvent = testCloudEvent
 	seq, _ := MustAppend(t, s, ev)
 	record(t, s, queue.Outcome{Kind: queue.DeadLettered, Subscription: "partner", Seq: seq, DeadLetter: &queue.DeadLetter{
 		Subscription: "partner", Seq: seq, EventID: ev.ID, Type: ev.Type, ContentType: ev.ContentType, AcceptedAt: ev.AcceptedAt,
 		OrderingKey: ev.OrderingKey, TraceParent: ev.TraceParent, TraceState: ev.TraceState, Tenant: ev.Tenant, Owner: "acme",
-		Reason: "rejected", Attempts: 1, LastStatus: 400, DeadAt: t0, Body: ev.Body,
+		CloudEvent: ev.CloudEvent, Reason: "rejected", Attempts: 1, LastStatus: 400, DeadAt: t0, Body: ev.Body,
 	}})
 	checkDL := func(how string, d *queue.DeadLetter, err error) {
 		t.Helper()
@@ -353,7 +359,7 @@ func testEventContext(t *testing.T, e *env) {
 			t.Fatalf("%s: %v", how, err)
 		}
 		if d.EventID != "dead" || d.OrderingKey != "vehicle-19" || d.TraceParent != testTraceParent || d.TraceState != testTraceState || string(d.Body) != `{"n":5}` ||
-			d.Tenant != "acme" || d.Owner != "acme" {
+			d.Tenant != "acme" || d.Owner != "acme" || d.CloudEvent != testCloudEvent {
 			t.Fatalf("%s: dead letter = %+v", how, d)
 		}
 	}
