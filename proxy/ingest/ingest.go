@@ -41,8 +41,9 @@ import (
 )
 
 var (
-	eventsPath  = []byte("/v1/events/")
-	octetStream = []byte("application/octet-stream")
+	eventsPath     = []byte("/v1/events/")
+	collectionPath = []byte("/v1/events")
+	octetStream    = []byte("application/octet-stream")
 )
 
 // Limits of the ingest contract. Event types and ids appear in headers and
@@ -447,17 +448,14 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	endIngest(span, ctx.Response.StatusCode())
 }
 
-func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span trace.Span) {
-	path := ctx.Path()
-	typ, ok := bytes.CutPrefix(path, eventsPath)
-	if !ok {
-		jsonError(ctx, fasthttp.StatusNotFound, "not found: POST /v1/events/{type}")
-		return
-	}
+// admit answers a request that cannot be an event whatever its body (a
+// method other than POST, ambiguous framing, a server shutting down) and
+// reports whether the request goes on.
+func (s *Server) admit(ctx *fasthttp.RequestCtx) bool {
 	if !ctx.IsPost() {
 		ctx.Response.Header.Set("Allow", "POST")
 		jsonError(ctx, fasthttp.StatusMethodNotAllowed, "method not allowed: use POST")
-		return
+		return false
 	}
 	if framingConflict(ctx.Request.Header.RawHeaders()) {
 		// fasthttp would read the body as chunked and close the
@@ -467,11 +465,29 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		// refuse such a request; nothing honest sends it.
 		ctx.SetConnectionClose()
 		jsonError(ctx, fasthttp.StatusBadRequest, "request has both Content-Length and Transfer-Encoding headers: send one (RFC 9112 §6.3)")
-		return
+		return false
 	}
 	if s.draining.Load() {
 		ctx.Response.Header.Set("Retry-After", "1")
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "shutting down; retry")
+		return false
+	}
+	return true
+}
+
+func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span trace.Span) {
+	path := ctx.Path()
+	collection := bytes.Equal(path, collectionPath)
+	typ, ok := bytes.CutPrefix(path, eventsPath)
+	if !ok && !collection {
+		jsonError(ctx, fasthttp.StatusNotFound, "not found: POST /v1/events/{type}, or POST /v1/events for a CloudEvent or a batch")
+		return
+	}
+	if !s.admit(ctx) {
+		return
+	}
+	if collection {
+		s.ingestCollection(ctx, in, span) // collection.go
 		return
 	}
 	if msg := checkName(typ, maxTypeLen, typeChars); msg != "" {

@@ -1,0 +1,56 @@
+package ingest
+
+import (
+	"bytes"
+	"mime"
+	"strconv"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Media types POST /v1/events tells apart by its Content-Type.
+const (
+	mediaCloudEvent      = "application/cloudevents+json"
+	mediaCloudEventBatch = "application/cloudevents-batch+json"
+	mediaNDJSON          = "application/x-ndjson"
+)
+
+// ingestCollection serves POST /v1/events: one CloudEvent in structured
+// mode (Content-Type application/cloudevents+json) or binary mode (a
+// ce-specversion header), or a batch (NDJSON, or a CloudEvents batch).
+func (s *Server) ingestCollection(ctx *fasthttp.RequestCtx, in *ingestState, span trace.Span) {
+	ct := mediaType(ctx.Request.Header.ContentType())
+	switch {
+	case ct == mediaCloudEventBatch:
+		s.ingestBatch(ctx, in, span, batchCloudEvents)
+	case ct == mediaNDJSON:
+		s.ingestBatch(ctx, in, span, batchNDJSON)
+	case ct == mediaCloudEvent || len(ctx.Request.Header.Peek("ce-specversion")) > 0:
+		s.ingestCloudEvent(ctx, in, span)
+	default:
+		jsonError(ctx, fasthttp.StatusUnsupportedMediaType, "POST /v1/events takes a CloudEvent (ce-* headers, or Content-Type "+mediaCloudEvent+
+			") or a batch (Content-Type "+mediaNDJSON+" or "+mediaCloudEventBatch+"), not Content-Type "+quoteHeader(ctx.Request.Header.ContentType())+
+			"; POST /v1/events/{type} takes one event of any content type")
+	}
+}
+
+// mediaType is a Content-Type's media type, lower case, without its
+// parameters; "" when it is empty or cannot be parsed.
+func mediaType(ct []byte) string {
+	if len(ct) == 0 {
+		return ""
+	}
+	if i := bytes.IndexByte(ct, ';'); i < 0 && !bytes.ContainsAny(ct, " \t") {
+		return strings.ToLower(string(ct)) // the common case, without mime's map
+	}
+	mt, _, err := mime.ParseMediaType(string(ct))
+	if err != nil {
+		return ""
+	}
+	return mt
+}
+
+// quoteHeader quotes a header value for an error message, cut to 80 bytes.
+func quoteHeader(v []byte) string { return strconv.QuoteToASCII(string(v[:min(len(v), 80)])) }
