@@ -27,8 +27,8 @@ func (s *Server) ingestCollection(ctx *fasthttp.RequestCtx, in *ingestState, spa
 		s.ingestBatch(ctx, in, span, batchCloudEvents)
 	case ct == mediaNDJSON:
 		s.ingestBatch(ctx, in, span, batchNDJSON)
-	case ct == mediaCloudEvent || len(ctx.Request.Header.Peek("ce-specversion")) > 0:
-		s.ingestCloudEvent(ctx, in, span)
+	case ct == mediaCloudEvent || len(ctx.Request.Header.Peek(ceSpecVersion)) > 0:
+		s.ingestCloudEvent(ctx, in, span, nil)
 	default:
 		jsonError(ctx, fasthttp.StatusUnsupportedMediaType, "POST /v1/events takes a CloudEvent (ce-* headers, or Content-Type "+mediaCloudEvent+
 			") or a batch (Content-Type "+mediaNDJSON+" or "+mediaCloudEventBatch+"), not Content-Type "+quoteHeader(ctx.Request.Header.ContentType())+
