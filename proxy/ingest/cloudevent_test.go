@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -160,3 +163,36 @@ func TestCloudEventRefusals(t *testing.T) {
 	}
 }
 
+// TestCloudEventDocExamples posts docs/cloudevents.md's curl examples, as
+// written, to ingest over a real log: each is accepted, with its type.
+func TestCloudEventDocExamples(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "cloudevents.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```\n(curl .*?)```").FindAllStringSubmatch(string(page), -1)
+	if len(blocks) != 2 {
+		t.Fatalf("docs/cloudevents.md has %d curl examples, want the two modes'", len(blocks))
+	}
+	base, q := ingestOnLog(t)
+	for _, b := range blocks {
+		cmd := b[1]
+		url := regexp.MustCompile(`http://127\.0\.0\.1:8700(/\S+)`).FindStringSubmatch(cmd)
+		data := regexp.MustCompile(`--data '([^']*)'`).FindStringSubmatch(cmd)
+		if url == nil || data == nil {
+			t.Fatalf("example without a URL or --data:\n%s", cmd)
+		}
+		var hdr []string
+		for _, h := range regexp.MustCompile(`-H '([^:']+): ([^']*)'`).FindAllStringSubmatch(cmd, -1) {
+			hdr = append(hdr, h[1], h[2])
+		}
+		code, a := send(t, base+url[1], data[1], hdr...)
+		if code != http.StatusAccepted {
+			t.Fatalf("example answered %d %+v:\n%s", code, a, cmd)
+		}
+		ev, err := q.Event(a.Seq)
+		if err != nil || ev.CloudEvent == "" || (ev.Type != "geofence.enter" && ev.Type != "invoice.paid") {
+			t.Errorf("example stored %+v, %v", ev, err)
+		}
+	}
+}
