@@ -5,8 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +34,7 @@ const (
 	attrSource          = "source"
 	attrType            = "type"
 	attrTime            = "time"
+	attrSubject         = "subject"
 	attrDataSchema      = "dataschema"
 	attrDataContentType = "datacontenttype"
 	attrData            = "data"
@@ -54,19 +55,25 @@ func ParseBinary(visit func(func(name, value []byte)), contentType string, body 
 		b   attrsBuilder
 		err error
 	)
-	// A pass for each required attribute, in the spec's order, then one
-	// for the rest as they came, so that what is kept reads the same
-	// however a client ordered its headers (Go's sorts them).
+	// The headers are read once; the required attributes are kept first,
+	// in the spec's order, then the rest as they came, so that what is
+	// kept reads the same however a client ordered its headers (Go's
+	// sorts them).
+	var (
+		arr  [16]header
+		hdrs = arr[:0]
+	)
+	visit(func(name, value []byte) {
+		if IsAttrHeader(name) {
+			hdrs = append(hdrs, header{lowerName(name[len(HeaderPrefix):]), value})
+		}
+	})
 	for _, pass := range [...]string{attrSpecVersion, attrID, attrSource, attrType, ""} {
-		visit(func(name, value []byte) {
-			if err != nil || !IsAttrHeader(name) {
-				return
+		for _, h := range hdrs {
+			if err == nil && (h.attr == pass || pass == "" && !isRequired(h.attr)) {
+				err = b.addHeader(h.attr, h.value)
 			}
-			attr := strings.ToLower(string(name[len(HeaderPrefix):]))
-			if attr == pass || pass == "" && !isRequired(attr) {
-				err = b.addHeader(attr, value)
-			}
-		})
+		}
 	}
 	if err != nil {
 		return Event{}, err
@@ -84,6 +91,48 @@ func ParseBinary(visit func(func(name, value []byte)), contentType string, body 
 // attribute's (ce-*, in any case).
 func IsAttrHeader(name []byte) bool {
 	return len(name) > len(HeaderPrefix) && strings.EqualFold(string(name[:len(HeaderPrefix)]), HeaderPrefix)
+}
+
+// header is one ce-* header: the attribute's name, lower case, and the
+// raw value.
+type header struct {
+	attr  string
+	value []byte
+}
+
+// lowerName is an attribute name as a lower-case string: a constant for
+// the spec's own names, else one allocation.
+func lowerName(b []byte) string {
+	var buf [maxNameLen]byte
+	if len(b) > len(buf) {
+		return strings.ToLower(string(b)) // refused by add as too long
+	}
+	l := buf[:len(b)]
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		l[i] = c
+	}
+	switch string(l) { // no string is made to compare
+	case attrSpecVersion:
+		return attrSpecVersion
+	case attrID:
+		return attrID
+	case attrSource:
+		return attrSource
+	case attrType:
+		return attrType
+	case attrTime:
+		return attrTime
+	case attrSubject:
+		return attrSubject
+	case attrDataSchema:
+		return attrDataSchema
+	case attrPartitionKey:
+		return attrPartitionKey
+	}
+	return string(l)
 }
 
 func isRequired(attr string) bool {
@@ -104,99 +153,97 @@ func (b *attrsBuilder) addHeader(attr string, value []byte) error {
 
 // ParseStructured reads a CloudEvent in structured mode: one JSON object
 // (the JSON event format), whose data or data_base64 becomes Data.
+//
+// The object is read into a map, in one pass of encoding/json: what is
+// kept is the required attributes, then the others by name. (A decoder's
+// tokens would keep the members' order, at five times the allocations.)
+// As with most JSON readers, of a member given twice the last counts.
 func ParseStructured(body []byte) (Event, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	ev, err := parseObject(dec, body)
-	if err != nil {
-		return Event{}, err
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return Event{}, jsonProblem(err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Event{}, errors.New("invalid JSON: content after the event's object")
-	}
-	return ev, nil
+	return fromMembers(m)
 }
 
 // ParseBatch reads a CloudEvents batch: a JSON array of structured mode
 // events (the JSON batch format). Any bad event fails the whole batch
 // with a *BatchError naming it.
 func ParseBatch(body []byte) ([]Event, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
-		return nil, errors.New("invalid batch: want a JSON array of CloudEvents")
-	}
-	var evs []Event
-	for dec.More() {
-		ev, err := parseObject(dec, body)
-		if err != nil {
-			return nil, &BatchError{Index: len(evs), Err: err}
+	var ms []map[string]json.RawMessage
+	if err := json.Unmarshal(body, &ms); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, errors.New("invalid batch: want a JSON array of CloudEvents (JSON objects)")
 		}
-		evs = append(evs, ev)
+		return nil, errors.New("invalid batch: invalid JSON: " + err.Error())
 	}
-	if _, err := dec.Token(); err != nil {
-		return nil, &BatchError{Index: len(evs), Err: errors.New("invalid JSON: " + err.Error())}
+	if ms == nil {
+		return nil, errors.New("invalid batch: want a JSON array of CloudEvents, not null")
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("invalid batch: content after the array")
+	evs := make([]Event, len(ms))
+	for i, m := range ms {
+		ev, err := fromMembers(m)
+		if err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
+		evs[i] = ev
 	}
 	return evs, nil
 }
 
-// parseObject reads one JSON event object from dec, whose input is body.
-// Values are kept as their raw JSON (sliced out of body, never re-encoded),
-// in the order they came.
-func parseObject(dec *json.Decoder, body []byte) (Event, error) {
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		if err != nil {
-			return Event{}, errors.New("invalid JSON: " + err.Error())
-		}
-		return Event{}, errors.New("invalid event: want a JSON object")
+// jsonProblem says what is wrong with a body json.Unmarshal refused.
+func jsonProblem(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return errors.New("invalid event: want a JSON object")
+	}
+	return errors.New("invalid JSON: " + err.Error())
+}
+
+// fromMembers makes an event of a structured mode event's members, each
+// value its raw JSON.
+func fromMembers(m map[string]json.RawMessage) (Event, error) {
+	if m == nil {
+		return Event{}, errors.New("invalid event: want a JSON object, not null")
 	}
 	var (
-		b                      attrsBuilder
-		data, data64, dataType json.RawMessage
+		b     attrsBuilder
+		arr   [16]string
+		names = arr[:0]
 	)
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return Event{}, errors.New("invalid JSON: " + err.Error())
-		}
-		name := t.(string) // an object's keys are strings
-		start := dec.InputOffset()
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return Event{}, errors.New("invalid JSON in " + strconv.Quote(name) + ": " + err.Error())
-		}
-		// raw is a copy: the value's own bytes in body are the ones kept.
-		raw = bytes.TrimLeft(body[start:dec.InputOffset()], " \t\r\n:")
-		switch name {
-		case attrData:
-			data, err = once(data, raw, name)
-		case attrDataBase64:
-			data64, err = once(data64, raw, name)
-		case attrDataContentType:
-			dataType, err = once(dataType, raw, name)
+	for name := range m {
+		switch {
+		case name == attrData || name == attrDataBase64 || name == attrDataContentType:
+		case isRequired(name):
 		default:
-			var v value
-			if v, err = jsonValue(name, raw); err == nil && !v.null {
-				err = b.add(name, v, "")
-			}
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range slices.Concat([]string{attrSpecVersion, attrID, attrSource, attrType}, names) {
+		raw, ok := m[name]
+		if !ok {
+			continue
+		}
+		v, err := jsonValue(name, raw)
+		if err == nil && !v.null {
+			err = b.add(name, v, "")
 		}
 		if err != nil {
 			return Event{}, err
 		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return Event{}, errors.New("invalid JSON: " + err.Error())
-	}
 	ev, err := b.finish("")
 	if err != nil {
 		return Event{}, err
 	}
-	if len(dataType) > 0 && string(dataType) != "null" {
+	if dataType := m[attrDataContentType]; len(dataType) > 0 && string(dataType) != "null" {
 		if err := json.Unmarshal(dataType, &ev.ContentType); err != nil || ev.ContentType == "" {
 			return Event{}, &AttrError{Attr: attrDataContentType, Problem: "want a media type as a JSON string"}
 		}
 	}
+	data, data64 := m[attrData], m[attrDataBase64]
 	isNull := func(r json.RawMessage) bool { return len(r) == 0 || string(r) == "null" }
 	switch {
 	case !isNull(data) && !isNull(data64):
@@ -231,14 +278,6 @@ func parseObject(dec *json.Decoder, body []byte) (Event, error) {
 		ev.Data = []byte{}
 	}
 	return ev, nil
-}
-
-// once keeps raw for a member that may appear once.
-func once(prev, raw json.RawMessage, name string) (json.RawMessage, error) {
-	if prev != nil {
-		return nil, &AttrError{Attr: name, Problem: "given twice"}
-	}
-	return raw, nil
 }
 
 // IsJSON reports whether a media type is JSON: application/json, or any
@@ -283,10 +322,11 @@ func jsonValue(name string, raw []byte) (value, error) {
 // attrsBuilder collects an event's attributes into the JSON object the
 // log keeps, in the order they came, checking each.
 type attrsBuilder struct {
-	buf  []byte
-	seen map[string]bool
-	ev   Event
-	spec string
+	buf   []byte
+	names []string // added so far: a handful, so a scan beats a map
+	arr   [16]string
+	ev    Event
+	spec  string
 }
 
 // add takes one attribute; prefix is how the error names it ("ce-" in
@@ -296,13 +336,13 @@ func (b *attrsBuilder) add(name string, v value, prefix string) error {
 	if !validName(name) {
 		return fail("invalid attribute name: want 1 to " + strconv.Itoa(maxNameLen) + " lower-case letters and digits")
 	}
-	if b.seen[name] {
+	if slices.Contains(b.names, name) {
 		return fail("given twice")
 	}
-	if b.seen == nil {
-		b.seen = map[string]bool{}
+	if b.names == nil {
+		b.names = b.arr[:0]
 	}
-	b.seen[name] = true
+	b.names = append(b.names, name)
 	if v.isStr && !utf8.ValidString(v.str) {
 		return fail("not valid UTF-8")
 	}
@@ -350,7 +390,7 @@ func (b *attrsBuilder) add(name string, v value, prefix string) error {
 		return fail("is not an attribute: in binary mode the body is the data")
 	}
 	if len(b.buf) == 0 {
-		b.buf = append(b.buf, '{')
+		b.buf = append(make([]byte, 0, 256), '{')
 	} else {
 		b.buf = append(b.buf, ',')
 	}
