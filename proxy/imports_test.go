@@ -24,7 +24,7 @@ var roomImports = map[string][]string{
 	// cloudevents reads and writes CloudEvents in plain bytes and strings:
 	// ingest and the delivery engine call it, it calls nothing of theirs.
 	"proxy/cloudevents": {},
-	"proxy/delivery":    {"proxy/api", "proxy/egress", "queue", "policy", "signing", "internal/"},
+	"proxy/delivery":    {"proxy/api", "proxy/cloudevents", "proxy/egress", "queue", "policy", "signing", "internal/"},
 	"proxy/egress":      {"policy", "internal/"},
 	"proxy/ingest":      {"queue", "policy", "internal/"},
 }
