@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -213,5 +214,42 @@ func TestOrderingWiring(t *testing.T) {
 		if got.Ordering != mode {
 			t.Errorf("ordering %q: delivery.Subscription.Ordering = %q", mode, got.Ordering)
 		}
+	}
+}
+
+// TestFormatWiring: a subscription's format reaches delivery.Subscription
+// from the API and the file, and cloudevents.source reaches
+// proxy.Options; left out, they are standard-webhooks and the default
+// source.
+func TestFormatWiring(t *testing.T) {
+	for _, format := range []string{"cloudevents-binary", "cloudevents-structured", "standard-webhooks", ""} {
+		doc := `{"id": "a", "url": "https://a.example/", "secret": "` + e2eSecret + `"`
+		if format != "" {
+			doc += `, "format": "` + format + `"`
+		}
+		got, err := specParser{}.Parse([]byte(doc + "}"))
+		if err != nil {
+			t.Fatalf("format %q: %v", format, err)
+		}
+		if got.Format != format {
+			t.Errorf("format %q: delivery.Subscription.Format = %q", format, got.Format)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte("cloudevents: {source: 'https://fleet.example.com/sluice'}\nsubscriptions:\n"+
+		"  - {id: a, url: 'https://a.example/', secret: "+e2eSecret+", format: cloudevents-structured}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs := subscriptions(cfg)
+	opts := serverOptions(cfg, subs, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if opts.CloudEventsSource != "https://fleet.example.com/sluice" || subs[0].Format != "cloudevents-structured" {
+		t.Errorf("CloudEventsSource = %q, Format = %q", opts.CloudEventsSource, subs[0].Format)
+	}
+	if opts := serverOptions(config.Default(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil); opts.CloudEventsSource != "/sluice" {
+		t.Errorf("default CloudEventsSource = %q", opts.CloudEventsSource)
 	}
 }
