@@ -7,6 +7,7 @@ import (
 	"errors"
 	"iter"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -143,6 +144,9 @@ func (h Headers) All() iter.Seq2[[]byte, []byte] {
 // each as %XX. The datacontenttype attribute is not among them: it is the
 // request's Content-Type. An error is an *AttrError naming the attribute.
 func AppendHeaders(dst []byte, attrs []byte) (Headers, error) {
+	// About the size of attrs: names lose their quotes and gain "Ce-"
+	// and a newline; values lose their quotes and gain a newline.
+	dst = slices.Grow(dst, len(attrs)+64)
 	start := len(dst)
 	err := eachAttr(attrs, func(name []byte, kind byte, text []byte) {
 		if kind == 'n' {
@@ -256,7 +260,8 @@ func eachAttr(attrs []byte, f func(name []byte, kind byte, text []byte)) error {
 	}
 	var (
 		required [4]bool // specversion, id, source, type
-		seen     [][]byte
+		seenBuf  [16][]byte
+		seen     = seenBuf[:0] // names so far, for duplicates: an event has a handful
 	)
 	for pass := range 2 {
 		rest := obj[1:]
