@@ -6,9 +6,9 @@
 // lanes share (the feed of commits and its ring, the in-flight slots and
 // workers, the retry timer, the retry budget), the outcome of each
 // attempt (acks, retry records, dead letters, the attempts and series the
-// admin API shows), body variants, the operational webhook's events, and
-// the attempts' trace context and spans. One exchange itself is package
-// egress's.
+// admin API shows), body variants and delivery formats (CloudEvents),
+// the operational webhook's events, and the attempts' trace context and
+// spans. One exchange itself is package egress's.
 //
 // It promises what the sidecar promises of delivery: each subscription
 // gets each event it is entitled to at least once, acknowledged or
