@@ -293,7 +293,7 @@ func TestSubscriptionSpec(t *testing.T) {
 		t.Errorf("fleet.ops-2 url = %v", fleet["url"])
 	}
 	// Secrets from a file or the environment: their number once read.
-	if cards := spec(2); cards["secrets_count"] != 2.0 || cards["secret_file"] != "testdata/cards.secrets" || cards["tenant"] != "initech" {
+	if cards := spec(2); cards["secrets_count"] != 2.0 || cards["secret_file"] != "testdata/cards.secrets" || cards["tenant"] != "initech" || cards["format"] != "cloudevents-binary" {
 		t.Errorf("cards Spec = %v", cards)
 	}
 	if audit := spec(3); !reflect.DeepEqual(audit, map[string]any{"id": "audit", "url": "https://audit.example.com/in", "secret_env": "AUDIT_WEBHOOK_SECRETS", "secrets_count": 2.0}) {
@@ -307,8 +307,15 @@ func TestSubscriptionSpec(t *testing.T) {
 	if err := json.Unmarshal(byHand.Spec(), &m); err != nil {
 		t.Fatal(err)
 	}
-	if m["secrets_count"] != 2.0 || m["retry"] == nil || m["breaker"] == nil || m["secret"] != nil {
+	if m["secrets_count"] != 2.0 || m["retry"] == nil || m["breaker"] == nil || m["secret"] != nil || m["format"] != nil {
 		t.Errorf("hand-built Spec = %v", m)
+	}
+	// The format is shown where it is not the default.
+	byHand = cfg.Subscriptions[2]
+	byHand.spec = nil
+	m = nil
+	if err := json.Unmarshal(byHand.Spec(), &m); err != nil || m["format"] != "cloudevents-binary" {
+		t.Errorf("hand-built Spec with a format = %v (%v)", m, err)
 	}
 }
 
