@@ -544,7 +544,7 @@ type SubscriptionConfig struct {
 	// CloudEvents attributes in ce- headers too) or
 	// "cloudevents-structured" (one application/cloudevents+json object
 	// of attributes and data). Every format is signed with the Standard
-	// Webhooks headers. See docs/cloudevents-delivery.md.
+	// Webhooks headers. See docs/cloudevents.md.
 	Format string `koanf:"format"`
 
 	// Resolved holds the parsed secrets from whichever source is set, filled

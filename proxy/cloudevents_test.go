@@ -302,15 +302,29 @@ func ceServer(t *testing.T, dir string, subs ...*delivery.Subscription) *proxy.S
 }
 
 // postedAttrs are the attributes of an event posted as a CloudEvent, as
-// the log keeps them: extensions of each JSON type among them.
+// the log keeps them (the required ones, then the others by name):
+// extensions of each JSON type among them.
 const postedAttrs = `{"specversion":"1.0","id":"order-7","source":"https://shop.example/orders","type":"order.created",` +
-	`"subject":"orders/7","time":"2026-03-04T05:06:07.5Z","dataschema":"https://shop.example/schemas/order","priority":3,"traced":true,"region":"eu-west"}`
+	`"dataschema":"https://shop.example/schemas/order","priority":3,"region":"eu-west","subject":"orders/7","time":"2026-03-04T05:06:07.5Z","traced":true}`
 
-// postedEvent is an event ingest keeps for a CloudEvent posted with
-// postedAttrs: its id is the log's key of the CloudEvent, not its id.
+// postedEvent is what the log keeps of the CloudEvent postCloudEvent
+// posts: its id is the log's key of the CloudEvent, not its id.
 func postedEvent() *queue.Event {
 	return &queue.Event{ID: cloudevents.Key("https://shop.example/orders", "order-7"), Type: "order.created", ContentType: "application/json",
-		AcceptedAt: time.Now(), Body: []byte(`{"order":7,"total":"12.50"}`), CloudEvent: postedAttrs}
+		Body: []byte(`{"order":7,"total":"12.50"}`), CloudEvent: postedAttrs}
+}
+
+// postCloudEvent posts postedEvent as a producer would: in structured
+// mode, to POST /v1/events.
+func postCloudEvent(t *testing.T, s *proxy.Server) {
+	t.Helper()
+	ev := postedEvent()
+	body := postedAttrs[:len(postedAttrs)-1] + `,"datacontenttype":"application/json","data":` + string(ev.Body) + `}`
+	req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/events", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/cloudevents+json")
+	if code, a := do(t, req); code != http.StatusAccepted || a.ID != ev.ID {
+		t.Fatalf("posting the CloudEvent: %d %+v", code, a)
+	}
 }
 
 // checkPosted checks the deliveries of postedEvent to the bin and str
@@ -362,22 +376,13 @@ func TestCloudEventsPosted(t *testing.T) {
 				ceSub("bin", rc.URL+"/bin", delivery.FormatCloudEventsBinary),
 				ceSub("str", rc.URL+"/str", delivery.FormatCloudEventsStructured),
 			}
-			var (
-				s      *proxy.Server
-				append func(*queue.Event) error
-			)
+			var s *proxy.Server
 			if backend == "badger" {
 				s = ceServer(t, t.TempDir(), subs...)
-				append = func(ev *queue.Event) error { _, err := proxy.AppendEvent(s, ev); return err }
 			} else {
-				f := newFleet(t)
-				s = f.node("n1", subs...)
-				obs := f.observer() // another node's ingest, as far as n1 can tell
-				append = func(ev *queue.Event) error { _, _, err := obs.Append(ev); return err }
+				s = newFleet(t).node("n1", subs...)
 			}
-			if err := append(postedEvent()); err != nil {
-				t.Fatal(err)
-			}
+			postCloudEvent(t, s)
 			postAs(t, s, "geofence.enter", "plain-1", "application/json", `{"id":1}`)
 			eventually(t, "the deliveries", func() bool { return lane(s, "bin").Delivered == 2 && lane(s, "str").Delivered == 2 })
 
@@ -414,9 +419,7 @@ func TestCloudEventsReplay(t *testing.T) {
 	}
 	dir := t.TempDir()
 	s := ceServer(t, dir, subs()...)
-	if _, err := proxy.AppendEvent(s, postedEvent()); err != nil {
-		t.Fatal(err)
-	}
+	postCloudEvent(t, s)
 	postAs(t, s, "geofence.exit", "plain-2", "text/plain", "gate 4")
 	eventually(t, "the dead letters", func() bool { return lane(s, "bin").DeadLettered == 2 && lane(s, "str").DeadLettered == 2 })
 	letters := map[string][]*queue.DeadLetter{}

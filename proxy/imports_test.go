@@ -26,7 +26,7 @@ var roomImports = map[string][]string{
 	"proxy/cloudevents": {},
 	"proxy/delivery":    {"proxy/api", "proxy/cloudevents", "proxy/egress", "queue", "policy", "signing", "internal/"},
 	"proxy/egress":      {"policy", "internal/"},
-	"proxy/ingest":      {"queue", "policy", "internal/"},
+	"proxy/ingest":      {"proxy/cloudevents", "queue", "policy", "internal/"},
 }
 
 // TestImportDirection: no package under proxy/ imports one it may not,
