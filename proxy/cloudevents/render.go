@@ -97,11 +97,13 @@ func describeByte(c byte) string {
 
 // AppendDerived appends the context attributes of an event not posted as
 // a CloudEvent to dst, as the compact JSON object the log keeps for one
-// that was: specversion 1.0, id, source, type, and time, the acceptance
-// time in RFC 3339 in UTC with as many fractional digits as it needs.
-// The time is the acceptance time, not the attempt's, so every attempt
-// and replay of the event carries the same attributes.
-func AppendDerived(dst []byte, id, typ, source string, acceptedAt time.Time) []byte {
+// that was: specversion 1.0, id, source, type, time (the acceptance time
+// in RFC 3339 in UTC with as many fractional digits as it needs) and,
+// for an event with an ordering key, partitionkey (the partitioning
+// extension, which says what the key says). The time is the acceptance
+// time, not the attempt's, so every attempt and replay of the event
+// carries the same attributes.
+func AppendDerived(dst []byte, id, typ, source, orderingKey string, acceptedAt time.Time) []byte {
 	dst = append(dst, `{"specversion":"`+SpecVersion+`","id":`...)
 	dst = appendJSONString(dst, id)
 	dst = append(dst, `,"source":`...)
@@ -110,7 +112,12 @@ func AppendDerived(dst []byte, id, typ, source string, acceptedAt time.Time) []b
 	dst = appendJSONString(dst, typ)
 	dst = append(dst, `,"time":"`...)
 	dst = acceptedAt.UTC().AppendFormat(dst, time.RFC3339Nano)
-	return append(dst, `"}`...)
+	dst = append(dst, '"')
+	if orderingKey != "" {
+		dst = append(dst, `,"partitionkey":`...)
+		dst = appendJSONString(dst, orderingKey)
+	}
+	return append(dst, '}')
 }
 
 // Headers are the ce- headers of a binary-mode delivery, made once per

@@ -19,21 +19,23 @@ var acceptedAt = time.Date(2026, 3, 4, 5, 6, 7, 890_000_000, time.FixedZone("CET
 
 func TestAppendDerived(t *testing.T) {
 	for _, tc := range []struct {
-		name, id, typ, source string
-		at                    time.Time
-		want                  string
+		name, id, typ, source, key string
+		at                         time.Time
+		want                       string
 	}{
-		{"plain", "01JC8Z4Q9Y3W2V1T0S9R8Q7P6N", "geofence.enter", DefaultSource, acceptedAt,
+		{"plain", "01JC8Z4Q9Y3W2V1T0S9R8Q7P6N", "geofence.enter", DefaultSource, "", acceptedAt,
 			`{"specversion":"1.0","id":"01JC8Z4Q9Y3W2V1T0S9R8Q7P6N","source":"/sluice","type":"geofence.enter","time":"2026-03-04T04:06:07.89Z"}`},
-		{"whole second", "a", "t", "//fleet.example.com/sluice", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		{"whole second", "a", "t", "//fleet.example.com/sluice", "", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 			`{"specversion":"1.0","id":"a","source":"//fleet.example.com/sluice","type":"t","time":"2026-01-02T03:04:05Z"}`},
-		{"nanoseconds", "a", "t", "/s", time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC),
+		{"nanoseconds", "a", "t", "/s", "", time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC),
 			`{"specversion":"1.0","id":"a","source":"/s","type":"t","time":"2026-01-02T03:04:05.123456789Z"}`},
-		{"escaped", `a"b`, "t", "/s?q=<&>", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		{"escaped", `a"b`, "t", "/s?q=<&>", "", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 			`{"specversion":"1.0","id":"a\"b","source":"/s?q=\u003c\u0026\u003e","type":"t","time":"2026-01-02T03:04:05Z"}`},
+		{"ordering key", "a", "t", "/s", "vehicle 17", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+			`{"specversion":"1.0","id":"a","source":"/s","type":"t","time":"2026-01-02T03:04:05Z","partitionkey":"vehicle 17"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := string(AppendDerived(nil, tc.id, tc.typ, tc.source, tc.at))
+			got := string(AppendDerived(nil, tc.id, tc.typ, tc.source, tc.key, tc.at))
 			if got != tc.want {
 				t.Fatalf("got  %s\nwant %s", got, tc.want)
 			}
@@ -353,7 +355,7 @@ func BenchmarkRender(b *testing.B) {
 	posted := []byte(`{"specversion":"1.0","id":"order-7","source":"https://shop.example/orders","type":"order.created","subject":"orders/7","time":"2026-03-04T05:06:07.5Z","priority":3}`)
 	attrs := func(derived bool) []byte {
 		if derived {
-			return AppendDerived(make([]byte, 0, 160), "01JC8Z4Q9Y3W2V1T0S9R8Q7P6N", "geofence.enter", DefaultSource, at)
+			return AppendDerived(make([]byte, 0, 160), "01JC8Z4Q9Y3W2V1T0S9R8Q7P6N", "geofence.enter", DefaultSource, "", at)
 		}
 		return posted
 	}

@@ -77,8 +77,8 @@ func (e *engine) ceAttrs(ev *queue.Event) []byte {
 	if ev.CloudEvent != "" {
 		return []byte(ev.CloudEvent)
 	}
-	return cloudevents.AppendDerived(make([]byte, 0, 128+len(ev.ID)+len(ev.Type)+len(e.ceSource)),
-		ev.ID, ev.Type, e.ceSource, ev.AcceptedAt)
+	return cloudevents.AppendDerived(make([]byte, 0, 128+len(ev.ID)+len(ev.Type)+len(e.ceSource)+len(ev.OrderingKey)),
+		ev.ID, ev.Type, e.ceSource, ev.OrderingKey, ev.AcceptedAt)
 }
 
 // ceHeaders returns ev's binary-mode ce- headers, made once per event.
