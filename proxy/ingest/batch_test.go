@@ -364,18 +364,19 @@ func TestBatchLimits(t *testing.T) {
 }
 
 // failing is a log that refuses the events whose ids start with "fail"
-// as fleet mode's log does without a quorum, and stores the rest.
+// with err (fleet mode's log without a quorum, a full disk), and stores
+// the rest.
 type failing struct {
 	*badger.Log
-	on bool
+	err error // nil: refuses nothing
 }
 
 func (f *failing) AppendBatch(evs []*queue.Event, res []queue.AppendResult) {
 	var keep []*queue.Event
 	var at []int
 	for i, ev := range evs {
-		if f.on && strings.HasPrefix(ev.ID, "fail") {
-			res[i] = queue.AppendResult{Err: fmt.Errorf("append %s: %w: no quorum", ev.ID, queue.ErrUnavailable)}
+		if f.err != nil && strings.HasPrefix(ev.ID, "fail") {
+			res[i] = queue.AppendResult{Err: fmt.Errorf("append %s: %w", ev.ID, f.err)}
 			continue
 		}
 		keep, at = append(keep, ev), append(at, i)
@@ -393,7 +394,7 @@ func (f *failing) AppendBatch(evs []*queue.Event, res []queue.AppendResult) {
 // stores the rest and answers the others as duplicates.
 func TestBatchPartlyRefused(t *testing.T) {
 	q := queuetest.MustOpen(t, "", badger.Options{})
-	log := &failing{Log: q, on: true}
+	log := &failing{Log: q, err: fmt.Errorf("%w: no quorum", queue.ErrUnavailable)}
 	reg := prometheus.NewRegistry()
 	url := serve(t, ingest.Config{Registry: reg}, log)
 	body := lines("ok", 2) + lines("fail", 2) + lines("also", 1)
@@ -411,7 +412,14 @@ func TestBatchPartlyRefused(t *testing.T) {
 	if !strings.Contains(a.Results[2].Error, "log unavailable") {
 		t.Errorf("a refused event's error: %q", a.Results[2].Error)
 	}
-	log.on = false
+	// A full disk outranks it, with its own Retry-After.
+	log.err = fmt.Errorf("%w: over max_disk_bytes", queue.ErrDiskFull)
+	resp, a = ndjson(t, url, lines("fail", 1)+lines("ok", 1))
+	if resp.StatusCode != http.StatusInsufficientStorage || resp.Header.Get("Retry-After") != "5" || a.Refused != 1 || a.Duplicates != 1 ||
+		!strings.Contains(a.Results[0].Error, "disk full") {
+		t.Fatalf("an event refused for a full disk: %d %q %+v", resp.StatusCode, resp.Header.Get("Retry-After"), a)
+	}
+	log.err = nil
 	resp, a = ndjson(t, url, body)
 	if resp.StatusCode != http.StatusAccepted || a.Accepted != 2 || a.Duplicates != 3 {
 		t.Fatalf("sent again: %d %+v", resp.StatusCode, a)
@@ -419,8 +427,8 @@ func TestBatchPartlyRefused(t *testing.T) {
 	if h := q.Head(); h != 5 {
 		t.Fatalf("head = %d, want 5", h)
 	}
-	if got := ingested(t, reg, "rejected"); got != 2 {
-		t.Errorf("rejected = %v, want 2 (the refused events)", got)
+	if got := ingested(t, reg, "rejected"); got != 3 {
+		t.Errorf("rejected = %v, want 3 (the refused events)", got)
 	}
 }
 
