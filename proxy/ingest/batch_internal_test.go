@@ -3,6 +3,8 @@ package ingest
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,6 +120,60 @@ func FuzzBatchNDJSON(f *testing.F) {
 			}
 			if ev.Type != want.Type || ev.ID != want.ID || ev.OrderingKey != want.OrderingKey || !bytes.Equal(ev.Body, body) {
 				t.Fatalf("line %q read as %+v; encoding/json reads %+v", l, ev, want)
+			}
+		}
+	})
+}
+
+// FuzzJSONValue: the body's scanner accepts exactly what json.Valid
+// accepts, and ends a value where it ends.
+func FuzzJSONValue(f *testing.F) {
+	for _, s := range []string{
+		`{"a":[1,-0.5e+3,true,false,null,"s\"\\\/\b\f\n\r\t\u00e9"]}`, ` [ ] `, `{}`, `""`, `0`, `-`, `01`, `1.`, `1e`, `.5`,
+		`"\u12"`, `"\x"`, "\"\x01\"", `{"a" 1}`, `{"a":1,}`, `[1,]`, `[1 2]`, `tru`, `nul`, `{"a":{"b":[[[]]]}}`, `"\ud800"`, "\"\xff\"",
+		strings.Repeat("[", 10001) + strings.Repeat("]", 10001), strings.Repeat("[", 10000) + strings.Repeat("]", 10000),
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		end, ok := scanValue(b, skipSpace(b, 0), 0)
+		ours := ok && skipSpace(b, end) == len(b)
+		if want := json.Valid(b); ours != want {
+			t.Fatalf("scanValue says %v (end %d), json.Valid %v, for %q", ours, end, want, b)
+		}
+	})
+}
+
+// BenchmarkReadNDJSON reads a batch of 100 events of 512 B bodies (as the
+// bench's ingest-batch posts); ns/op is per batch. json.Valid is what
+// checking the bodies alone cost with encoding/json, for comparison.
+func BenchmarkReadNDJSON(b *testing.B) {
+	body := []byte(`{"sent_ns":1234567890123456789,"at_ns":1234567890123456789,"pad":"` + strings.Repeat("x", 440) + `"}`)
+	var batchBody []byte
+	for i := range 100 {
+		batchBody = append(batchBody, `{"type":"bench.event","id":"k-1-`...)
+		batchBody = append(batchBody, strconv.Itoa(i)...)
+		batchBody = append(batchBody, `","body":`...)
+		batchBody = append(batchBody, body...)
+		batchBody = append(batchBody, "}\n"...)
+	}
+	s := New(Config{MaxBodyBytes: 1 << 20})
+	b.Run("read", func(b *testing.B) {
+		b.SetBytes(int64(len(batchBody)))
+		for b.Loop() {
+			bt := batch{in: &s.in}
+			if err := s.readNDJSON(batchBody, &bt); err != nil || len(bt.evs) != 100 {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json.Valid", func(b *testing.B) {
+		b.SetBytes(int64(len(batchBody)))
+		for b.Loop() {
+			for range 100 {
+				if !json.Valid(body) {
+					b.Fatal("invalid")
+				}
 			}
 		}
 	})
