@@ -22,7 +22,7 @@ const apiPrefix = "subscriptions[0]"
 // ParseSubscription decodes and validates doc, a JSON object with the keys
 // of one subscription in the config file (id, url, secret or secrets,
 // types, filter, body, tenant, rate, concurrency, retry, breaker, backlog,
-// headers, timeout, classify, paused, ordering), filling in the same
+// headers, timeout, classify, paused, ordering, format), filling in the same
 // defaults. The result has passed the same checks, with Resolved,
 // ClassifyOverrides, ParsedFilter and ParsedVariant filled in.
 //

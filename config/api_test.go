@@ -20,7 +20,8 @@ func TestParseSubscription(t *testing.T) {
 		"types": ["geofence.enter", "geofence.exit"], "tenant": "acme", "filter": {"data.speed": {"$gt": 30}},
 		"body": {"envelope": "standard-webhooks", "fields": ["data.id"]}, "timeout": "5s", "rate": {"per_second": 2.5}, "concurrency": {"auto": true, "headroom": 1},
 		"retry": {"max_attempts": 3}, "breaker": {"failure_ratio": 1}, "backlog": {"max_age": "1h"},
-		"headers": {"X-Version": "2", "Authorization": "Bearer x"}, "classify": {"409": "ack"}, "paused": true, "ordering": "key"}`
+		"headers": {"X-Version": "2", "Authorization": "Bearer x"}, "classify": {"409": "ack"}, "paused": true, "ordering": "key",
+		"format": "cloudevents-structured"}`
 	got, err := ParseSubscription([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
@@ -37,8 +38,8 @@ func TestParseSubscription(t *testing.T) {
 	if !slices.Equal(encodeAll(got.Resolved), []string{secretA, secretB}) || !slices.Equal(encodeAll(want.Resolved), encodeAll(got.Resolved)) {
 		t.Errorf("Resolved = %q, want secretA, secretB", encodeAll(got.Resolved))
 	}
-	if got.Ordering != "key" {
-		t.Errorf("Ordering = %q, want key", got.Ordering)
+	if got.Ordering != "key" || got.Format != "cloudevents-structured" {
+		t.Errorf("Ordering = %q, Format = %q; want key, cloudevents-structured", got.Ordering, got.Format)
 	}
 	if got.ParsedFilter == nil || got.ClassifyOverrides == nil || got.ParsedVariant.Key() != want.ParsedVariant.Key() || got.ParsedVariant == nil {
 		t.Errorf("ParsedFilter %v, ClassifyOverrides %v, ParsedVariant %v: want them parsed", got.ParsedFilter, got.ClassifyOverrides, got.ParsedVariant)
@@ -136,6 +137,9 @@ func TestParseSubscriptionErrors(t *testing.T) {
 		{name: "reserved header", doc: `{` + ok + `, "headers": {"webhook-id": "x"}}`, field: "headers[webhook-id]", want: `headers[webhook-id]: sluice sets this header itself`},
 		{name: "sensitive header", doc: `{` + ok + `, "headers": {"Authorization": "Bearer a\u0001b-header-secret"}}`, field: "headers[Authorization]", want: `headers[Authorization]: [redacted]: header value must not contain control characters`},
 		{name: "bad ordering", doc: `{` + ok + `, "ordering": "keys"}`, field: "ordering", want: `ordering: "keys": must be none, key or fifo`, is: ErrInvalidValue},
+		{name: "bad format", doc: `{` + ok + `, "format": "CloudEvents"}`, field: "format", want: `format: "CloudEvents": must be standard-webhooks, cloudevents-binary or cloudevents-structured`, is: ErrInvalidValue},
+		{name: "format not a string", doc: `{` + ok + `, "format": 1}`, field: "format", want: `format: `},
+		{name: "ce header with cloudevents", doc: `{` + ok + `, "format": "cloudevents-binary", "headers": {"ce-id": "x"}}`, field: "headers[ce-id]", want: `headers[ce-id]: a CloudEvents attribute's header`, is: ErrInvalidValue},
 		{name: "reserved ordering header", doc: `{` + ok + `, "headers": {"X-Sluice-Replay": "no"}}`, field: "headers[X-Sluice-Replay]", want: `headers[X-Sluice-Replay]: sluice sets this header itself`},
 		{name: "bad classify", doc: `{` + ok + `, "classify": {"409": "ignore"}}`, field: "classify[409]", want: `classify[409]: "ignore": must be ack, retry or dead_letter`},
 		{name: "not JSON", doc: `id: a`, field: "", want: `not a JSON object: line 1: invalid character`},
@@ -289,7 +293,7 @@ func TestSubscriptionSpec(t *testing.T) {
 		t.Errorf("fleet.ops-2 url = %v", fleet["url"])
 	}
 	// Secrets from a file or the environment: their number once read.
-	if cards := spec(2); cards["secrets_count"] != 2.0 || cards["secret_file"] != "testdata/cards.secrets" || cards["tenant"] != "initech" {
+	if cards := spec(2); cards["secrets_count"] != 2.0 || cards["secret_file"] != "testdata/cards.secrets" || cards["tenant"] != "initech" || cards["format"] != "cloudevents-binary" {
 		t.Errorf("cards Spec = %v", cards)
 	}
 	if audit := spec(3); !reflect.DeepEqual(audit, map[string]any{"id": "audit", "url": "https://audit.example.com/in", "secret_env": "AUDIT_WEBHOOK_SECRETS", "secrets_count": 2.0}) {
@@ -303,8 +307,15 @@ func TestSubscriptionSpec(t *testing.T) {
 	if err := json.Unmarshal(byHand.Spec(), &m); err != nil {
 		t.Fatal(err)
 	}
-	if m["secrets_count"] != 2.0 || m["retry"] == nil || m["breaker"] == nil || m["secret"] != nil {
+	if m["secrets_count"] != 2.0 || m["retry"] == nil || m["breaker"] == nil || m["secret"] != nil || m["format"] != nil {
 		t.Errorf("hand-built Spec = %v", m)
+	}
+	// The format is shown where it is not the default.
+	byHand = cfg.Subscriptions[2]
+	byHand.spec = nil
+	m = nil
+	if err := json.Unmarshal(byHand.Spec(), &m); err != nil || m["format"] != "cloudevents-binary" {
+		t.Errorf("hand-built Spec with a format = %v (%v)", m, err)
 	}
 }
 

@@ -56,6 +56,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/proxy/cloudevents"
 	"github.com/sluicehq/sluice/proxy/delivery"
 	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/proxy/ingest"
@@ -180,6 +181,9 @@ type Config struct {
 	// OTel configures OpenTelemetry tracing (otel.go). Off unless a
 	// collector is named.
 	OTel OTelConfig `koanf:"otel"`
+	// CloudEvents is the sidecar-wide part of the CloudEvents delivery
+	// formats (cloudevents.go).
+	CloudEvents CloudEventsConfig `koanf:"cloudevents"`
 
 	// IgnoredEnv names SLUICE_* variables that are no config key. They are
 	// not errors: Kubernetes injects SLUICE_PORT and friends for a Service
@@ -541,6 +545,13 @@ type SubscriptionConfig struct {
 	// not ordered) or "fifo" (one key for the whole subscription). See
 	// docs/configuration.md, "Per-key ordering".
 	Ordering string `koanf:"ordering"`
+	// Format is how deliveries carry the event: "standard-webhooks"
+	// (default: the body alone, signed), "cloudevents-binary" (its
+	// CloudEvents attributes in ce- headers too) or
+	// "cloudevents-structured" (one application/cloudevents+json object
+	// of attributes and data). Every format is signed with the Standard
+	// Webhooks headers. See docs/cloudevents.md.
+	Format string `koanf:"format"`
 
 	// Resolved holds the parsed secrets from whichever source is set, filled
 	// in by Validate so callers never read files or the environment again.
@@ -696,6 +707,7 @@ func Default() *Config {
 		Log:              LogConfig{Backend: BackendBadger}, // one sidecar, its own log: unchanged unless fleet mode is asked for
 		JetStream:        defaultJetStream(),
 		OTel:             defaultOTel(),
+		CloudEvents:      CloudEventsConfig{Source: cloudevents.DefaultSource},
 		TenantDefaults: TenantDefaultsConfig{
 			MaxSubscriptions:           delivery.DefaultTenantMaxSubscriptions,
 			Concurrency:                TenantConcurrencyConfig{Max: delivery.DefaultTenantMaxConcurrency},

@@ -99,6 +99,7 @@ func TestLoadConfigFull(t *testing.T) {
 		NodeID:           "pod-a",
 		OTel: OTelConfig{Endpoint: "http://otel-collector:4318", ServiceName: "sluice-fleet", SampleRatio: 0.5, Propagate: true,
 			TracesURL: "http://otel-collector:4318/v1/traces", TracesURLFrom: "otel.endpoint"},
+		CloudEvents: CloudEventsConfig{Source: "//fleet.example.com/sluice"},
 		Tenants: []TenantConfig{
 			{ID: "acme", MaxSubscriptions: 2, Concurrency: TenantConcurrencyConfig{Max: 32, maxSet: true}, MaxSubscriptionConcurrency: 16,
 				maxSubscriptionsSet: true, maxSubscriptionConcurrencySet: true},
@@ -148,6 +149,7 @@ func TestLoadConfigFull(t *testing.T) {
 				SecretFile:  "testdata/cards.secrets",
 				Tenant:      "initech",
 				Types:       []string{"card.shipment:dispatched"},
+				Format:      "cloudevents-binary",
 				Timeout:     10 * time.Second,
 				Concurrency: ConcurrencyConfig{Auto: true, Min: 1, Max: 64, Headroom: 4},
 				Retry:       defaultRetry,
@@ -388,6 +390,12 @@ func TestLoadConfigBad(t *testing.T) {
 
 		// Per-key ordering.
 		{file: "ordering_bad", want: []string{`subscriptions[0].ordering: "per-key": must be none, key or fifo`}, is: ErrInvalidValue},
+
+		// Delivery formats and CloudEvents.
+		{file: "format_bad", want: []string{`subscriptions[0].format: "cloudevents": must be standard-webhooks, cloudevents-binary or cloudevents-structured`}, is: ErrInvalidValue},
+		{file: "format_ce_header", want: []string{`subscriptions[0].headers[Ce-Subject]: a CloudEvents attribute's header: sluice sets the ce- headers of a subscription with format cloudevents-structured`}, is: ErrInvalidValue},
+		{file: "cloudevents_source_bad", want: []string{`cloudevents.source: "/fleet events": not a URI-reference: a space must be percent-encoded`}, is: ErrInvalidValue},
+		{file: "cloudevents_source_empty", want: []string{`cloudevents.source: "": must not be empty`}, is: ErrInvalidValue},
 		{file: "type_pattern_bad", want: []string{`subscriptions[0].types[0]: "geo fence.*": `}, is: ErrInvalidValue},
 
 		// Body variants.

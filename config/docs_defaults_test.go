@@ -59,6 +59,10 @@ func TestDocumentedDefaults(t *testing.T) {
 			if key == "ordering" && got.String() == "" {
 				got = reflect.ValueOf("none")
 			}
+			// So does a format, read as standard-webhooks.
+			if key == "format" && got.String() == "" {
+				got = reflect.ValueOf("standard-webhooks")
+			}
 			if !sameValue(t, got, want) {
 				t.Errorf("docs/configuration.md says %s defaults to %s; sluice uses %v", key, want, got.Interface())
 			}

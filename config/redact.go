@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/sluicehq/sluice/proxy/delivery"
 )
 
 // redactedText replaces secrets, tokens and sensitive header values wherever
@@ -360,6 +361,7 @@ func (c *Config) toMap() map[string]any {
 		"max_subscription_concurrency": c.TenantDefaults.MaxSubscriptionConcurrency,
 	}
 	m["log"] = map[string]any{"backend": c.Log.Backend}
+	m["cloudevents"] = map[string]any{"source": c.CloudEvents.Source}
 	m["otel"] = map[string]any{
 		"endpoint":     safeURL(c.OTel.Endpoint),
 		"service_name": c.OTel.ServiceName,
@@ -519,6 +521,9 @@ func (s SubscriptionConfig) toMap() map[string]any {
 	s.endpointToMap(m) // egress.go
 	if s.Ordering != "" && s.Ordering != "none" {
 		m["ordering"] = s.Ordering
+	}
+	if s.Format != "" && s.Format != delivery.FormatStandardWebhooks {
+		m["format"] = s.Format
 	}
 	return m
 }

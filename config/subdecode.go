@@ -140,6 +140,8 @@ func decodeSubFast(raw any, s *SubscriptionConfig) bool {
 			ok = fastBool(v, &s.Paused)
 		case "ordering":
 			ok = fastString(v, &s.Ordering)
+		case "format":
+			ok = fastString(v, &s.Format)
 		default: // slowSubKeys, and keys that are no key
 			return false
 		}

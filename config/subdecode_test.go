@@ -71,7 +71,7 @@ func TestDecodeSubsFastEqualsSlow(t *testing.T) {
 func FuzzDecodeSubFast(f *testing.F) {
 	f.Add("subscriptions: [{id: a, url: 'http://x', secret: whsec_x, types: [t], rate: {per_second: 1, burst: 2}, concurrency: {max: 8}}]")
 	f.Add("subscriptions: [{id: a, timeout: ' 5s', retry: {max_attempts: 3, base: 1s, cap: 1m, max_age: 1h}, backlog: {max_events: 10, max_age: 1h}}]")
-	f.Add("subscriptions: [{headers: {}, classify: {'409': ack}, secrets: [], types: [], paused: true, ordering: key, tenant: t}]")
+	f.Add("subscriptions: [{headers: {}, classify: {'409': ack}, secrets: [], types: [], paused: true, ordering: key, format: cloudevents-binary, tenant: t}]")
 	f.Add("subscriptions: [{breaker: {failure_ratio: 1, min_requests: 2, window: 1s, consecutive_timeouts: 3, cool_down: 1s, max_cool_down: 2s}}]")
 	f.Add("subscriptions: [{concurrency: {auto: true, min: 0, max: 9, headroom: 0}, rate: {per_second: .nan}, timeout: 1.5}]")
 	f.Add(`{"subscriptions": [{"id": "a", "rate": {"per_second": 2.5, "burst": 1e3}, "headers": {"X": "1"}, "timeout": null}]}`)

@@ -146,6 +146,9 @@ func (c *Config) Validate() error {
 	if err := c.validateFleet(); err != nil {
 		return err
 	}
+	if err := c.CloudEvents.validate(); err != nil {
+		return err
+	}
 
 	lookup := c.lookupEnv
 	if lookup == nil {
@@ -493,6 +496,12 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 	default:
 		return fieldErr(p+".ordering", s.Ordering, invalidf("must be none, key or fifo"))
 	}
+	switch s.Format {
+	case "", delivery.FormatStandardWebhooks, delivery.FormatCloudEventsBinary, delivery.FormatCloudEventsStructured:
+	default:
+		return fieldErr(p+".format", s.Format, invalidf("must be %s, %s or %s",
+			delivery.FormatStandardWebhooks, delivery.FormatCloudEventsBinary, delivery.FormatCloudEventsStructured))
+	}
 	if err := policyErr(p, s.Breaker.Policy().Validate()); err != nil {
 		return err
 	}
@@ -515,6 +524,9 @@ func (s *SubscriptionConfig) validate(p string, lookup func(string) (string, boo
 		}
 		if reservedHeader(name) {
 			return fieldErr(f, nil, invalidf("sluice sets this header itself; it cannot be overridden"))
+		}
+		if s.cloudEvents() && len(name) >= 3 && strings.EqualFold(name[:3], "ce-") {
+			return fieldErr(f, nil, invalidf("a CloudEvents attribute's header: sluice sets the ce- headers of a subscription with format %s", s.Format))
 		}
 		if prev, ok := lower[strings.ToLower(name)]; ok {
 			return fieldErr(f, nil, newReason(ErrDuplicate, "same header as %q (header names ignore case)", prev))

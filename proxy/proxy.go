@@ -179,6 +179,11 @@ type Options struct {
 	// By default an event's trace context goes out with each attempt,
 	// whether or not spans are made.
 	DropTraceContext bool
+	// CloudEventsSource is the CloudEvents source attribute of events not
+	// posted as CloudEvents, on deliveries to subscriptions in a
+	// CloudEvents format; cloudevents.DefaultSource if "". The caller
+	// checks it (cloudevents.CheckSource).
+	CloudEventsSource string
 }
 
 // Server is a running sidecar: ingest, lanes and admin API.
@@ -345,6 +350,7 @@ func (s *Server) Open() (err error) {
 		CursorInterval: s.opts.CursorInterval, RetryBudget: s.opts.RetryBudget, Tracer: s.trace,
 		TenantDefaults: s.opts.TenantDefaults, Tenants: s.opts.Tenants, Operational: s.opts.OperationalWebhook,
 		Registry: s.opts.Registry, OnMaintain: func(now time.Time) { s.api.RetireExpiredSecrets(now) },
+		CloudEventsSource: s.opts.CloudEventsSource,
 	})
 	// The admin API before the engine starts: its maintenance retires
 	// the API's rotated secrets through it.

@@ -128,14 +128,19 @@ func TestCLIStatus(t *testing.T) {
 	}
 }
 
+// TestCLIStatusMarksSaturatedLanes: a lane at 80% of its cap is marked,
+// and a paused lane and one held by its endpoint's announced limit say so.
 func TestCLIStatusMarksSaturatedLanes(t *testing.T) {
+	heldUntil := time.Date(2026, 12, 5, 17, 31, 0, 0, time.UTC)
 	var out bytes.Buffer
 	writeStatus(&out, []api.LaneStatus{
 		{Subscription: "hole", State: "active", InFlight: 4, Cap: 5, Breaker: "closed"},
 		{Subscription: "calm", State: "active", InFlight: 3, Cap: 5, Breaker: "closed"},
 		{Subscription: "gone", State: "paused", PausedBy: "endpoint answered 410 Gone", Breaker: "closed"},
+		{Subscription: "busy", State: "active", Breaker: "closed", HeldUntil: &heldUntil, HeldBy: "X-RateLimit-Reset"},
 	}, policy.BudgetStats{Available: 0})
-	for _, want := range []string{"4/5 !", "gone is paused: endpoint answered 410 Gone", "retry budget: 0% available", "empty"} {
+	for _, want := range []string{"4/5 !", "gone is paused: endpoint answered 410 Gone", "retry budget: 0% available", "empty",
+		"busy is held until " + heldUntil.Local().Format(time.TimeOnly) + ": its endpoint announced its limit (X-RateLimit-Reset)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("status lacks %q:\n%s", want, out.String())
 		}

@@ -325,6 +325,7 @@ func serverOptions(cfg *config.Config, subs []*delivery.Subscription, log *slog.
 		TenantTokens:        tenantTokens(cfg),
 		OperationalWebhook:  operationalWebhook(cfg),
 		DropTraceContext:    !cfg.OTel.Propagate,
+		CloudEventsSource:   cfg.CloudEvents.Source,
 	}
 	if cfg.Log.Backend == config.BackendJetStream {
 		// Fleet mode: the log, the delivery state and the registry are in

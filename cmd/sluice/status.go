@@ -93,6 +93,9 @@ func writeStatus(w io.Writer, lanes []api.LaneStatus, b policy.BudgetStats) {
 			if l.PausedBy != "" {
 				fmt.Fprintf(w, "%s is paused: %s\n", l.Subscription, l.PausedBy)
 			}
+			if l.HeldUntil != nil {
+				fmt.Fprintf(w, "%s is held until %s: its endpoint announced its limit (%s)\n", l.Subscription, l.HeldUntil.Local().Format(time.TimeOnly), l.HeldBy)
+			}
 		}
 	}
 	fmt.Fprintf(w, "\nretry budget: %.0f%% available (successes %d, retries %d, allowed %d)", b.Available*100, b.Successes, b.Retries, b.Allowed)

@@ -195,6 +195,9 @@ func writeSubscription(w io.Writer, info *api.SubscriptionInfo) error {
 	row("subscription", l.Subscription)
 	row("state", l.State)
 	row("paused by", l.PausedBy)
+	if l.HeldUntil != nil {
+		row("held until", l.HeldUntil.Local().Format(time.RFC3339)+" (the endpoint's announced limit: "+l.HeldBy+")")
+	}
 	row("tenant", l.Tenant)
 	row("managed by", cmp.Or(l.ManagedBy, api.ManagedByFile))
 	row("owner", l.Owner)

@@ -59,6 +59,7 @@ func newSubscription(sc *config.SubscriptionConfig, managedBy string, spec []byt
 		Filter:         sc.ParsedFilter,
 		Variant:        sc.ParsedVariant,
 		Ordering:       sc.Ordering,
+		Format:         sc.Format,
 		ManagedBy:      managedBy,
 		Spec:           spec,
 		Egress:         sc.ProxyEgress(),

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -12,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/delivery"
@@ -213,5 +216,104 @@ func TestOrderingWiring(t *testing.T) {
 		if got.Ordering != mode {
 			t.Errorf("ordering %q: delivery.Subscription.Ordering = %q", mode, got.Ordering)
 		}
+	}
+}
+
+// TestFormatWiring: a subscription's format reaches delivery.Subscription
+// from the API and the file, and cloudevents.source reaches
+// proxy.Options; left out, they are standard-webhooks and the default
+// source.
+func TestFormatWiring(t *testing.T) {
+	for _, format := range []string{"cloudevents-binary", "cloudevents-structured", "standard-webhooks", ""} {
+		doc := `{"id": "a", "url": "https://a.example/", "secret": "` + e2eSecret + `"`
+		if format != "" {
+			doc += `, "format": "` + format + `"`
+		}
+		got, err := specParser{}.Parse([]byte(doc + "}"))
+		if err != nil {
+			t.Fatalf("format %q: %v", format, err)
+		}
+		if got.Format != format {
+			t.Errorf("format %q: delivery.Subscription.Format = %q", format, got.Format)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte("cloudevents: {source: 'https://fleet.example.com/sluice'}\nsubscriptions:\n"+
+		"  - {id: a, url: 'https://a.example/', secret: "+e2eSecret+", format: cloudevents-structured}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs := subscriptions(cfg)
+	opts := serverOptions(cfg, subs, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if opts.CloudEventsSource != "https://fleet.example.com/sluice" || subs[0].Format != "cloudevents-structured" {
+		t.Errorf("CloudEventsSource = %q, Format = %q", opts.CloudEventsSource, subs[0].Format)
+	}
+	if opts := serverOptions(config.Default(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil); opts.CloudEventsSource != "/sluice" {
+		t.Errorf("default CloudEventsSource = %q", opts.CloudEventsSource)
+	}
+}
+
+// TestAPIFormat: a tenant's token may create a subscription with a format
+// and change it; the subscription's config shows it; an unknown format is
+// refused with 400 naming the key and the values, changing nothing.
+func TestAPIFormat(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	yaml := "listen: 127.0.0.1:0\ndata_dir: " + filepath.Join(dir, "data") + "\nadmin:\n  listen: 127.0.0.1:0\n  token: operator-token-0123456789\n" +
+		"  tokens: [{token: acme-token-0123456789, tenant: acme}]\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := proxy.New(serverOptions(cfg, subscriptions(cfg), slog.New(slog.NewTextHandler(io.Discard, nil)), nil))
+	if err := srv.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(t.Context()) })
+	call := func(method, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.AdminURL()+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer acme-token-0123456789")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	format := func() any {
+		t.Helper()
+		code, body := call("GET", "/v1/subscriptions/ce", "")
+		var got struct {
+			Config map[string]any `json:"config"`
+		}
+		if code != 200 || json.Unmarshal([]byte(body), &got) != nil {
+			t.Fatalf("get: %d %s", code, body)
+		}
+		return got.Config["format"]
+	}
+	if code, body := call("POST", "/v1/subscriptions", `{"id": "ce", "url": "https://ce.example.com/in", "format": "cloudevents-structured"}`); code != 201 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	if f := format(); f != "cloudevents-structured" {
+		t.Errorf("config.format = %v after the create", f)
+	}
+	code, body := call("PATCH", "/v1/subscriptions/ce", `{"format": "xml"}`)
+	if code != 400 || !strings.Contains(body, `format: \"xml\": must be standard-webhooks, cloudevents-binary or cloudevents-structured`) {
+		t.Errorf("bad format: %d %s", code, body)
+	}
+	if code, body := call("PATCH", "/v1/subscriptions/ce", `{"format": "cloudevents-binary"}`); code != 200 {
+		t.Fatalf("patch: %d %s", code, body)
+	}
+	if f := format(); f != "cloudevents-binary" {
+		t.Errorf("config.format = %v after the patch", f)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
+	"strconv"
 )
 
 // SpecVersion is the one CloudEvents version sluice reads and writes.
@@ -64,10 +65,15 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // keeps the key short and within the characters an Idempotency-Key may
 // use whatever the source's URI holds; "ce_" marks where it came from.
 func Key(source, id string) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "%d:%s%s", len(source), source, id) // length-prefixed: no two pairs write the same bytes
-	var sum [sha256.Size]byte
-	return "ce_" + keyEncoding.EncodeToString(h.Sum(sum[:0])[:20])
+	// Length-prefixed, so no two pairs hash the same bytes.
+	var stack [512]byte
+	b := strconv.AppendInt(stack[:0], int64(len(source)), 10)
+	b = append(append(append(b, ':'), source...), id...)
+	sum := sha256.Sum256(b)
+	var out [3 + 32]byte
+	copy(out[:], "ce_")
+	keyEncoding.Encode(out[3:], sum[:20])
+	return string(out[:])
 }
 
 var keyEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)

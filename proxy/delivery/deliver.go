@@ -38,10 +38,11 @@ func (e *engine) deliver(j *job, w *workerState) result {
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 
-	// Body variants (variant.go): body is the stored slice, or
-	// the subscription's variant rendered once for every lane sending it;
-	// either way shared, never copied, and what the signature covers.
-	body, contentType, verr := e.payload(j)
+	// Body variants (variant.go) and formats (format.go): body is the
+	// stored slice, or the subscription's variant or structured
+	// CloudEvent, rendered once for every lane sending it; either way
+	// shared, never copied, and what the signature covers.
+	body, contentType, ce, verr := e.payload(j)
 	if verr != nil {
 		// Cannot happen: the lane rendered this event for this
 		// subscription before it started j (lane.unrenderable). Were it
@@ -68,6 +69,9 @@ func (e *engine) deliver(j *job, w *workerState) result {
 	orderingHeaders(h, j) // Ordering-Key, X-Sluice-Replay (ordering.go)
 	if contentType != "" {
 		h.SetContentType(contentType)
+	}
+	for name, value := range ce.All() { // CloudEvents binary mode (format.go): rendered once per event
+		h.SetCanonical(name, value)
 	}
 	for k, v := range sub.Headers {
 		h.Set(k, v)

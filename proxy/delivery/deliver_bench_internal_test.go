@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sluicehq/sluice/proxy/cloudevents"
 	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/signing"
@@ -66,8 +67,11 @@ func deliverFixture(tb testing.TB, url string, size int) (*engine, *Subscription
 	}
 	sub := &Subscription{ID: "bench", URL: url + "/hook", Secrets: []signing.Secret{secret}, Timeout: 5 * time.Second,
 		Headers: map[string]string{"X-Tenant": "acme"}}
+	// A JSON string of size bytes: a structured CloudEvent carries it as
+	// JSON, as it would a JSON object.
+	body := []byte(`"` + strings.Repeat("x", max(size-2, 0)) + `"`)[:size]
 	ev := &queue.Event{ID: "01JC8Z4Q9Y3W2V1T0S9R8Q7P6N", Type: "bench.event", ContentType: "application/json",
-		AcceptedAt: time.Now(), Body: []byte(strings.Repeat("x", size))}
+		AcceptedAt: time.Now(), Body: body}
 	e := &engine{client: egress.NewClient(egress.DefaultMaxConnsPerHost, true), now: time.Now}
 	return e, sub, ev
 }
@@ -81,20 +85,36 @@ func deliverFixture(tb testing.TB, url string, size int) (*engine, *Subscription
 // fan-out to one host do. The CPU is the process's, the receiver's
 // included: compare the two in one run. writes/delivery counts the write
 // calls on the client's connections.
+//
+// The format dimension (format=...) sends the same deliveries as
+// "deliver" in a subscription's CloudEvents formats: the event is
+// rendered once before the run, as the lane renders it once for every
+// subscription, so what differs is the delivery's own work (the ce-
+// headers copied in, the structured body's larger bytes signed and
+// sent). What the rendering costs per event is BenchmarkRender in
+// package cloudevents, and both together at fan-out 1 and 10
+// BenchmarkDeliveryFormats in package proxy.
 func BenchmarkDeliverClient(b *testing.B) {
 	for _, size := range []int{512, 16 << 10, 64 << 10} {
 		for _, conc := range []int{32, 256} {
-			for _, mode := range []string{"baseline", "deliver"} {
+			for _, mode := range []string{"baseline", "deliver", "format=" + FormatCloudEventsBinary, "format=" + FormatCloudEventsStructured} {
 				b.Run(fmt.Sprintf("body=%d/conc=%d/%s", size, conc, mode), func(b *testing.B) {
-					benchDeliverClient(b, size, conc, mode == "deliver")
+					format, _ := strings.CutPrefix(mode, "format=")
+					benchDeliverClient(b, size, conc, mode != "baseline", format)
 				})
 			}
 		}
 	}
 }
 
-func benchDeliverClient(b *testing.B, size, conc int, signed bool) {
+func benchDeliverClient(b *testing.B, size, conc int, signed bool, format string) {
 	e, sub, ev := deliverFixture(b, deliverReceiver(b), size)
+	if format != "deliver" {
+		sub.Format, e.ceSource = format, cloudevents.DefaultSource
+		if _, err := e.render(sub, ev); err != nil { // as the lane does, once per event
+			b.Fatal(err)
+		}
+	}
 	var writes atomic.Int64
 	countWrites(e.client, &writes)
 	var next atomic.Int64

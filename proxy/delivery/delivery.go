@@ -6,9 +6,9 @@
 // lanes share (the feed of commits and its ring, the in-flight slots and
 // workers, the retry timer, the retry budget), the outcome of each
 // attempt (acks, retry records, dead letters, the attempts and series the
-// admin API shows), body variants, the operational webhook's events, and
-// the attempts' trace context and spans. One exchange itself is package
-// egress's.
+// admin API shows), body variants and delivery formats (CloudEvents),
+// the operational webhook's events, and the attempts' trace context and
+// spans. One exchange itself is package egress's.
 //
 // It promises what the sidecar promises of delivery: each subscription
 // gets each event it is entitled to at least once, acknowledged or
@@ -61,6 +61,11 @@ type Config struct {
 	Registry    prometheus.Registerer
 	// OnMaintain, when set, runs at the end of each maintenance pass.
 	OnMaintain func(now time.Time)
+	// CloudEventsSource is the CloudEvents source attribute of events not
+	// posted as CloudEvents, on deliveries in a CloudEvents format
+	// (format.go); cloudevents.DefaultSource if "". The caller checks it
+	// (cloudevents.CheckSource).
+	CloudEventsSource string
 }
 
 // New returns a Dispatcher that has not started: Start recovers the lanes.
@@ -68,6 +73,9 @@ func New(c Config) *Dispatcher {
 	d := newDispatcher(c.Store, c.Client, c.Logger, c.Now, c.MaxInFlight, c.RingBytes, c.CursorInterval, c.RetryBudget)
 	d.routes = c.Routes
 	d.trace = c.Tracer
+	if c.CloudEventsSource != "" {
+		d.ceSource = c.CloudEventsSource
+	}
 	d.defaultBulkhead = c.TenantDefaults.MaxConcurrency
 	for _, t := range c.Tenants {
 		var b *bulkhead // none: no limit, not the default's

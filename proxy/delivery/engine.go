@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/cloudevents"
 	"github.com/sluicehq/sluice/proxy/egress"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -39,6 +40,9 @@ type engine struct {
 	quit    chan struct{}  // closed at stop
 	ops     *operational   // the operational webhook; nil when not configured
 	trace   Tracer         // tracing.go: trace headers and spans of attempts
+	// ceSource is the CloudEvents source of events not posted as
+	// CloudEvents (format.go); Config.CloudEventsSource.
+	ceSource string
 	// bulkheads are the tenants' concurrency caps, by tenant (nil: none):
 	// the listed tenants' made before any lane, an unlisted tenant's with
 	// defaultBulkhead when its first lane asks (bulkheadOf).
@@ -69,7 +73,7 @@ type engine struct {
 
 func newEngine(store queue.Store, client *fasthttp.Client, log *slog.Logger, now func() time.Time, maxInFlight int, ringBytes int64, budget policy.BudgetConfig) *engine {
 	e := &engine{
-		store: store, client: client, log: log, now: now,
+		store: store, client: client, log: log, now: now, ceSource: cloudevents.DefaultSource,
 		feed:          newFeed(store, ringBytes),
 		timers:        &timerHeap{wake: make(chan struct{}, 1)},
 		dirty:         newDirtySet(),

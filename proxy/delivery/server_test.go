@@ -49,6 +49,7 @@ type Options struct {
 	Now                 func() time.Time
 	TracerProvider      trace.TracerProvider
 	DropTraceContext    bool
+	CloudEventsSource   string
 	// Registry receives the engine's and the log's metrics; none if nil.
 	Registry *prometheus.Registry
 }
@@ -120,7 +121,7 @@ func (s *Server) Open() error {
 		CursorInterval: s.opts.CursorInterval, RetryBudget: s.opts.RetryBudget,
 		Tracer:         NewTracer(s.opts.TracerProvider, s.opts.DropTraceContext),
 		TenantDefaults: s.opts.TenantDefaults, Tenants: s.opts.Tenants, Operational: s.opts.OperationalWebhook,
-		Registry: reg,
+		Registry: reg, CloudEventsSource: s.opts.CloudEventsSource,
 	})
 	dp.Store(d)
 	if err := d.Start(s.opts.Subscriptions); err != nil {

@@ -66,6 +66,10 @@ type Subscription struct {
 	// OrderingKey (events sharing an Ordering-Key go in acceptance order,
 	// one at a time) or OrderingFIFO (one key for all): see ordering.go.
 	Ordering string
+	// Format is FormatStandardWebhooks (the zero value means it too),
+	// FormatCloudEventsBinary or FormatCloudEventsStructured: how the
+	// event travels (format.go). Every format is signed the same way.
+	Format string
 	// ManagedBy is ManagedByFile (the zero value means it too) or
 	// ManagedByAPI.
 	ManagedBy string
@@ -223,6 +227,9 @@ type snapshot struct {
 
 	// Ordering is the ordering mode; absent for none.
 	Ordering string `json:"ordering,omitempty"`
+	// Format is the delivery format; absent for standard-webhooks, so
+	// older snapshots read as what they were.
+	Format string `json:"format,omitempty"`
 }
 
 func encodeSnapshot(s *Subscription) []byte {
@@ -231,6 +238,7 @@ func encodeSnapshot(s *Subscription) []byte {
 		MaxAttempts: s.Retry.MaxAttempts, MaxAge: s.Retry.MaxAge, Base: s.Retry.Backoff.Base, Cap: s.Retry.Backoff.Cap,
 		Headers: s.Headers, Rate: s.Rate, Auto: s.Auto, Backlog: s.Backlog, Breaker: s.Breaker,
 		Tenant: s.Tenant, Expiry: s.SecretExpiry, Egress: s.Egress, TLS: s.TLS, Auth: s.Auth, Ordering: s.orderingMode(),
+		Format: s.formatName(),
 	}
 	if s.ManagedByAPI() {
 		sn.Managed, sn.Spec, sn.Paused = s.ManagedBy, s.Spec, s.Paused
@@ -264,7 +272,7 @@ func decodeSnapshot(id string, b []byte) (*Subscription, error) {
 		Retry:   policy.RetryPolicy{MaxAttempts: sn.MaxAttempts, MaxAge: sn.MaxAge, Backoff: policy.Backoff{Base: sn.Base, Cap: sn.Cap}},
 		Headers: sn.Headers, Rate: sn.Rate, Auto: sn.Auto, Backlog: sn.Backlog, Breaker: sn.Breaker,
 		Tenant: sn.Tenant, ManagedBy: sn.Managed, Spec: sn.Spec, SecretExpiry: sn.Expiry, Paused: sn.Paused,
-		Egress: sn.Egress, TLS: sn.TLS, Auth: sn.Auth, Ordering: sn.Ordering,
+		Egress: sn.Egress, TLS: sn.TLS, Auth: sn.Auth, Ordering: sn.Ordering, Format: sn.Format,
 	}
 	if len(sn.Filter) > 0 {
 		var spec map[string]any

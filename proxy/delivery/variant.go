@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/proxy/cloudevents"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -64,8 +65,20 @@ func newVariantMetrics(reg prometheus.Registerer) *variantMetrics {
 }
 
 // render returns the bytes sub is sent for ev: the stored body, or sub's
-// variant of it, rendered once per event and variant and shared.
+// variant of it, rendered once per event and variant and shared, in sub's
+// delivery format (format.go), whose renderings it makes too.
 func (e *engine) render(sub *Subscription, ev *queue.Event) ([]byte, error) {
+	body, err := e.renderVariant(sub, ev)
+	if err != nil {
+		return nil, err
+	}
+	body, _, _, err = e.formatted(sub, ev, body, bodyContentType(sub, ev))
+	return body, err
+}
+
+// renderVariant returns the stored body, or sub's variant of it,
+// rendered once per event and variant and shared.
+func (e *engine) renderVariant(sub *Subscription, ev *queue.Event) ([]byte, error) {
 	v := sub.Variant
 	if v == nil {
 		return ev.Body, nil
@@ -79,9 +92,7 @@ func (e *engine) render(sub *Subscription, ev *queue.Event) ([]byte, error) {
 				m.variants.ok.Inc()
 			}
 		}
-		if e.feed != nil {
-			e.feed.ring.charge(ev, cap(b)+renderingOverhead)
-		}
+		e.charge(ev, b)
 		return b, err
 	})
 }
@@ -91,15 +102,20 @@ func (e *engine) render(sub *Subscription, ev *queue.Event) ([]byte, error) {
 // rounded up, so that even failed renderings of empty bodies are not free.
 const renderingOverhead = 128
 
-// payload returns the body j sends and its Content-Type: the stored ones,
-// or the variant's rendering (found cached: the lane rendered it before
-// the job started) and application/json.
-func (e *engine) payload(j *job) (body []byte, contentType string, err error) {
-	if j.sub.Variant == nil {
-		return j.ev.Body, j.ev.ContentType, nil
+// payload returns the body j sends, its Content-Type and, in the
+// CloudEvents binary format, its ce- headers: the stored body and
+// Content-Type, or the variant's rendering and application/json, or the
+// structured CloudEvent around either and application/cloudevents+json
+// (each found cached: the lane rendered it before the job started).
+func (e *engine) payload(j *job) (body []byte, contentType string, ce cloudevents.Headers, err error) {
+	sub, ev := j.sub, j.ev
+	if sub.Variant == nil && sub.formatName() == "" {
+		return ev.Body, ev.ContentType, nil, nil
 	}
-	body, err = e.render(j.sub, j.ev)
-	return body, policy.VariantContentType, err
+	if body, err = e.renderVariant(sub, ev); err != nil {
+		return nil, "", nil, err
+	}
+	return e.formatted(sub, ev, body, bodyContentType(sub, ev))
 }
 
 // maxVariantError bounds the error a variant_failed dead letter keeps.

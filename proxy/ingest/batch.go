@@ -135,13 +135,24 @@ func cut(s string, n int) string { return s[:min(len(s), n)] }
 func (s *Server) ingestBatch(ctx *fasthttp.RequestCtx, in *ingestState, span trace.Span, kind batchKind) {
 	ctx.SetUserValue(batchCounted{}, true)
 	m := s.m
-	tenant, ok := tenantOf(ctx, in)
+	hf, ok := s.headerFields(ctx, in) // the tenant and the trace context are the whole batch's
 	if !ok {
 		m.rejected.Inc()
 		return
 	}
-	b := batch{in: in, tenant: tenant, now: s.cfg.Now()}
-	b.traceContext(&ctx.Request.Header, span)
+	// Each event of a batch has its own id and ordering key: a header
+	// for all of them would be ambiguous (one key for the batch, or a
+	// default?), and one that says nothing is better refused than ignored.
+	for _, name := range [...]string{"Idempotency-Key", "Ordering-Key"} {
+		if len(ctx.Request.Header.Peek(name)) > 0 {
+			m.rejected.Inc()
+			jsonError(ctx, fasthttp.StatusBadRequest, "a batch's events carry their own ids and ordering keys (id and ordering_key in a line, "+
+				"id, source and partitionkey in a CloudEvent): send no "+name+" header")
+			return
+		}
+	}
+	b := batch{in: in, tenant: hf.tenant, now: s.cfg.Now(), hf: &hf}
+	b.traceContext(hf.traceParent, hf.traceState, span)
 	var berr *batchError
 	switch kind {
 	case batchNDJSON:
@@ -187,6 +198,7 @@ type batch struct {
 	in     *ingestState
 	tenant string
 	now    time.Time
+	hf     *headerFields
 	// traceParent and traceState are the request's trace context, or the
 	// ingest span's when the producer sent none (ingested, for one
 	// event), for every event.
@@ -196,8 +208,7 @@ type batch struct {
 	aliased                 []int // events whose Body aliases the request's
 }
 
-func (b *batch) traceContext(h *fasthttp.RequestHeader, span trace.Span) {
-	parent, state := traceContext(h)
+func (b *batch) traceContext(parent, state []byte, span trace.Span) {
 	b.traceParent, b.traceState = string(parent), string(state)
 	if b.traceParent == "" && span != nil {
 		sc := span.SpanContext()
@@ -345,10 +356,13 @@ func (s *Server) answerBatch(ctx *fasthttp.RequestCtx, evs []*queue.Event, res [
 		switch {
 		case r.Err != nil:
 			refused++
-			// The messages of one failure repeat across its events;
-			// appendFailure logs what it does not know, once per batch.
+			// The messages of one failure repeat across its events: each
+			// is mapped, and an internal one logged, once per batch.
 			if e := r.Err.Error(); e != lastErr {
-				st, ra, msg := s.appendFailure(r.Err)
+				st, msg, ra := appendRefusal(r.Err)
+				if st == fasthttp.StatusInternalServerError {
+					s.log.Error("append", "err", r.Err)
+				}
 				lastErr, lastMsg = e, msg
 				if rank(st) > rank(status) {
 					status, retryAfter = st, ra

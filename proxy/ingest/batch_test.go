@@ -54,7 +54,7 @@ type result struct {
 	Error  string `json:"error"`
 }
 
-type answer struct {
+type batchAnswer struct {
 	Accepted   int      `json:"accepted"`
 	Duplicates int      `json:"duplicates"`
 	Refused    int      `json:"refused"`
@@ -69,7 +69,7 @@ var client = &http.Client{Timeout: 10 * time.Second}
 
 // postBatch posts body to POST /v1/events as ctype with the headers hdr
 // (name, value pairs).
-func postBatch(t *testing.T, url, ctype, body string, hdr ...string) (*http.Response, answer) {
+func postBatch(t *testing.T, url, ctype, body string, hdr ...string) (*http.Response, batchAnswer) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url+"/v1/events", strings.NewReader(body))
 	req.Header.Set("Content-Type", ctype)
@@ -82,14 +82,14 @@ func postBatch(t *testing.T, url, ctype, body string, hdr ...string) (*http.Resp
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	var a answer
+	var a batchAnswer
 	if err := json.Unmarshal(b, &a); err != nil {
 		t.Fatalf("answer %d is not JSON: %q", resp.StatusCode, b)
 	}
 	return resp, a
 }
 
-func ndjson(t *testing.T, url, body string, hdr ...string) (*http.Response, answer) {
+func ndjson(t *testing.T, url, body string, hdr ...string) (*http.Response, batchAnswer) {
 	t.Helper()
 	return postBatch(t, url, "application/x-ndjson", body, hdr...)
 }
@@ -107,7 +107,7 @@ func lines(prefix string, n int) string {
 // answered 202, in order, with consecutive seqs (one commit), each with
 // its own type, id, body as sent, content type (application/json for a
 // body, application/octet-stream for body_base64, or the one given) and
-// ordering key, and the request's tenant and trace context; the answer
+// ordering key, and the request's tenant and trace context; the batchAnswer
 // names each event's seq.
 func TestBatchNDJSON(t *testing.T) {
 	q := queuetest.MustOpen(t, "", badger.Options{Sync: true})
@@ -154,7 +154,7 @@ func TestBatchNDJSON(t *testing.T) {
 	}
 }
 
-// TestBatchRetryIsDuplicate: a batch sent again (its answer lost to a
+// TestBatchRetryIsDuplicate: a batch sent again (its batchAnswer lost to a
 // timeout) stores nothing twice: 200 with every event a duplicate of its
 // first seq; an id repeated within a batch is a duplicate of its first
 // event; an id stored by a single post is a duplicate too.
@@ -241,7 +241,7 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 
 // TestBatchRefusedWhole: one malformed event refuses the whole batch,
 // 400, naming its line and its key (as the "line" and "field" of the
-// answer, and in the message), and nothing of the batch is appended; the
+// batchAnswer, and in the message), and nothing of the batch is appended; the
 // rules are a single post's.
 func TestBatchRefusedWhole(t *testing.T) {
 	q := queuetest.MustOpen(t, "", badger.Options{})
@@ -389,7 +389,7 @@ func (f *failing) AppendBatch(evs []*queue.Event, res []queue.AppendResult) {
 }
 
 // TestBatchPartlyRefused: when the log refuses some events of a valid
-// batch, the answer is 503 with Retry-After, the error, and every event's
+// batch, the batchAnswer is 503 with Retry-After, the error, and every event's
 // result (the refused ones with their reason); the same batch sent again
 // stores the rest and answers the others as duplicates.
 func TestBatchPartlyRefused(t *testing.T) {

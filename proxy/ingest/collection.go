@@ -2,9 +2,7 @@ package ingest
 
 import (
 	"bytes"
-	"mime"
 	"strconv"
-	"strings"
 
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
@@ -27,8 +25,8 @@ func (s *Server) ingestCollection(ctx *fasthttp.RequestCtx, in *ingestState, spa
 		s.ingestBatch(ctx, in, span, batchCloudEvents)
 	case ct == mediaNDJSON:
 		s.ingestBatch(ctx, in, span, batchNDJSON)
-	case ct == mediaCloudEvent || len(ctx.Request.Header.Peek("ce-specversion")) > 0:
-		s.ingestCloudEvent(ctx, in, span)
+	case ct == mediaCloudEvent || len(ctx.Request.Header.Peek(ceSpecVersion)) > 0:
+		s.ingestCloudEvent(ctx, in, span, nil)
 	default:
 		jsonError(ctx, fasthttp.StatusUnsupportedMediaType, "POST /v1/events takes a CloudEvent (ce-* headers, or Content-Type "+mediaCloudEvent+
 			") or a batch (Content-Type "+mediaNDJSON+" or "+mediaCloudEventBatch+"), not Content-Type "+quoteHeader(ctx.Request.Header.ContentType())+
@@ -36,20 +34,20 @@ func (s *Server) ingestCollection(ctx *fasthttp.RequestCtx, in *ingestState, spa
 	}
 }
 
-// mediaType is a Content-Type's media type, lower case, without its
-// parameters; "" when it is empty or cannot be parsed.
+// mediaType is a Content-Type's media type when it is one that POST
+// /v1/events tells apart, "" otherwise; parameters and case are ignored.
+// It makes no string: it is on the path of every event.
 func mediaType(ct []byte) string {
-	if len(ct) == 0 {
-		return ""
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
 	}
-	if i := bytes.IndexByte(ct, ';'); i < 0 && !bytes.ContainsAny(ct, " \t") {
-		return strings.ToLower(string(ct)) // the common case, without mime's map
+	ct = bytes.TrimSpace(ct)
+	for _, mt := range [...]string{mediaCloudEvent, mediaCloudEventBatch, mediaNDJSON} {
+		if len(ct) == len(mt) && bytes.EqualFold(ct, []byte(mt)) {
+			return mt
+		}
 	}
-	mt, _, err := mime.ParseMediaType(string(ct))
-	if err != nil {
-		return ""
-	}
-	return mt
+	return ""
 }
 
 // quoteHeader quotes a header value for an error message, cut to 80 bytes.

@@ -514,6 +514,10 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		jsonError(ctx, fasthttp.StatusBadRequest, msg)
 		return
 	}
+	if len(ctx.Request.Header.Peek(ceSpecVersion)) > 0 {
+		s.ingestCloudEvent(ctx, in, span, typ) // a binary mode CloudEvent, of this type
+		return
+	}
 	id := ctx.Request.Header.Peek("Idempotency-Key")
 	var idStr string
 	if len(id) == 0 {
@@ -525,23 +529,69 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		}
 		idStr = string(id)
 	}
-	key := ctx.Request.Header.Peek("Ordering-Key")
-	if msg := checkOrderingKey(key); msg != "" {
-		jsonError(ctx, fasthttp.StatusBadRequest, "invalid Ordering-Key "+strconv.QuoteToASCII(string(key[:min(len(key), 64)]))+": "+msg)
-		return
-	}
-	tenant, ok := tenantOf(ctx, in)
+	hf, ok := s.headerFields(ctx, in)
 	if !ok {
 		return
 	}
-	traceParent, traceState := traceContext(&ctx.Request.Header)
 	ct := ctx.Request.Header.ContentType()
 	if len(ct) == 0 {
 		ct = octetStream
 	}
+	ev := &queue.Event{
+		ID:          idStr,
+		Type:        in.types.get(typ),
+		ContentType: in.contentTypes.get(ct),
+		// string of an empty slice allocates nothing: no cost to an
+		// event without them.
+		OrderingKey: string(hf.key),
+		TraceParent: string(hf.traceParent),
+		TraceState:  string(hf.traceState),
+		Tenant:      hf.tenant,
+	}
+	s.appendEvent(ctx, in, span, ev, ctx.PostBody())
+}
+
+// headerFields is what an event takes from its request's headers besides
+// its id and type.
+type headerFields struct {
+	key                     []byte // Ordering-Key
+	tenant                  string
+	traceParent, traceState []byte
+}
+
+// headerFields reads and checks the request's Ordering-Key, Sluice-Tenant
+// and trace context; on bad input it answers 400 naming the header and
+// reports false.
+func (s *Server) headerFields(ctx *fasthttp.RequestCtx, in *ingestState) (headerFields, bool) {
+	var hf headerFields
+	hf.key = ctx.Request.Header.Peek("Ordering-Key")
+	if msg := checkOrderingKey(hf.key); msg != "" {
+		jsonError(ctx, fasthttp.StatusBadRequest, "invalid Ordering-Key "+strconv.QuoteToASCII(string(hf.key[:min(len(hf.key), 64)]))+": "+msg)
+		return hf, false
+	}
+	// The tenant the event belongs to (tenant isolation): only its
+	// subscriptions and the operator's may receive it. Absent: a platform
+	// event. Present but empty is a mistake worth a 400, not a platform
+	// event, since a producer meant to scope it.
+	if raw := ctx.Request.Header.Peek(HeaderTenant); raw != nil {
+		if !policy.ValidTenant(string(raw)) {
+			jsonError(ctx, fasthttp.StatusBadRequest, "invalid "+HeaderTenant+" header "+strconv.QuoteToASCII(string(raw[:min(len(raw), 80)]))+
+				": want a tenant id matching ^[a-z0-9][a-z0-9._-]{0,63}$, or no header for a platform event")
+			return hf, false
+		}
+		hf.tenant = in.tenants.get(raw)
+	}
+	hf.traceParent, hf.traceState = traceContext(&ctx.Request.Header)
+	return hf, true
+}
+
+// appendEvent appends ev with a copy of body as its Body, through the
+// gate, and answers the request: 202 with the id and seq, 200 for a
+// duplicate, or the log's refusal.
+func (s *Server) appendEvent(ctx *fasthttp.RequestCtx, in *ingestState, span trace.Span, ev *queue.Event, body []byte) {
 	// fasthttp has read the body already; past the gate it would be copied
 	// and held until the committer gets to it.
-	n := len(ctx.PostBody())
+	n := len(body)
 	gate := &in.gate
 	if !gate.enter(1, n) {
 		ctx.Response.Header.Set("Retry-After", "1")
@@ -549,30 +599,21 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		return
 	}
 	defer gate.leave(1, n)
-	ev := &queue.Event{
-		ID:          idStr,
-		Type:        in.types.get(typ),
-		ContentType: in.contentTypes.get(ct),
-		AcceptedAt:  s.cfg.Now(),
-		// string of an empty slice allocates nothing: no cost to an
-		// event without them.
-		OrderingKey: string(key),
-		TraceParent: string(traceParent),
-		TraceState:  string(traceState),
-		Tenant:      tenant,
-		// The one copy of the body: fasthttp reuses its buffer, and from
-		// here every lane shares this slice.
-		Body: bytes.Clone(ctx.PostBody()),
-	}
+	ev.AcceptedAt = s.cfg.Now()
+	// The one copy of the body: fasthttp reuses its buffer, and from here
+	// every lane shares this slice.
+	ev.Body = bytes.Clone(body)
 	if ev.Body == nil {
 		ev.Body = []byte{}
 	}
 	ingested(span, ev) // tracing.go: the ingest span's context when the producer sent none
 	seq, dup, err := s.store.Append(ev)
-	if err != nil {
-		status, retryAfter, msg := s.appendFailure(err)
-		if retryAfter != "" {
-			ctx.Response.Header.Set("Retry-After", retryAfter)
+	if status, msg, retry := appendRefusal(err); status != 0 {
+		if err != nil && status == fasthttp.StatusInternalServerError {
+			s.log.Error("append", "err", err)
+		}
+		if retry != "" {
+			ctx.Response.Header.Set("Retry-After", retry)
 		}
 		jsonError(ctx, status, msg)
 		return
@@ -583,10 +624,10 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 	}
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
-	// id passed checkName, so it needs no JSON escaping.
+	// Ids passed checkName, or are a CloudEvent's key: no JSON escaping.
 	var buf [320]byte
 	b := append(buf[:0], `{"id":"`...)
-	b = append(b, idStr...)
+	b = append(b, ev.ID...)
 	b = append(b, `","seq":`...)
 	b = strconv.AppendUint(b, seq, 10)
 	if dup {
@@ -610,41 +651,24 @@ func (s *Server) typeProblem(typ []byte) string {
 	return ""
 }
 
-// tenantOf returns the tenant the request's events belong to (tenant
-// isolation): only its subscriptions and the operator's may receive them.
-// Absent: platform events. Present but empty is a mistake worth a 400,
-// not a platform event, since a producer meant to scope it; then the 400
-// is answered and ok is false.
-func tenantOf(ctx *fasthttp.RequestCtx, in *ingestState) (tenant string, ok bool) {
-	raw := ctx.Request.Header.Peek(HeaderTenant)
-	if raw == nil {
-		return "", true
-	}
-	if !policy.ValidTenant(string(raw)) {
-		jsonError(ctx, fasthttp.StatusBadRequest, "invalid "+HeaderTenant+" header "+strconv.QuoteToASCII(string(raw[:min(len(raw), 80)]))+
-			": want a tenant id matching ^[a-z0-9][a-z0-9._-]{0,63}$, or no header for a platform event")
-		return "", false
-	}
-	return in.tenants.get(raw), true
-}
-
-// appendFailure maps an error of the log's Append to the answer: its
-// status, its Retry-After ("" for none) and its message.
-func (s *Server) appendFailure(err error) (status int, retryAfter, msg string) {
+// appendRefusal maps an Append error to the answer: its status (0 for
+// none), message and Retry-After ("" for none).
+func appendRefusal(err error) (status int, msg, retryAfter string) {
 	switch {
+	case err == nil:
+		return 0, "", ""
 	case errors.Is(err, queue.ErrClosed):
-		return fasthttp.StatusServiceUnavailable, "1", "shutting down; retry"
+		return fasthttp.StatusServiceUnavailable, "shutting down; retry", "1"
 	case errors.Is(err, queue.ErrDiskFull), errors.Is(err, syscall.ENOSPC):
 		// Nothing was written: the producer keeps the event. The guard
 		// re-measures every 250 ms; a few seconds is a polite retry.
-		return fasthttp.StatusInsufficientStorage, "5", "event not accepted: " + err.Error()
+		return fasthttp.StatusInsufficientStorage, "event not accepted: " + err.Error(), "5"
 	case errors.Is(err, queue.ErrUnavailable):
 		// Fleet mode: no quorum has the event, so it is not accepted (a
 		// retry with the same id is deduplicated if it was stored late).
-		return fasthttp.StatusServiceUnavailable, "1", "event not accepted: " + err.Error()
+		return fasthttp.StatusServiceUnavailable, "event not accepted: " + err.Error(), "1"
 	}
-	s.log.Error("append", "err", err)
-	return fasthttp.StatusInternalServerError, "", "event not accepted: internal error"
+	return fasthttp.StatusInternalServerError, "event not accepted: internal error", ""
 }
 
 var (

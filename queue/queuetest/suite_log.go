@@ -402,7 +402,7 @@ func testAppendAfterClose(t *testing.T, e *env) {
 const (
 	testTraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	testTraceState  = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
-	testCloudEvent  = `{"specversion":"1.0","id":"A234-1234-1234","source":"/mycontext","type":"t.a","comexampleextension1":"value"}`
+	testCloudEvent  = `{"specversion":"1.0","id":"A234-1234-1234","source":"/mycontext","type":"t.a","comexampleextension1":"value","n":5,"subject":"vehicle 17 ✓ \"q\"\u0001"}`
 )
 
 // testEventContext: an event's ordering key, trace context and tenant
