@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/proxy/cloudevents"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/badger"
@@ -441,5 +442,96 @@ func TestBatchLargerThanTheGate(t *testing.T) {
 	resp, a := ndjson(t, url, lines("g", 50))
 	if resp.StatusCode != http.StatusAccepted || a.Accepted != 50 {
 		t.Fatalf("a batch of 50 with a gate of 10: %d %+v", resp.StatusCode, a)
+	}
+}
+
+// TestBatchCloudEvents: a CloudEvents batch (application/cloudevents-
+// batch+json, a JSON array of structured mode events) is read as a single
+// CloudEvent is, each event with its own attributes, data, content type
+// and partitionkey, its log id its source and id together; sent again it
+// is all duplicates; a malformed event refuses the batch, naming its
+// index and attribute; the batch limits hold.
+func TestBatchCloudEvents(t *testing.T) {
+	q := queuetest.MustOpen(t, "", badger.Options{Sync: true})
+	url := serve(t, ingest.Config{Limits: ingest.Limits{MaxBatchEvents: 3},
+		Reserved: func(typ []byte) bool { return string(typ) == "dead_letter.created" }}, q)
+	const ctype = "application/cloudevents-batch+json"
+	body := `[
+	  {"specversion":"1.0","id":"c-1","source":"/fleet/a","type":"geofence.entered","partitionkey":"vehicle-17","data":{"v":1}},
+	  {"specversion":"1.0","id":"c-2","source":"/fleet/a","type":"invoice.pdf","data_base64":"AAEC"},
+	  {"specversion":"1.0","id":"c-1","source":"/fleet/b","type":"note.added","datacontenttype":"text/plain","data":"hi","subject":"s"}
+	]`
+	resp, a := postBatch(t, url, ctype, body, ingest.HeaderTenant, "acme")
+	if resp.StatusCode != http.StatusAccepted || a.Accepted != 3 {
+		t.Fatalf("a CloudEvents batch: %d %+v", resp.StatusCode, a)
+	}
+	want := []struct {
+		source, id, typ, ct, body, key, attrs string
+	}{
+		{"/fleet/a", "c-1", "geofence.entered", "application/json", `{"v":1}`, "vehicle-17",
+			`{"specversion":"1.0","id":"c-1","source":"/fleet/a","type":"geofence.entered","partitionkey":"vehicle-17"}`},
+		{"/fleet/a", "c-2", "invoice.pdf", "application/octet-stream", "\x00\x01\x02", "",
+			`{"specversion":"1.0","id":"c-2","source":"/fleet/a","type":"invoice.pdf"}`},
+		{"/fleet/b", "c-1", "note.added", "text/plain", "hi", "",
+			`{"specversion":"1.0","id":"c-1","source":"/fleet/b","type":"note.added","subject":"s"}`},
+	}
+	for i, w := range want {
+		r := a.Results[i]
+		ev, err := q.Event(r.Seq)
+		if err != nil || r.ID != cloudevents.Key(w.source, w.id) || ev.ID != r.ID || ev.Type != w.typ || ev.ContentType != w.ct ||
+			string(ev.Body) != w.body || ev.OrderingKey != w.key || ev.CloudEvent != w.attrs || ev.Tenant != "acme" {
+			t.Fatalf("event %d: result %+v, stored %+v, %v", i, r, ev, err)
+		}
+	}
+	resp, again := postBatch(t, url, ctype, body)
+	if resp.StatusCode != http.StatusOK || again.Duplicates != 3 {
+		t.Fatalf("the batch again: %d %+v", resp.StatusCode, again)
+	}
+	for _, c := range []struct {
+		name, body   string
+		status       int
+		index        int
+		attr, phrase string
+	}{
+		{"no source", `[{"specversion":"1.0","id":"x","source":"/s","type":"t"},{"specversion":"1.0","id":"y","type":"t"}]`,
+			400, 1, "source", "missing"},
+		{"reserved type", `[{"specversion":"1.0","id":"x","source":"/s","type":"dead_letter.created"}]`, 400, 0, "type", "reserved"},
+		{"bad type", `[{"specversion":"1.0","id":"x","source":"/s","type":"a b"}]`, 400, 0, "type", "an event type"},
+		{"not an array", `{"specversion":"1.0","id":"x","source":"/s","type":"t"}`, 400, -1, "", "want a JSON array"},
+		{"too many", `[{"specversion":"1.0","id":"1","source":"/s","type":"t"},{"specversion":"1.0","id":"2","source":"/s","type":"t"},` +
+			`{"specversion":"1.0","id":"3","source":"/s","type":"t"},{"specversion":"1.0","id":"4","source":"/s","type":"t"}]`,
+			413, 3, "", "ingest.max_batch_events (3)"},
+		{"empty", `[]`, 400, -1, "", "no events"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, a := postBatch(t, url, ctype, c.body)
+			index := -1
+			if a.Index != nil {
+				index = *a.Index
+			}
+			if resp.StatusCode != c.status || index != c.index || a.Field != c.attr || !strings.Contains(a.Error, c.phrase) {
+				t.Fatalf("%d %+v (index %d); want %d, index %d, field %q, %q", resp.StatusCode, a, index, c.status, c.index, c.attr, c.phrase)
+			}
+		})
+	}
+	if h := q.Head(); h != 3 {
+		t.Fatalf("head = %d: a refused batch appended", h)
+	}
+}
+
+// TestBatchHeadersRefused: the headers that are per event in a single
+// post are per line in a batch; sent on a batch they are refused, named,
+// rather than silently ignored.
+func TestBatchHeadersRefused(t *testing.T) {
+	q := queuetest.MustOpen(t, "", badger.Options{})
+	url := serve(t, ingest.Config{}, q)
+	for _, h := range []string{"Idempotency-Key", "Ordering-Key"} {
+		resp, a := ndjson(t, url, lines("h", 2), h, "k-1")
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(a.Error, "send no "+h+" header") {
+			t.Errorf("a batch with %s: %d %+v", h, resp.StatusCode, a)
+		}
+	}
+	if h := q.Head(); h != 0 {
+		t.Fatalf("head = %d", h)
 	}
 }
