@@ -9,6 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -533,5 +536,34 @@ func TestBatchHeadersRefused(t *testing.T) {
 	}
 	if h := q.Head(); h != 0 {
 		t.Fatalf("head = %d", h)
+	}
+}
+
+// TestBatchDocExamples: the batches docs/batch-ingest.md shows are
+// accepted as it says: its NDJSON example (the heredoc the curl posts),
+// its first three-line example, and its CloudEvents batch.
+func TestBatchDocExamples(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "batch-ingest.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(page)
+	heredoc := regexp.MustCompile(`(?s)cat > batch\.ndjson <<'EOF'\n(.*?)\nEOF\n`).FindStringSubmatch(text)
+	lines := regexp.MustCompile("(?s)```\n(\\{\"type\".*?)```").FindStringSubmatch(text)
+	ce := regexp.MustCompile("(?s)```\n(\\[\\{\"specversion\".*?)```").FindStringSubmatch(text)
+	if heredoc == nil || lines == nil || ce == nil {
+		t.Fatalf("docs/batch-ingest.md lacks an example: heredoc %v, lines %v, CloudEvents batch %v", heredoc != nil, lines != nil, ce != nil)
+	}
+	q := queuetest.MustOpen(t, "", badger.Options{})
+	url := serve(t, ingest.Config{}, q)
+	for _, c := range []struct{ ctype, body string }{
+		{"application/x-ndjson", heredoc[1] + "\n"},
+		{"application/x-ndjson", lines[1]},
+		{"application/cloudevents-batch+json", ce[1]},
+	} {
+		resp, a := postBatch(t, url, c.ctype, c.body)
+		if resp.StatusCode != http.StatusAccepted || a.Accepted < 2 || a.Refused != 0 {
+			t.Errorf("example answered %d %+v:\n%s", resp.StatusCode, a, c.body)
+		}
 	}
 }
