@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sluicehq/sluice/proxy/cloudevents"
 	"github.com/sluicehq/sluice/proxy/ingest"
@@ -564,6 +566,39 @@ func TestBatchDocExamples(t *testing.T) {
 		resp, a := postBatch(t, url, c.ctype, c.body)
 		if resp.StatusCode != http.StatusAccepted || a.Accepted < 2 || a.Refused != 0 {
 			t.Errorf("example answered %d %+v:\n%s", resp.StatusCode, a, c.body)
+		}
+	}
+}
+
+// TestBatchSpan: with tracing on, a batch is one ingest span that counts
+// its events, and events posted without a traceparent take the span's
+// context, all of them the same, as a single post's event does.
+func TestBatchSpan(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	q := queuetest.MustOpen(t, "", badger.Options{})
+	url := serve(t, ingest.Config{Tracer: tp.Tracer("test")}, q)
+	if resp, a := ndjson(t, url, lines("s", 3)); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("%d %+v", resp.StatusCode, a)
+	}
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want the batch's one", len(spans))
+	}
+	sc := spans[0].SpanContext()
+	var events int64
+	for _, kv := range spans[0].Attributes() {
+		if kv.Key == "sluice.ingest.batch_events" {
+			events = kv.Value.AsInt64()
+		}
+	}
+	if events != 3 {
+		t.Errorf("sluice.ingest.batch_events = %d, want 3", events)
+	}
+	want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
+	for seq := uint64(1); seq <= 3; seq++ {
+		if ev, err := q.Event(seq); err != nil || ev.TraceParent != want {
+			t.Fatalf("event %d: traceparent %q, %v; want the span's %q", seq, ev.TraceParent, err, want)
 		}
 	}
 }
