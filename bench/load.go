@@ -23,18 +23,18 @@ type loadSpec struct {
 	// Addrs, when set, spreads the producers over several hosts (a fleet's
 	// nodes): worker w posts to Addrs[w%len(Addrs)], as each replica of a
 	// service posts to its own sidecar. Addr is ignored then.
-	Addrs  []string
-	Paths  []string // POSTed one after another per event; more than one is the naive fan-out
-	Conc   int      // producers (closed) or workers and connections (open)
-	Rate   float64  // events/s; 0 = closed loop
-	Body   int      // bytes
+	Addrs []string
+	Paths []string // POSTed one after another per event; more than one is the naive fan-out
+	Conc  int      // producers (closed) or workers and connections (open)
+	Rate  float64  // events/s; 0 = closed loop
+	Body  int      // bytes
 	// Batch, when above 1, makes each request an NDJSON batch of Batch
 	// events (to Paths[0], POST /v1/events), each with its own id and the
 	// body; every count but the latency (one per request) is of events.
 	Batch  int
-	Status int // the expected answer
-	Keys   bool     // a unique Idempotency-Key per event
-	KeyID  string   // prefix of the keys, unique per run
+	Status int    // the expected answer
+	Keys   bool   // a unique Idempotency-Key per event
+	KeyID  string // prefix of the keys, unique per run
 	Start  time.Time
 	Warmup time.Duration
 	Dur    time.Duration
