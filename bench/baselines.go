@@ -61,6 +61,8 @@ func (h *harness) neededBaselines() []string {
 		case "ingest-async":
 			add(baseNoopIngest)
 			add(baseAppenderAsync)
+		case "ingest-batch":
+			add(baseAppender)
 		case "latency":
 			add(baseAppender) // the disk's own P99 saturated, for context beside the open-loop one (scenarioLatency)
 		case "fanout-1", "fanout-10", "fanout-40":
@@ -177,6 +179,9 @@ func (h *harness) startNoop(name string) (*child, string, error) {
 // event, answered 202.
 func (h *harness) asIngest(spec loadSpec, addr string) loadSpec {
 	spec.Addr, spec.Paths, spec.Status, spec.Keys = addr, []string{eventsPath}, 202, true
+	if spec.Batch > 1 {
+		spec.Paths = []string{batchPath}
+	}
 	spec.KeyID = h.runID + "-" + h.nextID("k")
 	return spec
 }

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 // checks the JSON holds non-zero results. It builds and starts real sidecar
 // processes, so -short skips it.
 func TestQuickRun(t *testing.T) {
-	rep, stdout := runQuick(t, "starts real processes", "ingest-async,fanout-1")
+	rep, stdout := runQuick(t, "starts real processes", "ingest-async,ingest-batch,fanout-1")
 	if len(rep.Failures) > 0 {
 		t.Errorf("failures: %q", rep.Failures)
 	}
@@ -42,6 +42,11 @@ func TestQuickRun(t *testing.T) {
 	if w := windows["ingest-async"]; w == nil || w.Load.PerSec <= 0 || w.CPUPerEventUs <= 0 || w.BytesPerEvent <= 0 {
 		t.Errorf("ingest-async window: %+v", w)
 	}
+	// Batches are counted by their events, and the sidecar takes them
+	// all: a refused batch would be the harness posting malformed ones.
+	if w := windows["ingest-batch"]; w == nil || w.Load.PerSec <= 0 || w.Load.BadStatus > 0 || w.Load.WinOK%batchSize != 0 {
+		t.Errorf("ingest-batch window: %+v", w)
+	}
 	if w := windows["fanout-1"]; w == nil || w.DeliveriesPerSec <= 0 || w.CPUPerDelivUs <= 0 || w.BytesPerDeliv <= 0 {
 		t.Errorf("fanout-1 window: %+v", w)
 	}
@@ -51,7 +56,7 @@ func TestQuickRun(t *testing.T) {
 			rows[r.Scenario]++
 		}
 	}
-	for _, s := range []string{"ingest-async", "fanout-1"} {
+	for _, s := range []string{"ingest-async", "ingest-batch", "fanout-1"} {
 		if rows[s] == 0 {
 			t.Errorf("no non-zero rows for %s", s)
 		}
@@ -88,6 +93,29 @@ func TestQuickSidecar(t *testing.T) {
 	accepted, delivered := rep.Extra["sidecar.burst.accepted"], rep.Extra["sidecar.burst.delivered_unique"]
 	if accepted <= 0 || delivered < accepted {
 		t.Errorf("burst: %.0f events delivered (unique) of %.0f accepted", delivered, accepted)
+	}
+}
+
+// TestAppendBatch: a batch the producers post is NDJSON the sidecar reads:
+// one JSON object per line, each with the body and its own id.
+func TestAppendBatch(t *testing.T) {
+	body := newBody(512)
+	b := appendBatch(nil, []byte("run-k-3-7"), body, 3)
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3: %q", len(lines), b)
+	}
+	for i, l := range lines {
+		var ev struct {
+			Type, ID string
+			Body     json.RawMessage
+		}
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+		if ev.Type != benchType || ev.ID != "run-k-3-7-"+string(rune('0'+i)) || !bytes.Equal(ev.Body, body) {
+			t.Fatalf("line %d = %+v", i, ev)
+		}
 	}
 }
 

@@ -23,14 +23,18 @@ type loadSpec struct {
 	// Addrs, when set, spreads the producers over several hosts (a fleet's
 	// nodes): worker w posts to Addrs[w%len(Addrs)], as each replica of a
 	// service posts to its own sidecar. Addr is ignored then.
-	Addrs  []string
-	Paths  []string // POSTed one after another per event; more than one is the naive fan-out
-	Conc   int      // producers (closed) or workers and connections (open)
-	Rate   float64  // events/s; 0 = closed loop
-	Body   int      // bytes
-	Status int      // the expected answer
-	Keys   bool     // a unique Idempotency-Key per event
-	KeyID  string   // prefix of the keys, unique per run
+	Addrs []string
+	Paths []string // POSTed one after another per event; more than one is the naive fan-out
+	Conc  int      // producers (closed) or workers and connections (open)
+	Rate  float64  // events/s; 0 = closed loop
+	Body  int      // bytes
+	// Batch, when above 1, makes each request an NDJSON batch of Batch
+	// events (to Paths[0], POST /v1/events), each with its own id and the
+	// body; every count but the latency (one per request) is of events.
+	Batch  int
+	Status int    // the expected answer
+	Keys   bool   // a unique Idempotency-Key per event
+	KeyID  string // prefix of the keys, unique per run
 	Start  time.Time
 	Warmup time.Duration
 	Dur    time.Duration
@@ -197,9 +201,15 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 			r.SetRequestURI("http://" + hc.Addr + p)
 			r.Header.SetMethod(fasthttp.MethodPost)
 			r.Header.SetContentType("application/json")
+			if s.Batch > 1 {
+				r.Header.SetContentType("application/x-ndjson")
+			}
 			r.SetBodyRaw(body)
 			reqs[i] = r
 		}
+		// per is how many events one request carries.
+		per := int64(max(s.Batch, 1))
+		var batch []byte
 		resp := fasthttp.AcquireResponse()
 		defer func() {
 			for _, r := range reqs {
@@ -271,10 +281,14 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 			if s.Keys {
 				key = strconv.AppendInt(key[:keyLen], int64(n), 10)
 			}
-			sent++
+			if per > 1 {
+				batch = appendBatch(batch[:0], key, body, s.Batch)
+				reqs[0].SetBodyRaw(batch)
+			}
+			sent += per
 			good := true
 			for _, r := range reqs {
-				if s.Keys {
+				if s.Keys && per == 1 {
 					r.Header.SetBytesV("Idempotency-Key", key)
 				}
 				err := hc.Do(r, resp)
@@ -313,13 +327,13 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 			if !good {
 				continue
 			}
-			ok++
+			ok += per
 			inWindow := !done.Before(winStart) && !winEndBy(done)
 			if s.Rate > 0 {
 				inWindow = !t0.Before(winStart) && !winEndBy(t0)
 			}
 			if inWindow {
-				winOK++
+				winOK += per
 				mine = append(mine, int64(done.Sub(t0)))
 			}
 		}
@@ -347,6 +361,21 @@ func runLoad(ctx context.Context, s loadSpec) loadResult {
 		res.Slip = &sl
 	}
 	return res
+}
+
+// appendBatch appends an NDJSON batch of n events of benchType with ids
+// key-0..key-(n-1), each with body, to b.
+func appendBatch(b, key, body []byte, n int) []byte {
+	for j := range n {
+		b = append(b, `{"type":"`+benchType+`","id":"`...)
+		b = append(b, key...)
+		b = append(b, '-')
+		b = strconv.AppendInt(b, int64(j), 10)
+		b = append(b, `","body":`...)
+		b = append(b, body...)
+		b = append(b, "}\n"...)
+	}
+	return b
 }
 
 // stopped reports whether stop is closed (a nil channel never is).

@@ -37,7 +37,7 @@ import (
 
 // Scenario names, in the order they run.
 var allScenarios = []string{
-	"ingest-fsync", "ingest-async", "fanout-1", "sidecar", "fanout-10", "fanout-40",
+	"ingest-fsync", "ingest-async", "ingest-batch", "fanout-1", "sidecar", "fanout-10", "fanout-40",
 	"latency", "lanes-50k", "api", "payload", "blackhole", "outage",
 	"fleet-ingest", "sidecar-fleet", "fleet-fanout-10", "fleet-latency", "fleet-takeover", "fleet-scale",
 }
@@ -307,6 +307,8 @@ func (h *harness) runScenario(ctx context.Context, name string) error {
 		return h.scenarioIngest(ctx, name, "fsync")
 	case "ingest-async":
 		return h.scenarioIngest(ctx, name, "async")
+	case "ingest-batch":
+		return h.scenarioIngestBatch(ctx, name, "fsync")
 	case "fanout-1":
 		return h.scenarioFanout(ctx, name, 1)
 	case "sidecar":

@@ -27,6 +27,7 @@ const (
 	idleType    = "idle.type"
 	laneCap     = 64
 	eventsPath  = "/v1/events/" + benchType
+	batchPath   = "/v1/events" // an NDJSON batch (loadSpec.Batch)
 )
 
 // subGroup is Count subscriptions to the receiver with the same types. The

@@ -297,6 +297,12 @@ type IngestConfig struct {
 	// MaxConnections caps open connections, idle ones included; past it a
 	// new connection is answered 503 and closed. 16..1,000,000.
 	MaxConnections int `koanf:"max_connections"`
+	// MaxBatchEvents bounds the events of one batch (POST /v1/events,
+	// NDJSON or a CloudEvents batch); 413 past it. 1..100,000.
+	MaxBatchEvents int `koanf:"max_batch_events"`
+	// MaxBatchBytes bounds a batch's body; 413 past it. Each event's body
+	// is still bound by MaxBodyBytes. 1 KiB..64 MiB.
+	MaxBatchBytes int `koanf:"max_batch_bytes"`
 }
 
 // AdminConfig configures the admin API listener.
@@ -686,6 +692,8 @@ func Default() *Config {
 			IdleTimeout:    ingest.DefaultIdleTimeout,
 			MaxHeaderBytes: ingest.DefaultMaxHeaderBytes,
 			MaxConnections: ingest.DefaultMaxConnections,
+			MaxBatchEvents: ingest.DefaultMaxBatchEvents,
+			MaxBatchBytes:  ingest.DefaultMaxBatchBytes,
 		},
 		DedupWindow:      queue.DefaultDedupWindow,
 		ShutdownGrace:    proxy.DefaultShutdownGrace,

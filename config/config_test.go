@@ -83,7 +83,7 @@ func TestLoadConfigFull(t *testing.T) {
 		DataDir:          "./sluice-data",
 		Durability:       "fsync",
 		MaxBodyBytes:     1048576,
-		Ingest:           IngestConfig{HeaderTimeout: 5 * time.Second, BodyTimeout: 20 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 8192, MaxConnections: 2048},
+		Ingest:           IngestConfig{HeaderTimeout: 5 * time.Second, BodyTimeout: 20 * time.Second, IdleTimeout: 90 * time.Second, MaxHeaderBytes: 8192, MaxConnections: 2048, MaxBatchEvents: 500, MaxBatchBytes: 2 << 20},
 		DedupWindow:      24 * time.Hour,
 		ShutdownGrace:    15 * time.Second,
 		MaxConnsPerHost:  32,
@@ -352,6 +352,8 @@ func TestLoadConfigBad(t *testing.T) {
 		// Ingest limits.
 		{file: "ingest_header_timeout_zero", want: []string{`ingest.header_timeout: 0s: must be between 100ms and 10m0s`}, is: ErrInvalidValue},
 		{file: "ingest_max_connections_small", want: []string{`ingest.max_connections: 4: must be between 16 and 1000000`}, is: ErrInvalidValue},
+		{file: "ingest_max_batch_events_zero", want: []string{`ingest.max_batch_events: 0: must be between 1 and 100000`}, is: ErrInvalidValue},
+		{file: "ingest_max_batch_bytes_huge", want: []string{`ingest.max_batch_bytes: 134217728: must be between 1024 and 67108864 (64 MiB)`}, is: ErrInvalidValue},
 		{file: "ingest_unknown_key", want: []string{`unknown key "ingest.max_conns"`}, is: ErrUnknownKey},
 
 		// Disk.

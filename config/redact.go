@@ -328,6 +328,8 @@ func (c *Config) toMap() map[string]any {
 			"idle_timeout":     c.Ingest.IdleTimeout.String(),
 			"max_header_bytes": c.Ingest.MaxHeaderBytes,
 			"max_connections":  c.Ingest.MaxConnections,
+			"max_batch_events": c.Ingest.MaxBatchEvents,
+			"max_batch_bytes":  c.Ingest.MaxBatchBytes,
 		},
 		"retry_budget": map[string]any{
 			"ratio":          c.RetryBudget.Ratio,

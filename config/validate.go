@@ -383,6 +383,12 @@ func (ic IngestConfig) validate() error {
 	if ic.MaxConnections < 16 || ic.MaxConnections > 1_000_000 {
 		return fieldErr("ingest.max_connections", ic.MaxConnections, invalidf("must be between 16 and 1000000"))
 	}
+	if ic.MaxBatchEvents < 1 || ic.MaxBatchEvents > 100_000 {
+		return fieldErr("ingest.max_batch_events", ic.MaxBatchEvents, invalidf("must be between 1 and 100000"))
+	}
+	if ic.MaxBatchBytes < 1<<10 || ic.MaxBatchBytes > maxMaxBodyBytes {
+		return fieldErr("ingest.max_batch_bytes", ic.MaxBatchBytes, invalidf("must be between 1024 and %d (64 MiB)", maxMaxBodyBytes))
+	}
 	return nil
 }
 

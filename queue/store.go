@@ -46,6 +46,17 @@ type Log interface {
 	// and writes nothing. ev.ID and ev.AcceptedAt must be set; after
 	// Append returns, ev.Body belongs to the log and must not change.
 	Append(ev *Event) (seq uint64, dup bool, err error)
+	// AppendBatch appends every event of evs as Append would, together:
+	// one hand-off to the backend and one wait, so a batch shares its
+	// writes and its sync (Badger) or its round trips (JetStream) instead
+	// of paying them per event. res must be as long as evs; res[i] is
+	// evs[i]'s answer. The events the batch stores get increasing seqs in
+	// the order of evs. An id seen earlier in the same batch is a
+	// duplicate of that event (its seq, Dup true), as a second Append
+	// would be. Each event succeeds or fails on its own: an error in
+	// res[i] means evs[i] was not accepted (a retry with the same id is
+	// then either stored or answered as a duplicate, never stored twice).
+	AppendBatch(evs []*Event, res []AppendResult)
 	// Head is the last sequence number durable and published (0: empty).
 	Head() uint64
 	// Lookup returns the seq, type and tenant ("" for a platform event) of
@@ -67,6 +78,14 @@ type Log interface {
 	Compact(below uint64) (int, error)
 	// DiskUsage is the last measurement of the log's storage.
 	DiskUsage() DiskUsage
+}
+
+// AppendResult is one event's answer from Log.AppendBatch: its seq (the
+// original's when Dup), or Err when it was not accepted.
+type AppendResult struct {
+	Seq uint64
+	Dup bool
+	Err error
 }
 
 // State is the delivery state of every subscription: memberships (who is

@@ -305,6 +305,7 @@ func serverOptions(cfg *config.Config, subs []*delivery.Subscription, log *slog.
 		Ingest: ingest.Limits{
 			HeaderTimeout: cfg.Ingest.HeaderTimeout, BodyTimeout: cfg.Ingest.BodyTimeout, IdleTimeout: cfg.Ingest.IdleTimeout,
 			MaxHeaderBytes: cfg.Ingest.MaxHeaderBytes, MaxConnections: cfg.Ingest.MaxConnections,
+			MaxBatchEvents: cfg.Ingest.MaxBatchEvents, MaxBatchBytes: cfg.Ingest.MaxBatchBytes,
 		},
 		MaxInFlight:     cfg.MaxInFlight,
 		MaxConnsPerHost: cfg.MaxConnsPerHost,

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/proxy/admin"
 	"github.com/sluicehq/sluice/proxy/api"
 	"github.com/sluicehq/sluice/proxy/delivery"
+	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -315,5 +316,18 @@ func TestAPIFormat(t *testing.T) {
 	}
 	if f := format(); f != "cloudevents-binary" {
 		t.Errorf("config.format = %v after the patch", f)
+	}
+}
+
+// TestServerOptionsIngestLimits: the ingest block's keys, the batch limits
+// among them, reach the ingest server's limits.
+func TestServerOptionsIngestLimits(t *testing.T) {
+	cfg, err := config.Load("", []string{"SLUICE_INGEST__MAX_BATCH_EVENTS=250", "SLUICE_INGEST__MAX_BATCH_BYTES=2097152", "SLUICE_INGEST__MAX_HEADER_BYTES=8192"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := serverOptions(cfg, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil).Ingest
+	if got.MaxBatchEvents != 250 || got.MaxBatchBytes != 2<<20 || got.MaxHeaderBytes != 8192 || got.MaxConnections != ingest.DefaultMaxConnections {
+		t.Errorf("Ingest = %+v", got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 var metricNames = []string{
 	"sluice_ingest_events_total",
 	"sluice_ingest_duration_seconds",
+	"sluice_ingest_batch_events",
 	"sluice_delivery_attempts_total",
 	"sluice_delivery_duration_seconds",
 	"sluice_delivery_latency_seconds",

@@ -70,6 +70,8 @@ type Limits struct {
 	IdleTimeout    time.Duration // a keep-alive connection between requests
 	MaxHeaderBytes int           // request line plus headers; 431 past it
 	MaxConnections int           // open connections, idle ones included
+	MaxBatchEvents int           // events in one batch (batch.go); 413 past it
+	MaxBatchBytes  int           // a batch's body; 413 past it
 }
 
 // Defaults of Limits.
@@ -79,6 +81,11 @@ const (
 	DefaultIdleTimeout    = 2 * time.Minute
 	DefaultMaxHeaderBytes = 16 << 10
 	DefaultMaxConnections = 4096
+	// A batch of 1,000 events holds all but the largest producers' bursts
+	// in one request, and its answer (one line per event) stays small;
+	// 4 MiB is fasthttp's default body bound and 4,000 events of 1 KiB.
+	DefaultMaxBatchEvents = 1000
+	DefaultMaxBatchBytes  = 4 << 20
 )
 
 // The limits in force when Limits leaves them zero (tests lower them
@@ -150,6 +157,9 @@ type Appender interface {
 	// Append makes ev durable and returns its seq, or the seq of the
 	// event already stored under its id (dup).
 	Append(ev *queue.Event) (seq uint64, dup bool, err error)
+	// AppendBatch appends a batch's events together, answering each in
+	// res (queue.Log.AppendBatch).
+	AppendBatch(evs []*queue.Event, res []queue.AppendResult)
 }
 
 // Config configures a Server. Zero fields take the defaults above.
@@ -179,6 +189,7 @@ type Server struct {
 	log   *slog.Logger
 	m     *metrics
 	in    ingestState
+	batch batchLimits // batch.go
 	http  *fasthttp.Server
 	fresh freshconn.Set // connections that have not sent a request yet
 
@@ -204,6 +215,7 @@ func New(c Config) *Server {
 		s.in.gate.maxBytes = 1 << 62 // no byte bound: the event count still holds
 	}
 	lim := c.Limits
+	s.batch = batchLimits{events: cmp.Or(lim.MaxBatchEvents, DefaultMaxBatchEvents), bytes: cmp.Or(lim.MaxBatchBytes, DefaultMaxBatchBytes)}
 	headerTimeout := cmp.Or(lim.HeaderTimeout, ingestHeaderTimeout)
 	bodyTimeout := cmp.Or(lim.BodyTimeout, ingestBodyTimeout)
 	maxHeader := cmp.Or(lim.MaxHeaderBytes, ingestMaxHeaderBytes)
@@ -219,10 +231,11 @@ func New(c Config) *Server {
 		Name:               "sluice",
 		MaxRequestBodySize: c.MaxBodyBytes,
 		// ReadTimeout covers the request line and headers; HeaderReceived
-		// then gives the body its own deadline.
+		// then gives the body its own deadline, and a batch its own bound.
 		ReadTimeout: headerTimeout,
-		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
-			return fasthttp.RequestConfig{ReadTimeout: bodyTimeout}
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			max, _ := s.bodyLimit(h) // batch.go
+			return fasthttp.RequestConfig{ReadTimeout: bodyTimeout, MaxRequestBodySize: max}
 		},
 		WriteTimeout:   30 * time.Second,
 		IdleTimeout:    cmp.Or(lim.IdleTimeout, ingestIdleTimeout),
@@ -238,7 +251,9 @@ func New(c Config) *Server {
 		Logger:                fasthttpLogger{s.log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			s.m.rejected.Inc()
-			status, msg := readErrorStatus(err, c.MaxBodyBytes, maxHeader, headerTimeout, bodyTimeout)
+			// The headers are in whenever the body was too large.
+			maxBody, bodyKey := s.bodyLimit(&ctx.Request.Header)
+			status, msg := readErrorStatus(err, maxBody, bodyKey, maxHeader, headerTimeout, bodyTimeout)
 			s.log.Debug("ingest request rejected", "status", status, "err", err)
 			jsonError(ctx, status, msg)
 		},
@@ -278,8 +293,9 @@ func (s *Server) OpenConnections() int32 { return s.http.GetOpenConnectionsCount
 
 // readErrorStatus maps an error fasthttp met while reading a request (the
 // answer goes out and the connection is closed) to a status and a message
-// naming the problem.
-func readErrorStatus(err error, maxBody, maxHeader int, headerTimeout, bodyTimeout time.Duration) (int, string) {
+// naming the problem; maxBody is the request's bound and bodyKey the
+// setting it comes from.
+func readErrorStatus(err error, maxBody int, bodyKey string, maxHeader int, headerTimeout, bodyTimeout time.Duration) (int, string) {
 	var (
 		small   *fasthttp.ErrSmallBuffer
 		broken  fasthttp.ErrBrokenChunk
@@ -287,7 +303,7 @@ func readErrorStatus(err error, maxBody, maxHeader int, headerTimeout, bodyTimeo
 	)
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		return fasthttp.StatusRequestEntityTooLarge, "body exceeds max_body_bytes (" + strconv.Itoa(maxBody) + " bytes)"
+		return fasthttp.StatusRequestEntityTooLarge, "body exceeds " + bodyKey + " (" + strconv.Itoa(maxBody) + " bytes)"
 	case errors.As(err, &small):
 		return fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers exceed " + strconv.Itoa(maxHeader) + " bytes"
 	case errors.As(err, &timeout) && timeout.Timeout():
@@ -409,25 +425,27 @@ type ingestGate struct {
 	events, bytes       atomic.Int64
 }
 
-// enter admits an append of n body bytes, or reports false when the gate
-// is full. An event larger than maxBytes is admitted when it is alone.
-func (g *ingestGate) enter(n int) bool {
-	if g.events.Add(1) > g.maxEvents {
-		g.events.Add(-1)
+// enter admits the append of k events of n body bytes together, or
+// reports false when the gate is full. A batch (or an event) larger than
+// either bound is admitted when it is alone: a bound below max_body_bytes
+// or ingest.max_batch_events would otherwise refuse it for ever.
+func (g *ingestGate) enter(k, n int) bool {
+	if e := g.events.Add(int64(k)); e > g.maxEvents && e != int64(k) {
+		g.events.Add(-int64(k))
 		return false
 	}
 	if b := g.bytes.Add(int64(n)); b > g.maxBytes && b != int64(n) {
 		g.bytes.Add(-int64(n))
-		g.events.Add(-1)
+		g.events.Add(-int64(k))
 		return false
 	}
 	return true
 }
 
-// leave releases what enter(n) admitted.
-func (g *ingestGate) leave(n int) {
+// leave releases what enter(k, n) admitted.
+func (g *ingestGate) leave(k, n int) {
 	g.bytes.Add(-int64(n))
-	g.events.Add(-1)
+	g.events.Add(-int64(k))
 }
 
 // handle implements POST /v1/events/{type}.
@@ -437,6 +455,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	s.ingestEvent(ctx, &s.in, span)
 	m := s.m
 	switch code := ctx.Response.StatusCode(); {
+	case ctx.UserValue(batchCounted{}) != nil:
+		// A batch counted its events itself (batch.go).
 	case code == fasthttp.StatusAccepted:
 		m.accepted.Inc()
 	case code == fasthttp.StatusOK:
@@ -490,13 +510,8 @@ func (s *Server) ingestEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 		s.ingestCollection(ctx, in, span) // collection.go
 		return
 	}
-	if msg := checkName(typ, maxTypeLen, typeChars); msg != "" {
-		jsonError(ctx, fasthttp.StatusBadRequest, "invalid event type "+strconv.Quote(string(typ))+": "+msg)
-		return
-	}
-	if s.cfg.Reserved != nil && s.cfg.Reserved(typ) {
-		// Always, configured or not: the operational webhook's types.
-		jsonError(ctx, fasthttp.StatusBadRequest, "event type "+strconv.Quote(string(typ))+" is reserved for sluice's operational webhook")
+	if msg := s.typeProblem(typ); msg != "" {
+		jsonError(ctx, fasthttp.StatusBadRequest, msg)
 		return
 	}
 	if len(ctx.Request.Header.Peek(ceSpecVersion)) > 0 {
@@ -578,12 +593,12 @@ func (s *Server) appendEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 	// and held until the committer gets to it.
 	n := len(body)
 	gate := &in.gate
-	if !gate.enter(n) {
+	if !gate.enter(1, n) {
 		ctx.Response.Header.Set("Retry-After", "1")
 		jsonError(ctx, fasthttp.StatusServiceUnavailable, "ingest is saturated; retry")
 		return
 	}
-	defer gate.leave(n)
+	defer gate.leave(1, n)
 	ev.AcceptedAt = s.cfg.Now()
 	// The one copy of the body: fasthttp reuses its buffer, and from here
 	// every lane shares this slice.
@@ -620,6 +635,20 @@ func (s *Server) appendEvent(ctx *fasthttp.RequestCtx, in *ingestState, span tra
 	}
 	b = append(b, "}\n"...)
 	ctx.SetBody(b)
+}
+
+// typeProblem says what is wrong with an event type a producer posted
+// (its characters, its length, a type reserved for the operational
+// webhook), or "".
+func (s *Server) typeProblem(typ []byte) string {
+	if msg := checkName(typ, maxTypeLen, typeChars); msg != "" {
+		return "invalid event type " + strconv.Quote(string(typ)) + ": " + msg
+	}
+	if s.cfg.Reserved != nil && s.cfg.Reserved(typ) {
+		// Always, configured or not: the operational webhook's types.
+		return "event type " + strconv.Quote(string(typ)) + " is reserved for sluice's operational webhook"
+	}
+	return ""
 }
 
 // appendRefusal maps an Append error to the answer: its status (0 for

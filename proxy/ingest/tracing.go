@@ -20,6 +20,7 @@ var (
 	attrEventType    = attribute.Key("sluice.event.type")
 	attrEventID      = attribute.Key("sluice.event.id")
 	attrIngestResult = attribute.Key("sluice.ingest.result")
+	attrBatchEvents  = attribute.Key("sluice.ingest.batch_events")
 	attrStatusCode   = attribute.Key("http.response.status_code")
 	kindServer       = trace.WithSpanKind(trace.SpanKindServer)
 )

@@ -204,11 +204,23 @@ func (l *Log) writeIndex(batches []indexBatch, through uint64) error {
 	defer func() { l.idxEnts, l.idxArena = ents[:0], arena[:0] }()
 	var last uint64 // last seq set in txn
 	commit := func() error {
-		if err := txn.Set(keyIndexed, u64(last)); err != nil {
-			return err
+		// The mark goes with its entries. Only when they fill the
+		// transaction to its last bytes does it take one of its own,
+		// after them: refused there, it failed every index write from
+		// then on, each retry carrying more entries than the last
+		// (batch ingest at 60k events/s filled a transaction within
+		// one indexLinger), and Compact with it.
+		markErr := txn.Set(keyIndexed, u64(last))
+		if markErr != nil && !errors.Is(markErr, badgerdb.ErrTxnTooBig) {
+			return markErr
 		}
 		if err := txn.Commit(); err != nil {
 			return err
+		}
+		if markErr != nil {
+			if err := l.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(keyIndexed, u64(last)) }); err != nil {
+				return err
+			}
 		}
 		l.indexed.Store(last)
 		txn = l.db.NewTransaction(true)

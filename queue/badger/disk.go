@@ -139,11 +139,36 @@ func (g *diskGuard) admit(n int) error {
 	if g == nil {
 		return nil
 	}
-	c := int64(n) + appendOverhead
-	t := int64(appendOverhead)
+	c, t := appendCost(n)
+	return g.admitCost(c, t)
+}
+
+// admitAll admits the bodies of a batch together: all or none.
+func (g *diskGuard) admitAll(evs []*queue.Event) error {
+	if g == nil {
+		return nil
+	}
+	var c, t int64
+	for _, ev := range evs {
+		ec, et := appendCost(len(ev.Body))
+		c, t = c+ec, t+et
+	}
+	return g.admitCost(c, t)
+}
+
+// appendCost is what appending a body of n bytes adds to the data dir (c)
+// and to its LSM tree (t).
+func appendCost(n int) (c, t int64) {
+	c = int64(n) + appendOverhead
+	t = int64(appendOverhead)
 	if n < valueThreshold {
 		t = c
 	}
+	return c, t
+}
+
+// admitCost admits c bytes, t of them in the tree, or refuses them all.
+func (g *diskGuard) admitCost(c, t int64) error {
 	p, pt := g.pending.Add(c), g.pendingTree.Add(t)
 	if r := g.over(g.used.Load(), g.free.Load(), p, g.tables.Load()+pt); r != "" {
 		g.pending.Add(-c)

@@ -2,6 +2,7 @@ package badger
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,5 +175,36 @@ func TestClearedAppendBehindRecentIsLookedUp(t *testing.T) {
 	q.idsMu.Unlock()
 	if seq, dup, err := q.Append(&queue.Event{ID: "new", Type: "t", AcceptedAt: time.Now(), Body: []byte("{}")}); err != nil || dup || seq != 2 {
 		t.Fatalf("append of a cleared id behind recent: seq %d dup %v, %v; want 2, new", seq, dup, err)
+	}
+}
+
+// TestIndexFillsTransactions: ids enough to fill several Badger
+// transactions are indexed, whatever room the last entry leaves for the
+// mark: a mark refused by a full transaction once failed every index
+// write (and Compact) from then on.
+func TestIndexFillsTransactions(t *testing.T) {
+	// A small memtable makes small transactions (Badger allows 15% of it).
+	q, err := Open(Options{Dir: t.TempDir(), MinFreeBytes: -1, Memory: Memory{MemTable: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	// Past a few transactions' worth, entries of every length, so that one
+	// of them ends a transaction with no room left for the mark.
+	var evs []*queue.Event
+	for i := range 20_000 {
+		evs = append(evs, &queue.Event{Seq: uint64(i + 1), ID: fmt.Sprintf("fill-%d-%s", i, strings.Repeat("x", i%37)), Type: "t"})
+	}
+	for start := 0; start < len(evs); start += 997 {
+		batch := evs[start:min(start+997, len(evs))]
+		if err := q.writeIndex([]indexBatch{{batch, time.Now().Add(time.Hour).Unix()}}, batch[len(batch)-1].Seq); err != nil {
+			t.Fatalf("index through seq %d: %v", batch[len(batch)-1].Seq, err)
+		}
+	}
+	if got := q.indexed.Load(); got != 20_000 {
+		t.Fatalf("indexed = %d, want 20000", got)
+	}
+	if err := q.writeIndex([]indexBatch{{evs, time.Now().Add(time.Hour).Unix()}}, 20_000); err != nil {
+		t.Fatalf("all 20,000 ids in one write: %v", err)
 	}
 }

@@ -188,6 +188,74 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	c := newAppendCall(m, ev)
 	defer c.free()
 	ack, retried, err := s.publishEvent(c, deadline)
+	seq, dup, err = s.appended(ev, ack, retried, err, deadline)
+	if err == nil {
+		s.lg.m.append.Observe(time.Since(start).Seconds())
+	}
+	return seq, dup, err
+}
+
+// AppendBatch publishes every event of evs before it waits for any
+// PubAck: they reach the stream leader back to back, from one
+// connection, so they share the cluster's round trips (within
+// Options.PublishWindow) and are stored in the order of evs. Each is
+// then waited for, retried and answered as Append answers it, so the
+// stream's duplicate window (Nats-Msg-Id) recognises a retried batch
+// event by event. An event whose first attempt failed is published again
+// on its own and stored after the others. An id that repeats within evs
+// is published once; its later events answer as duplicates of it.
+func (s *Store) AppendBatch(evs []*queue.Event, res []queue.AppendResult) {
+	if s.closed.Load() {
+		for i := range evs {
+			res[i] = queue.AppendResult{Err: queue.ErrClosed}
+		}
+		return
+	}
+	start := time.Now()
+	deadline := start.Add(s.opts.RequestTimeout)
+	calls := make([]*appendCall, len(evs))
+	first := make(map[string]int, len(evs)) // id → index of its first event
+	early := make([]pubResult, len(evs))    // an attempt over before it was awaited
+	over := make([]bool, len(evs))
+	for i, ev := range evs {
+		if _, ok := first[ev.ID]; ok {
+			continue
+		}
+		first[ev.ID] = i
+		c := newAppendCall(newEventMsg(s.eventSubject(ev.ID), ev), ev)
+		calls[i] = c
+		early[i], over[i] = s.sendAttempt(c, deadline)
+	}
+	for i, c := range calls {
+		if c == nil {
+			continue
+		}
+		r := early[i]
+		if !over[i] {
+			r = s.awaitAttempt(c)
+		}
+		ack, retried, err := r.ack, false, r.err
+		if err != nil {
+			ack, retried, err = s.republish(c, start, deadline, r.ack, r.err)
+		}
+		seq, dup, err := s.appended(evs[i], ack, retried, err, deadline)
+		res[i] = queue.AppendResult{Seq: seq, Dup: dup, Err: err}
+		c.free()
+		if err == nil {
+			s.lg.m.append.Observe(time.Since(start).Seconds())
+		}
+	}
+	for i, ev := range evs {
+		if calls[i] == nil {
+			r := res[first[ev.ID]]
+			res[i] = queue.AppendResult{Seq: r.Seq, Dup: r.Err == nil, Err: r.Err}
+		}
+	}
+}
+
+// appended completes one Append (or one event of AppendBatch) from what
+// its publish returned: the seq, whether it is a duplicate, or the error.
+func (s *Store) appended(ev *queue.Event, ack *jetstream.PubAck, retried bool, err error, deadline time.Time) (seq uint64, dup bool, _ error) {
 	if err == nil && ack.Duplicate && retried && s.ownEarlierAttempt(ack.Sequence, ev, deadline) {
 		// An attempt of this very Append that timed out (a stream leader
 		// lost mid-publish) was stored after all: the event is new, and
@@ -228,7 +296,6 @@ func (s *Store) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 	if ack.Duplicate || s.lg.fol.holdsTooMuch(s.opts.PublishWindow) {
 		s.awaitCommit(ack.Sequence, max(time.Until(deadline), s.opts.RequestTimeout/2))
 	}
-	s.lg.m.append.Observe(time.Since(start).Seconds())
 	return ack.Sequence, ack.Duplicate, nil
 }
 
@@ -269,11 +336,21 @@ func newEventMsg(subject string, ev *queue.Event) *nats.Msg {
 // publishEvent sends c's message until a PubAck comes back, it fails for
 // good, or deadline passes.
 func (s *Store) publishEvent(c *appendCall, deadline time.Time) (ack *jetstream.PubAck, retried bool, err error) {
-	backoff := 10 * time.Millisecond
 	start := time.Now()
+	ack, err = s.publishAttempt(c, deadline)
+	return s.republish(c, start, deadline, ack, err)
+}
+
+// republish takes the answer to c's first attempt, begun at start, and
+// publishes c again while the answer is a failure worth retrying, until
+// one is not or deadline passes.
+func (s *Store) republish(c *appendCall, start, deadline time.Time, ack *jetstream.PubAck, err error) (*jetstream.PubAck, bool, error) {
+	backoff := 10 * time.Millisecond
 	timer := &c.timer
 	for attempt := 0; ; attempt++ {
-		ack, err := s.publishAttempt(c, deadline)
+		if attempt > 0 {
+			ack, err = s.publishAttempt(c, deadline)
+		}
 		if err == nil {
 			return ack, attempt > 0, nil
 		}
@@ -354,9 +431,20 @@ func (s *Store) openPublisher() error {
 // publishAttempt is one attempt: the publish and the wait for its answer,
 // until deadline.
 func (s *Store) publishAttempt(c *appendCall, deadline time.Time) (*jetstream.PubAck, error) {
+	r, over := s.sendAttempt(c, deadline)
+	if !over {
+		r = s.awaitAttempt(c)
+	}
+	return r.ack, r.err
+}
+
+// sendAttempt starts an attempt: it takes a slot of the window, tracks c
+// and publishes its message. over reports that the attempt ended already,
+// with r its answer; else awaitAttempt waits for it.
+func (s *Store) sendAttempt(c *appendCall, deadline time.Time) (r pubResult, over bool) {
 	wait := time.Until(deadline)
 	if wait <= 0 {
-		return nil, errPubAckTimeout
+		return pubResult{err: errPubAckTimeout}, true
 	}
 	if c.timer == nil {
 		c.timer = time.NewTimer(wait)
@@ -369,22 +457,28 @@ func (s *Store) publishAttempt(c *appendCall, deadline time.Time) (*jetstream.Pu
 		select {
 		case s.lg.window <- struct{}{}:
 		case <-c.timer.C:
-			return nil, jetstream.ErrTooManyStalledMsgs
+			return pubResult{err: jetstream.ErrTooManyStalledMsgs}, true
 		case <-s.quit:
-			return nil, queue.ErrClosed
+			return pubResult{err: queue.ErrClosed}, true
 		}
 	}
 	s.lg.track(c)
 	if err := s.nc.PublishMsg(c.msg); err != nil {
 		if r, ok := s.lg.untrack(c); ok {
-			return r.ack, r.err
+			return r, true
 		}
-		return nil, err
+		return pubResult{err: err}, true
 	}
+	return pubResult{}, false
+}
+
+// awaitAttempt waits for the answer to the attempt sendAttempt started,
+// until its deadline.
+func (s *Store) awaitAttempt(c *appendCall) pubResult {
 	var quit error
 	select {
 	case r := <-c.done:
-		return r.ack, r.err
+		return r
 	case <-c.timer.C:
 		quit = errPubAckTimeout
 	case <-s.quit:
@@ -393,9 +487,9 @@ func (s *Store) publishAttempt(c *appendCall, deadline time.Time) (*jetstream.Pu
 	// An answer handed over meanwhile wins: an append acknowledged as
 	// the store closes returns its seq.
 	if r, ok := s.lg.untrack(c); ok {
-		return r.ack, r.err
+		return r
 	}
-	return nil, quit
+	return pubResult{err: quit}
 }
 
 // appendCall is one Append as onReply sees it. It is reused (appendCalls):

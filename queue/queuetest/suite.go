@@ -26,6 +26,8 @@ func Run(t *testing.T, b Backend) {
 		{"DedupAfterWindow", testDedupAfterWindow},
 		{"OnCommitBeforeAppendReturns", testOnCommit},
 		{"ConcurrentAppends", testConcurrentAppends},
+		{"AppendBatch", testAppendBatch},
+		{"AppendBatchConcurrent", testAppendBatchConcurrent},
 		{"MembershipCutoff", testMembershipCutoff},
 		{"JoinCreateOnly", testJoinCreate},
 		{"Pause", testPause},

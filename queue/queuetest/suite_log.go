@@ -227,6 +227,163 @@ func testConcurrentAppends(t *testing.T, e *env) {
 	}
 }
 
+// testAppendBatch: AppendBatch answers each event as Append would, in
+// the order given: new events get increasing seqs in batch order, an id
+// already stored or seen earlier in the batch is a duplicate of the
+// first, a retry of the whole batch is all duplicates with the same seqs,
+// and what it stored is durable, read back whole, also after a reopen.
+func testAppendBatch(t *testing.T, e *env) {
+	var (
+		mu        sync.Mutex
+		committed []uint64
+	)
+	s := e.open(t, Options{Sync: true, OnCommit: func(evs []*queue.Event) {
+		mu.Lock()
+		for _, ev := range evs {
+			committed = append(committed, ev.Seq)
+		}
+		mu.Unlock()
+	}})
+	pre, _ := MustAppend(t, s, Event("pre", "t.a", "stored before"))
+	s.AppendBatch(nil, nil) // nothing to do, and no panic
+	keyed := Event("b", "t.b", `{"n":2}`)
+	keyed.OrderingKey, keyed.Tenant = "vehicle-1", "acme"
+	batch := []*queue.Event{
+		Event("a", "t.a", `{"n":1}`),
+		keyed,
+		Event("pre", "t.a", "a retry of pre"),
+		Event("c", "t.a", `{"n":3}`),
+		Event("a", "t.a", "a again within the batch"),
+	}
+	res := make([]queue.AppendResult, len(batch))
+	s.AppendBatch(batch, res)
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("event %d (%s): %v", i, batch[i].ID, r.Err)
+		}
+	}
+	a, b, c := res[0], res[1], res[3]
+	if a.Dup || b.Dup || c.Dup || !(pre < a.Seq && a.Seq < b.Seq && b.Seq < c.Seq) {
+		t.Fatalf("new events of the batch: %+v %+v %+v, want increasing seqs past %d, none a duplicate", a, b, c, pre)
+	}
+	if r := res[2]; !r.Dup || r.Seq != pre {
+		t.Fatalf("an id stored before the batch: %+v, want a duplicate of seq %d", r, pre)
+	}
+	if r := res[4]; !r.Dup || r.Seq != a.Seq {
+		t.Fatalf("an id repeated within the batch: %+v, want a duplicate of seq %d", r, a.Seq)
+	}
+	if h := s.Head(); h != c.Seq {
+		t.Fatalf("head = %d, want %d", h, c.Seq)
+	}
+	mu.Lock()
+	if len(committed) != 4 || committed[3] != c.Seq {
+		t.Fatalf("OnCommit saw %v, want the 4 new events, the last %d", committed, c.Seq)
+	}
+	mu.Unlock()
+	check := func(when string) {
+		t.Helper()
+		for i, seq := range []uint64{a.Seq, b.Seq, c.Seq} {
+			ev, err := s.Event(seq)
+			want := batch[[]int{0, 1, 3}[i]]
+			if err != nil || ev.ID != want.ID || string(ev.Body) != string(want.Body) || ev.Type != want.Type ||
+				ev.OrderingKey != want.OrderingKey || ev.Tenant != want.Tenant {
+				t.Fatalf("%s: Event(%d) = %+v, %v; want %+v", when, seq, ev, err, want)
+			}
+		}
+		if ev, err := s.Event(pre); err != nil || string(ev.Body) != "stored before" {
+			t.Fatalf("%s: the original of a duplicate = %+v, %v", when, ev, err)
+		}
+	}
+	check("after the batch")
+	// A retry of the whole batch (its answer lost to a timeout) stores
+	// nothing again.
+	again := make([]queue.AppendResult, len(batch))
+	s.AppendBatch(batch, again)
+	for i, r := range again {
+		if r.Err != nil || !r.Dup || r.Seq != res[i].Seq {
+			t.Fatalf("retried batch, event %d: %+v, want a duplicate of seq %d", i, r, res[i].Seq)
+		}
+	}
+	if h := s.Head(); h != c.Seq {
+		t.Fatalf("head after the retried batch = %d, want %d", h, c.Seq)
+	}
+	s = e.reopen(t, s, Options{})
+	check("after reopen")
+	if seq, dup := MustAppend(t, s, Event("b", "t.b", "x")); !dup || seq != b.Seq {
+		t.Fatalf("append of a batch's id after reopen: seq %d dup %v, want a duplicate of %d", seq, dup, b.Seq)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed := make([]queue.AppendResult, 2)
+	s.AppendBatch([]*queue.Event{Event("x", "t", "x"), Event("y", "t", "y")}, closed)
+	for i, r := range closed {
+		if !errors.Is(r.Err, queue.ErrClosed) {
+			t.Fatalf("batch after close, event %d: %+v, want ErrClosed", i, r)
+		}
+	}
+}
+
+// testAppendBatchConcurrent: batches and single appends at once never
+// share a seq, each batch's events keep its order, and every seq up to
+// the head is one of them.
+func testAppendBatchConcurrent(t *testing.T, e *env) {
+	s := e.open(t, Options{Sync: true})
+	const writers, batches, size = 8, 5, 20
+	var (
+		mu  sync.Mutex
+		got = map[uint64]string{}
+		wg  sync.WaitGroup
+	)
+	note := func(seq uint64, id string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if prev, ok := got[seq]; ok {
+			t.Errorf("seq %d given to %s and %s", seq, prev, id)
+		}
+		got[seq] = id
+	}
+	for w := range writers {
+		wg.Go(func() {
+			for b := range batches {
+				evs := make([]*queue.Event, size)
+				for i := range evs {
+					id := fmt.Sprintf("w%d-b%d-%d", w, b, i)
+					evs[i] = Event(id, "t", id)
+				}
+				res := make([]queue.AppendResult, size)
+				s.AppendBatch(evs, res)
+				var last uint64
+				for i, r := range res {
+					if r.Err != nil || r.Dup || r.Seq <= last {
+						t.Errorf("writer %d batch %d event %d: %+v after seq %d", w, b, i, r, last)
+						return
+					}
+					last = r.Seq
+					note(r.Seq, evs[i].ID)
+				}
+				id := fmt.Sprintf("w%d-single-%d", w, b)
+				seq, _ := MustAppend(t, s, Event(id, "t", id))
+				note(seq, id)
+			}
+		})
+	}
+	wg.Wait()
+	const total = writers * batches * (size + 1)
+	if h := s.Head(); h != total {
+		t.Fatalf("head = %d, want %d", h, total)
+	}
+	for seq := uint64(1); seq <= total; seq++ {
+		id, ok := got[seq]
+		if !ok {
+			t.Fatalf("seq %d never assigned", seq)
+		}
+		if ev, err := s.Event(seq); err != nil || ev.ID != id || string(ev.Body) != id {
+			t.Fatalf("event %d = %v, %v; want %s", seq, ev, err, id)
+		}
+	}
+}
+
 func testAppendAfterClose(t *testing.T, e *env) {
 	s := e.open(t, Options{})
 	MustAppend(t, s, Event("x", "t", "x"))
