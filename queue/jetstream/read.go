@@ -36,7 +36,7 @@ func decodeEvent(seq uint64, subject string, h nats.Header, data []byte) (*queue
 	return &queue.Event{
 		Seq: seq, ID: id, Type: hval(h, hdrType), ContentType: hval(h, hdrContentType),
 		OrderingKey: hval(h, hdrOrderingKey), TraceParent: hval(h, hdrTraceParent), TraceState: hval(h, hdrTraceState),
-		Tenant:     hval(h, hdrTenant), CloudEvent: hval(h, hdrCloudEvent),
+		Tenant: hval(h, hdrTenant), CloudEvent: hval(h, hdrCloudEvent),
 		AcceptedAt: time.Unix(0, at),
 		// The message's own buffer, capped so no append can reach the
 		// bytes next to it.
