@@ -31,6 +31,8 @@ func FuzzIngestRequest(f *testing.F) {
 		"POST /v1/events/../../x HTTP/1.1\r\nHost: x\r\n\r\n",
 		"GET /v1/events/t HTTP/1.1\r\nHost: x\r\n\r\n",
 		"POST /v1/events/t HTTP/1.0\r\n\r\n",
+		"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: 30\r\n\r\n{\"type\":\"t\",\"id\":\"a\",\"body\":1}",
+		"POST /v1/events HTTP/1.1\r\nHost: x\r\nce-specversion: 1.0\r\nce-id: 1\r\nce-source: /s\r\nce-type: t\r\nContent-Length: 2\r\n\r\n{}",
 		"POST /v1/events/t HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \xff\xfe\r\nContent-Length: 0\r\n\r\n",
 		"\x00\x01\x02",
 	} {
@@ -42,7 +44,8 @@ func FuzzIngestRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { s.Close(context.Background()) })
-	allowed := map[int]bool{200: true, 202: true, 400: true, 404: true, 405: true, 413: true, 431: true, 503: true}
+	// 415: POST /v1/events that is neither a CloudEvent nor a batch.
+	allowed := map[int]bool{200: true, 202: true, 400: true, 404: true, 405: true, 413: true, 415: true, 431: true, 503: true}
 
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		c, err := net.Dial("tcp", s.ingestLn.Addr().String())
@@ -69,11 +72,20 @@ func FuzzIngestRequest(f *testing.F) {
 		if err := json.Unmarshal(body, &m); err != nil {
 			t.Fatalf("status %d with non-JSON body %q for %q", resp.StatusCode, body, raw)
 		}
-		if resp.StatusCode == 202 {
-			id, _ := m["id"].(string)
+		if resp.StatusCode != 202 {
+			return
+		}
+		// One event's answer, or a batch's with one per event.
+		answers := []any{m}
+		if rs, ok := m["results"].([]any); ok {
+			answers = rs
+		}
+		for _, a := range answers {
+			r, _ := a.(map[string]any)
+			id, _ := r["id"].(string)
 			seq, _, _, err := s.q.Lookup(id)
-			if err != nil || float64(seq) != m["seq"] {
-				t.Fatalf("202 %v but the log has seq %d (%v) for id %q", m, seq, err, id)
+			if err != nil || float64(seq) != r["seq"] {
+				t.Fatalf("202 %v but the log has seq %d (%v) for id %q", r, seq, err, id)
 			}
 		}
 	})
