@@ -1,20 +1,13 @@
 package ingest_test
 
 import (
-	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -26,32 +19,6 @@ import (
 	"github.com/sluicehq/sluice/queue/badger"
 	"github.com/sluicehq/sluice/queue/queuetest"
 )
-
-// serve starts an ingest server on loopback that appends to store, and
-// returns its base URL.
-func serve(t *testing.T, cfg ingest.Config, store ingest.Appender) string {
-	t.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = 1 << 20
-	}
-	s := ingest.New(cfg)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	s.Start(store)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-		ln.Close()
-	})
-	return "http://" + ln.Addr().String()
-}
 
 type result struct {
 	ID     string `json:"id"`
@@ -71,28 +38,11 @@ type batchAnswer struct {
 	Field      string   `json:"field"`
 }
 
-var client = &http.Client{Timeout: 10 * time.Second}
-
 // postBatch posts body to POST /v1/events as ctype with the headers hdr
 // (name, value pairs).
 func postBatch(t *testing.T, url, ctype, body string, hdr ...string) (*http.Response, batchAnswer) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url+"/v1/events", strings.NewReader(body))
-	req.Header.Set("Content-Type", ctype)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var a batchAnswer
-	if err := json.Unmarshal(b, &a); err != nil {
-		t.Fatalf("answer %d is not JSON: %q", resp.StatusCode, b)
-	}
-	return resp, a
+	return postAs[batchAnswer](t, url+"/v1/events", body, append([]string{"Content-Type", ctype}, hdr...)...)
 }
 
 func ndjson(t *testing.T, url, body string, hdr ...string) (*http.Response, batchAnswer) {
@@ -545,11 +495,7 @@ func TestBatchHeadersRefused(t *testing.T) {
 // accepted as it says: its NDJSON example (the heredoc the curl posts),
 // its first three-line example, and its CloudEvents batch.
 func TestBatchDocExamples(t *testing.T) {
-	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "batch-ingest.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(page)
+	text := docPage(t, "batch-ingest.md")
 	heredoc := regexp.MustCompile(`(?s)cat > batch\.ndjson <<'EOF'\n(.*?)\nEOF\n`).FindStringSubmatch(text)
 	lines := regexp.MustCompile("(?s)```\n(\\{\"type\".*?)```").FindStringSubmatch(text)
 	ce := regexp.MustCompile("(?s)```\n(\\[\\{\"specversion\".*?)```").FindStringSubmatch(text)

@@ -1,44 +1,23 @@
 package ingest_test
 
 import (
-	"encoding/json"
-	"io"
-	"log/slog"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice/proxy/cloudevents"
 	"github.com/sluicehq/sluice/proxy/ingest"
 	"github.com/sluicehq/sluice/queue/badger"
+	"github.com/sluicehq/sluice/queue/queuetest"
 )
 
-// ingestOnLog serves ingest on a loopback port over a real Badger log,
-// and returns its URL and the log.
+// ingestOnLog serves ingest on a loopback port over a real Badger log
+// (fsync), and returns its URL and the log.
 func ingestOnLog(t *testing.T) (string, *badger.Log) {
 	t.Helper()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	q, err := badger.Open(badger.Options{Dir: t.TempDir(), Sync: true, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q.Close() })
-	s := ingest.New(ingest.Config{MaxBodyBytes: 1 << 20, Logger: quiet, Registry: prometheus.NewRegistry(),
-		Reserved: func(typ []byte) bool { return strings.HasPrefix(string(typ), "sluice.") }})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	s.Start(q)
-	t.Cleanup(func() { ln.Close() })
-	return "http://" + ln.Addr().String(), q
+	q := queuetest.MustOpen(t, "", badger.Options{Sync: true})
+	return serve(t, ingest.Config{Reserved: func(typ []byte) bool { return strings.HasPrefix(string(typ), "sluice.") }}, q), q
 }
 
 type answer struct {
@@ -50,20 +29,7 @@ type answer struct {
 
 func send(t *testing.T, url, body string, hdr ...string) (int, answer) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	for i := 0; i < len(hdr); i += 2 {
-		req.Header.Add(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var a answer
-	b, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(b, &a); err != nil {
-		t.Fatalf("answer %d %q: %v", resp.StatusCode, b, err)
-	}
+	resp, a := postAs[answer](t, url, body, hdr...)
 	return resp.StatusCode, a
 }
 
@@ -166,11 +132,7 @@ func TestCloudEventRefusals(t *testing.T) {
 // TestCloudEventDocExamples posts docs/cloudevents.md's curl examples, as
 // written, to ingest over a real log: each is accepted, with its type.
 func TestCloudEventDocExamples(t *testing.T) {
-	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "cloudevents.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := regexp.MustCompile("(?s)```\n(curl .*?)```").FindAllStringSubmatch(string(page), -1)
+	blocks := regexp.MustCompile("(?s)```\n(curl .*?)```").FindAllStringSubmatch(docPage(t, "cloudevents.md"), -1)
 	if len(blocks) != 2 {
 		t.Fatalf("docs/cloudevents.md has %d curl examples, want the two modes'", len(blocks))
 	}
