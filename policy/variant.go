@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/jsonstr"
 )
 
 // Body variants: a subscription may ask for a rendering of the
@@ -557,27 +559,12 @@ const jsonSpace = " \t\r\n"
 // appendEnvelope appends the Standard Webhooks envelope of data.
 func appendEnvelope(dst []byte, typ string, at time.Time, data []byte) []byte {
 	dst = append(dst, `{"type":`...)
-	dst = appendJSONString(dst, typ)
+	dst = jsonstr.Append(dst, typ)
 	dst = append(dst, `,"timestamp":"`...)
 	dst = at.UTC().AppendFormat(dst, time.RFC3339Nano)
 	dst = append(dst, `","data":`...)
 	dst = append(dst, data...)
 	return append(dst, '}')
-}
-
-// appendJSONString appends s as a JSON string: as it is when it needs no
-// escape (every event type ingest accepts), else as encoding/json writes
-// it.
-func appendJSONString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(s) // a string: cannot fail
-			return append(dst, b...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
 }
 
 // ErrVariantFailed means a body could not be rendered for a body variant.

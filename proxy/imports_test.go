@@ -23,7 +23,7 @@ var roomImports = map[string][]string{
 	"proxy/api":   {"queue"},
 	// cloudevents reads and writes CloudEvents in plain bytes and strings:
 	// ingest and the delivery engine call it, it calls nothing of theirs.
-	"proxy/cloudevents": {},
+	"proxy/cloudevents": {"internal/"},
 	"proxy/delivery":    {"proxy/api", "proxy/cloudevents", "proxy/egress", "queue", "policy", "signing", "internal/"},
 	"proxy/egress":      {"policy", "internal/"},
 	"proxy/ingest":      {"proxy/cloudevents", "queue", "policy", "internal/"},

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/jsonstr"
 )
 
 // Bounds of what ingest keeps of a CloudEvent. The spec sets none; these
@@ -396,7 +398,7 @@ func (b *attrsBuilder) add(name string, v value, prefix string) error {
 	}
 	b.buf = append(append(append(b.buf, '"'), name...), '"', ':')
 	if v.binary {
-		b.buf = AppendJSONString(b.buf, v.str)
+		b.buf = jsonstr.Append(b.buf, v.str)
 	} else {
 		b.buf = append(b.buf, v.json...)
 	}
@@ -470,21 +472,4 @@ func unhex(c byte) int {
 		return int(c - 'A' + 10)
 	}
 	return -1
-}
-
-// AppendJSONString appends s, valid UTF-8, as a JSON string.
-func AppendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c < 0x20:
-			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return append(dst, '"')
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/jsonstr"
 )
 
 // Writing an event out for a delivery. The delivery engine renders each
@@ -105,17 +107,17 @@ func describeByte(c byte) string {
 // carries the same attributes.
 func AppendDerived(dst []byte, id, typ, source, orderingKey string, acceptedAt time.Time) []byte {
 	dst = append(dst, `{"specversion":"`+SpecVersion+`","id":`...)
-	dst = appendJSONString(dst, id)
+	dst = jsonstr.Append(dst, id)
 	dst = append(dst, `,"source":`...)
-	dst = appendJSONString(dst, source)
+	dst = jsonstr.Append(dst, source)
 	dst = append(dst, `,"type":`...)
-	dst = appendJSONString(dst, typ)
+	dst = jsonstr.Append(dst, typ)
 	dst = append(dst, `,"time":"`...)
 	dst = acceptedAt.UTC().AppendFormat(dst, time.RFC3339Nano)
 	dst = append(dst, '"')
 	if orderingKey != "" {
 		dst = append(dst, `,"partitionkey":`...)
-		dst = appendJSONString(dst, orderingKey)
+		dst = jsonstr.Append(dst, orderingKey)
 	}
 	return append(dst, '}')
 }
@@ -211,7 +213,7 @@ func AppendStructured(dst []byte, attrs []byte, contentType string, data []byte)
 	dst = append(dst, obj[:len(obj)-1]...) // eachAttr found an object with specversion in it: a member to follow
 	if contentType != "" {
 		dst = append(dst, `,"datacontenttype":`...)
-		dst = appendJSONString(dst, contentType)
+		dst = jsonstr.Append(dst, contentType)
 	}
 	if len(data) > 0 {
 		if payload := bytes.Trim(data, jsonSpace); dataAsJSON(contentType) && json.Valid(payload) {
@@ -401,18 +403,4 @@ func unquote(q []byte) []byte {
 		return inner // not reached: q is a valid JSON string
 	}
 	return []byte(s)
-}
-
-// appendJSONString appends s as a JSON string: as it is when it needs no
-// escape, else as encoding/json writes it.
-func appendJSONString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(s) // a string: cannot fail
-			return append(dst, b...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
 }
