@@ -165,20 +165,10 @@ func TestDeliverFormatsAllocateNothing(t *testing.T) {
 			e, sub, ev := deliverFixture(t, deliverReceiver(t), 900)
 			e.ceSource = cloudevents.DefaultSource
 			sub.Format = format
-			t.Cleanup(e.client.CloseIdleConnections)
 			if _, err := e.render(sub, ev); err != nil {
 				t.Fatal(err)
 			}
-			var w workerState
-			deliverOnce := func() {
-				if res := e.deliver(&job{sub: sub, ev: ev, attempt: 1}, &w); res.Status != 200 {
-					t.Fatalf("delivery: %+v", res)
-				}
-			}
-			for range 10 {
-				deliverOnce()
-			}
-			if n := testing.AllocsPerRun(200, deliverOnce); n != 0 {
+			if n := allocsPerDelivery(t, e, sub, ev); n != 0 {
 				t.Errorf("%.0f allocations per delivery, want 0", n)
 			}
 		})
