@@ -5,13 +5,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluicehq/sluice/internal/tracectx"
 	"github.com/sluicehq/sluice/proxy/cloudevents"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -214,8 +212,7 @@ type batch struct {
 func (b *batch) traceContext(parent, state []byte, span trace.Span) {
 	b.traceParent, b.traceState = string(parent), string(state)
 	if b.traceParent == "" && span != nil {
-		sc := span.SpanContext()
-		b.traceParent = string(tracectx.AppendParent(make([]byte, 0, tracectx.ParentLen), sc.TraceID(), sc.SpanID(), sc.TraceFlags()))
+		b.traceParent = spanParent(span)
 	}
 }
 
@@ -478,14 +475,10 @@ func (s *Server) readCloudEvents(body []byte, b *batch) *batchError {
 		bad := func(status int, attr, msg string) *batchError {
 			return &batchError{status: status, index: i, field: attr, msg: "event " + strconv.Itoa(i) + " of the batch: " + msg}
 		}
-		if msg := s.checkCloudEvent(ce, nil, nil); msg != "" {
-			// checkCloudEvent names the attribute in its message; the
-			// answer names it apart as well.
-			attr := ""
-			if rest, ok := strings.CutPrefix(msg, "CloudEvent attribute "); ok {
-				attr, _, _ = strings.Cut(rest, ":")
-			}
-			return bad(fasthttp.StatusBadRequest, attr, msg)
+		if err := s.checkCloudEvent(ce, nil, nil); err != nil {
+			var ae *cloudevents.AttrError
+			errors.As(err, &ae) // every error of a batch's event names its attribute
+			return bad(fasthttp.StatusBadRequest, ae.Attr, err.Error())
 		}
 		if max := s.cfg.MaxBodyBytes; max > 0 && len(ce.Data) > max {
 			return bad(fasthttp.StatusRequestEntityTooLarge, "data",

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
@@ -47,8 +48,8 @@ func (s *Server) ingestCloudEvent(ctx *fasthttp.RequestCtx, in *ingestState, spa
 		jsonError(ctx, fasthttp.StatusBadRequest, "invalid CloudEvent: "+err.Error())
 		return
 	}
-	if msg := s.checkCloudEvent(&ce, pathType, h); msg != "" {
-		jsonError(ctx, fasthttp.StatusBadRequest, "invalid CloudEvent: "+msg)
+	if err := s.checkCloudEvent(&ce, pathType, h); err != nil {
+		jsonError(ctx, fasthttp.StatusBadRequest, "invalid CloudEvent: "+err.Error())
 		return
 	}
 	hf, ok := s.headerFields(ctx, in)
@@ -73,30 +74,28 @@ func hasAttrHeader(h *fasthttp.RequestHeader) bool {
 }
 
 // checkCloudEvent holds a parsed CloudEvent to what ingest asks of any
-// event, and returns what is wrong, or "". h is the request's header
-// (nil in a batch).
-func (s *Server) checkCloudEvent(ce *cloudevents.Event, pathType []byte, h *fasthttp.RequestHeader) string {
+// event: nil, or what is wrong, a *cloudevents.AttrError naming the
+// attribute where one is at fault. h is the request's header (nil in a
+// batch, whose headers are checked once).
+func (s *Server) checkCloudEvent(ce *cloudevents.Event, pathType []byte, h *fasthttp.RequestHeader) error {
+	bad := func(attr, problem string) error { return &cloudevents.AttrError{Attr: attr, Problem: problem} }
 	typ := []byte(ce.Type)
 	if msg := checkName(typ, maxTypeLen, typeChars); msg != "" {
-		return attrProblem("type", "an event type, "+msg)
+		return bad("type", "an event type, "+msg)
 	}
 	if s.cfg.Reserved != nil && s.cfg.Reserved(typ) {
-		return attrProblem("type", strconv.Quote(ce.Type)+" is reserved for sluice's operational webhook")
+		return bad("type", strconv.Quote(ce.Type)+" is reserved for sluice's operational webhook")
 	}
 	if pathType != nil && string(pathType) != ce.Type {
-		return attrProblem("type", strconv.Quote(ce.Type)+" differs from the path's type "+strconv.Quote(string(pathType))+": post to /v1/events, or to /v1/events/"+ce.Type)
+		return bad("type", strconv.Quote(ce.Type)+" differs from the path's type "+strconv.Quote(string(pathType))+": post to /v1/events, or to /v1/events/"+ce.Type)
 	}
 	if msg := checkOrderingKey([]byte(ce.PartitionKey)); msg != "" {
-		return attrProblem("partitionkey", "an ordering key, "+msg)
+		return bad("partitionkey", "an ordering key, "+msg)
 	}
 	if h != nil && len(h.Peek("Idempotency-Key")) > 0 {
-		return "a CloudEvent is deduplicated by its source and id attributes: send no Idempotency-Key header"
+		return errors.New("a CloudEvent is deduplicated by its source and id attributes: send no Idempotency-Key header")
 	}
-	return ""
-}
-
-func attrProblem(attr, problem string) string {
-	return (&cloudevents.AttrError{Attr: attr, Problem: problem}).Error()
+	return nil
 }
 
 // cloudEvent makes the log's event of a checked CloudEvent, without its

@@ -60,9 +60,15 @@ func ingested(span trace.Span, ev *queue.Event) {
 		span.SetAttributes(attrEventType.String(ev.Type), attrEventID.String(ev.ID))
 	}
 	if ev.TraceParent == "" {
-		sc := span.SpanContext()
-		ev.TraceParent = string(tracectx.AppendParent(make([]byte, 0, tracectx.ParentLen), sc.TraceID(), sc.SpanID(), sc.TraceFlags()))
+		ev.TraceParent = spanParent(span)
 	}
+}
+
+// spanParent is the ingest span's context as a traceparent, for the
+// events posted without one of their own.
+func spanParent(span trace.Span) string {
+	sc := span.SpanContext()
+	return string(tracectx.AppendParent(make([]byte, 0, tracectx.ParentLen), sc.TraceID(), sc.SpanID(), sc.TraceFlags()))
 }
 
 // endIngest ends an ingest span with its answer: sluice.ingest.result in
