@@ -57,47 +57,66 @@ func (l *Log) Append(ev *queue.Event) (seq uint64, dup bool, err error) {
 		l.closeMu.RUnlock()
 		return 0, false, queue.ErrClosed
 	}
-	// The dedup check is the appender's, not the committer's: appenders
-	// make it in parallel, and a duplicate of a durable event is answered
-	// here. An id the filter has never seen needs no lookup; the
-	// committer checks it against what it wrote after assigned, read
-	// before the filter (idfilter.go).
 	r := reqPool.Get().(*appendReq)
-	r.hash = l.filter.hash(ev.ID)
-	assigned := l.assigned.Load()
-	if !l.filter.mayContain(r.hash) {
-		r.ev, r.checked = ev, assigned
-		l.reqs <- r
-		l.closeMu.RUnlock()
-		return l.await(r, start)
+	r.ev, r.hash = ev, l.filter.hash(ev.ID)
+	var txn *badgerdb.Txn
+	send := l.precheck(r, &txn, l.assigned.Load(), l.indexed.Load())
+	if txn != nil {
+		txn.Discard()
 	}
-	// The mark is read before the snapshot is taken (dedup.go).
-	checked := l.indexed.Load()
-	r.key = append(append(r.key[:0], prefixID...), ev.ID...)
-	var found bool
-	err = l.db.View(func(txn *badgerdb.Txn) error {
-		seq, _, _, found, err = lookupIndexed(txn, r.key, ev.ID)
-		return err
-	})
-	if err != nil || found && seq <= l.head.Load() {
+	if !send {
 		l.closeMu.RUnlock()
+		seq, dup, err = r.seq, r.dup, r.err
 		*r = appendReq{done: r.done, key: r.key[:0]}
 		reqPool.Put(r)
 		if err == nil {
 			l.m.append.Observe(time.Since(start).Seconds())
 		}
-		return seq, err == nil, err
+		return seq, dup, err
 	}
-	r.ev, r.checked = ev, checked
-	if found {
+	l.reqs <- r
+	l.closeMu.RUnlock()
+	return l.await(r, start)
+}
+
+// precheck is an appender's dedup check of r (its ev and hash set),
+// Append's and AppendBatch's alike. The check is the appender's, not the
+// committer's: appenders make it in parallel, and a duplicate of a durable
+// event is answered here. An id the filter has never seen needs no
+// lookup; the committer checks it against what it wrote after assigned,
+// which the caller reads before the filter is asked (idfilter.go).
+// Otherwise the id is looked up in a snapshot, *txn, opened here at the
+// first need (the caller discards it), after the caller read checked, the
+// indexer's mark (dedup.go).
+//
+// It reports whether r goes to the committer; when not, r.seq, r.dup and
+// r.err are its answer (a duplicate of a published event, or the lookup's
+// failure).
+func (l *Log) precheck(r *appendReq, txn **badgerdb.Txn, assigned, checked uint64) bool {
+	if !l.filter.mayContain(r.hash) {
+		r.checked = assigned
+		return true
+	}
+	if *txn == nil {
+		*txn = l.db.NewTransaction(false)
+	}
+	r.key = append(append(r.key[:0], prefixID...), r.ev.ID...)
+	seq, _, _, found, err := lookupIndexed(*txn, r.key, r.ev.ID)
+	switch {
+	case err != nil:
+		r.err = err
+		return false
+	case found && seq <= l.head.Load():
+		r.seq, r.dup = seq, true
+		return false
+	case found:
 		// Indexed, yet not published: the indexer writes only published
 		// events, so this should not be; were it so, the committer
 		// answers it after the sync that covers the original.
 		r.seq, r.dup = seq, true
 	}
-	l.reqs <- r
-	l.closeMu.RUnlock()
-	return l.await(r, start)
+	r.checked = checked
+	return true
 }
 
 // AppendBatch appends evs as Append appends each (queue.Log), handing
@@ -127,39 +146,17 @@ func (l *Log) AppendBatch(evs []*queue.Event, res []queue.AppendResult) {
 		fail(queue.ErrClosed)
 		return
 	}
-	// The dedup checks are Append's, made for every event in one
-	// snapshot: the marks are read before it is taken (dedup.go).
+	// Append's dedup check for every event, in one snapshot.
 	reqs := make([]appendReq, len(evs))
 	send := make([]*appendReq, 0, len(evs))
-	assigned := l.assigned.Load()
-	checked := l.indexed.Load()
+	assigned, checked := l.assigned.Load(), l.indexed.Load()
 	var txn *badgerdb.Txn
 	for i, ev := range evs {
 		r := &reqs[i]
 		r.ev, r.hash = ev, l.filter.hash(ev.ID)
-		if !l.filter.mayContain(r.hash) {
-			r.checked = assigned
+		if l.precheck(r, &txn, assigned, checked) {
 			send = append(send, r)
-			continue
 		}
-		if txn == nil {
-			txn = l.db.NewTransaction(false)
-		}
-		r.key = append(append(r.key[:0], prefixID...), ev.ID...)
-		seq, _, _, found, err := lookupIndexed(txn, r.key, ev.ID)
-		switch {
-		case err != nil:
-			r.err = err
-			continue
-		case found && seq <= l.head.Load():
-			r.seq, r.dup = seq, true
-			continue
-		case found:
-			// Indexed, not yet published: as in Append.
-			r.seq, r.dup = seq, true
-		}
-		r.checked = checked
-		send = append(send, r)
 	}
 	if txn != nil {
 		txn.Discard()
