@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/proxy/cloudevents"
@@ -51,14 +52,29 @@ const (
 
 // structuredKeys maps a variant's key to its structured rendering's key,
 // so a delivery does not build the string each time. Distinct variants
-// are bounded (policy.MaxVariants), and so is this.
-var structuredKeys sync.Map // string → string
+// in use at once are bounded (policy.MaxVariants), but over a long run
+// subscriptions come and go with variants of their own: past
+// maxStructuredKeys the map takes no more, and a new variant's key is
+// built per call instead (one small allocation), so no churn of the API
+// can grow it.
+var (
+	structuredKeys  sync.Map // string → string
+	structuredCount atomic.Int32
+)
+
+const maxStructuredKeys = 4 * policy.MaxVariants
 
 func structuredKey(variant string) string {
 	if k, ok := structuredKeys.Load(variant); ok {
 		return k.(string)
 	}
-	k, _ := structuredKeys.LoadOrStore(variant, ceStructuredKey+variant)
+	if structuredCount.Load() >= maxStructuredKeys {
+		return ceStructuredKey + variant
+	}
+	k, loaded := structuredKeys.LoadOrStore(variant, ceStructuredKey+variant)
+	if !loaded {
+		structuredCount.Add(1)
+	}
 	return k.(string)
 }
 

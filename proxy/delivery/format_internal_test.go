@@ -3,6 +3,7 @@ package delivery
 import (
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -172,5 +173,22 @@ func TestDeliverFormatsAllocateNothing(t *testing.T) {
 				t.Errorf("%.0f allocations per delivery, want 0", n)
 			}
 		})
+	}
+}
+
+// TestStructuredKeysBounded: however many variants come and go, the cache
+// of structured rendering keys stops growing at its bound, and the key of
+// a variant past it is still the right one.
+func TestStructuredKeysBounded(t *testing.T) {
+	for i := range maxStructuredKeys + 50 {
+		v := `{"n":` + strconv.Itoa(i) + `}`
+		if k := structuredKey(v); k != ceStructuredKey+v {
+			t.Fatalf("structuredKey(%s) = %s", v, k)
+		}
+	}
+	n := 0
+	structuredKeys.Range(func(any, any) bool { n++; return true })
+	if n > maxStructuredKeys || int(structuredCount.Load()) != n {
+		t.Errorf("%d keys cached (count %d), bound %d", n, structuredCount.Load(), maxStructuredKeys)
 	}
 }
