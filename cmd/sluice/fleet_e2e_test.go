@@ -233,7 +233,12 @@ func (w *fleetWorld) awaitDelivered(what string, subs []string, timeout time.Dur
 //   - every 202 reached every entitled subscription: 0 lost;
 //   - each duplicate is explained by a kill: its first copy was
 //     acknowledged within lease_ttl + 3 s before (or, for a NATS server,
-//     around) a kill, and the copy came after it;
+//     around) a kill, and the copy came after it; or, as in the rollout
+//     and fencing tests, by a loss of that lane's lease that the
+//     acknowledging node logged within lease_ttl of the first copy and
+//     before the copy (fleetLossExplains: a renewal refused or late on a
+//     busy machine stops the lane, and what it acknowledged past its
+//     durable cursor is sent again by the at-least-once contract);
 //   - the receiver never saw more than 4 requests of the black hole in
 //     flight at once, across the whole fleet;
 //   - the rate-limited subscription's first deliveries, counted per
@@ -494,6 +499,10 @@ func (w *fleetWorld) checkSoak(subs []string) {
 	// machine.
 	const receiverLag = time.Second
 	dups, explained := map[string]int{}, map[string]int{}
+	losses := map[string]map[string][]time.Time{}
+	for _, n := range w.current() { // a restarted node keeps its log
+		losses[n.id] = fleetLeaseLosses(n.log.String())
+	}
 	acked := 0
 	for _, sub := range subs {
 		lost := 0
@@ -538,6 +547,11 @@ func (w *fleetWorld) checkSoak(subs []string) {
 					if !first.at.Before(lo) && !first.at.After(hi) && r.at.After(k.at) {
 						why = k.what
 						break
+					}
+				}
+				if why == "" {
+					if _, ok := fleetLossExplains(losses, sub, first, r, fleetLeaseTTL); ok {
+						why = "lease lost by " + first.node
 					}
 				}
 				if why != "" {
