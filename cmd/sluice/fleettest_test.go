@@ -1178,9 +1178,13 @@ func TestFleetNATSProxy(t *testing.T) {
 	}
 	// A payload with protocol-looking lines must pass through unchanged.
 	payload := []byte("INFO {\"connect_urls\":[\"x\"]}\r\nMSG a 1 5\r\n")
-	if _, err := js.Publish(ctx, "px.1", payload); err != nil {
-		t.Fatal(err)
-	}
+	// A new R3 stream may not answer until its leader is elected ("no
+	// response from stream", seen once on CI): the first publish is
+	// retried until it is stored, once (its message id).
+	fleetAwait(t, "the new stream stores the first publish", 10*time.Second, func() (bool, string) {
+		_, err := js.Publish(ctx, "px.1", payload, jetstream.WithMsgID("px-1"))
+		return err == nil, fmt.Sprint(err)
+	})
 	if got := nc.DiscoveredServers(); len(got) > 0 {
 		t.Fatalf("the client learnt other servers through the proxy: %v", got)
 	}
