@@ -250,6 +250,10 @@ func (l *Log) committer() {
 		}
 		var w *written
 		w, arena, ents = l.write(batch, arena[:0], ents)
+		if l.vlogWritten >= l.vlogSize/2 {
+			l.vlogWritten = 0
+			l.kickGC()
+		}
 		switch {
 		case syncs == nil || w.committed <= l.head.Load():
 			l.publish(w, nil)
@@ -369,6 +373,9 @@ func (l *Log) write(batch []*appendReq, arena []byte, ents []badgerdb.Entry) (*w
 			return nil
 		}
 		val := g.value(arena)
+		if len(val) >= valueThreshold {
+			l.vlogWritten += int64(len(val))
+		}
 		start := len(arena)
 		arena = binary.BigEndian.AppendUint64(append(arena, prefixEvent...), next-1)
 		ents = append(ents, badgerdb.Entry{Key: arena[start:len(arena):len(arena)], Value: val})

@@ -120,17 +120,20 @@ func (l *Log) recordsBelow(from, below uint64) ([]record, error) {
 		for it.Seek(eventKey(from)); it.Valid() && len(recs) < compactChunk && size < compactBytes; it.Next() {
 			item := it.Item()
 			r := record{key: seqFromEventKey(item.Key())}
-			if item.ValueSize() >= valueThreshold {
-				// An event's own record (groups stay below groupMaxBytes)
-				// in the value log, whose GC gives its space back: no need
-				// to read it.
+			if item.ValueSize() > 2*groupMaxBytes {
+				// An event's own record (a group's events add up to
+				// groupMaxBytes at most, with their framing well within
+				// twice that) in the value log, whose GC gives its space
+				// back: no need to read it.
 				if r.key >= below {
 					return nil
 				}
 				recs = append(recs, r)
 				continue
 			}
-			r.size = int(item.ValueSize())
+			if item.ValueSize() < valueThreshold { // in the tree: reclaim counts it
+				r.size = int(item.ValueSize())
+			}
 			var first uint64
 			if err := item.Value(func(v []byte) (err error) {
 				if first, err = firstSeq(r.key, v); err != nil {

@@ -57,3 +57,46 @@ func TestValueLogGCReclaimsLargeEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestValueLogKeptDown: a busy log writes its group records to the value
+// log, and its GC must keep pace with the writes rather than wait for the
+// minute's pass. Batches go through AppendBatch and are compacted as soon
+// as they are written, four times the quota over all, with fsync; with
+// GC only once a minute the value log fills the quota within the first
+// quarter and the disk guard refuses appends.
+func TestValueLogKeptDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 256 MiB")
+	}
+	const quota = 64 << 20
+	dir := t.TempDir()
+	q, err := Open(Options{Dir: dir, Sync: true, MaxDiskBytes: quota, MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	body := bytes.Repeat([]byte("v"), 4<<10)
+	evs := make([]*queue.Event, 100)
+	res := make([]queue.AppendResult, len(evs))
+	written, peak := 0, int64(0)
+	for b := 0; written < 4*quota; b++ {
+		for i := range evs {
+			evs[i] = &queue.Event{ID: fmt.Sprintf("b%d-%d", b, i), Type: "t", AcceptedAt: time.Now(), Body: body}
+		}
+		q.AppendBatch(evs, res)
+		for i, r := range res {
+			if r.Err != nil {
+				t.Fatalf("batch %d, event %d, after %d MiB of bodies (data dir %d MiB, value log %d MiB): %v",
+					b, i, written>>20, dirUsage(dir)>>20, valueLogBytes(dir)>>20, r.Err)
+			}
+		}
+		written += len(evs) * len(body)
+		if _, err := q.Compact(q.Head() + 1); err != nil {
+			t.Fatal(err)
+		}
+		if b%10 == 0 {
+			peak = max(peak, dirUsage(dir))
+		}
+	}
+	t.Logf("%d MiB of bodies through a %d MiB quota; the data dir at most %d MiB (sampled)", written>>20, quota>>20, peak>>20)
+}

@@ -1,6 +1,7 @@
 package badger
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"testing"
@@ -28,11 +29,14 @@ func appendBatch(t *testing.T, q *Log, evs ...*queue.Event) {
 	}
 }
 
-func groupEvents(from, n int) []*queue.Event {
+// groupEvents makes events from..from+n-1 whose bodies are pad bytes
+// longer than "body <seq>".
+func groupEvents(from, n, pad int) []*queue.Event {
 	evs := make([]*queue.Event, n)
 	for i := range evs {
 		seq := from + i
-		evs[i] = &queue.Event{ID: fmt.Sprint("g-", seq), Type: []string{"t.a", "t.b"}[seq%2], AcceptedAt: time.Unix(int64(seq), 0), Body: []byte(fmt.Sprint("body ", seq))}
+		body := append([]byte(fmt.Sprint("body ", seq)), bytes.Repeat([]byte("p"), pad)...)
+		evs[i] = &queue.Event{ID: fmt.Sprint("g-", seq), Type: []string{"t.a", "t.b"}[seq%2], AcceptedAt: time.Unix(int64(seq), 0), Body: body}
 	}
 	return evs
 }
@@ -41,25 +45,48 @@ func groupEvents(from, n int) []*queue.Event {
 // of the last (format 6); every read finds each of them; Compact deletes
 // groups whole, writes the group that straddles its bound again without
 // the events below it, and copies the events retries hold out of their
-// group; all of it holds after a reopen.
+// group; all of it holds after a reopen. Small groups stay in the LSM
+// tree, larger ones (a busy log's) go to the value log: both are read and
+// compacted alike.
 func TestGroupRecords(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		pad    int
+		inVlog bool
+	}{{"tree", 0, false}, {"value log", 1 << 10, true}} {
+		t.Run(c.name, func(t *testing.T) { testGroupRecords(t, c.pad, c.inVlog) })
+	}
+}
+
+func testGroupRecords(t *testing.T, pad int, inVlog bool) {
 	dir := t.TempDir()
 	q, err := Open(Options{Dir: dir, MinFreeBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	appendBatch(t, q, groupEvents(1, 10)...)
-	appendBatch(t, q, groupEvents(11, 10)...)
-	has := func(seq uint64) bool {
-		err := q.db.View(func(txn *badgerdb.Txn) error { _, err := txn.Get(eventKey(seq)); return err })
-		return err == nil
+	appendBatch(t, q, groupEvents(1, 10, pad)...)
+	appendBatch(t, q, groupEvents(11, 10, pad)...)
+	size := func(seq uint64) int64 {
+		var n int64 = -1
+		q.db.View(func(txn *badgerdb.Txn) error {
+			item, err := txn.Get(eventKey(seq))
+			if err == nil {
+				n = item.ValueSize()
+			}
+			return err
+		})
+		return n
 	}
+	has := func(seq uint64) bool { return size(seq) >= 0 }
 	if !has(10) || !has(20) || has(5) || has(11) {
 		t.Fatalf("records: e/10 %v, e/20 %v, e/5 %v, e/11 %v; want groups under 10 and 20 only", has(10), has(20), has(5), has(11))
 	}
+	if n := size(10); (n >= valueThreshold) != inVlog {
+		t.Fatalf("group e/10 is %d bytes; want it in the value log: %v (threshold %d)", n, inVlog, valueThreshold)
+	}
 	check := func(how string, seq uint64, ev *queue.Event) {
 		t.Helper()
-		want := groupEvents(int(seq), 1)[0]
+		want := groupEvents(int(seq), 1, pad)[0]
 		if ev.Seq != seq || ev.ID != want.ID || ev.Type != want.Type || string(ev.Body) != string(want.Body) || !ev.AcceptedAt.Equal(want.AcceptedAt) {
 			t.Fatalf("%s: event %d read as %+v", how, seq, ev)
 		}
