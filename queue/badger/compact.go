@@ -77,6 +77,33 @@ func (l *Log) Compact(below uint64) (int, error) {
 	return n, nil
 }
 
+// holdsAny reports whether a retry holds an event in from..to; the caller
+// holds refMu.
+func (l *Log) holdsAny(from, to uint64) bool {
+	if len(l.retryRefs) == 0 {
+		return false
+	}
+	for s := from; s <= to; s++ {
+		if l.retryRefs[s] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// recordValue reads a copy of the value of the e/ record under seq.
+func (l *Log) recordValue(seq uint64) (v []byte, err error) {
+	err = l.db.View(func(txn *badgerdb.Txn) error {
+		item, err := txn.Get(eventKey(seq))
+		if err != nil {
+			return err
+		}
+		v, err = item.ValueCopy(nil)
+		return err
+	})
+	return v, err
+}
+
 func (l *Log) deleteEvents(seqs []uint64) error {
 	if len(seqs) == 0 {
 		return nil
@@ -98,12 +125,16 @@ func (l *Log) deleteEvents(seqs []uint64) error {
 // compactChunk is how many deletes one compaction transaction carries.
 const compactChunk = 256
 
-// record is one e/ record met by Compact: its key (the last seq) and, for
-// a group, a copy of its value.
+// record is one e/ record met by Compact: its key (the last seq), its
+// first seq, and for the group that straddles the bound a copy of its
+// value. A group wholly below the bound is deleted whole unless a retry
+// holds one of its events, which is rare: only then is its value read
+// again (compactRecords), so Compact copies no value in the common case.
 type record struct {
-	key  uint64
-	val  []byte // nil for an event's own record
-	size int    // of its value, when it is in the LSM tree
+	key   uint64
+	first uint64 // == key for an event's own record
+	val   []byte // the straddling group's value, or a held group's
+	size  int    // of its value, when it is in the LSM tree
 }
 
 // compactBytes bounds the group values one compaction chunk holds.
@@ -120,6 +151,7 @@ func (l *Log) recordsBelow(from, below uint64) ([]record, error) {
 		for it.Seek(eventKey(from)); it.Valid() && len(recs) < compactChunk && size < compactBytes; it.Next() {
 			item := it.Item()
 			r := record{key: seqFromEventKey(item.Key())}
+			r.first = r.key
 			if item.ValueSize() > 2*groupMaxBytes {
 				// An event's own record (a group's events add up to
 				// groupMaxBytes at most, with their framing well within
@@ -134,19 +166,18 @@ func (l *Log) recordsBelow(from, below uint64) ([]record, error) {
 			if item.ValueSize() < valueThreshold { // in the tree: reclaim counts it
 				r.size = int(item.ValueSize())
 			}
-			var first uint64
 			if err := item.Value(func(v []byte) (err error) {
-				if first, err = firstSeq(r.key, v); err != nil {
+				if r.first, err = firstSeq(r.key, v); err != nil {
 					return err
 				}
-				if first != r.key {
+				if r.first != r.key && r.key >= below {
 					r.val = bytes.Clone(v)
 				}
 				return nil
 			}); err != nil {
 				return err
 			}
-			if first >= below {
+			if r.first >= below {
 				return nil
 			}
 			recs = append(recs, r)
@@ -178,7 +209,7 @@ func (l *Log) compactRecords(recs []record, below uint64) (int, error) {
 	l.refMu.Lock()
 	for i := range recs {
 		r := &recs[i]
-		if r.val == nil { // an event's own record, below below
+		if r.first == r.key { // an event's own record, below below
 			if l.retryRefs[r.key] > 0 {
 				l.held[r.key] = struct{}{}
 			} else {
@@ -187,6 +218,20 @@ func (l *Log) compactRecords(recs []record, below uint64) (int, error) {
 				n++
 			}
 			continue
+		}
+		if r.val == nil { // a group wholly below below
+			if !l.holdsAny(r.first, r.key) {
+				deletes = append(deletes, r.key)
+				bytes += r.size
+				n += int(r.key - r.first + 1)
+				continue
+			}
+			v, err := l.recordValue(r.key)
+			if err != nil {
+				l.refMu.Unlock()
+				return 0, err
+			}
+			r.val = v
 		}
 		bytes += r.size
 		var g groupWriter
