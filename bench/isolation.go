@@ -30,8 +30,11 @@ const (
 	// naiveAttempts is the naive deliverer's attempts per event and
 	// endpoint: the first and three immediate retries.
 	naiveAttempts = 4
-	// never disables a breaker trigger: more requests than a run makes.
-	never = 1000000000
+	// neverRequests and neverTimeouts disable the breaker's triggers: the
+	// most the config takes, more requests and timeouts than a run makes
+	// (a black hole times out at most isoPool requests per holeTimeout).
+	neverRequests = 1_000_000
+	neverTimeouts = 10_000
 )
 
 // isoTiming is how long each phase of the isolation scenarios lasts.
@@ -231,7 +234,7 @@ func (h *harness) scenarioBlackhole(ctx context.Context, name string) error {
 		{Key: "shared", Label: "shared pool", Pool: isoPool, Cap: isoPool, Breaker: "off", Timeout: to,
 			subYAML: func(int) string {
 				return fmt.Sprintf("concurrency: {max: %d}, timeout: %s, breaker: {min_requests: %d, consecutive_timeouts: %d}",
-					isoPool, to, never, never)
+					isoPool, to, neverRequests, neverTimeouts)
 			}},
 		{Key: "lanes", Label: "lanes", Pool: isoPool, Cap: isoLaneCap, Breaker: "default", Timeout: to, targetsHere: true,
 			subYAML: func(int) string { return fmt.Sprintf("concurrency: {max: %d}, timeout: %s", isoLaneCap, to) }},
