@@ -32,13 +32,26 @@ const crashRounds = 3
 
 func crashKillAfter(round int) int { return 300 + round*137 }
 
+// crashBody is the body the child appends under id: the id itself, and in
+// odd rounds (an id is "<prefix letter><round>-w...") the id padded to
+// 1 KiB. Sixteen appenders of 1 KiB bodies make group commits past the
+// Badger log's value threshold (8 KiB), which it writes to Badger's value
+// log instead of its LSM tree: the kills land in both write paths, and
+// the rounds after them append over what each left.
+func crashBody(id string) []byte {
+	if len(id) > 1 && (id[1]-'0')%2 == 1 {
+		return []byte(id + strings.Repeat(".", 1024-len(id)))
+	}
+	return []byte(id)
+}
+
 // Crash proves against a real process that an acknowledged append is never
 // lost: it runs the test binary
 // again as a child that appends to a store of b with Sync from 16
 // goroutines and prints every append acknowledged to it; it SIGKILLs the
 // child mid-stream, three times over one place, then opens the place and
 // requires every acknowledged id to be there (Lookup and Event) with its
-// seq and body.
+// seq and body (crashBody: small, and 1 KiB in the middle round).
 //
 // Call it from a test of its own (or a subtest): the child reruns exactly
 // the test that called Crash (-test.run built from t.Name()), and in the
@@ -56,8 +69,8 @@ func Crash(t *testing.T, b Backend) {
 		if err != nil {
 			t.Fatalf("acknowledged %s (seq %d) lost: %v", id, seq, err)
 		}
-		if ev.ID != id || string(ev.Body) != id {
-			t.Fatalf("seq %d holds %s, acknowledged as %s", seq, ev.ID, id)
+		if ev.ID != id || string(ev.Body) != string(crashBody(id)) {
+			t.Fatalf("seq %d holds %s (a body of %d bytes), acknowledged as %s", seq, ev.ID, len(ev.Body), id)
 		}
 		if got, _, _, err := s.Lookup(id); err != nil || got != seq {
 			t.Fatalf("dedup entry of %s = %d, %v; want %d", id, got, err, seq)
@@ -168,7 +181,7 @@ func crashChild(t *testing.T, b Backend, prefix string, after func(s queue.Store
 		wg.Go(func() {
 			for i := 0; time.Now().Before(stop); i++ {
 				id := fmt.Sprintf("%s%s-w%d-%d", prefix, round, w, i)
-				seq, _, err := s.Append(&queue.Event{ID: id, Type: "crash", AcceptedAt: time.Now(), Body: []byte(id)})
+				seq, _, err := s.Append(&queue.Event{ID: id, Type: "crash", AcceptedAt: time.Now(), Body: crashBody(id)})
 				if err == nil && after != nil {
 					err = after(s, i, seq)
 				}
