@@ -77,13 +77,14 @@ func fill(t *testing.T, l *badger.Log, prefix string, size int) int {
 
 // TestReclaimWhenFull: a log that filled its volume itself, whose events
 // are then all compacted away, takes appends again by itself, whatever
-// the body size: in the value log (1 MiB, 64 KiB) or in the LSM tree
-// (16 KiB, 2 KiB). Nothing writes any more while the guard refuses, so
+// the body size: in the value log (1 MiB, 64 KiB, 16 KiB, and most 2 KiB
+// group commits of its 8 appenders) or in the LSM tree (512 B: a group of
+// 8 stays under the 8 KiB value threshold). Nothing writes any more while the guard refuses, so
 // nothing but the reclaim it kicks gives the space back; and the process
 // must survive Badger's compactions at the floor (a write through mmap
 // into a full tmpfs is SIGBUS).
 func TestReclaimWhenFull(t *testing.T) {
-	for _, size := range []int{1 << 20, 64 << 10, 16 << 10, 2 << 10} {
+	for _, size := range []int{1 << 20, 64 << 10, 16 << 10, 2 << 10, 512} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			mnt := tmpfs.Mount(t, "128m")
 			dir := filepath.Join(mnt, "data")
