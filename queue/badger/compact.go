@@ -91,19 +91,6 @@ func (l *Log) holdsAny(from, to uint64) bool {
 	return false
 }
 
-// recordValue reads a copy of the value of the e/ record under seq.
-func (l *Log) recordValue(seq uint64) (v []byte, err error) {
-	err = l.db.View(func(txn *badgerdb.Txn) error {
-		item, err := txn.Get(eventKey(seq))
-		if err != nil {
-			return err
-		}
-		v, err = item.ValueCopy(nil)
-		return err
-	})
-	return v, err
-}
-
 func (l *Log) deleteEvents(seqs []uint64) error {
 	if len(seqs) == 0 {
 		return nil
@@ -226,7 +213,7 @@ func (l *Log) compactRecords(recs []record, below uint64) (int, error) {
 				n += int(r.key - r.first + 1)
 				continue
 			}
-			v, err := l.recordValue(r.key)
+			v, err := l.get(eventKey(r.key))
 			if err != nil {
 				l.refMu.Unlock()
 				return 0, err

@@ -109,6 +109,15 @@ func (l *Log) startGC(interval time.Duration) {
 		)
 		defer follow.Stop()
 		<-follow.C
+		// pass is the periodic pass: on the ticker, and sooner on the
+		// committer's kick as it fills the value log (the garbage of a
+		// busy log is found by the compactions its writes cause anyway,
+		// and a minute of it is gigabytes).
+		pass := func() {
+			d := l.deleted.Load()
+			l.collectValueLog(l.gcThreshold(), d != flushedAt)
+			flushedAt = d
+		}
 		reclaim := func() {
 			// Only deletions since the last reclaim can have freed
 			// anything for it to find.
@@ -135,16 +144,9 @@ func (l *Log) startGC(interval time.Duration) {
 			case <-l.gc.stop:
 				return
 			case <-t.C:
-				d := l.deleted.Load()
-				l.collectValueLog(l.gcThreshold(), d != flushedAt)
-				flushedAt = d
+				pass()
 			case <-l.vlogKick:
-				// As the ticker, sooner: the garbage of a busy log is
-				// found by the compactions its writes cause anyway, and
-				// a minute of it is gigabytes.
-				d := l.deleted.Load()
-				l.collectValueLog(l.gcThreshold(), d != flushedAt)
-				flushedAt = d
+				pass()
 			case <-l.reclaimKick:
 				reclaim()
 			case <-follow.C:

@@ -34,6 +34,20 @@ func (l *Log) Lookup(id string) (seq uint64, typ, tenant string, err error) {
 	return seq, typ, tenant, err
 }
 
+// get reads a copy of key's value, badgerdb.ErrKeyNotFound when there is
+// none.
+func (l *Log) get(key []byte) (v []byte, err error) {
+	err = l.db.View(func(txn *badgerdb.Txn) error {
+		item, err := txn.Get(key)
+		if err != nil {
+			return err
+		}
+		v, err = item.ValueCopy(nil)
+		return err
+	})
+	return v, err
+}
+
 // Event reads one event by sequence number: in the first record at or
 // after seq, a group or its own (format 6, key.go).
 func (l *Log) Event(seq uint64) (*queue.Event, error) {

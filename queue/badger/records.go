@@ -41,15 +41,7 @@ func (l *Log) GetRecord(key string) ([]byte, error) {
 	if err := queue.CheckRecordKey(key); err != nil {
 		return nil, fmt.Errorf("get record: %w", err)
 	}
-	var v []byte
-	err := l.db.View(func(txn *badgerdb.Txn) error {
-		item, err := txn.Get(recordKey(key))
-		if err != nil {
-			return err
-		}
-		v, err = item.ValueCopy(nil)
-		return err
-	})
+	v, err := l.get(recordKey(key))
 	if errors.Is(err, badgerdb.ErrKeyNotFound) {
 		return nil, fmt.Errorf("record %s: %w", key, queue.ErrNotFound)
 	}
