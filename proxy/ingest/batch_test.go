@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -162,18 +163,9 @@ func TestBatchRetryIsDuplicate(t *testing.T) {
 // ingested reads sluice_ingest_events_total{result}.
 func ingested(t *testing.T, reg *prometheus.Registry, result string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_ingest_events_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == result {
-				return m.GetCounter().GetValue()
-			}
+	for _, m := range metric(t, reg, "sluice_ingest_events_total") {
+		if m.GetLabel()[0].GetValue() == result {
+			return m.GetCounter().GetValue()
 		}
 	}
 	t.Fatalf("no sluice_ingest_events_total{result=%q}", result)
@@ -182,17 +174,24 @@ func ingested(t *testing.T, reg *prometheus.Registry, result string) float64 {
 
 func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
 	t.Helper()
+	return metric(t, reg, name)[0].GetHistogram().GetSampleCount()
+}
+
+// metric gathers reg and returns the series of the metric name; it fails
+// the test when there is none.
+func metric(t *testing.T, reg *prometheus.Registry, name string) []*dto.Metric {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()
 		}
 	}
 	t.Fatalf("%s not registered", name)
-	return 0
+	return nil
 }
 
 // TestBatchRefusedWhole: one malformed event refuses the whole batch,
