@@ -571,6 +571,22 @@ func TestFleetCrash(t *testing.T) {
 	jetstream.Crash(f.nodes["c"])
 	f.awaitLive(2, ab...)
 	f.awaitOwners(15*time.Second, subs, ab)
+	// The nodes know their new leases before the test's own watch has
+	// delivered the puts: await them there too.
+	await(t, 10*time.Second, "the test's lease watch sees each of c's leases taken by another node", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, sub := range fromC {
+			taken := false
+			for _, w := range writes[sub] {
+				taken = taken || (w.node != "" && w.node != "c")
+			}
+			if !taken {
+				return false
+			}
+		}
+		return true
+	})
 
 	mu.Lock()
 	for _, sub := range fromC {
